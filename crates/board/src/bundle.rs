@@ -1,0 +1,265 @@
+//! The guest bundle: everything one board boot needs, in one directory.
+//!
+//! ```text
+//! BUNDLE/
+//!   bundle.json      manifest (this module's `Bundle`): kernel, workload, files, cmdline
+//!   vmlinux          uncompressed ELF kernel, booted through its PVH entry
+//!   bzImage          the kernel as shipped (for the compressed-boot baseline)
+//!   initramfs.cpio   busybox + static snapboot + modules + /init (uncompressed newc)
+//!   rootfs.img       read-only root filesystem (squashfs) with the workload
+//! ```
+
+use crate::initramfs::{InitScript, Initramfs};
+use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
+use crate::modules::{read_module, ModuleError, ModuleTree};
+use crate::workload::{busybox_applets, check_tree, Workload, WorkloadError, BUSYBOX};
+use object::Object;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Modules the board's initramfs loads: the virtio PCI transport and block device and the
+/// root filesystem's driver. Dependencies (virtio_ring, virtio, ...) are resolved in order.
+pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
+
+/// Errors while building or loading a bundle.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// Kernel extraction failed.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// Module resolution failed.
+    #[error(transparent)]
+    Module(#[from] ModuleError),
+    /// Workload assembly failed.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The snapboot binary to embed is not statically linked.
+    #[error("{0} is dynamically linked; the initramfs needs a static snapboot (build with the workspace's .cargo/config.toml)")]
+    NotStatic(PathBuf),
+    /// mksquashfs failed.
+    #[error("building the root filesystem failed: {0}")]
+    Rootfs(String),
+    /// The bundle directory is not a bundle.
+    #[error("{path} is not a snapboot bundle: {reason}")]
+    NotABundle { path: PathBuf, reason: String },
+    /// Filesystem error.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
+    move |source| BundleError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Inputs of a bundle build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The kernel to boot.
+    pub kernel: KernelInfo,
+    /// The system to boot.
+    pub workload: Workload,
+    /// A user's root filesystem tree; `None` assembles the built-in workload's tree.
+    pub rootfs_dir: Option<PathBuf>,
+    /// The static snapboot binary to put in the initramfs.
+    pub snapboot_bin: PathBuf,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+/// A built bundle (the manifest `bundle.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Bundle {
+    /// Where the bundle lives (not serialized; set on load).
+    #[serde(skip)]
+    pub dir: PathBuf,
+    /// The kernel it was built from.
+    pub kernel: KernelInfo,
+    /// The workload it boots.
+    pub workload: Workload,
+    /// Modules in the initramfs, in load order.
+    pub modules: Vec<String>,
+    /// Root filesystem type.
+    pub rootfs_type: String,
+    /// Bytes of the initramfs and of the root filesystem image.
+    pub initramfs_bytes: u64,
+    /// Bytes of the root filesystem image.
+    pub rootfs_bytes: u64,
+}
+
+impl Bundle {
+    /// The uncompressed kernel.
+    pub fn vmlinux(&self) -> PathBuf {
+        self.dir.join("vmlinux")
+    }
+    /// The compressed kernel as shipped.
+    pub fn bzimage(&self) -> PathBuf {
+        self.dir.join("bzImage")
+    }
+    /// The initramfs archive.
+    pub fn initramfs(&self) -> PathBuf {
+        self.dir.join("initramfs.cpio")
+    }
+    /// The root filesystem image.
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs.img")
+    }
+
+    /// Loads `dir/bundle.json` and checks the files it names are there.
+    pub fn load(dir: &Path) -> Result<Self, BundleError> {
+        let manifest = dir.join("bundle.json");
+        let text = fs::read_to_string(&manifest).map_err(|e| BundleError::NotABundle {
+            path: dir.to_path_buf(),
+            reason: format!("cannot read bundle.json: {e} (build one with `snapboot board build`)"),
+        })?;
+        let mut b: Bundle = serde_json::from_str(&text).map_err(|e| BundleError::NotABundle {
+            path: dir.to_path_buf(),
+            reason: format!("bundle.json: {e}"),
+        })?;
+        b.dir = dir.to_path_buf();
+        for f in [b.vmlinux(), b.initramfs(), b.rootfs()] {
+            if !f.is_file() {
+                return Err(BundleError::NotABundle {
+                    path: dir.to_path_buf(),
+                    reason: format!("{} is missing", f.display()),
+                });
+            }
+        }
+        Ok(b)
+    }
+
+    /// Builds a bundle.
+    pub fn build(opts: &BuildOptions) -> Result<Self, BundleError> {
+        let out = &opts.out;
+        fs::create_dir_all(out).map_err(io(out))?;
+        let snapboot = fs::read(&opts.snapboot_bin).map_err(io(&opts.snapboot_bin))?;
+        if !is_static_elf(&snapboot) {
+            return Err(BundleError::NotStatic(opts.snapboot_bin.clone()));
+        }
+
+        let tree = ModuleTree::open(&opts.kernel.modules_dir)?;
+        let modules = tree.resolve(BOARD_MODULES)?;
+        let mut ir = Initramfs::new();
+        let bb = fs::read(BUSYBOX).map_err(io(Path::new(BUSYBOX)))?;
+        ir.file("bin/busybox", 0o755, bb);
+        for applet in busybox_applets()? {
+            let name = applet.rsplit('/').next().unwrap_or_default();
+            if !name.is_empty() && name != "busybox" {
+                ir.symlink(&format!("bin/{name}"), "busybox");
+            }
+        }
+        ir.file("bin/snapboot", 0o755, snapboot);
+        for m in &modules {
+            ir.file(
+                &format!("lib/modules/{}.ko", m.name),
+                0o644,
+                read_module(&m.path)?,
+            );
+        }
+        let script = InitScript {
+            modules: modules.iter().map(|m| m.name.clone()).collect(),
+            root_dev: "/dev/vda".into(),
+            root_fs: "squashfs".into(),
+            start: opts.workload.start.clone(),
+            env: opts.workload.env.clone(),
+        };
+        ir.file("init", 0o755, script.render().into_bytes());
+        let ir_path = out.join("initramfs.cpio");
+        let f = fs::File::create(&ir_path).map_err(io(&ir_path))?;
+        ir.write_to(std::io::BufWriter::new(f))
+            .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
+            .map_err(io(&ir_path))?;
+
+        extract_vmlinux(&opts.kernel.bzimage, &out.join("vmlinux"))?;
+        fs::copy(&opts.kernel.bzimage, out.join("bzImage")).map_err(io(&opts.kernel.bzimage))?;
+
+        let rootfs_img = out.join("rootfs.img");
+        match &opts.rootfs_dir {
+            Some(dir) => {
+                check_tree(dir)?;
+                mksquashfs(dir, &rootfs_img)?;
+            }
+            None => {
+                let stage = out.join("stage");
+                let _ = fs::remove_dir_all(&stage);
+                opts.workload.stage_builtin(&stage)?;
+                mksquashfs(&stage, &rootfs_img)?;
+                let _ = fs::remove_dir_all(&stage);
+            }
+        }
+        let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let bundle = Bundle {
+            dir: out.clone(),
+            kernel: opts.kernel.clone(),
+            workload: opts.workload.clone(),
+            modules: script.modules,
+            rootfs_type: "squashfs".into(),
+            initramfs_bytes: size(&ir_path),
+            rootfs_bytes: size(&rootfs_img),
+        };
+        let manifest = out.join("bundle.json");
+        let json = serde_json::to_string_pretty(&bundle).unwrap_or_default();
+        fs::write(&manifest, json).map_err(io(&manifest))?;
+        Ok(bundle)
+    }
+}
+
+/// Whether `data` is an ELF executable without a dynamic loader.
+pub fn is_static_elf(data: &[u8]) -> bool {
+    match object::File::parse(data) {
+        Ok(f) => f.section_by_name(".interp").is_none(),
+        Err(_) => false,
+    }
+}
+
+fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {
+    let _ = fs::remove_file(img);
+    let out = Command::new("mksquashfs")
+        .arg(src)
+        .arg(img)
+        .args([
+            "-noappend",
+            "-all-root",
+            "-comp",
+            "lz4",
+            "-quiet",
+            "-no-progress",
+        ])
+        .output()
+        .map_err(|e| BundleError::Rootfs(format!("mksquashfs (package squashfs-tools): {e}")))?;
+    if !out.status.success() {
+        return Err(BundleError::Rootfs(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_check_tells_static_from_dynamic() {
+        let ls = fs::read("/bin/ls").unwrap();
+        assert!(!is_static_elf(&ls), "/bin/ls is dynamic");
+        if let Ok(bb) = fs::read(BUSYBOX) {
+            assert!(is_static_elf(&bb), "busybox-static is static");
+        }
+        assert!(!is_static_elf(b"#!/bin/sh\n"));
+    }
+
+    #[test]
+    fn loading_a_non_bundle_says_why() {
+        let d = tempfile::tempdir().unwrap();
+        let err = Bundle::load(d.path()).unwrap_err().to_string();
+        assert!(err.contains("bundle.json"), "{err}");
+    }
+}

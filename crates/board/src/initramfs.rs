@@ -1,0 +1,258 @@
+//! The board's initramfs: an uncompressed cpio (newc) archive with busybox, the static
+//! snapboot binary, the modules the board needs and an `/init` script that snapboot writes.
+//!
+//! It is left uncompressed on purpose: the kernel unpacks a plain cpio with a memcpy, while
+//! a compressed one costs decompression time at every power-on (seed 002).
+//!
+//! The `/init` is where snapshot resume runs: before any filesystem is mounted.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// One entry of the archive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// A directory.
+    Dir,
+    /// A regular file with its mode bits (e.g. 0o755) and contents.
+    File { mode: u32, data: Vec<u8> },
+    /// A symbolic link to `target`.
+    Symlink { target: String },
+    /// A character device node.
+    CharDev { major: u32, minor: u32 },
+}
+
+/// An in-memory initramfs tree, written out as a newc cpio archive.
+#[derive(Debug, Default, Clone)]
+pub struct Initramfs {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Initramfs {
+    /// An empty tree with the directories every board needs and `/dev/console`, so that the
+    /// kernel can give `/init` a console before devtmpfs is mounted.
+    pub fn new() -> Self {
+        let mut t = Self::default();
+        for d in [
+            "bin",
+            "dev",
+            "proc",
+            "sys",
+            "newroot",
+            "lib/modules",
+            "run",
+            "tmp",
+        ] {
+            t.dir(d);
+        }
+        t.entries
+            .insert("dev/console".into(), Entry::CharDev { major: 5, minor: 1 });
+        t
+    }
+
+    /// Adds a directory and its parents.
+    pub fn dir(&mut self, path: &str) {
+        let mut acc = String::new();
+        for part in path.trim_matches('/').split('/').filter(|p| !p.is_empty()) {
+            if !acc.is_empty() {
+                acc.push('/');
+            }
+            acc.push_str(part);
+            self.entries.entry(acc.clone()).or_insert(Entry::Dir);
+        }
+    }
+
+    fn parent_of(&mut self, path: &str) -> String {
+        let path = path.trim_matches('/').to_string();
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            self.dir(parent);
+        }
+        path
+    }
+
+    /// Adds a regular file (and its parent directories).
+    pub fn file(&mut self, path: &str, mode: u32, data: Vec<u8>) {
+        let p = self.parent_of(path);
+        self.entries.insert(p, Entry::File { mode, data });
+    }
+
+    /// Adds a symbolic link.
+    pub fn symlink(&mut self, path: &str, target: &str) {
+        let p = self.parent_of(path);
+        self.entries.insert(
+            p,
+            Entry::Symlink {
+                target: target.into(),
+            },
+        );
+    }
+
+    /// Looks an entry up.
+    pub fn get(&self, path: &str) -> Option<&Entry> {
+        self.entries.get(path.trim_matches('/'))
+    }
+
+    /// Paths in archive order (parents before children).
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// Writes the archive. Directories sort before their contents because of the `BTreeMap`
+    /// order of paths ("a" < "a/b").
+    pub fn write_to<W: Write>(&self, mut w: W) -> std::io::Result<W> {
+        for (ino, (path, entry)) in self.entries.iter().enumerate() {
+            let b = cpio::newc::Builder::new(path)
+                .ino(ino as u32 + 1)
+                .uid(0)
+                .gid(0)
+                .nlink(1);
+            let (b, data): (_, &[u8]) = match entry {
+                Entry::Dir => (b.mode(0o040755).nlink(2), &[]),
+                Entry::File { mode, data } => (b.mode(0o100000 | mode), data),
+                Entry::Symlink { target } => (b.mode(0o120777), target.as_bytes()),
+                Entry::CharDev { major, minor } => {
+                    (b.mode(0o020600).rdev_major(*major).rdev_minor(*minor), &[])
+                }
+            };
+            let mut fw = b.write(&mut w, data.len() as u32);
+            fw.write_all(data)?;
+            fw.finish()?;
+        }
+        cpio::newc::trailer(w)
+    }
+}
+
+/// Quotes `s` for a POSIX shell (single quotes).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// What the generated `/init` does.
+#[derive(Debug, Clone)]
+pub struct InitScript {
+    /// Module files under `/lib/modules`, in load order.
+    pub modules: Vec<String>,
+    /// The block device holding the root filesystem.
+    pub root_dev: String,
+    /// Filesystem type of the root (`squashfs` or `ext4`).
+    pub root_fs: String,
+    /// The application's start command, run by `snapboot start` in the new root.
+    pub start: String,
+    /// Environment for the application (`KEY=VALUE`).
+    pub env: Vec<String>,
+}
+
+impl InitScript {
+    /// Renders the `/init` shell script (run by busybox `sh`).
+    pub fn render(&self) -> String {
+        let m = |name: &str| boottrace::marker(name, None);
+        let mut s = String::new();
+        s.push_str("#!/bin/sh\n# Written by snapboot: first stage of the board's boot.\n");
+        s.push_str("export PATH=/bin\n");
+        s.push_str("mount -t devtmpfs devtmpfs /dev\nmount -t proc proc /proc\nmount -t sysfs sysfs /sys\n");
+        s.push_str(&format!("echo \"{}\"\n", m("init")));
+        s.push_str("fail() { echo \"snapboot: init: $*\"; exec sh; }\n");
+        for module in &self.modules {
+            s.push_str(&format!(
+                "insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+            ));
+        }
+        s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
+        s.push_str(
+            "if grep -q 'snapboot.store=' /proc/cmdline; then /bin/snapboot resume --from-cmdline; fi\n",
+        );
+        s.push_str(&format!(
+            "n=0; while [ ! -b {dev} ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n+1)); done\n\
+             mount -t {fs} -o ro {dev} /newroot || fail \"cannot mount root {dev} ({fs})\"\n",
+            dev = self.root_dev,
+            fs = self.root_fs
+        ));
+        s.push_str(&format!("echo \"{}\"\n", m("root-mounted")));
+        s.push_str(
+            "[ -d /newroot/run ] || fail 'root filesystem has no /run directory'\n\
+             mount -t tmpfs -o mode=0755,size=32m tmpfs /newroot/run\n\
+             mkdir -p /newroot/run/snapboot/bin\n\
+             cp /bin/snapboot /newroot/run/snapboot/bin/snapboot\n\
+             for d in dev proc sys; do [ -d /newroot/$d ] && mount --move /$d /newroot/$d; done\n",
+        );
+        let mut cmd = String::from("exec switch_root /newroot /run/snapboot/bin/snapboot start");
+        for e in &self.env {
+            cmd.push_str(&format!(" --env {}", sh_quote(e)));
+        }
+        cmd.push_str(&format!(" -- {}\n", sh_quote(&self.start)));
+        s.push_str(&cmd);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_has_parents_before_children_and_a_console() {
+        let mut t = Initramfs::new();
+        t.file("lib/modules/virtio.ko", 0o644, vec![1, 2, 3]);
+        t.symlink("bin/sh", "busybox");
+        let paths: Vec<&str> = t.paths().collect();
+        let pos = |p: &str| paths.iter().position(|x| *x == p).unwrap();
+        assert!(
+            pos("lib") < pos("lib/modules") && pos("lib/modules") < pos("lib/modules/virtio.ko")
+        );
+        assert_eq!(
+            t.get("/dev/console"),
+            Some(&Entry::CharDev { major: 5, minor: 1 })
+        );
+        let bytes = t.write_to(Vec::new()).unwrap();
+        assert!(bytes.starts_with(b"070701"), "newc magic");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("TRAILER!!!"));
+        assert!(text.contains("lib/modules/virtio.ko"));
+        assert_eq!(bytes.len() % 4, 0, "newc entries are 4-byte aligned");
+    }
+
+    #[test]
+    fn archive_reads_back_with_cpio_reader() {
+        let mut t = Initramfs::new();
+        t.file("init", 0o755, b"#!/bin/sh\n".to_vec());
+        let bytes = t.write_to(Vec::new()).unwrap();
+        let mut rest = &bytes[..];
+        let mut names = Vec::new();
+        loop {
+            let r = cpio::NewcReader::new(rest).unwrap();
+            if r.entry().is_trailer() {
+                break;
+            }
+            names.push((
+                r.entry().name().to_string(),
+                r.entry().mode(),
+                r.entry().file_size(),
+            ));
+            rest = r.finish().unwrap();
+        }
+        assert!(names.contains(&("init".to_string(), 0o100755, 10)));
+        assert!(names.contains(&("dev/console".to_string(), 0o020600, 0)));
+    }
+
+    #[test]
+    fn init_loads_modules_in_order_and_quotes_the_start_command() {
+        let s = InitScript {
+            modules: vec!["virtio_ring".into(), "virtio".into(), "virtio_blk".into()],
+            root_dev: "/dev/vda".into(),
+            root_fs: "squashfs".into(),
+            start: "sh -c 'snapboot ready; exec sh'".into(),
+            env: vec!["APP_READY_CMD=snapboot ready".into()],
+        }
+        .render();
+        let ring = s.find("virtio_ring.ko").unwrap();
+        let virtio = s.find("/virtio.ko").unwrap();
+        let blk = s.find("virtio_blk.ko").unwrap();
+        assert!(ring < virtio && virtio < blk);
+        assert!(
+            s.contains("-- 'sh -c '\\''snapboot ready; exec sh'\\'''"),
+            "{s}"
+        );
+        assert!(s.contains("--env 'APP_READY_CMD=snapboot ready'"));
+        assert!(s.find("resume").unwrap() < s.find("mount -t squashfs").unwrap());
+    }
+}

@@ -1,0 +1,359 @@
+//! The guest kernel: fetching a stock distribution kernel without installing it, and turning
+//! its compressed `bzImage` into the uncompressed ELF `vmlinux` that QEMU boots through PVH.
+//!
+//! Under TCG the in-kernel XZ decompressor alone costs seconds of every cold boot, so the board
+//! decompresses the payload once on the host (seed 002's "uncompressed kernel" lesson).
+
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Errors while fetching, locating or unpacking a kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A host command (apt-get, dpkg-deb, ...) failed.
+    #[error("`{cmd}` failed: {reason}")]
+    Command { cmd: String, reason: String },
+    /// The file is missing.
+    #[error("{what} not found at {path}")]
+    Missing { what: &'static str, path: PathBuf },
+    /// The bzImage is malformed or uses an unsupported compressor.
+    #[error("cannot extract vmlinux from {path}: {reason}")]
+    Extract { path: PathBuf, reason: String },
+    /// Filesystem error.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KernelError + '_ {
+    move |source| KernelError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A kernel the board can boot: image, modules and (when known) its config.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KernelInfo {
+    /// `uname -r` of the kernel.
+    pub release: String,
+    /// The kernel as the distribution ships it (bzImage).
+    pub bzimage: PathBuf,
+    /// Directory holding `kernel/.../*.ko` for this release.
+    pub modules_dir: PathBuf,
+    /// The kernel's `.config`, if shipped.
+    pub config: Option<PathBuf>,
+    /// Where the kernel came from (Debian package name, or "user").
+    pub source: String,
+}
+
+impl KernelInfo {
+    /// Describes a kernel given by path. The release is read from the bzImage header, or
+    /// from the modules directory name when the image is an ELF vmlinux.
+    pub fn from_paths(kernel: &Path, modules: &Path) -> Result<Self, KernelError> {
+        if !kernel.is_file() {
+            return Err(KernelError::Missing {
+                what: "kernel image",
+                path: kernel.to_path_buf(),
+            });
+        }
+        if !modules.is_dir() {
+            return Err(KernelError::Missing {
+                what: "modules directory",
+                path: modules.to_path_buf(),
+            });
+        }
+        let data = fs::read(kernel).map_err(io_err(kernel))?;
+        let release = bzimage_release(&data)
+            .or_else(|| {
+                modules
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let config = modules
+            .parent()
+            .and_then(|p| p.parent())
+            .map(|root| root.join("boot").join(format!("config-{release}")))
+            .filter(|p| p.is_file());
+        Ok(Self {
+            release,
+            bzimage: kernel.to_path_buf(),
+            modules_dir: modules.to_path_buf(),
+            config,
+            source: "user".into(),
+        })
+    }
+
+    /// Loads a kernel description saved by [`fetch_debian`].
+    pub fn load(path: &Path) -> Result<Self, KernelError> {
+        let text = fs::read_to_string(path).map_err(io_err(path))?;
+        serde_json::from_str(&text).map_err(|e| KernelError::Extract {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<String, KernelError> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    let out = cmd.output().map_err(|e| KernelError::Command {
+        cmd: shown.clone(),
+        reason: e.to_string(),
+    })?;
+    if !out.status.success() {
+        return Err(KernelError::Command {
+            cmd: shown,
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Resolves the package that `meta` (e.g. `linux-image-amd64`) depends on.
+pub fn resolve_meta_package(meta: &str) -> Result<String, KernelError> {
+    let out = run(Command::new("apt-cache").args(["depends", meta]))?;
+    parse_depends(&out).ok_or_else(|| KernelError::Command {
+        cmd: format!("apt-cache depends {meta}"),
+        reason: "no linux-image dependency listed (run apt-get update?)".into(),
+    })
+}
+
+fn parse_depends(out: &str) -> Option<String> {
+    out.lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends:"))
+        .map(|p| p.trim().trim_matches(|c| c == '<' || c == '>'))
+        .find(|p| p.starts_with("linux-image-"))
+        .map(str::to_string)
+}
+
+/// Downloads the kernel package `meta` depends on with `apt-get download` and unpacks it with
+/// `dpkg-deb -x` below `cache` (never installing it on the host). Reuses an earlier unpack.
+pub fn fetch_debian(cache: &Path, meta: &str) -> Result<KernelInfo, KernelError> {
+    let pkg = resolve_meta_package(meta)?;
+    let dir = cache.join(&pkg);
+    let info_path = dir.join("kernel.json");
+    if let Ok(info) = KernelInfo::load(&info_path) {
+        if info.bzimage.is_file() && info.modules_dir.is_dir() {
+            return Ok(info);
+        }
+    }
+    let dl = dir.join("download");
+    fs::create_dir_all(&dl).map_err(io_err(&dl))?;
+    run(Command::new("apt-get")
+        .args(["download", "-q", &pkg])
+        .current_dir(&dl))?;
+    let deb = fs::read_dir(&dl)
+        .map_err(io_err(&dl))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .ok_or(KernelError::Missing {
+            what: "downloaded .deb",
+            path: dl.clone(),
+        })?;
+    let root = dir.join("root");
+    let _ = fs::remove_dir_all(&root);
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
+    let _ = fs::remove_file(&deb);
+    let info = locate_in_tree(&root, &pkg)?;
+    let json = serde_json::to_string_pretty(&info).unwrap_or_default();
+    fs::write(&info_path, json).map_err(io_err(&info_path))?;
+    Ok(info)
+}
+
+/// Finds bzImage, modules and config in an unpacked kernel package (`/lib` or merged `/usr/lib`).
+pub fn locate_in_tree(root: &Path, source: &str) -> Result<KernelInfo, KernelError> {
+    let boot = root.join("boot");
+    let image = fs::read_dir(&boot)
+        .map_err(io_err(&boot))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .ok_or(KernelError::Missing {
+            what: "boot/vmlinuz-*",
+            path: boot.clone(),
+        })?;
+    let release = image
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .trim_start_matches("vmlinuz-")
+                .to_string()
+        })
+        .unwrap_or_default();
+    let modules_dir = ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .map(|m| root.join(m).join(&release))
+        .find(|p| p.is_dir())
+        .ok_or(KernelError::Missing {
+            what: "modules directory",
+            path: root.join("lib/modules").join(&release),
+        })?;
+    let config = Some(boot.join(format!("config-{release}"))).filter(|p| p.is_file());
+    Ok(KernelInfo {
+        release,
+        bzimage: image,
+        modules_dir,
+        config,
+        source: source.to_string(),
+    })
+}
+
+/// The kernel release string embedded in a bzImage's setup header, if there is one.
+pub fn bzimage_release(data: &[u8]) -> Option<String> {
+    if data.get(0x202..0x206)? != b"HdrS" {
+        return None;
+    }
+    let off = u16::from_le_bytes([*data.get(0x20e)?, *data.get(0x20f)?]) as usize;
+    let start = 0x200 + off;
+    let s = data.get(start..(start + 256).min(data.len()))?;
+    let end = s.iter().position(|&b| b == 0 || b == b' ')?;
+    Some(String::from_utf8_lossy(&s[..end]).into_owned())
+}
+
+/// Writes the uncompressed ELF kernel contained in `bzimage` to `out`. An input that already
+/// is an ELF file is copied unchanged. Supports XZ, gzip and zstd payloads.
+pub fn extract_vmlinux(bzimage: &Path, out: &Path) -> Result<(), KernelError> {
+    let data = fs::read(bzimage).map_err(io_err(bzimage))?;
+    let fail = |reason: &str| KernelError::Extract {
+        path: bzimage.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let elf = if data.starts_with(b"\x7fELF") {
+        data
+    } else {
+        let payload = bzimage_payload(&data).ok_or_else(|| fail("no bzImage setup header"))?;
+        decompress_payload(payload).map_err(|r| fail(&r))?
+    };
+    if !elf.starts_with(b"\x7fELF") {
+        return Err(fail("payload is not an ELF image"));
+    }
+    let tmp = out.with_extension("tmp");
+    let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(&elf).map_err(io_err(&tmp))?;
+    fs::rename(&tmp, out).map_err(io_err(out))
+}
+
+fn bzimage_payload(data: &[u8]) -> Option<&[u8]> {
+    if data.get(0x202..0x206)? != b"HdrS" {
+        return None;
+    }
+    let setup_sects = match *data.get(0x1f1)? {
+        0 => 4,
+        n => n as usize,
+    };
+    let word = |o: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(data.get(o..o + 4)?.try_into().ok()?) as usize)
+    };
+    let start = (setup_sects + 1) * 512 + word(0x248)?;
+    data.get(start..start + word(0x24c)?)
+}
+
+fn decompress_payload(p: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(p.len() * 4);
+    if p.starts_with(b"\xfd7zXZ\0") {
+        // The kernel appends the decompressed size after the stream: decode exactly one
+        // stream and stop at its end.
+        use xz2::stream::{Action, Status, Stream};
+        let mut st = Stream::new_stream_decoder(u64::MAX, 0).map_err(|e| format!("xz: {e}"))?;
+        loop {
+            if out.capacity() - out.len() < (1 << 20) {
+                out.reserve(1 << 24);
+            }
+            let (in_before, out_before) = (st.total_in() as usize, out.len());
+            let rest = p.get(in_before..).unwrap_or_default();
+            match st.process_vec(rest, &mut out, Action::Run) {
+                Ok(Status::StreamEnd) => break,
+                Ok(_) if st.total_in() as usize == in_before && out.len() == out_before => {
+                    return Err("xz: stream ended early".into())
+                }
+                Ok(_) => {}
+                Err(e) => return Err(format!("xz: {e}")),
+            }
+        }
+    } else if p.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(p)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("gzip: {e}"))?;
+    } else if p.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let mut d = zstd::stream::read::Decoder::new(p)
+            .map_err(|e| e.to_string())?
+            .single_frame();
+        d.read_to_end(&mut out).map_err(|e| format!("zstd: {e}"))?;
+    } else {
+        let magic: Vec<String> = p.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return Err(format!(
+            "unsupported payload compression (magic {})",
+            magic.join(" ")
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_apt_cache_depends() {
+        let out = "linux-image-amd64\n  Depends: linux-image-6.1.0-56-amd64\n";
+        assert_eq!(
+            parse_depends(out).as_deref(),
+            Some("linux-image-6.1.0-56-amd64")
+        );
+        assert_eq!(parse_depends("linux-image-amd64\n"), None);
+    }
+
+    fn fake_bzimage(payload: &[u8]) -> Vec<u8> {
+        let mut d = vec![0u8; 0x1000];
+        d[0x1f1] = 3; // setup sectors -> protected-mode code at 4*512
+        d[0x202..0x206].copy_from_slice(b"HdrS");
+        d[0x20e..0x210].copy_from_slice(&0x300u16.to_le_bytes());
+        d[0x500..0x50c].copy_from_slice(b"6.9.9-test x");
+        d[0x248..0x24c].copy_from_slice(&16u32.to_le_bytes());
+        d[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        d.resize(0x800 + 16, 0);
+        d.extend_from_slice(payload);
+        d.extend_from_slice(&[1, 2, 3, 4]); // trailing size word, as the kernel appends
+        d
+    }
+
+    #[test]
+    fn extracts_gzip_and_xz_payloads() {
+        let elf = b"\x7fELF-and-some-kernel-bytes".repeat(100);
+        let dir = tempfile::tempdir().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&elf).unwrap();
+        let mut xz = xz2::write::XzEncoder::new(Vec::new(), 1);
+        xz.write_all(&elf).unwrap();
+        for payload in [gz.finish().unwrap(), xz.finish().unwrap()] {
+            let img = fake_bzimage(&payload);
+            assert_eq!(bzimage_release(&img).as_deref(), Some("6.9.9-test"));
+            let (src, dst) = (dir.path().join("bz"), dir.path().join("vmlinux"));
+            fs::write(&src, &img).unwrap();
+            extract_vmlinux(&src, &dst).unwrap();
+            assert_eq!(fs::read(&dst).unwrap(), elf);
+        }
+    }
+
+    #[test]
+    fn refuses_unknown_compression_with_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("bz");
+        fs::write(&src, fake_bzimage(b"BZh91AY&SY")).unwrap();
+        let err = extract_vmlinux(&src, &dir.path().join("v")).unwrap_err();
+        assert!(
+            err.to_string().contains("unsupported payload compression"),
+            "{err}"
+        );
+    }
+}

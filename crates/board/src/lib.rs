@@ -1,0 +1,17 @@
+//! The snapboot board: a QEMU machine shaped like an embedded device.
+//!
+//! It owns everything host-side that turns a stock distribution kernel and a root filesystem
+//! tree into a bootable *guest bundle*, and the runner that powers the bundle on, records the
+//! serial console with host timestamps and measures time-to-interactive.
+
+pub mod bundle;
+pub mod initramfs;
+pub mod kernel;
+pub mod modules;
+pub mod qemu;
+pub mod workload;
+
+pub use bundle::{BuildOptions, Bundle, BundleError};
+pub use kernel::{KernelError, KernelInfo};
+pub use qemu::{Accel, RunError, RunOptions, RunResult};
+pub use workload::{Probe, Workload};

@@ -1,0 +1,489 @@
+//! Powering the board on: the QEMU command line, a console session with host timestamps
+//! from power-on (grabserial-style), the usability probe and time-to-interactive.
+
+use crate::bundle::Bundle;
+use crate::workload::Probe;
+use boottrace::{LineRecorder, MilestoneKind, Outcome, Timeline};
+use regex::Regex;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How QEMU executes guest code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    /// Software emulation: slow, but runs everywhere.
+    Tcg,
+    /// Hardware virtualisation.
+    Kvm,
+}
+
+impl Accel {
+    /// KVM only when `/dev/kvm` exists *and* the host CPU shows real vmx/svm flags: a nested,
+    /// software-emulated `/dev/kvm` without them does not run stock kernels.
+    pub fn detect() -> Self {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Self::decide(std::path::Path::new("/dev/kvm").exists(), &cpuinfo)
+    }
+
+    fn decide(dev_kvm: bool, cpuinfo: &str) -> Self {
+        let hw = cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+        if dev_kvm && hw {
+            Accel::Kvm
+        } else {
+            Accel::Tcg
+        }
+    }
+}
+
+/// Which kernel image QEMU boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelImage {
+    /// The uncompressed ELF through its PVH entry (default).
+    Vmlinux,
+    /// The compressed bzImage as shipped (baseline).
+    BzImage,
+}
+
+/// An extra disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Disk {
+    /// Backing file.
+    pub path: PathBuf,
+    /// Attach read-only.
+    pub readonly: bool,
+}
+
+/// How to run the board.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Guest RAM in MiB.
+    pub mem_mib: u32,
+    /// Virtual CPUs.
+    pub smp: u32,
+    /// Accelerator.
+    pub accel: Accel,
+    /// Kernel image to boot.
+    pub kernel: KernelImage,
+    /// Extra kernel command-line words, appended to the board's.
+    pub cmdline: Vec<String>,
+    /// Extra virtio disks after the root disk (`/dev/vdb`, ...).
+    pub disks: Vec<Disk>,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Copy console output to our stdout as it arrives.
+    pub echo: bool,
+}
+
+impl RunOptions {
+    /// Defaults for a bundle: its workload's memory, one CPU, detected accelerator.
+    pub fn for_bundle(bundle: &Bundle) -> Self {
+        Self {
+            mem_mib: bundle.workload.mem_mib,
+            smp: 1,
+            accel: Accel::detect(),
+            kernel: KernelImage::Vmlinux,
+            cmdline: Vec::new(),
+            disks: Vec::new(),
+            timeout: Duration::from_secs(300),
+            echo: false,
+        }
+    }
+}
+
+/// The board's kernel command line: serial console, reboot (and so QEMU exit) on panic.
+pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 printk.time=1";
+
+/// The QEMU program and arguments for a run.
+pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
+    let mut c = Command::new("qemu-system-x86_64");
+    let accel = match opts.accel {
+        Accel::Tcg => "tcg",
+        Accel::Kvm => "kvm",
+    };
+    c.args([
+        "-M",
+        "q35",
+        "-accel",
+        accel,
+        "-nodefaults",
+        "-no-user-config",
+    ]);
+    if opts.accel == Accel::Kvm {
+        c.args(["-cpu", "host"]);
+    }
+    c.args([
+        "-m",
+        &format!("{}M", opts.mem_mib),
+        "-smp",
+        &opts.smp.to_string(),
+    ]);
+    c.args(["-display", "none", "-no-reboot"]);
+    let kernel = match opts.kernel {
+        KernelImage::Vmlinux => bundle.vmlinux(),
+        KernelImage::BzImage => bundle.bzimage(),
+    };
+    c.arg("-kernel").arg(kernel);
+    c.arg("-initrd").arg(bundle.initramfs());
+    let mut cmdline = BASE_CMDLINE.to_string();
+    for w in &opts.cmdline {
+        cmdline.push(' ');
+        cmdline.push_str(w);
+    }
+    c.args(["-append", &cmdline]);
+    c.arg("-drive").arg(format!(
+        "file={},if=virtio,format=raw,readonly=on",
+        bundle.rootfs().display()
+    ));
+    for d in &opts.disks {
+        let ro = if d.readonly { ",readonly=on" } else { "" };
+        c.arg("-drive").arg(format!(
+            "file={},if=virtio,format=raw,cache=unsafe{ro}",
+            d.path.display()
+        ));
+    }
+    c
+}
+
+/// Errors of a board run. Each ends the run with a one-line reason.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// QEMU could not be started.
+    #[error("cannot start qemu-system-x86_64 (package qemu-system-x86): {0}")]
+    Spawn(std::io::Error),
+    /// The guest kernel panicked.
+    #[error("guest kernel panic: {0}")]
+    Panic(String),
+    /// Nothing matched in time.
+    #[error("timed out after {secs:.1} s waiting for {what}; last console line: {last:?}")]
+    Timeout {
+        secs: f64,
+        what: String,
+        last: String,
+    },
+    /// QEMU exited before the expected output.
+    #[error("qemu exited ({status}) while waiting for {what}; {detail}")]
+    Exited {
+        status: String,
+        what: String,
+        detail: String,
+    },
+    /// The probe's regex is invalid.
+    #[error("invalid probe regex {0:?}: {1}")]
+    BadRegex(String, regex::Error),
+    /// Writing to the console failed.
+    #[error("console write failed: {0}")]
+    Console(std::io::Error),
+}
+
+enum Chunk {
+    Out(Instant, Vec<u8>),
+    Eof,
+}
+
+/// A running board: its console, timeline and QEMU process.
+pub struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<Chunk>,
+    stderr: std::thread::JoinHandle<String>,
+    t0: Instant,
+    recorder: LineRecorder,
+    timeline: Timeline,
+    /// Index of the first console line not yet consumed by `wait_for`.
+    cursor: usize,
+    exited: bool,
+    echo: bool,
+}
+
+impl Session {
+    /// Powers the board on.
+    pub fn start(bundle: &Bundle, opts: &RunOptions) -> Result<Self, RunError> {
+        let mut cmd = qemu_command(bundle, opts);
+        cmd.args(["-serial", "stdio", "-monitor", "none"]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let t0 = Instant::now();
+        let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| RunError::Spawn(std::io::Error::other("no stdout pipe")))?;
+        let mut stderr_pipe = child.stderr.take();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            loop {
+                match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => {
+                        let _ = tx.send(Chunk::Eof);
+                        break;
+                    }
+                    Ok(n) => {
+                        if tx
+                            .send(Chunk::Out(Instant::now(), buf[..n].to_vec()))
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(e) = stderr_pipe.as_mut() {
+                let _ = e.read_to_string(&mut s);
+            }
+            s
+        });
+        Ok(Self {
+            stdin: child.stdin.take(),
+            child,
+            rx,
+            stderr,
+            t0,
+            recorder: LineRecorder::new(),
+            timeline: Timeline::new(&bundle.workload.name),
+            cursor: 0,
+            exited: false,
+            echo: opts.echo,
+        })
+    }
+
+    /// Seconds since power-on.
+    pub fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// The timeline so far.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    fn ingest(&mut self, t: f64, bytes: &[u8]) {
+        if self.echo {
+            let mut out = std::io::stdout();
+            let _ = out.write_all(bytes);
+            let _ = out.flush();
+        }
+        for line in self.recorder.feed(t, bytes) {
+            self.timeline.push_line(line);
+        }
+    }
+
+    /// Types `text` and a newline on the console.
+    pub fn send(&mut self, text: &str) -> Result<(), RunError> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| RunError::Console(std::io::Error::other("console closed")))?;
+        stdin
+            .write_all(format!("{text}\n").as_bytes())
+            .and_then(|_| stdin.flush())
+            .map_err(RunError::Console)
+    }
+
+    /// Records an event (probe sent, ...) at the current time.
+    pub fn event(&mut self, kind: MilestoneKind, detail: Option<String>) {
+        let t = self.now();
+        self.timeline.push_event(kind, t, detail);
+    }
+
+    /// Waits until a new console line matches `re` and returns its text and time. A kernel
+    /// panic, QEMU exiting or `timeout` end the wait with the reason.
+    pub fn wait_for(
+        &mut self,
+        re: &Regex,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(String, f64), RunError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            while self.cursor < self.timeline.lines.len() {
+                let line = &self.timeline.lines[self.cursor];
+                self.cursor += 1;
+                if re.is_match(&line.text) {
+                    return Ok((line.text.clone(), line.t));
+                }
+                if line.text.contains("Kernel panic - not syncing") {
+                    let reason = line.text.clone();
+                    self.drain(Duration::from_millis(300));
+                    return Err(RunError::Panic(reason));
+                }
+            }
+            if self.exited {
+                let status = self
+                    .child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "no status".into());
+                let last = self.last_line();
+                return Err(RunError::Exited {
+                    status,
+                    what: what.into(),
+                    detail: format!("last console line: {last:?}"),
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RunError::Timeout {
+                    secs: timeout.as_secs_f64(),
+                    what: what.into(),
+                    last: self.last_line(),
+                });
+            }
+            self.pump(left);
+        }
+    }
+
+    fn pump(&mut self, wait: Duration) {
+        match self.rx.recv_timeout(wait) {
+            Ok(Chunk::Out(at, bytes)) => {
+                let t = at.duration_since(self.t0).as_secs_f64();
+                self.ingest(t, &bytes);
+            }
+            Ok(Chunk::Eof) | Err(RecvTimeoutError::Disconnected) => {
+                let t = self.now();
+                if let Some(line) = self.recorder.finish(t) {
+                    self.timeline.push_line(line);
+                }
+                let _ = self.child.wait();
+                self.exited = true;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+
+    fn drain(&mut self, wait: Duration) {
+        let end = Instant::now() + wait;
+        while !self.exited && Instant::now() < end {
+            self.pump(end.saturating_duration_since(Instant::now()));
+        }
+    }
+
+    fn last_line(&self) -> String {
+        self.timeline
+            .lines
+            .iter()
+            .rev()
+            .find(|l| !l.text.trim().is_empty())
+            .map(|l| l.text.clone())
+            .unwrap_or_default()
+    }
+
+    /// Waits for QEMU to exit by itself (e.g. guest power-off) for up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<(), RunError> {
+        self.drain(timeout);
+        if self.exited {
+            Ok(())
+        } else {
+            Err(RunError::Timeout {
+                secs: timeout.as_secs_f64(),
+                what: "the board to power off".into(),
+                last: self.last_line(),
+            })
+        }
+    }
+
+    /// Powers the board off (kills QEMU if still running) and returns the timeline.
+    pub fn finish(mut self, outcome: Outcome) -> Timeline {
+        if !self.exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.drain(Duration::from_millis(200));
+        }
+        let t = self.now();
+        if let Some(line) = self.recorder.finish(t) {
+            self.timeline.push_line(line);
+        }
+        self.stdin.take();
+        let _ = self.stderr;
+        self.timeline.outcome = outcome;
+        self.timeline.finalize();
+        self.timeline
+    }
+
+    /// QEMU's stderr so far (only complete after it exited).
+    pub fn qemu_stderr(self) -> String {
+        let _ = self.child;
+        self.stderr.join().unwrap_or_default()
+    }
+}
+
+/// Result of a scripted run: the timeline, whether it succeeded and the reason if not.
+#[derive(Debug)]
+pub struct RunResult {
+    /// Everything recorded.
+    pub timeline: Timeline,
+    /// The failure, if the run did not reach the probe's answer.
+    pub error: Option<RunError>,
+}
+
+/// Boots the board, waits for the ready marker, types the probe, waits for its answer and
+/// powers off. TTI is the host time from QEMU start to the answer.
+pub fn run_probe(bundle: &Bundle, opts: &RunOptions, probe: &Probe) -> Result<RunResult, RunError> {
+    let expect =
+        Regex::new(&probe.expect).map_err(|e| RunError::BadRegex(probe.expect.clone(), e))?;
+    let ready = Regex::new(&regex::escape(&boottrace::marker("ready", None)))
+        .map_err(|e| RunError::BadRegex("ready".into(), e))?;
+    let mut s = Session::start(bundle, opts)?;
+    let deadline = Instant::now() + opts.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let res = s
+        .wait_for(&ready, "the application's ready marker", left())
+        .and_then(|_| {
+            s.event(MilestoneKind::ProbeSent, Some(probe.send.clone()));
+            s.send(&probe.send)?;
+            s.wait_for(&expect, "the probe's answer", left())
+        });
+    Ok(match res {
+        Ok((text, t)) => {
+            s.timeline
+                .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
+            s.timeline.tti = Some(t);
+            RunResult {
+                timeline: s.finish(Outcome::Answered),
+                error: None,
+            }
+        }
+        Err(e) => {
+            let outcome = match &e {
+                RunError::Panic(r) => Outcome::Panic { reason: r.clone() },
+                RunError::Timeout { .. } => Outcome::Timeout {
+                    reason: e.to_string(),
+                },
+                _ => Outcome::Exited {
+                    reason: e.to_string(),
+                },
+            };
+            RunResult {
+                timeline: s.finish(outcome),
+                error: Some(e),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kvm_needs_device_and_cpu_flags() {
+        let vmx = "flags\t\t: fpu vme vmx sse\n";
+        let none = "flags\t\t: fpu vme sse hypervisor\n";
+        assert_eq!(Accel::decide(true, vmx), Accel::Kvm);
+        assert_eq!(Accel::decide(true, none), Accel::Tcg);
+        assert_eq!(Accel::decide(false, vmx), Accel::Tcg);
+    }
+}

@@ -1,0 +1,326 @@
+//! Workloads: the systems the board boots. A workload is a root filesystem tree plus the
+//! command that starts its application and a probe that proves the system is usable.
+//!
+//! The built-in `shell` and `app` workloads are assembled into a staging tree exactly like a
+//! user's own `--rootfs DIR --start CMD`; nothing else in snapboot knows their internals.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `app` workload's program, embedded so the snapboot binary is self-contained.
+pub const APP_PY: &str = include_str!("../../../guest/app/app.py");
+
+/// Errors while assembling a workload's root filesystem tree.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// Unknown built-in workload name.
+    #[error("unknown workload `{0}` (built in: shell, app; or use --rootfs DIR --start CMD)")]
+    Unknown(String),
+    /// A host file the workload needs is missing.
+    #[error("{what} not found at {path} (see the README's set-up)")]
+    Missing { what: String, path: PathBuf },
+    /// A host command failed.
+    #[error("`{cmd}` failed: {reason}")]
+    Command { cmd: String, reason: String },
+    /// Filesystem error.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkloadError + '_ {
+    move |source| WorkloadError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How the runner proves the system is usable: text typed on the console after the ready
+/// marker, and a regular expression its answer must match.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Probe {
+    /// Line typed on the console.
+    pub send: String,
+    /// Regex a console line must match to count as the answer.
+    pub expect: String,
+}
+
+/// A system to boot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Workload {
+    /// Name shown in reports.
+    pub name: String,
+    /// The application's start command (run in the new root by `snapboot start`).
+    pub start: String,
+    /// Extra environment for the application.
+    pub env: Vec<String>,
+    /// The usability probe.
+    pub probe: Probe,
+    /// Guest memory this workload wants by default, in MiB.
+    pub mem_mib: u32,
+}
+
+/// The host's busybox-static binary.
+pub const BUSYBOX: &str = "/bin/busybox";
+
+impl Workload {
+    /// The built-in `shell` workload: usable when a shell answers on the console.
+    pub fn shell() -> Self {
+        Self {
+            name: "shell".into(),
+            start: "/bin/sh -c 'snapboot ready; exec /bin/sh'".into(),
+            env: vec![],
+            probe: Probe {
+                send: "echo probe-$((6*7))".into(),
+                expect: "^probe-42$".into(),
+            },
+            mem_mib: 512,
+        }
+    }
+
+    /// The built-in `app` workload: Debian's python3 building a large in-memory state.
+    pub fn app() -> Self {
+        Self {
+            name: "app".into(),
+            start: "/usr/bin/python3 /opt/app/app.py".into(),
+            env: vec!["APP_READY_CMD=snapboot ready".into()],
+            probe: Probe {
+                send: "ping".into(),
+                expect: r"^pong \d+$".into(),
+            },
+            mem_mib: 1024,
+        }
+    }
+
+    /// A built-in workload by name.
+    pub fn builtin(name: &str) -> Result<Self, WorkloadError> {
+        match name {
+            "shell" => Ok(Self::shell()),
+            "app" => Ok(Self::app()),
+            other => Err(WorkloadError::Unknown(other.into())),
+        }
+    }
+
+    /// Assembles a built-in workload's root filesystem tree into `stage`.
+    pub fn stage_builtin(&self, stage: &Path) -> Result<(), WorkloadError> {
+        stage_base(stage)?;
+        if self.name == "app" {
+            stage_python(stage)?;
+            let app = stage.join("opt/app");
+            fs::create_dir_all(&app).map_err(io(&app))?;
+            fs::write(app.join("app.py"), APP_PY).map_err(io(&app))?;
+        }
+        Ok(())
+    }
+}
+
+/// A minimal root: busybox with its applets, and the mount points the board uses.
+fn stage_base(stage: &Path) -> Result<(), WorkloadError> {
+    for d in [
+        "bin", "sbin", "dev", "proc", "sys", "run", "tmp", "etc", "root",
+    ] {
+        let p = stage.join(d);
+        fs::create_dir_all(&p).map_err(io(&p))?;
+    }
+    let bb = Path::new(BUSYBOX);
+    if !bb.is_file() {
+        return Err(WorkloadError::Missing {
+            what: "busybox (package busybox-static)".into(),
+            path: bb.to_path_buf(),
+        });
+    }
+    let dst = stage.join("bin/busybox");
+    fs::copy(bb, &dst).map_err(io(&dst))?;
+    for applet in busybox_applets()? {
+        let link = stage.join(applet.trim_start_matches('/'));
+        if link.exists() || link.symlink_metadata().is_ok() {
+            continue;
+        }
+        if let Some(parent) = link.parent() {
+            fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        symlink("/bin/busybox", &link).map_err(io(&link))?;
+    }
+    let passwd = stage.join("etc/passwd");
+    fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
+    Ok(())
+}
+
+/// Full paths of the applets busybox offers (`/bin/sh`, `/sbin/switch_root`, ...).
+pub fn busybox_applets() -> Result<Vec<String>, WorkloadError> {
+    let out = Command::new(BUSYBOX)
+        .arg("--list-full")
+        .output()
+        .map_err(|e| WorkloadError::Command {
+            cmd: format!("{BUSYBOX} --list-full"),
+            reason: e.to_string(),
+        })?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| format!("/{}", l.trim().trim_start_matches('/')))
+        .filter(|l| l.len() > 1)
+        .collect())
+}
+
+/// Directories of the python stdlib that a device image would not ship.
+const PY_SKIP: &[&str] = &[
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "config-3",
+    "site-packages",
+    "dist-packages",
+];
+
+/// Copies Debian's python3 interpreter, its stdlib and every shared library they need.
+fn stage_python(stage: &Path) -> Result<(), WorkloadError> {
+    let py = Path::new("/usr/bin/python3");
+    let real = fs::canonicalize(py).map_err(|_| WorkloadError::Missing {
+        what: "Debian's python3 (package python3)".into(),
+        path: py.to_path_buf(),
+    })?;
+    let ver = real
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_start_matches("python").to_string())
+        .unwrap_or_default();
+    let lib = PathBuf::from(format!("/usr/lib/python{ver}"));
+    if !lib.join("os.py").is_file() {
+        return Err(WorkloadError::Missing {
+            what: format!("python {ver} standard library"),
+            path: lib,
+        });
+    }
+    copy_file(&real, &stage.join("usr/bin/python3"))?;
+    let mut elves = vec![real];
+    copy_tree(
+        &lib,
+        &stage.join(lib.strip_prefix("/").unwrap_or(&lib)),
+        &mut elves,
+    )?;
+    let mut libs = BTreeSet::new();
+    for elf in &elves {
+        libs.extend(shared_libs(elf)?);
+    }
+    for l in libs {
+        copy_file(&l, &stage.join(l.strip_prefix("/").unwrap_or(&l)))?;
+    }
+    Ok(())
+}
+
+fn copy_file(src: &Path, dst: &Path) -> Result<(), WorkloadError> {
+    if let Some(p) = dst.parent() {
+        fs::create_dir_all(p).map_err(io(p))?;
+    }
+    fs::copy(src, dst).map_err(io(src))?;
+    Ok(())
+}
+
+fn copy_tree(src: &Path, dst: &Path, elves: &mut Vec<PathBuf>) -> Result<(), WorkloadError> {
+    fs::create_dir_all(dst).map_err(io(dst))?;
+    for e in fs::read_dir(src).map_err(io(src))?.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if PY_SKIP.iter().any(|s| name.starts_with(s)) {
+            continue;
+        }
+        let meta = fs::metadata(&path).map_err(io(&path))?;
+        if meta.is_dir() {
+            copy_tree(&path, &dst.join(&name), elves)?;
+        } else {
+            copy_file(&path, &dst.join(&name))?;
+            if name.ends_with(".so") {
+                elves.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The shared libraries (and the dynamic loader) an ELF file needs, as `ldd` reports them.
+pub fn shared_libs(elf: &Path) -> Result<Vec<PathBuf>, WorkloadError> {
+    let out = Command::new("ldd")
+        .arg(elf)
+        .output()
+        .map_err(|e| WorkloadError::Command {
+            cmd: format!("ldd {}", elf.display()),
+            reason: e.to_string(),
+        })?;
+    Ok(parse_ldd(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn parse_ldd(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let path = match l.split_once("=>") {
+                Some((_, rhs)) => rhs.trim().split_whitespace().next()?,
+                None => l.split_whitespace().next()?,
+            };
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Makes sure a staged or user tree has the mount points the board needs.
+pub fn check_tree(root: &Path) -> Result<(), WorkloadError> {
+    for d in ["run", "dev", "proc", "sys"] {
+        if !root.join(d).is_dir() {
+            return Err(WorkloadError::Missing {
+                what: format!("mount point /{d} in the root filesystem"),
+                path: root.join(d),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Marks a file executable.
+pub fn make_executable(path: &Path) -> Result<(), WorkloadError> {
+    let mut perm = fs::metadata(path).map_err(io(path))?.permissions();
+    perm.set_mode(0o755);
+    fs::set_permissions(path, perm).map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_parsed() {
+        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n";
+        assert_eq!(
+            parse_ldd(out),
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libm.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+    }
+
+    #[test]
+    fn builtins_are_known_and_others_are_refused() {
+        assert_eq!(Workload::builtin("shell").unwrap().name, "shell");
+        assert!(Workload::builtin("app").unwrap().env[0].starts_with("APP_READY_CMD="));
+        let err = Workload::builtin("nope").unwrap_err().to_string();
+        assert!(err.contains("nope") && err.contains("--rootfs"), "{err}");
+        let probe = Workload::shell().probe;
+        let re = regex::Regex::new(&probe.expect).unwrap();
+        assert!(re.is_match("probe-42") && !re.is_match(&probe.send));
+    }
+
+    #[test]
+    fn tree_without_mount_points_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let err = check_tree(d.path()).unwrap_err().to_string();
+        assert!(err.contains("/run"), "{err}");
+    }
+}

@@ -1,0 +1,17 @@
+//! The power-on timeline, grabserial-style: a board's serial console is recorded line by line
+//! with host timestamps, boot milestones are recognised in it (kernel messages and snapboot's
+//! own `snapboot: @name` markers), and the result is summarised as phases and a time to
+//! interactive (TTI). [`Timeline`] is the JSON contract shared by the runner, the CLI and the
+//! benchmarks.
+
+pub mod parse;
+pub mod recorder;
+pub mod stats;
+pub mod summary;
+pub mod timeline;
+
+pub use parse::ParseError;
+pub use recorder::{parse_printk_prefix, ConsoleLine, LineRecorder, MAX_LINE_BYTES};
+pub use stats::Stats;
+pub use summary::{OrderError, Phases, EXPECTED_ORDER};
+pub use timeline::{detect, marker, Milestone, MilestoneKind, Outcome, Timeline, MARKER_PREFIX};

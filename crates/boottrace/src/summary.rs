@@ -1,0 +1,287 @@
+//! What a timeline says at a glance: the boot split into [`Phases`] between milestones, a
+//! sanity check that the cold-boot milestones came in the expected order
+//! ([`Timeline::check_order`]), and a short human-readable report
+//! ([`Timeline::summary_text`]).
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use thiserror::Error;
+
+use crate::timeline::{MilestoneKind, Timeline};
+
+/// The order cold-boot milestones must appear in (missing ones are skipped).
+pub const EXPECTED_ORDER: [MilestoneKind; 8] = [
+    MilestoneKind::KernelStart,
+    MilestoneKind::LinuxVersion,
+    MilestoneKind::InitStart,
+    MilestoneKind::RootMounted,
+    MilestoneKind::AppStart,
+    MilestoneKind::AppReady,
+    MilestoneKind::ProbeSent,
+    MilestoneKind::ProbeAnswered,
+];
+
+/// Why a timeline's milestones are implausible.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum OrderError {
+    /// `first` should come no later than `second`, but it was recorded after it.
+    #[error("milestones out of order: {first} at +{first_t:.6} s comes after {second} at +{second_t:.6} s")]
+    OutOfOrder {
+        /// The milestone expected earlier.
+        first: MilestoneKind,
+        /// Its time.
+        first_t: f64,
+        /// The milestone expected later.
+        second: MilestoneKind,
+        /// Its time.
+        second_t: f64,
+    },
+}
+
+/// Durations (seconds) of the boot's phases; `None` when a bounding milestone is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// Power-on (QEMU start, t = 0) to kernel start: firmware and boot loader.
+    pub firmware: Option<f64>,
+    /// Kernel start to snapboot's init.
+    pub kernel: Option<f64>,
+    /// Init start to the root file system mounted (initramfs work).
+    pub root_mount: Option<f64>,
+    /// Root mounted (else app start) to the app's ready marker.
+    pub app_start: Option<f64>,
+    /// App ready (else restored) to the probe being answered.
+    pub probe: Option<f64>,
+    /// Resume start to the snapshotted system restored.
+    pub resume_load: Option<f64>,
+}
+
+impl Phases {
+    /// The phases of `tl`, from the first milestone of each kind.
+    pub fn from_timeline(tl: &Timeline) -> Self {
+        use MilestoneKind as K;
+        let at = |kinds: &[K]| kinds.iter().find_map(|k| tl.first(*k));
+        let span = |from: &[K], to: &[K]| Some(at(to)? - at(from)?);
+        Self {
+            firmware: tl.first(K::KernelStart),
+            kernel: span(&[K::KernelStart], &[K::InitStart]),
+            root_mount: span(&[K::InitStart], &[K::RootMounted]),
+            app_start: span(&[K::RootMounted, K::AppStart], &[K::AppReady]),
+            probe: span(&[K::AppReady, K::Restored], &[K::ProbeAnswered]),
+            resume_load: span(&[K::ResumeStart], &[K::Restored]),
+        }
+    }
+
+    /// The phases with display labels, in boot order.
+    pub fn entries(&self) -> [(&'static str, Option<f64>); 6] {
+        [
+            ("firmware", self.firmware),
+            ("kernel", self.kernel),
+            ("root mount", self.root_mount),
+            ("app start", self.app_start),
+            ("probe", self.probe),
+            ("resume load", self.resume_load),
+        ]
+    }
+}
+
+impl Timeline {
+    /// The boot's phases (see [`Phases::from_timeline`]).
+    pub fn phases(&self) -> Phases {
+        Phases::from_timeline(self)
+    }
+
+    /// Checks that the milestones of [`EXPECTED_ORDER`] that are present are in that order,
+    /// naming the first pair that is not.
+    pub fn check_order(&self) -> Result<(), OrderError> {
+        let mut present = EXPECTED_ORDER
+            .into_iter()
+            .filter_map(|k| self.first(k).map(|t| (k, t)));
+        let Some(mut prev) = present.next() else {
+            return Ok(());
+        };
+        for next in present {
+            if prev.1 > next.1 {
+                return Err(OrderError::OutOfOrder {
+                    first: prev.0,
+                    first_t: prev.1,
+                    second: next.0,
+                    second_t: next.1,
+                });
+            }
+            prev = next;
+        }
+        Ok(())
+    }
+
+    /// A short human-readable report: outcome, milestones with their times, phases and TTI.
+    pub fn summary_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "boot trace: {}", self.source);
+        let _ = writeln!(out, "outcome:    {}", self.outcome);
+        if !self.milestones.is_empty() {
+            let _ = writeln!(out, "milestones:");
+            let mut ms: Vec<_> = self.milestones.iter().collect();
+            ms.sort_by(|a, b| a.t.total_cmp(&b.t).then(a.kind.cmp(&b.kind)));
+            for m in ms {
+                let line = format!("  {:<16} {:>+10.3} s  {}", m.kind, m.t, detail(&m.detail));
+                let _ = writeln!(out, "{}", line.trim_end());
+            }
+        }
+        let phases: Vec<_> = self
+            .phases()
+            .entries()
+            .into_iter()
+            .filter_map(|(name, d)| d.map(|d| (name, d)))
+            .collect();
+        if !phases.is_empty() {
+            let _ = writeln!(out, "phases:");
+            for (name, d) in phases {
+                let _ = writeln!(out, "  {name:<16} {d:>10.3} s");
+            }
+        }
+        match self.tti {
+            Some(tti) => {
+                let _ = writeln!(out, "TTI:        {tti:.3} s");
+            }
+            None => {
+                let _ = writeln!(out, "TTI:        -");
+            }
+        }
+        if let Err(e) = self.check_order() {
+            let _ = writeln!(out, "warning:    {e}");
+        }
+        out
+    }
+}
+
+/// A milestone's detail for the report, shortened to keep the table readable.
+fn detail(d: &Option<String>) -> String {
+    const MAX: usize = 60;
+    match d {
+        Some(d) if d.chars().count() > MAX => {
+            let cut: String = d.chars().take(MAX - 1).collect();
+            format!("{cut}…")
+        }
+        Some(d) => d.clone(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recorder::ConsoleLine;
+    use MilestoneKind as K;
+
+    fn approx(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-9)
+    }
+
+    fn timeline() -> Timeline {
+        let mut tl = Timeline::new("qemu-x86_64");
+        tl.push_lines([
+            ConsoleLine::new(0.90, "[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12)"),
+            ConsoleLine::new(1.50, "[    1.000000] printk: console [ttyS0] enabled"),
+            ConsoleLine::new(2.00, "[    1.523339] Run /init as init process"),
+            ConsoleLine::new(2.25, "snapboot: @init"),
+            ConsoleLine::new(2.75, "snapboot: @root-mounted"),
+            ConsoleLine::new(3.00, "snapboot: @app-start"),
+            ConsoleLine::new(3.50, "snapboot: @ready"),
+        ]);
+        tl.push_event(K::ProbeSent, 3.5, None);
+        tl.push_event(K::ProbeAnswered, 3.75, Some("pong".into()));
+        tl.finalize();
+        tl
+    }
+
+    #[test]
+    fn cold_boot_phases() {
+        let p = timeline().phases();
+        assert!(approx(p.firmware, 0.476661), "{p:?}");
+        assert!(approx(p.kernel, 2.25 - 0.476661));
+        assert!(approx(p.root_mount, 0.5));
+        assert!(approx(p.app_start, 0.75));
+        assert!(approx(p.probe, 0.25));
+        assert_eq!(p.resume_load, None);
+    }
+
+    #[test]
+    fn resume_phases() {
+        let mut tl = Timeline::new("resume");
+        tl.push_lines([
+            ConsoleLine::new(1.0, "snapboot: @init"),
+            ConsoleLine::new(1.25, "snapboot: @resume-start"),
+            ConsoleLine::new(1.5, "snapboot: @resume-loaded"),
+            ConsoleLine::new(1.75, "snapboot: @restored"),
+        ]);
+        tl.push_event(K::ProbeAnswered, 2.0, None);
+        tl.finalize();
+        let p = tl.phases();
+        assert_eq!(p.resume_load, Some(0.5));
+        assert_eq!(p.probe, Some(0.25));
+        assert_eq!(p.app_start, None);
+        assert_eq!(p.firmware, None);
+    }
+
+    #[test]
+    fn order_ok_and_broken() {
+        let tl = timeline();
+        assert_eq!(tl.check_order(), Ok(()));
+        let mut bad = Timeline::new("bad");
+        bad.push_event(K::InitStart, 2.0, None);
+        bad.push_event(K::AppReady, 5.0, None);
+        bad.push_event(K::ProbeAnswered, 4.0, None);
+        bad.push_event(K::ProbeSent, 4.5, None);
+        let err = bad.check_order().err();
+        assert_eq!(
+            err,
+            Some(OrderError::OutOfOrder {
+                first: K::AppReady,
+                first_t: 5.0,
+                second: K::ProbeSent,
+                second_t: 4.5,
+            })
+        );
+        let msg = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("app_ready at +5.000000 s comes after probe_sent"),
+            "{msg}"
+        );
+        assert_eq!(Timeline::new("empty").check_order(), Ok(()));
+    }
+
+    #[test]
+    fn summary_mentions_everything() {
+        let text = timeline().summary_text();
+        assert!(text.contains("boot trace: qemu-x86_64"), "{text}");
+        assert!(text.contains("outcome:    answered"), "{text}");
+        assert!(
+            text.contains("  linux_version        +0.900 s  6.1.0-56-amd64"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  probe_answered       +3.750 s  pong"),
+            "{text}"
+        );
+        assert!(text.contains("  root mount            0.500 s"), "{text}");
+        assert!(text.contains("TTI:        3.750 s"), "{text}");
+        assert!(!text.contains("resume load"));
+        assert!(!text.contains("warning"));
+    }
+
+    #[test]
+    fn summary_of_empty_timeline() {
+        let text = Timeline::new("nothing").summary_text();
+        assert_eq!(
+            text,
+            "boot trace: nothing\noutcome:    incomplete\nTTI:        -\n"
+        );
+    }
+
+    #[test]
+    fn long_detail_is_shortened() {
+        let d = detail(&Some("x".repeat(100)));
+        assert_eq!(d.chars().count(), 60);
+        assert!(d.ends_with('…'));
+    }
+}
