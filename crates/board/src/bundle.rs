@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Modules the board's initramfs loads: the virtio PCI transport and block device and the
-/// root filesystem's driver. Dependencies (virtio_ring, virtio, ...) are resolved in order.
-pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
+/// root filesystem's driver, and the virtio RNG (fresh entropy after a restore). Dependencies (virtio_ring, virtio, ...) are resolved in order.
+pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "virtio_rng"];
 
 /// Errors while building or loading a bundle.
 #[derive(Debug, thiserror::Error)]

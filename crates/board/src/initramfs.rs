@@ -158,9 +158,7 @@ impl InitScript {
             ));
         }
         s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
-        s.push_str(
-            "if grep -q 'snapboot.store=' /proc/cmdline; then /bin/snapboot resume --from-cmdline; fi\n",
-        );
+        s.push_str("/bin/snapboot resume --from-cmdline\n");
         s.push_str(&format!(
             "n=0; while [ ! -b {dev} ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n+1)); done\n\
              mount -t {fs} -o ro {dev} /newroot || fail \"cannot mount root {dev} ({fs})\"\n",

@@ -141,6 +141,8 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
         "file={},if=virtio,format=raw,readonly=on",
         bundle.rootfs().display()
     ));
+    // A hardware RNG, so a restored image can reseed the kernel's generator.
+    c.args(["-device", "virtio-rng-pci"]);
     for d in &opts.disks {
         let ro = if d.readonly { ",readonly=on" } else { "" };
         c.arg("-drive").arg(format!(
@@ -434,13 +436,18 @@ pub struct RunResult {
 pub fn run_probe(bundle: &Bundle, opts: &RunOptions, probe: &Probe) -> Result<RunResult, RunError> {
     let expect =
         Regex::new(&probe.expect).map_err(|e| RunError::BadRegex(probe.expect.clone(), e))?;
-    let ready = Regex::new(&regex::escape(&boottrace::marker("ready", None)))
+    // A cold boot reaches `ready`; a snapshot boot comes back at `restored`.
+    let ready = Regex::new(r"snapboot: @(ready|restored)\b")
         .map_err(|e| RunError::BadRegex("ready".into(), e))?;
     let mut s = Session::start(bundle, opts)?;
     let deadline = Instant::now() + opts.timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let res = s
-        .wait_for(&ready, "the application's ready marker", left())
+        .wait_for(
+            &ready,
+            "the application's ready (or restored) marker",
+            left(),
+        )
         .and_then(|_| {
             s.event(MilestoneKind::ProbeSent, Some(probe.send.clone()));
             s.send(&probe.send)?;

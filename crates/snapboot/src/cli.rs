@@ -37,8 +37,23 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
-    /// (guest) The application is ready: print the ready marker.
+    /// (guest) The application is ready: print the ready marker, capture if the kernel
+    /// command line asks for it (snapboot.capture snapboot.store=DEV).
     Ready,
+    /// (device) Freeze, create the hibernation image and write it to the store.
+    Capture(crate::guestcmd::CaptureArgs),
+    /// (device, initramfs) Validate the store's image and restore it; on any failure print
+    /// the reason and return so the cold boot continues.
+    Resume(crate::guestcmd::ResumeArgs),
+    /// Images on a store.
+    #[command(subcommand)]
+    Image(ImageCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageCmd {
+    /// Show an image: identity, counts, checksums verified.
+    Inspect(crate::guestcmd::InspectArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,6 +68,8 @@ enum BoardCmd {
     Build(BuildArgs),
     /// Power the board on.
     Run(RunArgs),
+    /// Cold-boot with capture requested: the image is taken at ready, then the board powers off.
+    Capture(crate::snapcmd::BoardCaptureArgs),
 }
 
 #[derive(Args, Debug)]
@@ -171,6 +188,12 @@ struct RunArgs {
     /// Write the timeline as JSON.
     #[arg(long)]
     timeline: Option<PathBuf>,
+    /// Snapshot-boot from this store file (attached as /dev/vdb).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Write the console as stamped text (`seconds | line`), grabserial-style.
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// Copy the console to stdout during a scripted run.
     #[arg(long)]
     console: bool,
@@ -203,9 +226,11 @@ enum BenchCmd {
 
 /// Where snapboot keeps kernels and bundles: `$SNAPBOOT_HOME` or `./.snapboot`.
 pub(crate) fn home() -> PathBuf {
-    std::env::var_os("SNAPBOOT_HOME")
+    let h = std::env::var_os("SNAPBOOT_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".snapboot"))
+        .unwrap_or_else(|| PathBuf::from(".snapboot"));
+    // Absolute, because kernel.json and bundle.json record paths below it.
+    std::path::absolute(&h).unwrap_or(h)
 }
 
 fn current_kernel_path() -> PathBuf {
@@ -287,10 +312,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             let code = target::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
-        Cmd::Ready => {
-            target::guest::ready();
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Ready => crate::guestcmd::ready(),
+        Cmd::Capture(a) => crate::guestcmd::capture_cmd(a),
+        Cmd::Resume(a) => crate::guestcmd::resume_cmd(a),
+        Cmd::Image(ImageCmd::Inspect(a)) => crate::guestcmd::inspect(a),
+        Cmd::Board(BoardCmd::Capture(a)) => crate::snapcmd::board_capture(a),
     }
 }
 
@@ -355,7 +381,10 @@ pub(crate) fn mib(b: u64) -> f64 {
 
 fn run(a: RunArgs) -> Result<ExitCode> {
     let bundle = resolve_bundle(&a.bundle)?;
-    let opts = a.board.to_run_options(&bundle)?;
+    let mut opts = a.board.to_run_options(&bundle)?;
+    if let Some(store) = &a.store {
+        crate::snapcmd::attach_store(&mut opts, store, false)?;
+    }
     let Some(send) = a.probe else {
         return interactive(&bundle, &opts);
     };
@@ -366,12 +395,15 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(e) = a.expect {
         probe.expect = e;
     }
-    let mut opts = opts;
     opts.echo = a.console;
     let res = run_probe(&bundle, &opts, &probe)?;
     println!("{}", res.timeline.summary_text());
     if let Some(p) = &a.timeline {
         std::fs::write(p, serde_json::to_string_pretty(&res.timeline)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.log {
+        std::fs::write(p, res.timeline.to_stamped_text())
             .with_context(|| format!("writing {}", p.display()))?;
     }
     match res.error {

@@ -3,6 +3,8 @@
 
 mod bench;
 mod cli;
+mod guestcmd;
+mod snapcmd;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -1,5 +1,10 @@
-//! What runs on the device: the guest's second-stage init, the `ready` hook, and (with the
-//! snapshot issue) capture and resume through `/dev/snapshot`.
+//! What runs on the device: the guest's second-stage init and `ready` hook, capture and
+//! resume through `/dev/snapshot`, and the steps that follow a restore.
 
+pub mod capture;
 pub mod guest;
+pub mod restore;
+pub mod resume;
 pub mod serial;
+pub mod snapshot;
+pub mod system;

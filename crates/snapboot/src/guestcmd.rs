@@ -1,0 +1,181 @@
+//! Commands that run on the device: `ready`, `capture`, `resume`, and `image inspect`
+//! (which also runs on the host).
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use snapimg::Store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use target::capture::{capture, CaptureOptions, CaptureOutcome, Then};
+use target::guest::print_marker;
+use target::resume::{resume, ResumeOptions};
+use target::system::{cmdline_param, kernel_cmdline};
+
+/// After the image is written.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ThenArg {
+    /// Power off.
+    Poweroff,
+    /// Thaw and continue running.
+    Continue,
+}
+
+/// `snapboot capture`.
+#[derive(Args, Debug)]
+pub struct CaptureArgs {
+    /// Store device (or file) to write the image to.
+    #[arg(long)]
+    store: PathBuf,
+    /// What to do after the image is written.
+    #[arg(long, value_enum, default_value = "poweroff")]
+    then: ThenArg,
+    /// Capture even with writable block-backed filesystems mounted.
+    #[arg(long)]
+    force: bool,
+}
+
+/// `snapboot resume`.
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// Store device holding the image.
+    #[arg(long, required_unless_present = "from_cmdline")]
+    store: Option<PathBuf>,
+    /// Invalidate the image as it is restored (boot it once).
+    #[arg(long)]
+    once: bool,
+    /// Take the settings from the kernel command line (snapboot.store=, snapboot.once);
+    /// does nothing when snapboot.capture is set.
+    #[arg(long)]
+    from_cmdline: bool,
+}
+
+/// `snapboot image inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// Store file or device.
+    store: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Skip reading every chunk (header only).
+    #[arg(long)]
+    no_verify: bool,
+}
+
+/// The application's ready hook. When the kernel command line asks for a capture
+/// (`snapboot.capture snapboot.store=DEV`), captures here; prints `restored` on the
+/// restored side so the application's script can tell.
+pub fn ready() -> Result<ExitCode> {
+    target::guest::ready();
+    let cmdline = kernel_cmdline();
+    let (Some(store), Some(_)) = (
+        cmdline_param(&cmdline, "snapboot.store"),
+        cmdline_param(&cmdline, "snapboot.capture"),
+    ) else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let then = match cmdline_param(&cmdline, "snapboot.then") {
+        Some("continue") => Then::Continue,
+        _ => Then::PowerOff,
+    };
+    run_capture(&CaptureOptions {
+        store: PathBuf::from(store),
+        then,
+        force: cmdline_param(&cmdline, "snapboot.force").is_some(),
+    })
+}
+
+fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
+    match capture(o) {
+        Ok(CaptureOutcome::Restored(_)) => {
+            println!("restored");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(CaptureOutcome::Captured(info)) => {
+            println!("captured generation {}", info.generation);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            print_marker("capture-failed", Some(&e.to_string()));
+            Err(e.into())
+        }
+    }
+}
+
+/// `snapboot capture`.
+pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
+    run_capture(&CaptureOptions {
+        store: a.store,
+        then: match a.then {
+            ThenArg::Poweroff => Then::PowerOff,
+            ThenArg::Continue => Then::Continue,
+        },
+        force: a.force,
+    })
+}
+
+/// `snapboot resume`: returns only when the image was not restored; prints the reason as
+/// a `fallback` marker so the cold boot that follows carries it in its timeline.
+pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
+    let cmdline = kernel_cmdline();
+    let (store, once) = if a.from_cmdline {
+        if cmdline_param(&cmdline, "snapboot.capture").is_some() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let Some(s) = cmdline_param(&cmdline, "snapboot.store") else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        (
+            PathBuf::from(s),
+            cmdline_param(&cmdline, "snapboot.once").is_some(),
+        )
+    } else {
+        (a.store.unwrap_or_default(), a.once)
+    };
+    let err = resume(&ResumeOptions {
+        store,
+        once,
+        wait: Duration::from_secs(2),
+    });
+    print_marker("fallback", Some(&err.to_string()));
+    Ok(ExitCode::from(4))
+}
+
+/// `snapboot image inspect`.
+pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
+    let mut store =
+        Store::open(&a.store, false).with_context(|| format!("opening {}", a.store.display()))?;
+    let slots = store.slots()?;
+    let mut reader = store.reader()?;
+    let verified = if a.no_verify {
+        Ok(())
+    } else {
+        reader.verify_all().map(|_| ())
+    };
+    let info = reader.info().clone();
+    if a.json {
+        let v = serde_json::json!({
+            "image": info,
+            "slots": slots.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "verify": verified.as_ref().map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+        for (i, s) in slots.iter().enumerate() {
+            let name = if i == 0 { "A" } else { "B" };
+            println!("slot {name}: {s}");
+        }
+        match &verified {
+            Ok(()) if a.no_verify => println!("checksums: not verified (--no-verify)"),
+            Ok(()) => println!("checksums: all verified"),
+            Err(e) => println!("checksums: FAILED: {e}"),
+        }
+    }
+    Ok(if verified.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

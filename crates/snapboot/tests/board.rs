@@ -1,0 +1,233 @@
+//! End-to-end tests of the board: real QEMU (TCG here), Debian's stock kernel, the real CLI.
+
+mod common;
+
+use common::{bundle, run, snapboot};
+use serde_json::Value;
+
+fn timeline(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn milestone(tl: &Value, kind: &str) -> Option<(f64, String)> {
+    tl["milestones"].as_array()?.iter().find_map(|m| {
+        (m["kind"] == kind).then(|| {
+            (
+                m["t"].as_f64().unwrap(),
+                m["detail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+    })
+}
+
+#[test]
+fn shell_answers_probe_with_milestones_in_order() {
+    let b = bundle("shell");
+    let dir = tempfile::tempdir().unwrap();
+    let tl_path = dir.path().join("tl.json");
+    let mut c = snapboot();
+    c.args(["board", "run"])
+        .arg(&b)
+        .args(["--probe", "--timeline"])
+        .arg(&tl_path);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}\n{se}");
+    assert!(so.contains("TTI:"), "summary printed: {so}");
+    let tl = timeline(&tl_path);
+    assert_eq!(tl["outcome"]["kind"], "answered");
+    let order = [
+        "kernel_start",
+        "linux_version",
+        "init_start",
+        "root_mounted",
+        "app_start",
+        "app_ready",
+        "probe_sent",
+        "probe_answered",
+    ];
+    let mut last = 0.0;
+    for kind in order {
+        let (t, _) = milestone(&tl, kind).unwrap_or_else(|| panic!("milestone {kind} missing"));
+        assert!(
+            t >= last,
+            "{kind} at {t} before the previous milestone at {last}"
+        );
+        last = t;
+    }
+    assert_eq!(milestone(&tl, "probe_answered").unwrap().1, "probe-42");
+    let tti = tl["tti"].as_f64().unwrap();
+    assert!((tti - last).abs() < 1e-9, "TTI is the probe's answer time");
+    assert!(tti > 0.5 && tti < 120.0, "plausible TTI {tti}");
+}
+
+/// The application's state checksum in the guest equals the one the same program computes
+/// natively on the host: the guest really built the whole state.
+#[test]
+fn app_reaches_ready_and_answers_its_checksum() {
+    let b = bundle("app");
+    let dir = tempfile::tempdir().unwrap();
+    let tl_path = dir.path().join("tl.json");
+    let mut c = snapboot();
+    c.args(["board", "run"]).arg(&b);
+    c.args([
+        "--probe",
+        "checksum",
+        "--expect",
+        "^checksum [0-9a-f]{64}$",
+        "--timeline",
+    ]);
+    c.arg(&tl_path);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}\n{se}");
+    let tl = timeline(&tl_path);
+    let guest = milestone(&tl, "probe_answered").unwrap().1;
+
+    let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/app/app.py");
+    let host = std::process::Command::new("/usr/bin/python3")
+        .arg(app)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            use std::io::Write;
+            ch.stdin.take().unwrap().write_all(b"checksum\n")?;
+            ch.wait_with_output()
+        })
+        .unwrap();
+    let host = String::from_utf8_lossy(&host.stdout);
+    let host_sum = host
+        .lines()
+        .find(|l| l.starts_with("checksum "))
+        .expect("host run answers checksum");
+    assert_eq!(
+        guest, host_sum,
+        "guest state differs from the host-built state"
+    );
+    let lines: Vec<String> = tl["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap().to_string())
+        .collect();
+    let ready = lines.iter().find(|l| l.starts_with("app: ready")).unwrap();
+    let rss: u32 = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rss="))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        rss >= 150,
+        "application state is at least 150 MiB (rss={rss})"
+    );
+}
+
+#[test]
+fn kernel_panic_ends_the_run_with_a_reason() {
+    let b = bundle("shell");
+    let mut c = snapboot();
+    c.args(["board", "run"]).arg(&b);
+    c.args([
+        "--probe",
+        "--cmdline",
+        "rdinit=/nonexistent",
+        "--timeout",
+        "120",
+    ]);
+    let (out, so, se) = run(c);
+    assert_eq!(out.status.code(), Some(3), "{so}\n{se}");
+    assert!(se.contains("guest kernel panic"), "{se}");
+    assert!(se.contains("Unable to mount root fs"), "{se}");
+    assert!(
+        so.contains("kernel panic"),
+        "summary names the outcome: {so}"
+    );
+}
+
+#[test]
+fn hang_ends_the_run_with_a_timeout() {
+    let b = bundle("shell");
+    let mut c = snapboot();
+    // A shell as init never reaches the ready marker.
+    c.args(["board", "run"]).arg(&b);
+    c.args(["--probe", "--cmdline", "rdinit=/bin/sh", "--timeout", "10"]);
+    let (out, so, se) = run(c);
+    assert_eq!(out.status.code(), Some(3), "{so}\n{se}");
+    assert!(
+        se.contains(
+            "timed out after 10.0 s waiting for the application's ready (or restored) marker"
+        ),
+        "{se}"
+    );
+}
+
+#[test]
+fn missing_bundle_and_kernel_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = snapboot();
+    c.env("SNAPBOOT_HOME", dir.path());
+    c.args(["board", "run", "shell", "--probe"]);
+    let (out, _, se) = run(c);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(se.contains("not a snapboot bundle"), "{se}");
+
+    let mut c = snapboot();
+    c.env("SNAPBOOT_HOME", dir.path());
+    c.args(["board", "build", "--workload", "shell"]);
+    let (out, _, se) = run(c);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(se.contains("no kernel fetched yet"), "{se}");
+
+    let mut c = snapboot();
+    c.args([
+        "board",
+        "build",
+        "--workload",
+        "shell",
+        "--kernel",
+        "/nonexistent/bzImage",
+    ]);
+    c.args(["--modules", "/nonexistent/modules", "--out"])
+        .arg(dir.path().join("b"));
+    let (out, _, se) = run(c);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        se.contains("kernel image not found at /nonexistent/bzImage"),
+        "{se}"
+    );
+}
+
+/// A user's own system: their root filesystem tree and start command.
+#[test]
+fn custom_rootfs_boots_with_its_own_start_command() {
+    common::bundle("shell"); // kernel fetched
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    for d in ["bin", "dev", "proc", "sys", "run", "etc"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
+    std::fs::write(root.join("etc/motd"), "custom-system-42\n").unwrap();
+    let out_dir = dir.path().join("bundle");
+    let mut c = snapboot();
+    c.args(["board", "build", "--name", "kiosk", "--rootfs"])
+        .arg(&root);
+    c.args([
+        "--start",
+        "/bin/sh -c 'snapboot ready; exec /bin/sh'",
+        "--out",
+    ])
+    .arg(&out_dir);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}\n{se}");
+    let mut c = snapboot();
+    c.args(["board", "run"]).arg(&out_dir);
+    c.args([
+        "--probe",
+        "read l < /etc/motd; echo $l",
+        "--expect",
+        "^custom-system-42$",
+    ]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}\n{se}");
+}

@@ -1,0 +1,61 @@
+//! Shared set-up of the end-to-end tests: the real board, booted through the real CLI.
+//!
+//! Bundles are built once per test binary into a shared home directory
+//! (`$SNAPBOOT_HOME`, default `<workspace>/.snapboot`) and reused by every test.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+
+/// The snapboot binary under test (static, so it also goes into the initramfs).
+pub fn snapboot() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_snapboot"));
+    c.env("SNAPBOOT_HOME", home());
+    c
+}
+
+/// The home directory holding the fetched kernel and the bundles.
+pub fn home() -> PathBuf {
+    std::env::var_os("SNAPBOOT_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.snapboot"))
+}
+
+/// Runs a command, returning its output with stdout and stderr as text.
+pub fn run(mut c: Command) -> (Output, String, String) {
+    let out = c.output().expect("spawn snapboot");
+    let so = String::from_utf8_lossy(&out.stdout).into_owned();
+    let se = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, so, se)
+}
+
+fn build_lock() -> &'static Mutex<()> {
+    static L: OnceLock<Mutex<()>> = OnceLock::new();
+    L.get_or_init(|| Mutex::new(()))
+}
+
+/// Makes sure the kernel is fetched and the workload's bundle is built by *this* binary
+/// (so the initramfs carries the snapboot under test). Returns the bundle directory.
+pub fn bundle(workload: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let dir = home().join("bundles").join(workload);
+    if built.lock().unwrap().iter().any(|w| w == workload) {
+        return dir;
+    }
+    if !home().join("kernel.json").exists() {
+        let mut c = snapboot();
+        c.args(["board", "fetch-kernel"]);
+        let (out, so, se) = run(c);
+        assert!(out.status.success(), "fetch-kernel failed:\n{so}\n{se}");
+    }
+    let mut c = snapboot();
+    c.args(["board", "build", "--workload", workload]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "build failed:\n{so}\n{se}");
+    built.lock().unwrap().push(workload.to_string());
+    dir
+}

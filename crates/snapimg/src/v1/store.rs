@@ -1,0 +1,354 @@
+//! The store: slot selection, formatting, invalidation, and the entry
+//! points for writing and reading images.
+//!
+//! Slot A's area starts right after the two slots, slot B's area right after
+//! A's; both are `area_capacity()` bytes, derived from the store size. The
+//! header records its area offset explicitly and readers use that.
+
+use std::fs::{File, OpenOptions};
+use std::io::SeekFrom;
+use std::path::Path;
+
+use super::header::{check_identity, chunks_for, image_bytes_for, Header, SlotState};
+use super::{
+    io_err, CaptureMeta, Device, ImageError, ImageInfo, Reader, Slot, Writer, AREAS_START,
+    CHUNK_PAGES, FLAG_INVALIDATED, MIN_STORE_SIZE, SLOT_SIZE,
+};
+use crate::kstream::{StreamHeader, PAGE_SIZE};
+
+/// A snapboot image store on a [`Device`].
+#[derive(Debug)]
+pub struct Store<D: Device> {
+    pub(crate) dev: D,
+    pub(crate) size: u64,
+    writable: bool,
+}
+
+impl Store<File> {
+    /// Open an existing store (file or block device); `rw` allows writing.
+    pub fn open(path: &Path, rw: bool) -> Result<Self, ImageError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(rw)
+            .open(path)
+            .map_err(io_err(format!("opening {}", path.display())))?;
+        let mut store = Store::new(file)?;
+        store.writable = rw;
+        Ok(store)
+    }
+
+    /// Create (or truncate) a plain file of `size` bytes and format it.
+    pub fn create_file(path: &Path, size: u64) -> Result<Self, ImageError> {
+        if size < MIN_STORE_SIZE {
+            return Err(ImageError::StoreTooSmall {
+                size,
+                min: MIN_STORE_SIZE,
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io_err(format!("creating {}", path.display())))?;
+        file.set_len(size)
+            .map_err(io_err(format!("sizing {}", path.display())))?;
+        Store::format(file)
+    }
+}
+
+impl<D: Device> Store<D> {
+    /// Use `dev` as a writable store as it is.
+    pub fn new(mut dev: D) -> Result<Self, ImageError> {
+        let size = dev.size().map_err(io_err("measuring the store"))?;
+        Ok(Store {
+            dev,
+            size,
+            writable: true,
+        })
+    }
+
+    /// Clear both header slots of `dev`, discarding any image in it.
+    pub fn format(dev: D) -> Result<Self, ImageError> {
+        let mut store = Store::new(dev)?;
+        if store.size < MIN_STORE_SIZE {
+            return Err(ImageError::StoreTooSmall {
+                size: store.size,
+                min: MIN_STORE_SIZE,
+            });
+        }
+        store.write_at(
+            0,
+            &[0u8; 2 * SLOT_SIZE as usize],
+            "clearing the header slots",
+        )?;
+        store.sync()?;
+        Ok(store)
+    }
+
+    /// Store size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes available to one image (each of the two areas).
+    pub fn area_capacity(&self) -> u64 {
+        (self.size.saturating_sub(AREAS_START) / 2) / PAGE_SIZE as u64 * PAGE_SIZE as u64
+    }
+
+    /// Byte offset of the area belonging to `slot`.
+    pub fn area_offset(&self, slot: Slot) -> u64 {
+        match slot {
+            Slot::A => AREAS_START,
+            Slot::B => AREAS_START + self.area_capacity(),
+        }
+    }
+
+    /// Bytes a stream with this header needs in an area.
+    pub fn required_bytes(header: &StreamHeader) -> u64 {
+        let cp = u64::from(CHUNK_PAGES);
+        let chunks = chunks_for(header.meta_pages().0, cp) + chunks_for(header.image_pages.0, cp);
+        image_bytes_for(header.pages.0, chunks).unwrap_or(u64::MAX)
+    }
+
+    /// Error with [`ImageError::TooLarge`] unless the stream fits an area.
+    pub fn check_fits(&self, header: &StreamHeader) -> Result<(), ImageError> {
+        let needed = Self::required_bytes(header);
+        let available = self.area_capacity();
+        if needed > available {
+            return Err(ImageError::TooLarge { needed, available });
+        }
+        Ok(())
+    }
+
+    /// The state of both slots, A then B.
+    pub fn slots(&mut self) -> Result<[SlotState; 2], ImageError> {
+        let a = self.slot_state(Slot::A)?;
+        let b = self.slot_state(Slot::B)?;
+        Ok([a, b])
+    }
+
+    fn slot_state(&mut self, slot: Slot) -> Result<SlotState, ImageError> {
+        Ok(match self.read_header(slot)? {
+            None if self.size < slot.offset() + SLOT_SIZE => SlotState::Missing,
+            None => SlotState::Empty,
+            Some(Err(e)) => SlotState::Invalid(e),
+            Some(Ok(h)) => SlotState::Valid(Box::new(h.info(slot))),
+        })
+    }
+
+    /// `None`: empty or missing; `Some(Err)`: present but invalid.
+    fn read_header(
+        &mut self,
+        slot: Slot,
+    ) -> Result<Option<Result<Header, ImageError>>, ImageError> {
+        if self.size < slot.offset() + SLOT_SIZE {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; SLOT_SIZE as usize];
+        self.read_at(
+            slot.offset(),
+            &mut buf,
+            &format!("reading header slot {slot}"),
+        )?;
+        Ok(match Header::decode(&buf) {
+            Ok(None) => None,
+            Ok(Some(h)) => Some(Ok(h)),
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    /// Valid headers, and the newest one (highest generation).
+    pub(crate) fn newest_header(&mut self) -> Result<Option<(Slot, Header)>, ImageError> {
+        let mut best: Option<(Slot, Header)> = None;
+        for slot in Slot::ALL {
+            if let Some(Ok(h)) = self.read_header(slot)? {
+                let newer = match &best {
+                    None => true,
+                    Some((_, b)) => h.generation > b.generation,
+                };
+                if newer {
+                    best = Some((slot, h));
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    fn no_image(&mut self) -> Result<ImageError, ImageError> {
+        let [a, b] = self.slots()?;
+        Ok(ImageError::NoImage {
+            reason: format!("slot A: {a}; slot B: {b}"),
+        })
+    }
+
+    /// The header of the image a resume would use, without reading the image.
+    ///
+    /// Errors with [`ImageError::NoImage`] (with both slots' reasons) or
+    /// [`ImageError::Invalidated`]. Never falls back to an older image.
+    pub fn newest(&mut self) -> Result<ImageInfo, ImageError> {
+        match self.newest_header()? {
+            None => Err(self.no_image()?),
+            Some((slot, h)) if h.invalidated() => Err(ImageError::Invalidated {
+                generation: h.generation,
+                slot,
+            }),
+            Some((slot, h)) => Ok(h.info(slot)),
+        }
+    }
+
+    /// A reader for the newest image (see [`Store::newest`]).
+    pub fn reader(&mut self) -> Result<Reader<'_, D>, ImageError> {
+        let slot = self.newest()?.slot;
+        self.reader_for(slot)
+    }
+
+    /// A reader for the image in `slot`, newest or not: explicit fallback.
+    pub fn reader_for(&mut self, slot: Slot) -> Result<Reader<'_, D>, ImageError> {
+        let header = match self.read_header(slot)? {
+            None => return Err(self.no_image()?),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(h)) => h,
+        };
+        if header.invalidated() {
+            return Err(ImageError::Invalidated {
+                generation: header.generation,
+                slot,
+            });
+        }
+        Reader::new(self, slot, header)
+    }
+
+    /// Start writing a new image into the slot not holding the newest header.
+    ///
+    /// Nothing is written until the first page (the stream header) arrives
+    /// and the image is known to fit.
+    pub fn writer(&mut self, meta: CaptureMeta) -> Result<Writer<'_, D>, ImageError> {
+        self.require_writable()?;
+        check_identity(&meta.identity)?;
+        if self.size < MIN_STORE_SIZE {
+            return Err(ImageError::StoreTooSmall {
+                size: self.size,
+                min: MIN_STORE_SIZE,
+            });
+        }
+        let newest = self.newest_header()?;
+        let (slot, generation, keep) = match &newest {
+            None => (Slot::A, 1, None),
+            Some((s, h)) => (
+                s.other(),
+                h.generation.saturating_add(1),
+                (!h.invalidated()).then_some((h.area_offset, h.area_offset + h.image_bytes)),
+            ),
+        };
+        let area = self.area_offset(slot);
+        if let Some((start, end)) = keep {
+            if area < end && start < area + self.area_capacity() {
+                return Err(ImageError::Overlap { slot });
+            }
+        }
+        Ok(Writer::new(self, meta, slot, generation, area))
+    }
+
+    /// Invalidate the newest image (boot-once): it will not be restored
+    /// again, and no older image takes its place. Returns its generation,
+    /// or `None` if there was no valid image.
+    ///
+    /// The other slot is cleared first, then the newest is rewritten with
+    /// [`FLAG_INVALIDATED`]; a power cut in between leaves no bootable image
+    /// rather than an old one.
+    pub fn invalidate(&mut self) -> Result<Option<u64>, ImageError> {
+        self.require_writable()?;
+        let Some((slot, mut header)) = self.newest_header()? else {
+            return Ok(None);
+        };
+        if self.read_header(slot.other())?.is_some() {
+            self.clear_slot(slot.other())?;
+        }
+        header.flags |= FLAG_INVALIDATED;
+        let bytes = header.encode()?;
+        self.write_at(
+            slot.offset(),
+            &bytes,
+            &format!("writing header slot {slot}"),
+        )?;
+        self.sync()?;
+        Ok(Some(header.generation))
+    }
+
+    /// Give back the device.
+    pub fn into_inner(self) -> D {
+        self.dev
+    }
+
+    fn require_writable(&self) -> Result<(), ImageError> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(ImageError::ReadOnly)
+        }
+    }
+
+    pub(crate) fn clear_slot(&mut self, slot: Slot) -> Result<(), ImageError> {
+        let zero = [0u8; SLOT_SIZE as usize];
+        self.write_at(
+            slot.offset(),
+            &zero,
+            &format!("clearing header slot {slot}"),
+        )?;
+        self.sync()
+    }
+
+    pub(crate) fn write_at(
+        &mut self,
+        offset: u64,
+        buf: &[u8],
+        what: &str,
+    ) -> Result<(), ImageError> {
+        let end = offset.saturating_add(buf.len() as u64);
+        if end > self.size {
+            return Err(ImageError::Truncated {
+                expected: end,
+                actual: self.size,
+            });
+        }
+        self.dev
+            .seek(SeekFrom::Start(offset))
+            .map_err(io_err(what))?;
+        self.dev.write_all(buf).map_err(io_err(what))
+    }
+
+    pub(crate) fn read_at(
+        &mut self,
+        offset: u64,
+        buf: &mut [u8],
+        what: &str,
+    ) -> Result<(), ImageError> {
+        let end = offset.saturating_add(buf.len() as u64);
+        if end > self.size {
+            return Err(ImageError::Truncated {
+                expected: end,
+                actual: self.size,
+            });
+        }
+        self.dev
+            .seek(SeekFrom::Start(offset))
+            .map_err(io_err(what))?;
+        self.dev.read_exact(buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => ImageError::Truncated {
+                expected: end,
+                actual: self.size,
+            },
+            _ => ImageError::Io {
+                context: what.to_string(),
+                source: e,
+            },
+        })
+    }
+
+    pub(crate) fn sync(&mut self) -> Result<(), ImageError> {
+        self.dev.flush().map_err(io_err("flushing the store"))?;
+        self.dev.sync().map_err(io_err("syncing the store"))
+    }
+}

@@ -1,0 +1,463 @@
+//! Tests of the v1 store: round trips, atomicity, corruption, compatibility.
+
+use std::io::Cursor;
+
+use super::header::{off, Header};
+use super::*;
+use crate::kstream::{collect_stream, synthetic_stream, Page, PageProducer, PAGE_SIZE};
+
+type Mem = Cursor<Vec<u8>>;
+
+const MIB: u64 = 1 << 20;
+
+fn ident() -> Identity {
+    Identity {
+        release: "6.1.0-18-amd64".into(),
+        version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01)".into(),
+        machine: "x86_64".into(),
+        version_code: Some(0x06_01_4c),
+        ram_bytes: 512 * MIB,
+    }
+}
+
+fn meta() -> CaptureMeta {
+    CaptureMeta {
+        identity: ident(),
+        created_unix: 1_700_000_000,
+    }
+}
+
+fn mem_store(size: u64) -> Store<Mem> {
+    Store::format(Cursor::new(vec![0u8; size as usize])).unwrap()
+}
+
+fn page(p: &[u8]) -> &Page {
+    p.try_into().unwrap()
+}
+
+fn write_stream<D: Device>(store: &mut Store<D>, stream: &[u8]) -> Result<ImageInfo, ImageError> {
+    let mut w = store.writer(meta())?;
+    for p in stream.chunks_exact(PAGE_SIZE) {
+        w.push_page(page(p))?;
+    }
+    w.commit()
+}
+
+fn read_all<D: Device>(store: &mut Store<D>) -> Result<Vec<u8>, ImageError> {
+    let mut r = store.reader()?;
+    assert!(r.verify_all()?.verified);
+    collect_stream(&mut r)
+}
+
+/// Run `f` on the raw bytes of the store and reopen it.
+fn poke(store: Store<Mem>, f: impl FnOnce(&mut Vec<u8>)) -> Store<Mem> {
+    let mut bytes = store.into_inner().into_inner();
+    f(&mut bytes);
+    Store::new(Cursor::new(bytes)).unwrap()
+}
+
+#[test]
+fn round_trip_is_identical() {
+    let stream = synthetic_stream(1000, 1);
+    let mut store = mem_store(16 * MIB);
+    let info = write_stream(&mut store, &stream).unwrap();
+    assert_eq!((info.slot, info.generation), (Slot::A, 1));
+    assert_eq!(info.stream.image_pages, 1000);
+    assert_eq!(info.stream.meta_pages, 2);
+    assert_eq!(info.stream.pages, 1003);
+    assert_eq!(info.chunk_count, 1 + 4);
+    assert_eq!(info.stream.arch_magic, crate::kstream::X86_64_RESTORE_MAGIC);
+    assert_eq!(info.image_bytes, 1003 * 4096 + 4096);
+    assert_eq!(read_all(&mut store).unwrap(), stream);
+    let newest = store.newest().unwrap();
+    assert_eq!(newest.identity, ident());
+    assert_eq!(newest.created_unix, 1_700_000_000);
+    assert!(!newest.verified);
+}
+
+#[test]
+fn image_info_serializes() {
+    let mut store = mem_store(4 * MIB);
+    let info = write_stream(&mut store, &synthetic_stream(10, 2)).unwrap();
+    let json = serde_json::to_value(&info).unwrap();
+    assert_eq!(json["slot"], "A");
+    assert_eq!(json["identity"]["release"], "6.1.0-18-amd64");
+    assert_eq!(json["stream"]["image_pages"], 10);
+    assert_eq!(json["stream_header_blake3"].as_str().unwrap().len(), 64);
+}
+
+#[test]
+fn successive_writes_alternate_slots_and_bump_generation() {
+    let mut store = mem_store(16 * MIB);
+    let mut seen = Vec::new();
+    for seed in 1..=3 {
+        let stream = synthetic_stream(300 + seed * 10, seed);
+        let info = write_stream(&mut store, &stream).unwrap();
+        seen.push((info.slot, info.generation));
+        assert_eq!(read_all(&mut store).unwrap(), stream);
+    }
+    assert_eq!(seen, vec![(Slot::A, 1), (Slot::B, 2), (Slot::A, 3)]);
+    let [a, b] = store.slots().unwrap();
+    assert_eq!(format!("{a} / {b}"), "generation 3 / generation 2");
+}
+
+#[test]
+fn interrupted_write_keeps_previous_image() {
+    let (s1, s2) = (synthetic_stream(400, 1), synthetic_stream(500, 2));
+    let mut store = mem_store(16 * MIB);
+    write_stream(&mut store, &s1).unwrap();
+    write_stream(&mut store, &s2).unwrap();
+
+    // Writer dropped half way (power cut during capture): goes to slot A.
+    {
+        let s3 = synthetic_stream(600, 3);
+        let mut w = store.writer(meta()).unwrap();
+        assert_eq!((w.slot(), w.generation()), (Slot::A, 3));
+        for p in s3.chunks_exact(PAGE_SIZE).take(300) {
+            w.push_page(page(p)).unwrap();
+        }
+    }
+    assert_eq!(store.newest().unwrap().generation, 2);
+    assert_eq!(read_all(&mut store).unwrap(), s2);
+
+    // Garbage all over the unfinished area A: still gen 2.
+    let area_a = store.area_offset(Slot::A) as usize;
+    let cap = store.area_capacity() as usize;
+    let mut store = poke(store, |b| b[area_a..area_a + cap].fill(0xA5));
+    assert_eq!(read_all(&mut store).unwrap(), s2);
+
+    // Committing an incomplete stream fails and publishes nothing.
+    let mut w = store.writer(meta()).unwrap();
+    for p in s1.chunks_exact(PAGE_SIZE).take(10) {
+        w.push_page(page(p)).unwrap();
+    }
+    let err = w.commit().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("stream ended after 10 of 402 pages"),
+        "{err}"
+    );
+    assert_eq!(read_all(&mut store).unwrap(), s2);
+
+    // The next complete write still gets a fresh generation.
+    assert_eq!(write_stream(&mut store, &s1).unwrap().generation, 3);
+    assert_eq!(read_all(&mut store).unwrap(), s1);
+}
+
+#[test]
+fn torn_newest_header_leaves_previous_bootable() {
+    let (s1, s2) = (synthetic_stream(100, 1), synthetic_stream(100, 2));
+    let mut store = mem_store(4 * MIB);
+    write_stream(&mut store, &s1).unwrap();
+    write_stream(&mut store, &s2).unwrap();
+    // Slot B (gen 2) half written: second half of the slot zero.
+    let mut store = poke(store, |b| b[4096 + 2048..8192].fill(0));
+    assert_eq!(store.newest().unwrap().generation, 1);
+    assert_eq!(read_all(&mut store).unwrap(), s1);
+}
+
+#[test]
+fn flipped_data_byte_names_the_chunk() {
+    let stream = synthetic_stream(1000, 5);
+    let mut store = mem_store(16 * MIB);
+    let info = write_stream(&mut store, &stream).unwrap();
+    // Data page 300 lives in data chunk 1 (pages 256..512).
+    let at = (info.area_offset + (1 + 2 + 300) * 4096 + 17) as usize;
+    let mut store = poke(store, |b| b[at] ^= 0x40);
+    let mut r = store.reader().unwrap();
+    let err = r.verify_all().unwrap_err();
+    assert!(
+        matches!(&err, ImageError::ChecksumMismatch { section } if section == "chunk 1 (pages 256..512)"),
+        "{err}"
+    );
+    assert!(!r.info().verified);
+    // Streaming without verify_all: no page of the bad chunk is yielded.
+    let mut buf = [0u8; PAGE_SIZE];
+    let mut yielded = 0;
+    let err = loop {
+        match r.next_page(&mut buf) {
+            Ok(true) => yielded += 1,
+            Ok(false) => panic!("corruption not detected"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(yielded, 1 + 2 + 256);
+    assert_eq!(
+        err.to_string(),
+        "checksum mismatch in chunk 1 (pages 256..512)"
+    );
+}
+
+#[test]
+fn flipped_pfn_index_and_stream_header_are_named() {
+    let stream = synthetic_stream(1000, 6);
+    let mut store = mem_store(16 * MIB);
+    let info = write_stream(&mut store, &stream).unwrap();
+    let area = info.area_offset as usize;
+    let mut store = poke(store, |b| b[area + 4096 + 8] ^= 1);
+    let err = store.reader().unwrap().verify_all().unwrap_err();
+    assert_eq!(err.to_string(), "checksum mismatch in pfn index");
+    let mut store = poke(store, |b| {
+        b[area + 4096 + 8] ^= 1;
+        b[area + 100] ^= 1;
+    });
+    let err = store.reader().unwrap().verify_all().unwrap_err();
+    assert_eq!(err.to_string(), "checksum mismatch in stream header");
+    let table = area + 1003 * 4096;
+    let mut store = poke(store, |b| {
+        b[area + 100] ^= 1;
+        b[table + 5] ^= 1;
+    });
+    let err = store.reader().unwrap_err();
+    assert_eq!(err.to_string(), "checksum mismatch in chunk table");
+}
+
+#[test]
+fn flipped_header_byte_means_no_image_with_reason() {
+    let mut store = mem_store(4 * MIB);
+    write_stream(&mut store, &synthetic_stream(50, 1)).unwrap();
+    let mut store = poke(store, |b| b[off::RAM_BYTES] ^= 1);
+    let err = store.reader().unwrap_err();
+    assert!(matches!(err, ImageError::NoImage { .. }));
+    assert_eq!(
+        err.to_string(),
+        "no snapboot image in the store (slot A: invalid: checksum mismatch in header; slot B: empty)"
+    );
+    let mut store = poke(store, |b| b[0] = b'X');
+    let err = store.reader().unwrap_err().to_string();
+    assert!(
+        err.contains("slot A: invalid: not a snapboot header: magic is \"XNAPBOOT\""),
+        "{err}"
+    );
+    let [a, _] = store.slots().unwrap();
+    assert!(matches!(a, SlotState::Invalid(ImageError::BadMagic { .. })));
+}
+
+#[test]
+fn unsupported_version_is_reported() {
+    let mut store = mem_store(4 * MIB);
+    write_stream(&mut store, &synthetic_stream(50, 1)).unwrap();
+    let store = poke(store, |b| {
+        b[off::VERSION] = 2;
+        let sum = blake3::hash(&b[..off::CHECKSUM]);
+        b[off::CHECKSUM..SLOT_SIZE as usize].copy_from_slice(sum.as_bytes());
+    });
+    let mut store = store;
+    let [a, _] = store.slots().unwrap();
+    assert!(matches!(
+        a,
+        SlotState::Invalid(ImageError::UnsupportedVersion { found: 2 })
+    ));
+}
+
+#[test]
+fn header_encode_decode_round_trip() {
+    let mut store = mem_store(4 * MIB);
+    write_stream(&mut store, &synthetic_stream(50, 1)).unwrap();
+    let bytes = store.into_inner().into_inner();
+    let h = Header::decode(&bytes[..4096]).unwrap().unwrap();
+    assert_eq!(h.encode().unwrap(), bytes[..4096].to_vec());
+    assert_eq!(Header::decode(&bytes[4096..8192]).unwrap(), None);
+}
+
+#[test]
+fn truncated_store_is_reported() {
+    let stream = synthetic_stream(1000, 7);
+    let mut store = mem_store(16 * MIB);
+    let info = write_stream(&mut store, &stream).unwrap();
+    let end = info.area_offset + info.image_bytes;
+    let mut store = poke(store, |b| b.truncate(2 * MIB as usize));
+    match store.reader() {
+        Err(ImageError::Truncated { expected, actual }) => {
+            assert_eq!((expected, actual), (end, 2 * MIB));
+        }
+        other => panic!("expected Truncated, got {other:?}"),
+    }
+}
+
+#[test]
+fn identity_mismatch_names_the_field() {
+    let mut store = mem_store(4 * MIB);
+    let info = write_stream(&mut store, &synthetic_stream(20, 1)).unwrap();
+    assert_eq!(check_compat(&info, &ident()), Ok(()));
+    type Change = fn(&mut Identity);
+    let cases: [(&str, Change); 4] = [
+        ("release", |i| i.release = "6.1.0-19-amd64".into()),
+        ("version", |i| i.version = "#2 SMP".into()),
+        ("machine", |i| i.machine = "aarch64".into()),
+        ("version_code", |i| i.version_code = Some(0x060200)),
+    ];
+    for (name, change) in cases {
+        let mut running = ident();
+        change(&mut running);
+        match check_compat(&info, &running) {
+            Err(Incompat::KernelMismatch { field, .. }) => assert_eq!(field, name),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let mut running = ident();
+    running.version_code = None;
+    assert_eq!(check_compat(&info, &running), Ok(()));
+    running.ram_bytes += 4096;
+    let err = check_compat(&info, &running).unwrap_err();
+    assert_eq!(
+        err,
+        Incompat::RamMismatch {
+            image: 512 * MIB,
+            running: 512 * MIB + 4096
+        }
+    );
+    let err: ImageError = err.into();
+    assert!(err.to_string().starts_with("RAM size differs"));
+    let mut running = ident();
+    running.release = "6.6.0".into();
+    assert_eq!(
+        check_compat(&info, &running).unwrap_err().to_string(),
+        "kernel release differs: image was captured on \"6.1.0-18-amd64\", running \"6.6.0\""
+    );
+}
+
+#[test]
+fn too_small_store_errors_before_writing() {
+    let small = synthetic_stream(8, 1);
+    let mut store = mem_store(MIN_STORE_SIZE);
+    write_stream(&mut store, &small).unwrap();
+    let before = store.into_inner().into_inner();
+    let mut store = Store::new(Cursor::new(before.clone())).unwrap();
+    let big = synthetic_stream(100, 2);
+    let err = write_stream(&mut store, &big).unwrap_err();
+    let needed = (100 + 1 + 1) * 4096 + 4096;
+    assert!(matches!(err, ImageError::TooLarge { needed: n, available: 65536 } if n == needed));
+    assert_eq!(
+        err.to_string(),
+        format!("image needs {needed} bytes, store area has 65536")
+    );
+    assert_eq!(store.into_inner().into_inner(), before);
+
+    let err = Store::format(Cursor::new(vec![0u8; 4096])).unwrap_err();
+    assert!(matches!(err, ImageError::StoreTooSmall { size: 4096, .. }));
+}
+
+#[test]
+fn invalidate_prevents_any_restore_until_next_write() {
+    let (s1, s2) = (synthetic_stream(30, 1), synthetic_stream(40, 2));
+    let mut store = mem_store(4 * MIB);
+    assert_eq!(store.invalidate().unwrap(), None);
+    write_stream(&mut store, &s1).unwrap();
+    write_stream(&mut store, &s2).unwrap();
+    assert_eq!(store.invalidate().unwrap(), Some(2));
+    let err = store.reader().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImageError::Invalidated {
+                generation: 2,
+                slot: Slot::B
+            }
+        ),
+        "{err}"
+    );
+    // The older image does not come back, even when asked for explicitly.
+    assert!(matches!(
+        store.reader_for(Slot::A),
+        Err(ImageError::NoImage { .. })
+    ));
+    let [a, b] = store.slots().unwrap();
+    assert_eq!(format!("{a} / {b}"), "empty / generation 2 (invalidated)");
+    let info = write_stream(&mut store, &s1).unwrap();
+    assert_eq!((info.slot, info.generation), (Slot::A, 3));
+    assert_eq!(read_all(&mut store).unwrap(), s1);
+}
+
+#[test]
+fn explicit_fallback_reads_older_slot() {
+    let (s1, s2) = (synthetic_stream(30, 1), synthetic_stream(40, 2));
+    let mut store = mem_store(4 * MIB);
+    write_stream(&mut store, &s1).unwrap();
+    let info = write_stream(&mut store, &s2).unwrap();
+    let at = (info.area_offset + 2 * 4096) as usize;
+    let mut store = poke(store, |b| b[at] ^= 1);
+    // Newest is damaged: reported, not silently replaced.
+    assert!(matches!(
+        read_all(&mut store),
+        Err(ImageError::ChecksumMismatch { .. })
+    ));
+    let mut r = store.reader_for(Slot::A).unwrap();
+    r.verify_all().unwrap();
+    assert_eq!(collect_stream(&mut r).unwrap(), s1);
+}
+
+#[test]
+fn bad_stream_is_refused_before_writing() {
+    let mut store = mem_store(4 * MIB);
+    let before = store.slots().unwrap().map(|s| s.to_string());
+    let mut w = store.writer(meta()).unwrap();
+    let err = w.push_page(&[0x11; PAGE_SIZE]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImageError::Stream(crate::StreamError::UnknownArch { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(store.slots().unwrap().map(|s| s.to_string()), before);
+    let mut m = meta();
+    m.identity.release = "x".repeat(65);
+    assert!(matches!(
+        store.writer(m),
+        Err(ImageError::FieldTooLong {
+            field: "release",
+            len: 65
+        })
+    ));
+}
+
+#[test]
+fn file_store_round_trip_and_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.img");
+    let stream = synthetic_stream(700, 9);
+    {
+        let mut store = Store::create_file(&path, 8 * MIB).unwrap();
+        write_stream(&mut store, &stream).unwrap();
+    }
+    let mut store = Store::open(&path, false).unwrap();
+    assert_eq!(store.size(), 8 * MIB);
+    assert_eq!(read_all(&mut store).unwrap(), stream);
+    assert!(matches!(store.invalidate(), Err(ImageError::ReadOnly)));
+    let mut store = Store::open(&path, true).unwrap();
+    assert_eq!(store.invalidate().unwrap(), Some(1));
+}
+
+/// A stream in the newer-kernel shape: 10 data pages, but 257 index pages
+/// because most listed PFNs are zero pages (bit 63) without data.
+fn zero_page_stream() -> Vec<u8> {
+    use crate::kstream::{PageCount, StreamHeader, PFN_END_OF_MAP, PFN_ZERO_FLAG};
+    let mut h = StreamHeader::x86_64(10, 200_000, 0);
+    h.pages = PageCount(10 + 257 + 1);
+    h.size = h.pages.bytes();
+    let mut out = h.encode().to_vec();
+    let mut entries: Vec<u64> = (0..256 * 512).map(|p| p | PFN_ZERO_FLAG).collect();
+    entries.extend((0..10).map(|p| 256 * 512 + p));
+    entries.push(PFN_END_OF_MAP);
+    entries.resize(257 * 512, 0);
+    out.extend(entries.iter().flat_map(|e| e.to_le_bytes()));
+    out.extend((0..10u8).flat_map(|d| [d; PAGE_SIZE]));
+    out
+}
+
+#[test]
+fn zero_page_stream_with_multi_chunk_index() {
+    let stream = zero_page_stream();
+    let mut store = mem_store(8 * MIB);
+    let info = write_stream(&mut store, &stream).unwrap();
+    assert_eq!((info.stream.meta_pages, info.chunk_count), (257, 3));
+    assert_eq!(read_all(&mut store).unwrap(), stream);
+    let at = (info.area_offset + (1 + 256) * 4096) as usize;
+    let mut store = poke(store, |b| b[at] ^= 1);
+    let err = store.reader().unwrap().verify_all().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "checksum mismatch in pfn index part 1 (index pages 256..257)"
+    );
+}

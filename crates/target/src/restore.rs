@@ -1,0 +1,252 @@
+//! After a restore, before the application continues: the restored system believes it is
+//! still capture time, its random generator is in the captured state, and the integrator
+//! may need to mount writable data. This module steps the wall clock from the RTC, reseeds
+//! the kernel RNG with fresh entropy and runs the hook directory.
+
+use crate::guest::print_marker;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Executables run in name order after every restore.
+pub const HOOK_DIR: &str = "/etc/snapboot/restore.d";
+
+// RNDADDENTROPY = _IOW('R', 0x03, int[2]); RNDRESEEDCRNG = _IO('R', 0x07).
+nix::ioctl_write_ptr_bad!(
+    ioc_add_entropy,
+    nix::request_code_write!(b'R', 0x03, 2 * std::mem::size_of::<libc::c_int>()),
+    libc::c_int
+);
+nix::ioctl_none_bad!(ioc_reseed_crng, nix::request_code_none!(b'R', 0x07));
+// BLKFLSBUF = _IO(0x12, 97).
+nix::ioctl_none_bad!(ioc_blkflsbuf, nix::request_code_none!(0x12, 97));
+
+/// What the post-restore steps did.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreReport {
+    /// Seconds the wall clock was stepped by (0 when it was already right).
+    pub clock_step: f64,
+    /// Bytes of fresh entropy credited to the kernel.
+    pub entropy_bytes: usize,
+    /// Hooks run, with their exit status.
+    pub hooks: Vec<(String, i32)>,
+}
+
+/// Runs every post-restore step and prints the `restored` marker.
+pub fn after_restore() -> RestoreReport {
+    let mut r = RestoreReport {
+        clock_step: step_clock_from_rtc().unwrap_or(0.0),
+        entropy_bytes: reseed_rng(),
+        hooks: Vec::new(),
+    };
+    r.hooks = run_hooks(Path::new(HOOK_DIR));
+    print_marker(
+        "restored",
+        Some(&format!(
+            "clock stepped {:+.3} s, {} bytes entropy, {} hooks",
+            r.clock_step,
+            r.entropy_bytes,
+            r.hooks.len()
+        )),
+    );
+    r
+}
+
+/// Steps CLOCK_REALTIME to the RTC when they differ by more than a second. Returns the step.
+pub fn step_clock_from_rtc() -> Option<f64> {
+    let rtc: u64 = std::fs::read_to_string("/sys/class/rtc/rtc0/since_epoch")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let step = rtc as f64 - now;
+    if step.abs() <= 1.0 {
+        return Some(0.0);
+    }
+    let ts = rustix::time::Timespec {
+        tv_sec: rtc as i64,
+        tv_nsec: 0,
+    };
+    rustix::time::clock_settime(rustix::time::ClockId::Realtime, ts).ok()?;
+    Some(step)
+}
+
+/// Mixes fresh entropy into the kernel pool, credits it and forces a reseed of the CRNG, so
+/// that every boot of the same image produces different random numbers. Sources: the
+/// hardware RNG (virtio-rng on the board), RDRAND where the CPU has it, and timing.
+pub fn reseed_rng() -> usize {
+    let mut fresh = Vec::with_capacity(96);
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblock()
+        .open("/dev/hwrng")
+    {
+        let mut buf = [0u8; 64];
+        if let Ok(n) = read_with_deadline(f, &mut buf, Duration::from_millis(200)) {
+            fresh.extend_from_slice(&buf[..n]);
+        }
+    }
+    fresh.extend_from_slice(&cpu_random());
+    let credited = fresh.len();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    fresh.extend_from_slice(&now.as_nanos().to_le_bytes());
+    fresh.extend_from_slice(&std::process::id().to_le_bytes());
+    let Ok(urandom) = std::fs::OpenOptions::new().write(true).open("/dev/urandom") else {
+        return 0;
+    };
+    let mut req: Vec<libc::c_int> = vec![(credited * 8) as libc::c_int, fresh.len() as libc::c_int];
+    let words = fresh.len().div_ceil(4);
+    let mut tail = vec![0u8; words * 4];
+    tail[..fresh.len()].copy_from_slice(&fresh);
+    req.extend(
+        tail.chunks_exact(4)
+            .map(|c| libc::c_int::from_ne_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    // SAFETY: `req` is a struct rand_pool_info {entropy_count, buf_size, buf[]} laid out as
+    // ints, with buf_size bytes of buffer after the two header ints; it outlives the call.
+    let added = unsafe { ioc_add_entropy(urandom.as_raw_fd(), req.as_ptr()) }.is_ok();
+    // SAFETY: RNDRESEEDCRNG takes no argument.
+    let _ = unsafe { ioc_reseed_crng(urandom.as_raw_fd()) };
+    if added {
+        credited
+    } else {
+        0
+    }
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NONBLOCK)
+    }
+}
+
+fn read_with_deadline(
+    mut f: std::fs::File,
+    buf: &mut [u8],
+    wait: Duration,
+) -> std::io::Result<usize> {
+    let end = std::time::Instant::now() + wait;
+    let mut n = 0;
+    while n < buf.len() && std::time::Instant::now() < end {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => return if n > 0 { Ok(n) } else { Err(e) },
+        }
+    }
+    Ok(n)
+}
+
+/// 32 bytes from RDRAND, or nothing when the CPU lacks it.
+fn cpu_random() -> Vec<u8> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("rdrand") {
+            let mut out = Vec::with_capacity(32);
+            for _ in 0..4 {
+                let mut v = 0u64;
+                // SAFETY: the CPU supports RDRAND (checked above); the intrinsic writes one u64.
+                if unsafe { std::arch::x86_64::_rdrand64_step(&mut v) } == 1 {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            return out;
+        }
+    }
+    Vec::new()
+}
+
+/// Runs the executables in `dir` in name order; returns (name, exit status).
+pub fn run_hooks(dir: &Path) -> Vec<(String, i32)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<_> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for p in paths {
+        use std::os::unix::fs::PermissionsExt;
+        let exec =
+            std::fs::metadata(&p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+        if !exec {
+            continue;
+        }
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let code = Command::new(&p)
+            .env("SNAPBOOT_EVENT", "restored")
+            .status()
+            .map(|s| s.code().unwrap_or(128))
+            .unwrap_or(127);
+        if code != 0 {
+            print_marker("hook-failed", Some(&format!("{name} exited with {code}")));
+        }
+        out.push((name, code));
+    }
+    out
+}
+
+/// Drops the kernel's cached blocks of a block device (no-op for plain files).
+pub fn flush_block_cache(path: &Path) {
+    if let Ok(f) = std::fs::File::open(path) {
+        // SAFETY: BLKFLSBUF takes no argument; on a non-block file it fails harmlessly.
+        let _ = unsafe { ioc_blkflsbuf(f.as_raw_fd()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn hooks_run_in_name_order_and_report_failures() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("log");
+        for (name, body) in [
+            (
+                "20-second",
+                format!("echo second >> {}\nexit 3", log.display()),
+            ),
+            (
+                "10-first",
+                format!("echo first-$SNAPBOOT_EVENT >> {}", log.display()),
+            ),
+            ("30-not-executable", "exit 9".to_string()),
+        ] {
+            let p = d.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            let mode = if name.contains("not") { 0o644 } else { 0o755 };
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let ran = run_hooks(d.path());
+        assert_eq!(
+            ran,
+            vec![("10-first".to_string(), 0), ("20-second".to_string(), 3)]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "first-restored\nsecond\n"
+        );
+        assert!(run_hooks(&d.path().join("missing")).is_empty());
+    }
+}

@@ -1,0 +1,103 @@
+//! Resume: first thing in the initramfs, before any filesystem is mounted. Find the image on
+//! the store, validate it, stream its pages into `/dev/snapshot`, freeze, atomically restore.
+//!
+//! Every check happens before the kernel is asked to restore anything: the header, the
+//! kernel identity and RAM size up front, and each 1 MiB chunk's checksum before any of its
+//! pages is handed to the kernel. Pages handed over sit in the boot kernel's own buffers
+//! until `SNAPSHOT_ATOMIC_RESTORE`; if a later chunk fails, closing the device discards
+//! them and the cold boot continues with nothing restored.
+//!
+//! The image is never invalidated (semi-permanent), unless `once` is set.
+
+use crate::guest::print_marker;
+use crate::snapshot::{SnapshotDev, SnapshotError};
+use crate::system::running_identity;
+use snapimg::{check_compat, ImageError, Incompat, PageProducer, Store, PAGE_SIZE};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Resume settings.
+#[derive(Debug, Clone)]
+pub struct ResumeOptions {
+    /// The store device.
+    pub store: PathBuf,
+    /// Invalidate the image before restoring it (boot it once).
+    pub once: bool,
+    /// How long to wait for the store's device node to appear.
+    pub wait: Duration,
+}
+
+/// Why the image was not restored. The cold boot continues in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The store device never appeared.
+    #[error("store device {0} not found")]
+    NoDevice(PathBuf),
+    /// The image is missing, damaged or unreadable.
+    #[error("{0}")]
+    Image(#[from] ImageError),
+    /// The image belongs to another kernel or machine.
+    #[error("image does not fit this system: {0}")]
+    Incompatible(#[from] Incompat),
+    /// The kernel refused a step.
+    #[error("kernel: {0}")]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
+pub fn wait_for_node(path: &Path, wait: Duration) -> bool {
+    let end = Instant::now() + wait;
+    loop {
+        if path.exists() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Restores the image on the store. Returns only if it was not restored, with the reason.
+pub fn resume(o: &ResumeOptions) -> ResumeError {
+    match try_resume(o) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
+    print_marker("resume-start", Some(&o.store.display().to_string()));
+    if !wait_for_node(&o.store, o.wait) {
+        return Err(ResumeError::NoDevice(o.store.clone()));
+    }
+    let started = Instant::now();
+    let mut store = Store::open(&o.store, o.once)?;
+    let mut dev = {
+        let mut reader = store.reader()?;
+        check_compat(reader.info(), &running_identity())?;
+        let mut dev = SnapshotDev::open_restore()?;
+        let mut page = [0u8; PAGE_SIZE];
+        while reader.next_page(&mut page)? {
+            dev.write_page(&page)?;
+        }
+        dev
+    };
+    let secs = started.elapsed().as_secs_f64();
+    print_marker(
+        "resume-loaded",
+        Some(&format!(
+            "{} pages ({:.1} MiB) in {secs:.2} s",
+            dev.pages(),
+            (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0
+        )),
+    );
+    if o.once {
+        store.invalidate()?;
+    }
+    drop(store);
+    dev.freeze()?;
+    let err = dev.atomic_restore();
+    let _ = dev.unfreeze();
+    Err(err.into())
+}
