@@ -26,10 +26,24 @@ pub enum GuestError {
 /// Where the board's initramfs puts the snapboot binary inside the new root.
 pub const RUN_BIN_DIR: &str = "/run/snapboot/bin";
 
-/// Prints a timeline marker on the console (stdout, which is the console for the app).
+/// Environment variable `snapboot start` sets for the application: markers go straight to
+/// `/dev/console`, because an application may pipe `snapboot ready`'s output and then be
+/// frozen (during capture) before it could pass the marker on.
+pub const MARKERS_ENV: &str = "SNAPBOOT_MARKERS";
+
+/// Prints a timeline marker on the console: `/dev/console` when [`MARKERS_ENV`] says so,
+/// stdout otherwise.
 pub fn print_marker(name: &str, detail: Option<&str>) {
+    let line = format!("{}\n", boottrace::marker(name, detail));
+    if std::env::var(MARKERS_ENV).as_deref() == Ok("console") {
+        if let Ok(mut c) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
+            if c.write_all(line.as_bytes()).is_ok() {
+                return;
+            }
+        }
+    }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", boottrace::marker(name, detail));
+    let _ = out.write_all(line.as_bytes());
     let _ = out.flush();
 }
 
@@ -43,7 +57,9 @@ pub fn start(cmd: &str, env: &[String]) -> Result<i32, GuestError> {
     c.args(&argv[1..]);
     let path =
         format!("{RUN_BIN_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    c.env("PATH", path).env("HOME", "/root");
+    c.env("PATH", path)
+        .env("HOME", "/root")
+        .env(MARKERS_ENV, "console");
     for kv in env {
         let (k, v) = kv
             .split_once('=')

@@ -1,0 +1,296 @@
+//! End-to-end tests of snapshot boot on the real board: capture once, restore many times,
+//! refuse bad images with the right reason and cold-boot instead, survive a capture killed
+//! in the middle.
+
+mod common;
+
+use common::{bundle, run, snapboot};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Captures `workload` once per test binary; returns the store file.
+fn captured(workload: &str) -> PathBuf {
+    static STORES: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
+    let stores = STORES.get_or_init(|| Mutex::new(Vec::new()));
+    let mut g = stores.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = g.iter().find(|(w, _)| w == workload) {
+        return p.clone();
+    }
+    let b = bundle(workload);
+    let store = common::home().join(format!("test-{workload}.store"));
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b)
+        .arg("--store")
+        .arg(&store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    assert!(so.contains("image generation 1"), "{so}");
+    g.push((workload.to_string(), store.clone()));
+    store
+}
+
+/// A sparse copy of a store, to damage without touching the shared one.
+fn copy_store(src: &Path, name: &str) -> PathBuf {
+    let dst = common::home().join(name);
+    let st = Command::new("cp")
+        .args(["--sparse=always", "-f"])
+        .arg(src)
+        .arg(&dst)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dst
+}
+
+fn board_session(workload: &str, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
+    let b = board::Bundle::load(&bundle(workload)).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(300);
+    o.disks.push(board::qemu::Disk {
+        path: store.to_path_buf(),
+        readonly: false,
+    });
+    o.cmdline.push("snapboot.store=/dev/vdb".into());
+    o.cmdline
+        .extend(extra_cmdline.iter().map(|s| s.to_string()));
+    board::qemu::Session::start(&b, &o).unwrap()
+}
+
+fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> String {
+    s.send(query).unwrap();
+    let re = Regex::new(answer).unwrap();
+    s.wait_for(&re, query, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("query {query}: {e}"))
+        .0
+}
+
+fn host_checksum() -> String {
+    let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/app/app.py");
+    let mut ch = Command::new("/usr/bin/python3")
+        .arg(app)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    ch.stdin.take().unwrap().write_all(b"checksum\n").unwrap();
+    let out = ch.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("checksum "))
+        .unwrap()
+        .to_string()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The same image boots again and again: state intact, clock current, RNG fresh.
+#[test]
+fn app_snapshot_boots_repeatedly_from_one_image() {
+    let store = captured("app");
+    let expected = host_checksum();
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    let mut randoms = Vec::new();
+    for boot in 0..3 {
+        let mut s = board_session("app", &store, &[]);
+        let (_, t) = s
+            .wait_for(&restored, "restored marker", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("boot {boot}: {e}"));
+        assert!(
+            s.timeline()
+                .first(boottrace::MilestoneKind::AppStart)
+                .is_none(),
+            "boot {boot} restored without starting the app again"
+        );
+        assert!(t < 60.0, "restore took {t} s");
+        let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
+        assert_eq!(
+            sum, expected,
+            "boot {boot}: state differs from before capture"
+        );
+        let time_line = ask(&mut s, "time", r"^time \d+\.\d+$");
+        let guest_time: f64 = time_line[5..].parse().unwrap();
+        assert!(
+            (guest_time - unix_now()).abs() < 10.0,
+            "boot {boot}: guest clock {guest_time} vs host {}",
+            unix_now()
+        );
+        randoms.push(ask(&mut s, "random", "^random [0-9a-f]{32}$"));
+        s.finish(boottrace::Outcome::Answered);
+    }
+    randoms.sort();
+    randoms.dedup();
+    assert_eq!(
+        randoms.len(),
+        3,
+        "RNG output repeated between boots: {randoms:?}"
+    );
+}
+
+/// Runs the shell board on `store` and expects a cold boot whose fallback reason matches.
+fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
+    let mut s = board_session("shell", store, extra);
+    let fb = Regex::new(r"snapboot: @fallback").unwrap();
+    let (line, _) = s
+        .wait_for(&fb, "fallback marker", Duration::from_secs(120))
+        .unwrap();
+    assert!(
+        line.contains(reason),
+        "fallback reason {line:?} lacks {reason:?}"
+    );
+    // ...and the cold boot carries on to a usable system.
+    let ready = Regex::new(r"snapboot: @ready").unwrap();
+    s.wait_for(&ready, "cold boot after fallback", Duration::from_secs(120))
+        .unwrap();
+    let tl = s.finish(boottrace::Outcome::Ready);
+    let m = tl
+        .milestone(boottrace::MilestoneKind::ResumeFallback)
+        .unwrap();
+    assert!(m.detail.as_deref().unwrap_or_default().contains(reason));
+}
+
+#[test]
+fn corrupted_data_is_refused_naming_the_chunk() {
+    let good = captured("shell");
+    let bad = copy_store(&good, "test-bad-data.store");
+    // A byte deep inside slot A's area (image pages start at 8 KiB).
+    flip(&bad, 8192 + 40 * 1024 * 1024 + 123);
+    expect_fallback(&bad, &[], "checksum mismatch in chunk");
+}
+
+#[test]
+fn corrupted_header_is_refused() {
+    let good = captured("shell");
+    let bad = copy_store(&good, "test-bad-header.store");
+    flip(&bad, 0x40);
+    expect_fallback(&bad, &[], "no snapboot image in the store");
+}
+
+#[test]
+fn truncated_store_is_refused() {
+    let good = captured("shell");
+    let bad = copy_store(&good, "test-truncated.store");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bad)
+        .unwrap()
+        .set_len(30 << 20)
+        .unwrap();
+    expect_fallback(&bad, &[], "truncated");
+}
+
+/// An image from another kernel: the header names another release (and is otherwise valid,
+/// checksum included), as if captured on a different kernel build.
+#[test]
+fn foreign_kernel_image_is_refused_naming_the_field() {
+    let good = captured("shell");
+    let bad = copy_store(&good, "test-foreign.store");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&bad)
+        .unwrap();
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut slot = vec![0u8; 4096];
+    f.read_exact(&mut slot).unwrap();
+    let rel = 0x80;
+    assert_eq!(
+        &slot[rel..rel + 6],
+        b"6.1.0-",
+        "release field where the spec says"
+    );
+    slot[rel] = b'9';
+    let sum = blake3::hash(&slot[..0xFE0]);
+    slot[0xFE0..].copy_from_slice(sum.as_bytes());
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(&slot).unwrap();
+    drop(f);
+    expect_fallback(&bad, &[], "kernel release differs");
+}
+
+#[test]
+fn different_ram_size_is_refused() {
+    let good = captured("shell");
+    let copy = copy_store(&good, "test-ram.store");
+    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.mem_mib += 128;
+    o.disks.push(board::qemu::Disk {
+        path: copy,
+        readonly: false,
+    });
+    o.cmdline.push("snapboot.store=/dev/vdb".into());
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    let fb = Regex::new(r"snapboot: @fallback").unwrap();
+    let (line, _) = s
+        .wait_for(&fb, "fallback", Duration::from_secs(120))
+        .unwrap();
+    assert!(line.contains("RAM size differs"), "{line}");
+    s.finish(boottrace::Outcome::Ready);
+}
+
+fn flip(path: &Path, at: u64) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x5a;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&b).unwrap();
+}
+
+/// Power cut in the middle of writing a new image: the previous image still boots.
+#[test]
+fn capture_killed_mid_write_leaves_previous_image_bootable() {
+    let good = captured("shell");
+    let store = copy_store(&good, "test-killed.store");
+    let mut s = board_session("shell", &store, &["snapboot.capture"]);
+    let started = Regex::new(r"snapboot: @capture-start").unwrap();
+    s.wait_for(&started, "capture start", Duration::from_secs(120))
+        .unwrap();
+    // The image takes over a second to write under TCG; cut power part-way.
+    std::thread::sleep(Duration::from_millis(700));
+    let tl = s.finish(boottrace::Outcome::Exited {
+        reason: "power cut".into(),
+    });
+    assert!(
+        tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
+        "the capture finished before the power cut; the test cut too late"
+    );
+    let mut inspect = snapboot();
+    inspect.args(["image", "inspect", "--json"]).arg(&store);
+    let (out, so, se) = run(inspect);
+    assert!(out.status.success(), "{so}{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).unwrap();
+    assert_eq!(
+        v["image"]["generation"], 1,
+        "previous image is still the newest"
+    );
+    assert_eq!(v["verify"], "ok");
+
+    let mut s = board_session("shell", &store, &[]);
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    s.wait_for(
+        &restored,
+        "restore of the previous image",
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    assert_eq!(ask(&mut s, "echo probe-$((6*7))", "^probe-42$"), "probe-42");
+    s.finish(boottrace::Outcome::Answered);
+}
