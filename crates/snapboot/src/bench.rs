@@ -44,6 +44,12 @@ pub struct MethodResult {
     pub phases: BTreeMap<String, Stats>,
     /// Every run's TTI, in order.
     pub samples: Vec<f64>,
+    /// Bytes of the image as the kernel produced it (methods that restore an image).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_bytes: Option<u64>,
+    /// Bytes the image occupies on its storage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
 }
 
 /// The JSON contract of every benchmark.
@@ -101,6 +107,8 @@ pub fn summarize(method: &str, timelines: &[Timeline]) -> MethodResult {
         milestones: stats(milestones),
         phases: stats(phases),
         samples,
+        image_bytes: None,
+        stored_bytes: None,
     }
 }
 
@@ -120,6 +128,14 @@ pub fn print_report(r: &BenchReport) {
         for (name, s) in &m.phases {
             println!("    {name:<14} {}", fmt_stats(s));
         }
+        if let (Some(raw), Some(stored)) = (m.image_bytes, m.stored_bytes) {
+            println!(
+                "    {:<14} {:.1} MiB raw, {:.1} MiB stored",
+                "image",
+                raw as f64 / 1048576.0,
+                stored as f64 / 1048576.0
+            );
+        }
         if let Some(s) = &m.tti {
             let ratio = base
                 .filter(|b| *b > 0.0)
@@ -137,7 +153,7 @@ fn fmt_stats(s: &Stats) -> String {
     )
 }
 
-fn progress(total: u64, what: &str) -> ProgressBar {
+pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
     let pb = ProgressBar::new(total);
     pb.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
@@ -147,7 +163,7 @@ fn progress(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
-fn bundle_or_build(name: &str) -> Result<Bundle> {
+pub(crate) fn bundle_or_build(name: &str) -> Result<Bundle> {
     match resolve_bundle(name) {
         Ok(b) => Ok(b),
         Err(_) if board::Workload::builtin(name).is_ok() => {
@@ -158,7 +174,7 @@ fn bundle_or_build(name: &str) -> Result<Bundle> {
     }
 }
 
-fn now_unix() -> u64 {
+pub(crate) fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -234,7 +250,7 @@ pub fn trace(
         }
     });
     let mut rec = LineRecorder::new();
-    let mut tl = Timeline::new(&tty.display().to_string());
+    let mut tl = Timeline::new(tty.display().to_string());
     let deadline = t0 + Duration::from_secs(timeout);
     let mut outcome = Outcome::Timeout {
         reason: format!("no line matched {:?} within {timeout} s", until.as_str()),

@@ -222,10 +222,12 @@ struct TraceArgs {
 enum BenchCmd {
     /// N cold boots: median/min/max of each milestone and of TTI.
     Cold(crate::bench::ColdArgs),
+    /// Cold boot vs kernel-native hibernation resume vs snapboot, N boots each.
+    Compare(crate::compare::CompareArgs),
 }
 
 /// Where snapboot keeps kernels and bundles: `$SNAPBOOT_HOME` or `./.snapboot`.
-pub(crate) fn home() -> PathBuf {
+pub fn home() -> PathBuf {
     let h = std::env::var_os("SNAPBOOT_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(".snapboot"));
@@ -308,6 +310,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Board(BoardCmd::Run(a)) => run(a),
         Cmd::Trace(a) => crate::bench::trace(a.tty, a.baud, a.until, a.timeout, a.timeline),
         Cmd::Bench(BenchCmd::Cold(a)) => crate::bench::cold(a),
+        Cmd::Bench(BenchCmd::Compare(a)) => crate::compare::compare(a),
         Cmd::Start { env, cmd } => {
             let code = target::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))

@@ -69,6 +69,13 @@ pub struct InspectArgs {
 pub fn ready() -> Result<ExitCode> {
     target::guest::ready();
     let cmdline = kernel_cmdline();
+    if let Some(dev) = cmdline_param(&cmdline, "snapboot.khibernate") {
+        // Baseline for the benchmarks: the kernel's own hibernation to swap.
+        target::kernel_native::hibernate(std::path::Path::new(dev))?;
+        print_marker("restored", Some("kernel-native"));
+        println!("restored");
+        return Ok(ExitCode::SUCCESS);
+    }
     let (Some(store), Some(_)) = (
         cmdline_param(&cmdline, "snapboot.store"),
         cmdline_param(&cmdline, "snapboot.capture"),
@@ -122,6 +129,16 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     let (store, once) = if a.from_cmdline {
         if cmdline_param(&cmdline, "snapboot.capture").is_some() {
             return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(dev) = cmdline_param(&cmdline, "snapboot.kresume") {
+            let dev = std::path::Path::new(dev);
+            target::resume::wait_for_node(dev, Duration::from_secs(2));
+            let why = match target::kernel_native::resume(dev) {
+                Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
+                Err(e) => format!("kernel-native: {e}"),
+            };
+            print_marker("fallback", Some(&why));
+            return Ok(ExitCode::from(4));
         }
         let Some(s) = cmdline_param(&cmdline, "snapboot.store") else {
             return Ok(ExitCode::SUCCESS);

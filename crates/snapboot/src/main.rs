@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod compare;
 mod guestcmd;
 mod snapcmd;
 

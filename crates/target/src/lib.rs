@@ -3,6 +3,7 @@
 
 pub mod capture;
 pub mod guest;
+pub mod kernel_native;
 pub mod restore;
 pub mod resume;
 pub mod serial;

@@ -1,0 +1,192 @@
+//! `snapboot bench compare`: in one run, the same workload brought up three ways, each N
+//! times: cold boot, the kernel's own hibernation resume from swap, and snapboot's snapshot
+//! boot. Images are made once per method and reused for every run (the kernel-native one is
+//! restored from a saved copy of the swap device, because the kernel consumes it on resume).
+
+use crate::bench::{bundle_or_build, now_unix, print_report, progress, summarize, BenchReport};
+use crate::cli::BoardOpts;
+use crate::snapcmd::{attach_store, capture_boot};
+use anyhow::{bail, Context, Result};
+use board::qemu::{run_probe, Disk, Session};
+use board::{Bundle, RunOptions};
+use boottrace::{MilestoneKind, Outcome, Timeline};
+use clap::Args;
+use regex::Regex;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+/// Arguments of `snapboot bench compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Built-in workload name or bundle directory.
+    #[arg(long, default_value = "app")]
+    workload: String,
+    /// Boots per method.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the store and swap images (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    board: BoardOpts,
+}
+
+/// Runs one scripted boot and insists it came up the expected way.
+fn measured_boot(bundle: &Bundle, opts: &RunOptions, want_restore: bool) -> Result<Timeline> {
+    let res = run_probe(bundle, opts, &bundle.workload.probe)?;
+    if let Some(e) = res.error {
+        bail!("{e}");
+    }
+    let tl = res.timeline;
+    if let Some(m) = tl.milestone(MilestoneKind::ResumeFallback) {
+        bail!(
+            "expected a restore, got a cold boot: {}",
+            m.detail.clone().unwrap_or_default()
+        );
+    }
+    if want_restore && tl.first(MilestoneKind::Restored).is_none() {
+        bail!("the board came up without restoring an image");
+    }
+    Ok(tl)
+}
+
+/// Makes an empty swap device file of `mib` MiB.
+fn make_swap(path: &Path, mib: u32) -> Result<()> {
+    let _ = std::fs::remove_file(path);
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    f.set_len(u64::from(mib) << 20)?;
+    let out = Command::new("mkswap")
+        .arg(path)
+        .output()
+        .context("running mkswap (package util-linux)")?;
+    if !out.status.success() {
+        bail!("mkswap failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+fn sparse_copy(from: &Path, to: &Path) -> Result<()> {
+    let st = Command::new("cp")
+        .args(["--sparse=always", "-f"])
+        .arg(from)
+        .arg(to)
+        .status()?;
+    if !st.success() {
+        bail!("copying {} to {} failed", from.display(), to.display());
+    }
+    Ok(())
+}
+
+/// Hibernates the workload with the kernel's own mechanism into `swap`; returns the raw
+/// image size the kernel reported.
+fn kernel_hibernate(bundle: &Bundle, opts: &RunOptions, swap: &Path) -> Result<u64> {
+    let mut o = opts.clone();
+    o.disks.insert(
+        0,
+        Disk {
+            path: swap.to_path_buf(),
+            readonly: false,
+        },
+    );
+    o.cmdline.push("snapboot.khibernate=/dev/vdb".into());
+    let mut s = Session::start(bundle, &o)?;
+    let wrote = Regex::new(r"PM: hibernation: Wrote (\d+) kbytes")?;
+    let line = s.wait_for(&wrote, "the kernel to write its image", o.timeout);
+    let _ = s.wait_exit(Duration::from_secs(60));
+    s.finish(Outcome::PoweredOff);
+    let (line, _) = line.context("kernel-native hibernation")?;
+    let kb: u64 = wrote
+        .captures(&line)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or(0);
+    Ok(kb * 1024)
+}
+
+/// `snapboot bench compare`.
+pub fn compare(a: CompareArgs) -> Result<ExitCode> {
+    if a.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let bundle = bundle_or_build(&a.workload)?;
+    let opts = a.board.to_run_options(&bundle)?;
+    let work = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| crate::cli::home().join("bench"));
+    std::fs::create_dir_all(&work)?;
+    let pb = progress(3 * a.runs as u64 + 2, "compare");
+
+    let mut cold = Vec::new();
+    for _ in 0..a.runs {
+        cold.push(measured_boot(&bundle, &opts, false).context("cold boot")?);
+        pb.inc(1);
+    }
+
+    let swap_saved = work.join("kernel-native.swap");
+    let swap = work.join("kernel-native.swap.run");
+    make_swap(&swap, opts.mem_mib)?;
+    let native_raw = kernel_hibernate(&bundle, &opts, &swap)?;
+    sparse_copy(&swap, &swap_saved)?;
+    let native_disk = std::fs::metadata(&swap_saved).map(|m| m.blocks() * 512)?;
+    pb.inc(1);
+    let mut native = Vec::new();
+    for _ in 0..a.runs {
+        sparse_copy(&swap_saved, &swap)?;
+        let mut o = opts.clone();
+        o.disks.insert(
+            0,
+            Disk {
+                path: swap.clone(),
+                readonly: false,
+            },
+        );
+        o.cmdline.push("snapboot.kresume=/dev/vdb".into());
+        native.push(measured_boot(&bundle, &o, true).context("kernel-native resume")?);
+        pb.inc(1);
+    }
+
+    let store = work.join("snapboot.store");
+    let _ = std::fs::remove_file(&store);
+    capture_boot(&bundle, &opts, &store).context("snapboot capture")?;
+    let image_bytes = snapimg::Store::open(&store, false)?.newest()?.image_bytes;
+    pb.inc(1);
+    let mut snap = Vec::new();
+    for _ in 0..a.runs {
+        let mut o = opts.clone();
+        attach_store(&mut o, &store, false)?;
+        snap.push(measured_boot(&bundle, &o, true).context("snapboot resume")?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+
+    let mut methods = vec![summarize("cold", &cold)];
+    let mut m = summarize("kernel-resume", &native);
+    m.image_bytes = Some(native_raw);
+    m.stored_bytes = Some(native_disk);
+    methods.push(m);
+    let mut m = summarize("snapboot", &snap);
+    m.image_bytes = Some(image_bytes);
+    m.stored_bytes = Some(image_bytes);
+    methods.push(m);
+    let report = BenchReport {
+        bench: "compare".into(),
+        workload: bundle.workload.name.clone(),
+        kernel: bundle.kernel.release.clone(),
+        accel: format!("{:?}", opts.accel).to_lowercase(),
+        mem_mib: opts.mem_mib,
+        finished_unix: now_unix(),
+        runs: a.runs,
+        methods,
+    };
+    print_report(&report);
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
