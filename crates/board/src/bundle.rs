@@ -92,6 +92,10 @@ pub struct Bundle {
     pub initramfs_bytes: u64,
     /// Bytes of the root filesystem image.
     pub rootfs_bytes: u64,
+    /// BLAKE3 of the snapboot binary inside the initramfs: a bundle built by another
+    /// snapboot runs that other snapboot on the board.
+    #[serde(default)]
+    pub snapboot_blake3: String,
 }
 
 impl Bundle {
@@ -110,6 +114,13 @@ impl Bundle {
     /// The root filesystem image.
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs.img")
+    }
+
+    /// Whether the bundle carries exactly the snapboot binary at `exe`.
+    pub fn carries(&self, exe: &Path) -> bool {
+        fs::read(exe)
+            .map(|b| blake3::hash(&b).to_hex().to_string() == self.snapboot_blake3)
+            .unwrap_or(false)
     }
 
     /// Loads `dir/bundle.json` and checks the files it names are there.
@@ -155,6 +166,7 @@ impl Bundle {
                 ir.symlink(&format!("bin/{name}"), "busybox");
             }
         }
+        let snapboot_blake3 = blake3::hash(&snapboot).to_hex().to_string();
         ir.file("bin/snapboot", 0o755, snapboot);
         for m in &modules {
             ir.file(
@@ -203,6 +215,7 @@ impl Bundle {
             rootfs_type: "squashfs".into(),
             initramfs_bytes: size(&ir_path),
             rootfs_bytes: size(&rootfs_img),
+            snapboot_blake3,
         };
         let manifest = out.join("bundle.json");
         let json = serde_json::to_string_pretty(&bundle).unwrap_or_default();

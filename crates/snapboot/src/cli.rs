@@ -271,7 +271,20 @@ pub(crate) fn resolve_bundle(arg: &str) -> Result<Bundle> {
     } else {
         home().join("bundles").join(arg)
     };
-    Ok(Bundle::load(&dir)?)
+    let b = Bundle::load(&dir)?;
+    if let Ok(exe) = std::env::current_exe() {
+        if !b.carries(&exe) {
+            if Workload::builtin(arg).is_ok() && !arg.contains('/') {
+                eprintln!("snapboot: bundle `{arg}` was built by another snapboot; rebuilding it");
+                return build_builtin(arg);
+            }
+            eprintln!(
+                "snapboot: warning: {} was built by another snapboot binary; rebuild it to run this one on the board",
+                dir.display()
+            );
+        }
+    }
+    Ok(b)
 }
 
 /// Builds the built-in workload's bundle with the fetched kernel.

@@ -71,7 +71,10 @@ pub fn ready() -> Result<ExitCode> {
     let cmdline = kernel_cmdline();
     if let Some(dev) = cmdline_param(&cmdline, "snapboot.khibernate") {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
-        target::kernel_native::hibernate(std::path::Path::new(dev))?;
+        if let Err(e) = target::kernel_native::hibernate(std::path::Path::new(dev)) {
+            print_marker("capture-failed", Some(&e.to_string()));
+            return Err(e.into());
+        }
         print_marker("restored", Some("kernel-native"));
         println!("restored");
         return Ok(ExitCode::SUCCESS);
