@@ -322,10 +322,16 @@ impl Timeline {
     /// (before a restored image takes over or the kernel clock restarts) is the estimate,
     /// clamped to ≥ 0. `None` without printk timestamps.
     pub fn infer_kernel_start(&self) -> Option<f64> {
-        let cutoff = [MilestoneKind::ResumeLoaded, MilestoneKind::Restored]
-            .into_iter()
-            .filter_map(|k| self.first(k))
-            .fold(f64::INFINITY, f64::min);
+        // Everything after resume starts may come from the restored kernel, whose clock
+        // counts from the captured boot.
+        let cutoff = [
+            MilestoneKind::ResumeStart,
+            MilestoneKind::ResumeLoaded,
+            MilestoneKind::Restored,
+        ]
+        .into_iter()
+        .filter_map(|k| self.first(k))
+        .fold(f64::INFINITY, f64::min);
         let mut prev = f64::NEG_INFINITY;
         let mut best: Option<f64> = None;
         for line in &self.lines {
@@ -338,9 +344,13 @@ impl Timeline {
             }
             prev = prev.max(kts);
             let est = line.t - kts;
+            if est < 0.0 {
+                // A kernel cannot start before power-on: this is another kernel's clock.
+                continue;
+            }
             best = Some(best.map_or(est, |b| b.min(est)));
         }
-        best.map(|b| b.max(0.0))
+        best
     }
 
     /// Completes the timeline once recording is over: infers [`MilestoneKind::KernelStart`]
@@ -563,5 +573,20 @@ mod tests {
         let ready: Outcome = serde_json::from_str(r#"{"kind":"ready"}"#).unwrap_or_default();
         assert_eq!(ready, Outcome::Ready);
         assert_eq!(o.to_string(), "timeout: no ready marker");
+    }
+
+    #[test]
+    fn kernel_start_ignores_a_restored_kernels_clock() {
+        let mut tl = Timeline::new("kernel-native resume");
+        tl.push_line(ConsoleLine::new(0.40, "[    0.000000] Linux version 6.1.0"));
+        tl.push_line(ConsoleLine::new(0.45, "[    0.010000] Command line: x"));
+        tl.push_line(ConsoleLine::new(
+            2.10,
+            "[    1.900000] Run /init as init process",
+        ));
+        // No resume marker recorded yet: the restored kernel's clock reads ~29 s.
+        tl.push_line(ConsoleLine::new(4.00, "[   29.447606] PM: Image created"));
+        let start = tl.infer_kernel_start().unwrap();
+        assert!((start - 0.2).abs() < 1e-9, "{start}");
     }
 }

@@ -63,6 +63,9 @@ pub fn hibernate(dev: &Path) -> Result<(), NativeError> {
 /// image to resume (the kernel continues the cold boot).
 pub fn resume(dev: &Path) -> Result<(), NativeError> {
     let numbers = dev_numbers(dev)?;
-    print_marker("resume-start", Some(&format!("kernel-native from {}", dev.display())));
+    print_marker(
+        "resume-start",
+        Some(&format!("kernel-native from {}", dev.display())),
+    );
     std::fs::write("/sys/power/resume", &numbers).map_err(sys("write /sys/power/resume"))
 }

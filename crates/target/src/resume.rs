@@ -72,14 +72,26 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
         return Err(ResumeError::NoDevice(o.store.clone()));
     }
     let started = Instant::now();
+    let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let mut store = Store::open(&o.store, o.once)?;
     let mut dev = {
         let mut reader = store.reader()?;
         check_compat(reader.info(), &running_identity())?;
         let mut dev = SnapshotDev::open_restore()?;
         let mut page = [0u8; PAGE_SIZE];
-        while reader.next_page(&mut page)? {
+        let mut t = Instant::now();
+        loop {
+            let more = reader.next_page(&mut page)?;
+            let now = Instant::now();
+            read_time += now - t;
+            t = now;
+            if !more {
+                break;
+            }
             dev.write_page(&page)?;
+            let now = Instant::now();
+            write_time += now - t;
+            t = now;
         }
         dev
     };
@@ -87,9 +99,11 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
     print_marker(
         "resume-loaded",
         Some(&format!(
-            "{} pages ({:.1} MiB) in {secs:.2} s",
+            "{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s)",
             dev.pages(),
-            (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0
+            (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
+            read_time.as_secs_f64(),
+            write_time.as_secs_f64()
         )),
     );
     if o.once {

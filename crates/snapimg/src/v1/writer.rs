@@ -108,8 +108,7 @@ impl<'s, D: Device> Writer<'s, D> {
     fn flush_chunk(&mut self) -> Result<(), ImageError> {
         let what = format!("writing chunk {} of the image", self.chunk_hashes.len());
         self.store.write_at(self.next_offset, &self.chunk, &what)?;
-        self.chunk_hashes
-            .push(*blake3::hash(&self.chunk).as_bytes());
+        self.chunk_hashes.push(super::chunk_digest(&self.chunk));
         self.next_offset += self.chunk.len() as u64;
         self.chunk.clear();
         Ok(())
