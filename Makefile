@@ -21,20 +21,29 @@ build:
 	cargo build --release -p snapboot
 
 kernel: build
+	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \
+	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
 
-## Cold-boot the `app` workload on the board and print its power-on timeline.
+## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.
 demo: setup
 	$(SNAPBOOT) board build --workload app
+	@echo "== 1. cold boot =="
 	$(SNAPBOOT) board run app --probe
+	@echo "== 2. capture at the ready point =="
+	$(SNAPBOOT) board capture app --store $(SNAPBOOT_HOME)/app.store
+	@echo "== 3. snapshot boot from the same image =="
+	$(SNAPBOOT) board run app --store $(SNAPBOOT_HOME)/app.store --probe
+	@echo "== 4. cold vs kernel-native hibernation resume vs snapboot =="
+	$(SNAPBOOT) bench compare --workload app --runs 3
 
 ## Unit tests and end-to-end tests that boot the real board.
 test: setup
 	cargo test --release --workspace
 
 bench: setup
-	$(SNAPBOOT) bench cold --workload shell --runs 5
-	$(SNAPBOOT) bench cold --workload app --runs 3
+	$(SNAPBOOT) bench compare --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-shell.json
+	$(SNAPBOOT) bench compare --workload app --runs 3 --json $(SNAPBOOT_HOME)/compare-app.json
 
 clean:
 	rm -rf $(SNAPBOOT_HOME) target

@@ -294,3 +294,16 @@ fn capture_killed_mid_write_leaves_previous_image_bootable() {
     assert_eq!(ask(&mut s, "echo probe-$((6*7))", "^probe-42$"), "probe-42");
     s.finish(boottrace::Outcome::Answered);
 }
+
+/// `snapboot.once`: the image boots exactly once, then the board cold-boots with the reason.
+#[test]
+fn boot_once_image_is_invalidated_by_its_restore() {
+    let good = captured("shell");
+    let store = copy_store(&good, "test-once.store");
+    let mut s = board_session("shell", &store, &["snapboot.once"]);
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    s.wait_for(&restored, "the one restore", Duration::from_secs(120))
+        .unwrap();
+    s.finish(boottrace::Outcome::Ready);
+    expect_fallback(&store, &[], "was invalidated");
+}
