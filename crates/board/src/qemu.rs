@@ -98,6 +98,12 @@ impl RunOptions {
 }
 
 /// The board's kernel command line: serial console, reboot (and so QEMU exit) on panic.
+///
+/// Not `init_on_free=1`: measured on the `app` image it changed nothing (the kernel never
+/// saves free pages, and memory freed inside an application's allocator is not returned to
+/// the kernel), while zeroing every page released at boot and after a restore cost
+/// 0.25-1.7 s per boot (`deferred pages initialised in 292ms` instead of 24-52 ms) and
+/// ~0.4 s per restore. Add it with `--cmdline init_on_free=1` to see for yourself.
 pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 printk.time=1";
 
 /// The QEMU program and arguments for a run.

@@ -48,6 +48,10 @@ enum Cmd {
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// Boot graph, phases, initcalls and the advisor's cheap wins, from boot logs.
+    Analyze(crate::analyzecmd::AnalyzeArgs),
+    /// Can snapshot boot work with this kernel? Which boot-time options are set?
+    CheckKernel(crate::analyzecmd::CheckKernelArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -197,6 +201,9 @@ struct RunArgs {
     /// Copy the console to stdout during a scripted run.
     #[arg(long)]
     console: bool,
+    /// Write an HTML boot-analysis report of this run.
+    #[arg(long)]
+    analyze: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -332,6 +339,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Capture(a) => crate::guestcmd::capture_cmd(a),
         Cmd::Resume(a) => crate::guestcmd::resume_cmd(a),
         Cmd::Image(ImageCmd::Inspect(a)) => crate::guestcmd::inspect(a),
+        Cmd::Analyze(a) => crate::analyzecmd::analyze(a),
+        Cmd::CheckKernel(a) => crate::analyzecmd::check_kernel(a),
         Cmd::Board(BoardCmd::Capture(a)) => crate::snapcmd::board_capture(a),
     }
 }
@@ -421,6 +430,12 @@ fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(p) = &a.log {
         std::fs::write(p, res.timeline.to_stamped_text())
             .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.analyze {
+        crate::analyzecmd::report_runs(
+            vec![(bundle.workload.name.clone(), res.timeline.clone())],
+            p,
+        )?;
     }
     match res.error {
         None => Ok(ExitCode::SUCCESS),

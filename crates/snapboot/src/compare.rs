@@ -32,6 +32,9 @@ pub struct CompareArgs {
     /// Working directory for the store and swap images (default: SNAPBOOT_HOME/bench).
     #[arg(long)]
     workdir: Option<PathBuf>,
+    /// Write an HTML report with one boot of each method side by side.
+    #[arg(long)]
+    analyze: Option<PathBuf>,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -164,6 +167,17 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     }
     pb.finish_and_clear();
 
+    if let Some(p) = &a.analyze {
+        let runs = [
+            ("cold", &cold),
+            ("kernel-resume", &native),
+            ("snapboot", &snap),
+        ]
+        .into_iter()
+        .filter_map(|(name, tls)| tls.first().map(|t| (name.to_string(), t.clone())))
+        .collect();
+        crate::analyzecmd::report_runs(runs, p)?;
+    }
     let mut methods = vec![summarize("cold", &cold)];
     let mut m = summarize("kernel-resume", &native);
     m.image_bytes = Some(native_raw);

@@ -33,6 +33,12 @@ pub struct CaptureArgs {
     /// Capture even with writable block-backed filesystems mounted.
     #[arg(long)]
     force: bool,
+    /// Keep the page cache (to measure what dropping it saves).
+    #[arg(long)]
+    keep_caches: bool,
+    /// Chunk compression: lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "lz4")]
+    compress: String,
 }
 
 /// `snapboot resume`.
@@ -89,11 +95,16 @@ pub fn ready() -> Result<ExitCode> {
         Some("continue") => Then::Continue,
         _ => Then::PowerOff,
     };
-    run_capture(&CaptureOptions {
-        store: PathBuf::from(store),
-        then,
-        force: cmdline_param(&cmdline, "snapboot.force").is_some(),
-    })
+    let mut o = CaptureOptions::new(PathBuf::from(store));
+    o.then = then;
+    o.force = cmdline_param(&cmdline, "snapboot.force").is_some();
+    o.drop_caches = cmdline_param(&cmdline, "snapboot.nodrop").is_none();
+    o.compact = cmdline_param(&cmdline, "snapboot.nocompact").is_none();
+    if let Some(c) = cmdline_param(&cmdline, "snapboot.compress") {
+        o.compression = target::capture::parse_compression(c)
+            .with_context(|| format!("snapboot.compress={c}: expected lz4, zstd or zstd:LEVEL"))?;
+    }
+    run_capture(&o)
 }
 
 fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
@@ -115,14 +126,20 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
-    run_capture(&CaptureOptions {
-        store: a.store,
-        then: match a.then {
-            ThenArg::Poweroff => Then::PowerOff,
-            ThenArg::Continue => Then::Continue,
-        },
-        force: a.force,
-    })
+    let mut o = CaptureOptions::new(a.store);
+    o.then = match a.then {
+        ThenArg::Poweroff => Then::PowerOff,
+        ThenArg::Continue => Then::Continue,
+    };
+    o.force = a.force;
+    o.drop_caches = !a.keep_caches;
+    o.compression = target::capture::parse_compression(&a.compress).with_context(|| {
+        format!(
+            "--compress {}: expected lz4, zstd or zstd:LEVEL",
+            a.compress
+        )
+    })?;
+    run_capture(&o)
 }
 
 /// `snapboot resume`: returns only when the image was not restored; prints the reason as

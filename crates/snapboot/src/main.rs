@@ -1,6 +1,7 @@
 //! `snapboot`: snapshot boot for Linux. A thin command line over the library crates; the same
 //! static binary runs on the host (board, bench, analysis) and inside the guest (start, ready).
 
+mod analyzecmd;
 mod bench;
 mod cli;
 mod compare;

@@ -1,6 +1,9 @@
-//! The 4 KiB v1 header slot: encoding, decoding and validation.
+//! The 4 KiB header slot (format versions 1 and 2): encoding, decoding and validation.
 //!
-//! All integers are little-endian. The last 32 bytes of the slot are a
+//! Both versions share the slot layout; version 2 reuses the chunk fields
+//! (`chunk_pages`, `chunk_count`, and `chunk_table_hash` as the hash of the page
+//! index and offset table) and adds its fields in the area that is reserved
+//! (zero) in version 1. All integers are little-endian. The last 32 bytes of the slot are a
 //! BLAKE3 hash of the first 4064; this position is fixed for every format
 //! version so that a damaged version field is reported as a checksum
 //! mismatch, not as an unknown version. Decoding checks, in order: all-zero
@@ -15,6 +18,7 @@ use super::{
     MAX_IDENTITY_LEN, SLOT_SIZE,
 };
 use crate::kstream::{PAGE_SIZE, PFNS_PER_PAGE};
+use crate::v2::{self, Compression};
 
 /// Field offsets inside a header slot (see docs/image-format.md).
 pub(crate) mod off {
@@ -43,18 +47,59 @@ pub(crate) mod off {
     pub const STREAM_HEADER_HASH: usize = 0x158;
     pub const CHUNK_TABLE_HASH: usize = 0x178;
     pub const RESERVED: usize = 0x198;
+    // Version 2 only (reserved in version 1).
+    pub const COMPRESSOR: usize = 0x198;
+    pub const LEVEL: usize = 0x19C;
+    pub const INDEX_BYTES: usize = 0x1A0;
+    pub const TABLE_BYTES: usize = 0x1A8;
+    pub const DATA_BYTES: usize = 0x1B0;
+    pub const ZERO_PAGES: usize = 0x1B8;
+    pub const DUP_PAGES: usize = 0x1C0;
+    pub const UNIQUE_PAGES: usize = 0x1C8;
+    pub const V2_RESERVED: usize = 0x1D0;
     pub const CHECKSUM: usize = 0xFE0;
 }
 
 const _: () = assert!(off::RELEASE + off::STRING_LEN == off::UTS_VERSION);
 const _: () = assert!(off::MACHINE + off::STRING_LEN == off::STREAM_HEADER_HASH);
 const _: () = assert!(off::CHUNK_TABLE_HASH + HASH_LEN == off::RESERVED);
+const _: () =
+    assert!(off::UNIQUE_PAGES + 8 == off::V2_RESERVED && off::V2_RESERVED < off::CHECKSUM);
 const _: () = assert!(off::CHECKSUM + HASH_LEN == SLOT_SIZE as usize);
 const _: () = assert!(off::STRING_LEN > MAX_IDENTITY_LEN);
+
+/// Fields only format version 2 has (all zero in a version 1 header).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct V2Fields {
+    /// 1 = LZ4 block, 2 = zstd.
+    pub compressor: u32,
+    /// zstd level (0 for LZ4).
+    pub level: i32,
+    /// Bytes of the page index region (padded to a page).
+    pub index_bytes: u64,
+    /// Bytes of the offset table region (padded to a page).
+    pub table_bytes: u64,
+    /// Bytes of chunk data after the two regions.
+    pub data_bytes: u64,
+    /// Stream pages flagged zero.
+    pub zero_pages: u64,
+    /// Stream pages pointing at an earlier identical page.
+    pub dup_pages: u64,
+    /// Stream pages stored in chunks.
+    pub unique_pages: u64,
+}
+
+impl V2Fields {
+    /// The compressor, if the code is known.
+    pub fn compression(&self) -> Option<Compression> {
+        Compression::from_code(self.compressor, self.level)
+    }
+}
 
 /// A decoded, validated header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Header {
+    pub format_version: u32,
     pub generation: u64,
     pub flags: u64,
     pub created_unix: u64,
@@ -71,6 +116,7 @@ pub(crate) struct Header {
     pub identity: Identity,
     pub stream_header_hash: [u8; HASH_LEN],
     pub chunk_table_hash: [u8; HASH_LEN],
+    pub v2: V2Fields,
 }
 
 fn get_u64(b: &[u8], o: usize) -> u64 {
@@ -149,22 +195,37 @@ impl Header {
     /// Encode into a full slot, checksum included.
     pub fn encode(&self) -> Result<Vec<u8>, ImageError> {
         let mut b = vec![0u8; SLOT_SIZE as usize];
-        let mut put = |o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-        put(off::GENERATION, self.generation);
-        put(off::FLAGS, self.flags);
-        put(off::CREATED, self.created_unix);
-        put(off::AREA_OFFSET, self.area_offset);
-        put(off::IMAGE_BYTES, self.image_bytes);
-        put(off::STREAM_PAGES, self.stream_pages);
-        put(off::IMAGE_PAGES, self.image_pages);
-        put(off::META_PAGES, self.meta_pages);
-        put(off::NUM_PHYSPAGES, self.num_physpages);
-        put(off::RAM_BYTES, self.identity.ram_bytes);
-        put(off::ARCH_MAGIC, self.arch_magic);
-        put(off::E820, self.e820_checksum);
-        put(off::CHUNK_COUNT, self.chunk_count);
+        let put = |b: &mut Vec<u8>, o: usize, v: u64| b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        put(&mut b, off::GENERATION, self.generation);
+        put(&mut b, off::FLAGS, self.flags);
+        put(&mut b, off::CREATED, self.created_unix);
+        put(&mut b, off::AREA_OFFSET, self.area_offset);
+        put(&mut b, off::IMAGE_BYTES, self.image_bytes);
+        put(&mut b, off::STREAM_PAGES, self.stream_pages);
+        put(&mut b, off::IMAGE_PAGES, self.image_pages);
+        put(&mut b, off::META_PAGES, self.meta_pages);
+        put(&mut b, off::NUM_PHYSPAGES, self.num_physpages);
+        put(&mut b, off::RAM_BYTES, self.identity.ram_bytes);
+        put(&mut b, off::ARCH_MAGIC, self.arch_magic);
+        put(&mut b, off::E820, self.e820_checksum);
+        put(&mut b, off::CHUNK_COUNT, self.chunk_count);
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
-        b[off::VERSION..off::VERSION + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[off::VERSION..off::VERSION + 4].copy_from_slice(&self.format_version.to_le_bytes());
+        if self.format_version == v2::FORMAT_VERSION {
+            let v = &self.v2;
+            b[off::COMPRESSOR..off::COMPRESSOR + 4].copy_from_slice(&v.compressor.to_le_bytes());
+            b[off::LEVEL..off::LEVEL + 4].copy_from_slice(&v.level.to_le_bytes());
+            for (o, x) in [
+                (off::INDEX_BYTES, v.index_bytes),
+                (off::TABLE_BYTES, v.table_bytes),
+                (off::DATA_BYTES, v.data_bytes),
+                (off::ZERO_PAGES, v.zero_pages),
+                (off::DUP_PAGES, v.dup_pages),
+                (off::UNIQUE_PAGES, v.unique_pages),
+            ] {
+                b[o..o + 8].copy_from_slice(&x.to_le_bytes());
+            }
+        }
         b[off::HEADER_SIZE..off::HEADER_SIZE + 4]
             .copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
         let code = self.identity.version_code.unwrap_or(0);
@@ -207,11 +268,26 @@ impl Header {
             });
         }
         let version = get_u32(b, off::VERSION);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != v2::FORMAT_VERSION {
             return Err(ImageError::UnsupportedVersion { found: version });
         }
+        let v2 = if version == v2::FORMAT_VERSION {
+            V2Fields {
+                compressor: get_u32(b, off::COMPRESSOR),
+                level: get_u32(b, off::LEVEL) as i32,
+                index_bytes: get_u64(b, off::INDEX_BYTES),
+                table_bytes: get_u64(b, off::TABLE_BYTES),
+                data_bytes: get_u64(b, off::DATA_BYTES),
+                zero_pages: get_u64(b, off::ZERO_PAGES),
+                dup_pages: get_u64(b, off::DUP_PAGES),
+                unique_pages: get_u64(b, off::UNIQUE_PAGES),
+            }
+        } else {
+            V2Fields::default()
+        };
         let code = get_u32(b, off::VERSION_CODE);
         let h = Header {
+            format_version: version,
             generation: get_u64(b, off::GENERATION),
             flags: get_u64(b, off::FLAGS),
             created_unix: get_u64(b, off::CREATED),
@@ -234,6 +310,7 @@ impl Header {
             },
             stream_header_hash: get_hash(b, off::STREAM_HEADER_HASH),
             chunk_table_hash: get_hash(b, off::CHUNK_TABLE_HASH),
+            v2,
         };
         h.check_consistency(get_u32(b, off::HEADER_SIZE))?;
         Ok(Some(h))
@@ -243,12 +320,6 @@ impl Header {
         if u64::from(header_size) != SLOT_SIZE {
             return Err(inconsistent(format!(
                 "header size field is {header_size}, want 4096"
-            )));
-        }
-        if self.chunk_pages == 0 || self.chunk_pages > 4096 {
-            return Err(inconsistent(format!(
-                "chunk size of {} pages",
-                self.chunk_pages
             )));
         }
         if self.image_pages == 0 || self.meta_pages < self.image_pages.div_ceil(PFNS_PER_PAGE) {
@@ -267,6 +338,30 @@ impl Header {
                 self.stream_pages, self.meta_pages, self.image_pages
             )));
         }
+        if self.format_version == v2::FORMAT_VERSION {
+            self.check_v2()?;
+        } else {
+            self.check_v1()?;
+        }
+        if self.area_offset < AREAS_START || self.area_offset & (PAGE_SIZE as u64 - 1) != 0 {
+            return Err(inconsistent(format!(
+                "area offset {} is not a page after the slots",
+                self.area_offset
+            )));
+        }
+        if self.area_offset.checked_add(self.image_bytes).is_none() {
+            return Err(inconsistent("area offset + image size overflows".into()));
+        }
+        Ok(())
+    }
+
+    fn check_v1(&self) -> Result<(), ImageError> {
+        if self.chunk_pages == 0 || self.chunk_pages > 4096 {
+            return Err(inconsistent(format!(
+                "chunk size of {} pages",
+                self.chunk_pages
+            )));
+        }
         let cp = u64::from(self.chunk_pages);
         let chunks = chunks_for(self.meta_pages, cp) + chunks_for(self.image_pages, cp);
         if chunks != self.chunk_count {
@@ -281,14 +376,65 @@ impl Header {
                 self.image_bytes
             )));
         }
-        if self.area_offset < AREAS_START || self.area_offset & (PAGE_SIZE as u64 - 1) != 0 {
+        Ok(())
+    }
+
+    fn check_v2(&self) -> Result<(), ImageError> {
+        let v = &self.v2;
+        if v.compression().is_none() {
             return Err(inconsistent(format!(
-                "area offset {} is not a page after the slots",
-                self.area_offset
+                "unknown compressor {} (level {})",
+                v.compressor, v.level
             )));
         }
-        if self.area_offset.checked_add(self.image_bytes).is_none() {
-            return Err(inconsistent("area offset + image size overflows".into()));
+        if self.chunk_pages == 0 || self.chunk_pages > v2::MAX_CHUNK_PAGES {
+            return Err(inconsistent(format!(
+                "chunk size of {} pages",
+                self.chunk_pages
+            )));
+        }
+        let counted = v
+            .zero_pages
+            .checked_add(v.dup_pages)
+            .and_then(|n| n.checked_add(v.unique_pages));
+        if counted != Some(self.stream_pages) || v.unique_pages == 0 {
+            return Err(inconsistent(format!(
+                "zero {} + duplicate {} + unique {} pages != stream pages {}",
+                v.zero_pages, v.dup_pages, v.unique_pages, self.stream_pages
+            )));
+        }
+        let cp = u64::from(self.chunk_pages);
+        if chunks_for(v.unique_pages, cp) != self.chunk_count {
+            return Err(inconsistent(format!(
+                "chunk count {} but {} unique pages need {}",
+                self.chunk_count,
+                v.unique_pages,
+                chunks_for(v.unique_pages, cp)
+            )));
+        }
+        let layout = v2::Layout::new(self.stream_pages, self.chunk_pages);
+        if layout.map(|l| (l.index_bytes, l.table_bytes)) != Some((v.index_bytes, v.table_bytes)) {
+            return Err(inconsistent(format!(
+                "index/table sizes {}/{} do not match {} stream pages",
+                v.index_bytes, v.table_bytes, self.stream_pages
+            )));
+        }
+        let max_data = v.unique_pages.checked_mul(PAGE_SIZE as u64);
+        if v.data_bytes < self.chunk_count || !matches!(max_data, Some(m) if v.data_bytes <= m) {
+            return Err(inconsistent(format!(
+                "{} bytes of chunk data for {} chunks of {} unique pages",
+                v.data_bytes, self.chunk_count, v.unique_pages
+            )));
+        }
+        let total = v
+            .index_bytes
+            .checked_add(v.table_bytes)
+            .and_then(|n| n.checked_add(v.data_bytes));
+        if total != Some(self.image_bytes) {
+            return Err(inconsistent(format!(
+                "image size {} bytes != index + table + data",
+                self.image_bytes
+            )));
         }
         Ok(())
     }
@@ -296,7 +442,7 @@ impl Header {
     /// Public view of this header.
     pub fn info(&self, slot: Slot) -> ImageInfo {
         ImageInfo {
-            format_version: FORMAT_VERSION,
+            format_version: self.format_version,
             slot,
             generation: self.generation,
             created_unix: self.created_unix,
@@ -316,9 +462,77 @@ impl Header {
             chunk_count: self.chunk_count,
             stream_header_blake3: hex(&self.stream_header_hash),
             chunk_table_blake3: hex(&self.chunk_table_hash),
+            stats: self.stats(),
             verified: false,
         }
     }
+
+    fn stats(&self) -> ImageStats {
+        let raw_bytes = self.stream_pages.saturating_mul(PAGE_SIZE as u64);
+        let (zero, dup, unique, stored, compressor, level) =
+            match (self.format_version, self.v2.compression()) {
+                (v2::FORMAT_VERSION, Some(c)) => (
+                    self.v2.zero_pages,
+                    self.v2.dup_pages,
+                    self.v2.unique_pages,
+                    self.v2.data_bytes,
+                    c.name(),
+                    c.level(),
+                ),
+                _ => (0, 0, self.stream_pages, raw_bytes, "none", None),
+            };
+        let a = unique.saturating_mul(PAGE_SIZE as u64);
+        ImageStats {
+            raw_pages: self.stream_pages,
+            zero_pages: zero,
+            duplicate_pages: dup,
+            unique_pages: unique,
+            raw_bytes,
+            stored_bytes: stored,
+            a_dedupe_bytes: a,
+            b_storage_dedupe_bytes: a,
+            b_note: "B = A: no dedupe against other images in storage yet",
+            c_compressed_bytes: stored,
+            compressor,
+            level,
+            chunk_count: self.chunk_count,
+        }
+    }
+}
+
+/// Space figures of an image, for `snapboot image inspect`.
+///
+/// A, B and C follow the seed's naming: A is what remains after in-memory
+/// dedupe and zero-page removal, B after dedupe against the store (not done
+/// yet: B = A), C what is actually stored after compression.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImageStats {
+    /// Pages of the kernel stream (header + PFN index + data).
+    pub raw_pages: u64,
+    /// All-zero pages, flagged in the page index and not stored.
+    pub zero_pages: u64,
+    /// Pages identical to an earlier page, stored once.
+    pub duplicate_pages: u64,
+    /// Pages stored in chunks (raw - zero - duplicate).
+    pub unique_pages: u64,
+    /// Bytes of the kernel stream (`raw_pages * 4096`).
+    pub raw_bytes: u64,
+    /// Bytes of chunk data actually stored (compressed; v1: the raw stream).
+    pub stored_bytes: u64,
+    /// A: bytes after in-memory dedupe and zero removal (`unique_pages * 4096`).
+    pub a_dedupe_bytes: u64,
+    /// B: bytes after dedupe against the store; equal to A (see `b_note`).
+    pub b_storage_dedupe_bytes: u64,
+    /// Why B equals A.
+    pub b_note: &'static str,
+    /// C: bytes after compression (= `stored_bytes`).
+    pub c_compressed_bytes: u64,
+    /// `none` (v1), `lz4` or `zstd`.
+    pub compressor: &'static str,
+    /// zstd level, if zstd.
+    pub level: Option<i32>,
+    /// Checksummed chunks (v2: compressed chunks of unique pages).
+    pub chunk_count: u64,
 }
 
 /// The kernel stream's counts as recorded in the header.
@@ -357,16 +571,18 @@ pub struct ImageInfo {
     pub stream: StreamCounts,
     /// Byte offset of the image area in the store.
     pub area_offset: u64,
-    /// Bytes of the image in its area (stream + chunk table).
+    /// Bytes of the image in its area (v1: stream + chunk table; v2: index + table + chunks).
     pub image_bytes: u64,
-    /// Pages per checksummed chunk.
+    /// Pages per checksummed chunk (v2: unique pages per compressed chunk).
     pub chunk_pages: u32,
-    /// Chunks (index chunks + data chunks).
+    /// Chunks (v1: index chunks + data chunks; v2: compressed chunks).
     pub chunk_count: u64,
     /// BLAKE3 of the stream header page, hex.
     pub stream_header_blake3: String,
-    /// BLAKE3 of the chunk table, hex.
+    /// BLAKE3 of the chunk table (v2: of the page index and offset table), hex.
     pub chunk_table_blake3: String,
+    /// Page, dedupe and compression figures.
+    pub stats: ImageStats,
     /// Every checksum was verified (by `Reader::verify_all`).
     pub verified: bool,
 }
@@ -378,7 +594,7 @@ pub enum SlotState {
     Missing,
     /// All zeros: never written, or cleared.
     Empty,
-    /// Something that is not a valid v1 header.
+    /// Something that is not a valid header.
     Invalid(ImageError),
     /// A valid header (possibly invalidated: see [`ImageInfo::invalidated`]).
     Valid(Box<ImageInfo>),

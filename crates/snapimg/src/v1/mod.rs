@@ -1,4 +1,10 @@
-//! snapboot image container, format version 1.
+//! snapboot image container, format version 1, and the store shared by all versions.
+//!
+//! This module also hosts what every format version shares: the [`Store`]
+//! (slots, areas, atomic publication, invalidation), the header slot, the
+//! errors and [`ImageInfo`]. [`Store::writer`] writes format version 2
+//! ([`crate::v2`]); [`Store::writer_v1`] still writes version 1, and
+//! [`Store::reader`] reads both.
 //!
 //! A *store* is a plain file or a raw block device of fixed size holding two
 //! 4 KiB header slots (A at 0, B at 4096) and two image areas (A, B) of equal
@@ -17,8 +23,8 @@
 //! hash of that table, and a BLAKE3 checksum of itself. The full layout is in
 //! `docs/image-format.md`.
 
-mod header;
-mod reader;
+pub(crate) mod header;
+pub(crate) mod reader;
 mod store;
 mod writer;
 
@@ -29,18 +35,19 @@ use serde::Serialize;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
 use thiserror::Error;
 
 use crate::kstream::StreamError;
 
-pub use header::{ImageInfo, SlotState, StreamCounts};
+pub use header::{ImageInfo, ImageStats, SlotState, StreamCounts};
 pub use reader::Reader;
 pub use store::Store;
 pub use writer::Writer;
 
 /// Magic at offset 0 of a header slot.
 pub const MAGIC: [u8; 8] = *b"SNAPBOOT";
-/// The format version this module reads and writes.
+/// The format version this module reads and writes (the store reads 1 and 2).
 pub const FORMAT_VERSION: u32 = 1;
 /// Size of one header slot.
 pub const SLOT_SIZE: u64 = 4096;
@@ -172,7 +179,8 @@ pub enum ImageError {
     },
     /// A header of a format version this build does not read.
     #[error(
-        "image format version {found} is not supported (this build reads version {FORMAT_VERSION})"
+        "image format version {found} is not supported (this build reads versions {FORMAT_VERSION} and {})",
+        crate::v2::FORMAT_VERSION
     )]
     UnsupportedVersion {
         /// Version in the header.
@@ -242,6 +250,47 @@ pub enum ImageError {
     /// A write was attempted on a store opened read-only.
     #[error("store was opened read-only")]
     ReadOnly,
+    /// A compressed image outgrew its area while being written (v2); the
+    /// previous image is untouched.
+    #[error("image does not fit: {written} bytes needed after {pages} of {total} stream pages, store area has {available}")]
+    OutOfSpace {
+        /// Bytes of the area the image needs at least.
+        written: u64,
+        /// Stream pages accepted when it ran out.
+        pages: u64,
+        /// Stream pages in total.
+        total: u64,
+        /// Bytes of one area.
+        available: u64,
+    },
+    /// A chunk passed its checksum but does not decompress to its size (v2).
+    #[error("{section} does not decompress: {reason}")]
+    Decompress {
+        /// "chunk 17 (stream pages 4352..4608)".
+        section: String,
+        /// What the decompressor said.
+        reason: String,
+    },
+    /// `page_at` was asked for a page past the end of the stream.
+    #[error("stream page {index} requested, the image has {pages} pages")]
+    PageOutOfRange {
+        /// Requested stream page.
+        index: u64,
+        /// Pages in the stream.
+        pages: u64,
+    },
+    /// Writer or reader options out of range.
+    #[error("invalid options: {reason}")]
+    BadOptions {
+        /// Which option and why.
+        reason: String,
+    },
+    /// A compression or decompression worker thread failed.
+    #[error("worker thread failed: {reason}")]
+    Worker {
+        /// What happened.
+        reason: String,
+    },
     /// The target area overlaps the current image (store was resized).
     #[error(
         "area of slot {slot} overlaps the current image (store resized?); re-format the store"
@@ -302,6 +351,18 @@ pub fn chunk_digest(data: &[u8]) -> [u8; HASH_LEN] {
     out
 }
 
+/// Positional reads that several threads may issue at once (`pread`).
+pub trait ReadAt: Send + Sync {
+    /// Fill `buf` from byte `offset`, or fail (`UnexpectedEof` past the end).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
 /// What a store lives on: a file, a block device, or memory in tests.
 pub trait Device: Read + Write + Seek {
     /// Make written data durable (`fdatasync` for files and block devices).
@@ -310,11 +371,21 @@ pub trait Device: Read + Write + Seek {
     fn size(&mut self) -> io::Result<u64> {
         self.seek(SeekFrom::End(0))
     }
+    /// A handle that worker threads can read from concurrently, if the device
+    /// has one (files and block devices: a duplicated descriptor used with
+    /// `pread`). Without it, the reader reads on the calling thread.
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        None
+    }
 }
 
 impl Device for File {
     fn sync(&mut self) -> io::Result<()> {
         self.sync_data()
+    }
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        let dup = self.try_clone().ok()?;
+        Some(Arc::new(dup))
     }
 }
 
@@ -330,6 +401,9 @@ impl<D: Device + ?Sized> Device for &mut D {
     }
     fn size(&mut self) -> io::Result<u64> {
         (**self).size()
+    }
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        (**self).shared_reader()
     }
 }
 

@@ -107,6 +107,36 @@ impl<'s, D: Device> Reader<'s, D> {
         Ok(())
     }
 
+    /// Fill `buf` with stream page `index`, checked like a streamed page (its
+    /// chunk's checksum, or the stream header hash), without moving the
+    /// streaming position. Random access for on-demand paging.
+    pub fn page_at(&mut self, index: u64, buf: &mut Page) -> Result<(), ImageError> {
+        let pages = self.header.stream_pages;
+        if index >= pages {
+            return Err(ImageError::PageOutOfRange { index, pages });
+        }
+        if index == 0 {
+            return self.read_stream_header(buf);
+        }
+        if !(self.buf_start..self.buf_start + self.buf_pages).contains(&index) {
+            self.load_chunk(index)?;
+        }
+        let at = (index - self.buf_start) as usize * PAGE_SIZE;
+        buf.copy_from_slice(&self.buf[at..at + PAGE_SIZE]);
+        Ok(())
+    }
+
+    fn read_stream_header(&mut self, buf: &mut Page) -> Result<(), ImageError> {
+        self.store
+            .read_at(self.header.area_offset, buf, "reading the stream header")?;
+        if blake3::hash(buf).as_bytes() != &self.header.stream_header_hash {
+            return Err(ImageError::ChecksumMismatch {
+                section: "stream header".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Start again from page 0.
     pub fn rewind(&mut self) {
         self.cur = 0;
@@ -150,29 +180,33 @@ impl<'s, D: Device> Reader<'s, D> {
     }
 
     fn cross_check(&self, s: &StreamHeader) -> Result<(), ImageError> {
-        let h = &self.header;
-        let pairs = [
-            ("pages", s.pages.0, h.stream_pages),
-            ("image_pages", s.image_pages.0, h.image_pages),
-            ("num_physpages", s.num_physpages.0, h.num_physpages),
-            ("arch magic", s.arch.x86_magic().unwrap_or(0), h.arch_magic),
-            (
-                "e820 checksum",
-                s.arch.e820_checksum().unwrap_or(0),
-                h.e820_checksum,
-            ),
-        ];
-        for (field, stream, header) in pairs {
-            if stream != header {
-                return Err(ImageError::Inconsistent {
-                    reason: format!(
-                        "stream header {field} is {stream:#x}, image header says {header:#x}"
-                    ),
-                });
-            }
-        }
-        Ok(())
+        cross_check(&self.header, s)
     }
+}
+
+/// The stream header page must agree with the image header's copy of its counts.
+pub(crate) fn cross_check(h: &Header, s: &StreamHeader) -> Result<(), ImageError> {
+    let pairs = [
+        ("pages", s.pages.0, h.stream_pages),
+        ("image_pages", s.image_pages.0, h.image_pages),
+        ("num_physpages", s.num_physpages.0, h.num_physpages),
+        ("arch magic", s.arch.x86_magic().unwrap_or(0), h.arch_magic),
+        (
+            "e820 checksum",
+            s.arch.e820_checksum().unwrap_or(0),
+            h.e820_checksum,
+        ),
+    ];
+    for (field, stream, header) in pairs {
+        if stream != header {
+            return Err(ImageError::Inconsistent {
+                reason: format!(
+                    "stream header {field} is {stream:#x}, image header says {header:#x}"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<D: Device> PageProducer for Reader<'_, D> {
@@ -185,13 +219,7 @@ impl<D: Device> PageProducer for Reader<'_, D> {
             return Ok(false);
         }
         if i == 0 {
-            self.store
-                .read_at(self.header.area_offset, buf, "reading the stream header")?;
-            if blake3::hash(buf).as_bytes() != &self.header.stream_header_hash {
-                return Err(ImageError::ChecksumMismatch {
-                    section: "stream header".into(),
-                });
-            }
+            self.read_stream_header(buf)?;
         } else {
             if !(self.buf_start..self.buf_start + self.buf_pages).contains(&i) {
                 self.load_chunk(i)?;

@@ -11,10 +11,12 @@ use std::path::Path;
 
 use super::header::{check_identity, chunks_for, image_bytes_for, Header, SlotState};
 use super::{
-    io_err, CaptureMeta, Device, ImageError, ImageInfo, Reader, Slot, Writer, AREAS_START,
-    CHUNK_PAGES, FLAG_INVALIDATED, MIN_STORE_SIZE, SLOT_SIZE,
+    io_err, CaptureMeta, Device, ImageError, ImageInfo, Slot, AREAS_START, CHUNK_PAGES,
+    FLAG_INVALIDATED, MIN_STORE_SIZE, SLOT_SIZE,
 };
 use crate::kstream::{StreamHeader, PAGE_SIZE};
+use crate::reader::Reader;
+use crate::v2::{self, WriteOptions};
 
 /// A snapboot image store on a [`Device`].
 #[derive(Debug)]
@@ -105,14 +107,15 @@ impl<D: Device> Store<D> {
         }
     }
 
-    /// Bytes a stream with this header needs in an area.
+    /// Bytes a stream with this header needs in an area as a version 1 image.
     pub fn required_bytes(header: &StreamHeader) -> u64 {
         let cp = u64::from(CHUNK_PAGES);
         let chunks = chunks_for(header.meta_pages().0, cp) + chunks_for(header.image_pages.0, cp);
         image_bytes_for(header.pages.0, chunks).unwrap_or(u64::MAX)
     }
 
-    /// Error with [`ImageError::TooLarge`] unless the stream fits an area.
+    /// Error with [`ImageError::TooLarge`] unless the stream fits an area as a
+    /// version 1 image.
     pub fn check_fits(&self, header: &StreamHeader) -> Result<(), ImageError> {
         let needed = Self::required_bytes(header);
         let available = self.area_capacity();
@@ -198,7 +201,7 @@ impl<D: Device> Store<D> {
         }
     }
 
-    /// A reader for the newest image (see [`Store::newest`]).
+    /// A reader for the newest image (see [`Store::newest`]), of either format version.
     pub fn reader(&mut self) -> Result<Reader<'_, D>, ImageError> {
         let slot = self.newest()?.slot;
         self.reader_for(slot)
@@ -217,14 +220,44 @@ impl<D: Device> Store<D> {
                 slot,
             });
         }
-        Reader::new(self, slot, header)
+        if header.format_version == v2::FORMAT_VERSION {
+            Ok(Reader::V2(Box::new(v2::Reader::new(self, slot, header)?)))
+        } else {
+            Ok(Reader::V1(Box::new(super::Reader::new(
+                self, slot, header,
+            )?)))
+        }
     }
 
-    /// Start writing a new image into the slot not holding the newest header.
+    /// Start writing a new image (format version 2, default [`WriteOptions`]:
+    /// LZ4, 32-page chunks, one worker per CPU) into the slot not holding the
+    /// newest header.
     ///
-    /// Nothing is written until the first page (the stream header) arrives
-    /// and the image is known to fit.
-    pub fn writer(&mut self, meta: CaptureMeta) -> Result<Writer<'_, D>, ImageError> {
+    /// Nothing is written until the first page (the stream header) arrives.
+    pub fn writer(&mut self, meta: CaptureMeta) -> Result<v2::Writer<'_, D>, ImageError> {
+        self.writer_with(meta, WriteOptions::default())
+    }
+
+    /// [`Store::writer`] with explicit options.
+    pub fn writer_with(
+        &mut self,
+        meta: CaptureMeta,
+        opts: WriteOptions,
+    ) -> Result<v2::Writer<'_, D>, ImageError> {
+        opts.check()?;
+        let (slot, generation, area) = self.prepare_write(&meta)?;
+        Ok(v2::Writer::new(self, meta, slot, generation, area, opts))
+    }
+
+    /// Start writing a format version 1 image (uncompressed; for stores read
+    /// by older snapboot builds, and tests).
+    pub fn writer_v1(&mut self, meta: CaptureMeta) -> Result<super::Writer<'_, D>, ImageError> {
+        let (slot, generation, area) = self.prepare_write(&meta)?;
+        Ok(super::Writer::new(self, meta, slot, generation, area))
+    }
+
+    /// Target slot, generation and area offset of the next image.
+    fn prepare_write(&mut self, meta: &CaptureMeta) -> Result<(Slot, u64, u64), ImageError> {
         self.require_writable()?;
         check_identity(&meta.identity)?;
         if self.size < MIN_STORE_SIZE {
@@ -248,7 +281,7 @@ impl<D: Device> Store<D> {
                 return Err(ImageError::Overlap { slot });
             }
         }
-        Ok(Writer::new(self, meta, slot, generation, area))
+        Ok((slot, generation, area))
     }
 
     /// Invalidate the newest image (boot-once): it will not be restored

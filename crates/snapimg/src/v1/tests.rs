@@ -36,7 +36,7 @@ fn page(p: &[u8]) -> &Page {
 }
 
 fn write_stream<D: Device>(store: &mut Store<D>, stream: &[u8]) -> Result<ImageInfo, ImageError> {
-    let mut w = store.writer(meta())?;
+    let mut w = store.writer_v1(meta())?;
     for p in stream.chunks_exact(PAGE_SIZE) {
         w.push_page(page(p))?;
     }
@@ -111,7 +111,7 @@ fn interrupted_write_keeps_previous_image() {
     // Writer dropped half way (power cut during capture): goes to slot A.
     {
         let s3 = synthetic_stream(600, 3);
-        let mut w = store.writer(meta()).unwrap();
+        let mut w = store.writer_v1(meta()).unwrap();
         assert_eq!((w.slot(), w.generation()), (Slot::A, 3));
         for p in s3.chunks_exact(PAGE_SIZE).take(300) {
             w.push_page(page(p)).unwrap();
@@ -127,7 +127,7 @@ fn interrupted_write_keeps_previous_image() {
     assert_eq!(read_all(&mut store).unwrap(), s2);
 
     // Committing an incomplete stream fails and publishes nothing.
-    let mut w = store.writer(meta()).unwrap();
+    let mut w = store.writer_v1(meta()).unwrap();
     for p in s1.chunks_exact(PAGE_SIZE).take(10) {
         w.push_page(page(p)).unwrap();
     }
@@ -238,7 +238,7 @@ fn unsupported_version_is_reported() {
     let mut store = mem_store(4 * MIB);
     write_stream(&mut store, &synthetic_stream(50, 1)).unwrap();
     let store = poke(store, |b| {
-        b[off::VERSION] = 2;
+        b[off::VERSION] = 3;
         let sum = blake3::hash(&b[..off::CHECKSUM]);
         b[off::CHECKSUM..SLOT_SIZE as usize].copy_from_slice(sum.as_bytes());
     });
@@ -246,7 +246,7 @@ fn unsupported_version_is_reported() {
     let [a, _] = store.slots().unwrap();
     assert!(matches!(
         a,
-        SlotState::Invalid(ImageError::UnsupportedVersion { found: 2 })
+        SlotState::Invalid(ImageError::UnsupportedVersion { found: 3 })
     ));
 }
 
@@ -391,7 +391,7 @@ fn explicit_fallback_reads_older_slot() {
 fn bad_stream_is_refused_before_writing() {
     let mut store = mem_store(4 * MIB);
     let before = store.slots().unwrap().map(|s| s.to_string());
-    let mut w = store.writer(meta()).unwrap();
+    let mut w = store.writer_v1(meta()).unwrap();
     let err = w.push_page(&[0x11; PAGE_SIZE]).unwrap_err();
     assert!(
         matches!(
@@ -404,7 +404,7 @@ fn bad_stream_is_refused_before_writing() {
     let mut m = meta();
     m.identity.release = "x".repeat(65);
     assert!(matches!(
-        store.writer(m),
+        store.writer_v1(m),
         Err(ImageError::FieldTooLong {
             field: "release",
             len: 65

@@ -143,6 +143,7 @@ impl<'s, D: Device> Writer<'s, D> {
         self.store.sync()?;
 
         let header = Header {
+            format_version: super::FORMAT_VERSION,
             generation: self.generation,
             flags: 0,
             created_unix: self.meta.created_unix,
@@ -159,6 +160,7 @@ impl<'s, D: Device> Writer<'s, D> {
             identity: self.meta.identity.clone(),
             stream_header_hash: self.stream_header_hash,
             chunk_table_hash,
+            v2: Default::default(),
         };
         let bytes = header.encode()?;
         let what = format!("writing header slot {}", self.slot);

@@ -1,0 +1,92 @@
+//! The boot-time advisor: rules that read an [`Analysis`] (and, when given, the kernel's
+//! [`KernelConfig`]) and name the cheap wins of the "boot time reduction techniques" toolbox
+//! (Opdenacker, ELC-E 2009), each with the time it would save *on this log* when the log
+//! shows it: preset `lpj=` instead of calibrating the delay loop, `quiet` on a slow serial
+//! console, no kernel IP autoconfiguration, no legacy PTYs, the slowest built-in initcalls,
+//! root-device probe delays, long unexplained silences, a slow initramfs unpack, a slow root
+//! mount, a slowly decompressed kernel, and finally what snapshot boot would gain by skipping
+//! user-space start-up altogether.
+
+mod rules;
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+
+use crate::analysis::Analysis;
+use crate::kconfig::KernelConfig;
+
+/// One piece of advice.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The rule that fired (one of [`RULES`]).
+    pub rule: String,
+    /// One-line summary.
+    pub title: String,
+    /// Seconds the fix would save on this boot, when the log shows it.
+    pub saving_s: Option<f64>,
+    /// What in the log (or config) shows the problem.
+    pub evidence: String,
+    /// What to change.
+    pub fix: String,
+}
+
+/// A rule: looks at an analysis and maybe a config, and returns its finding if it fires.
+type Rule = fn(&Analysis, Option<&KernelConfig>) -> Option<Finding>;
+
+/// Every rule, by name, in the order they are evaluated.
+const ALL: &[(&str, Rule)] = &[
+    ("lpj", rules::lpj),
+    ("quiet", rules::quiet),
+    ("ip_autoconfig", rules::ip_autoconfig),
+    ("legacy_ptys", rules::legacy_ptys),
+    ("slow_initcalls", rules::slow_initcalls),
+    ("probe_delay", rules::probe_delay),
+    ("long_gap", rules::long_gap),
+    ("initramfs_unpack", rules::initramfs_unpack),
+    ("rootfs_mount", rules::rootfs_mount),
+    ("kernel_compression", rules::kernel_compression),
+    ("snapshot_gain", rules::snapshot_gain),
+];
+
+/// The names of all rules.
+pub const RULES: [&str; 11] = [
+    "lpj",
+    "quiet",
+    "ip_autoconfig",
+    "legacy_ptys",
+    "slow_initcalls",
+    "probe_delay",
+    "long_gap",
+    "initramfs_unpack",
+    "rootfs_mount",
+    "kernel_compression",
+    "snapshot_gain",
+];
+
+/// Runs every rule; findings come sorted by saving, largest first (unknown savings last).
+pub fn advise(analysis: &Analysis, config: Option<&KernelConfig>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = ALL
+        .iter()
+        .filter_map(|(_, rule)| rule(analysis, config))
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |f: &Finding| f.saving_s.unwrap_or(-1.0);
+        key(b).total_cmp(&key(a))
+    });
+    out
+}
+
+/// Runs the rule called `name` alone (`None` if there is no such rule or it does not fire).
+pub fn run_rule(name: &str, analysis: &Analysis, config: Option<&KernelConfig>) -> Option<Finding> {
+    let (_, rule) = ALL.iter().find(|(n, _)| *n == name)?;
+    rule(analysis, config)
+}
+
+/// The sum of the known savings, seconds.
+pub fn total_saving(findings: &[Finding]) -> f64 {
+    findings
+        .iter()
+        .filter_map(|f| f.saving_s)
+        .fold(0.0, |a, b| a + b)
+}

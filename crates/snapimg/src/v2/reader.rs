@@ -1,0 +1,560 @@
+//! v2 image reader: in-order streaming with parallel read-ahead, and random access.
+//!
+//! Opening an image reads the page index and offset table (their BLAKE3 is
+//! checked against the header) and validates every entry: data entries must
+//! number the unique pages consecutively, duplicates must point back at a
+//! data entry, chunks must be contiguous and of the size their pages need.
+//! All sizes are bounded by the store size before anything is allocated.
+//!
+//! Streaming ([`PageProducer::next_page`]) keeps up to `2 * max(threads, 1)`
+//! chunks in flight: workers read them (with `pread` on a shared handle when
+//! the device has one, else the caller reads them), check the XXH3-128 of
+//! the stored bytes *before* decompressing, and decompress; pages come out in
+//! stream order while the next chunks are being read and decompressed.
+//! Pages that later duplicates point at are kept in a bounded cache; a
+//! duplicate whose page is not cached is fetched again through the
+//! random-access path. Every page also goes through a [`StreamParser`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::codec::Decoder;
+use super::pool::Pool;
+use super::{chunk_hash, entry, ChunkEntry, Compression, Layout, ReadOptions, TABLE_ENTRY_LEN};
+use crate::kstream::{Page, PageProducer, StreamParser, PAGE_SIZE};
+use crate::v1::header::Header;
+use crate::v1::reader::cross_check;
+use crate::v1::{Device, ImageError, ImageInfo, ReadAt, Slot, Store};
+
+/// A resolved page index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Zero,
+    /// Stored in chunk `k`, slot `s`; `dup` if an earlier page stored it.
+    Stored {
+        k: u64,
+        s: u64,
+        dup: bool,
+    },
+}
+
+/// Where a worker gets a chunk's stored bytes.
+enum Source {
+    /// Already read by the caller.
+    Bytes(Vec<u8>),
+    /// To be read at this absolute offset.
+    At(Arc<dyn ReadAt>, u64),
+}
+
+struct Job {
+    src: Source,
+    chunk: ChunkEntry,
+    kind: Compression,
+}
+
+/// Why a chunk could not be produced.
+enum Fault {
+    Read(std::io::Error),
+    Checksum,
+    Decode(String),
+}
+
+type Done = Result<Vec<u8>, Fault>;
+
+fn run_job(job: Job, dec: &mut Decoder) -> Done {
+    let stored = match job.src {
+        Source::Bytes(b) => b,
+        Source::At(dev, at) => {
+            let mut b = vec![0u8; job.chunk.stored_len as usize];
+            dev.read_exact_at(&mut b, at).map_err(Fault::Read)?;
+            b
+        }
+    };
+    if chunk_hash(&stored) != job.chunk.hash {
+        return Err(Fault::Checksum);
+    }
+    let mut raw = vec![0u8; job.chunk.raw_len as usize];
+    dec.decode(job.kind, &stored, &mut raw)
+        .map_err(Fault::Decode)?;
+    Ok(raw)
+}
+
+/// State of an in-order pass.
+struct Stream {
+    pool: Pool<Job, Done>,
+    next_submit: u64,
+    current: Option<(u64, Vec<u8>)>,
+    /// Remaining duplicate references per unique page still to be streamed.
+    refs: HashMap<u64, u32>,
+    cache: HashMap<u64, Box<Page>>,
+    cache_bytes: usize,
+}
+
+/// Reads one v2 image out of a [`Store`]; see the module docs.
+pub struct Reader<'s, D: Device> {
+    store: &'s mut Store<D>,
+    header: Header,
+    info: ImageInfo,
+    kind: Compression,
+    entries: Vec<Entry>,
+    chunks: Vec<ChunkEntry>,
+    data_start: u64,
+    dup_refs: HashMap<u64, u32>,
+    shared: Option<Arc<dyn ReadAt>>,
+    opts: ReadOptions,
+    stream: Option<Stream>,
+    cur: u64,
+    parser: StreamParser,
+    random: Option<(u64, Vec<u8>)>,
+    decoder: Decoder,
+}
+
+impl<D: Device> fmt::Debug for Reader<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("info", &self.info)
+            .field("opts", &self.opts)
+            .field("cur", &self.cur)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(reason: String) -> ImageError {
+    ImageError::Inconsistent { reason }
+}
+
+impl<'s, D: Device> Reader<'s, D> {
+    pub(crate) fn new(
+        store: &'s mut Store<D>,
+        slot: Slot,
+        header: Header,
+    ) -> Result<Self, ImageError> {
+        // Header::decode checked the sums for overflow and the v2 sizes.
+        let end = header.area_offset + header.image_bytes;
+        if end > store.size {
+            return Err(ImageError::Truncated {
+                expected: end,
+                actual: store.size,
+            });
+        }
+        let v = header.v2;
+        let kind = v
+            .compression()
+            .ok_or_else(|| bad("unknown compressor".into()))?;
+        let layout = Layout::new(header.stream_pages, header.chunk_pages)
+            .ok_or_else(|| bad("layout overflows".into()))?;
+        let meta_len = usize::try_from(layout.data_offset())
+            .map_err(|_| bad("page index larger than memory".into()))?;
+        let mut meta = vec![0u8; meta_len];
+        store.read_at(
+            header.area_offset,
+            &mut meta,
+            "reading the page index and offset table",
+        )?;
+        if blake3::hash(&meta).as_bytes() != &header.chunk_table_hash {
+            return Err(ImageError::ChecksumMismatch {
+                section: "page index and offset table".into(),
+            });
+        }
+        let (index, table) = meta.split_at(layout.index_bytes as usize);
+        let entries = decode_index(&header, index)?;
+        let chunks = decode_table(&header, table)?;
+        let mut dup_refs: HashMap<u64, u32> = HashMap::new();
+        let cp = u64::from(header.chunk_pages);
+        for e in &entries {
+            if let Entry::Stored { k, s, dup: true } = *e {
+                *dup_refs.entry(k * cp + s).or_default() += 1;
+            }
+        }
+        let info = header.info(slot);
+        let shared = store.dev.shared_reader();
+        Ok(Reader {
+            data_start: header.area_offset + layout.data_offset(),
+            store,
+            header,
+            info,
+            kind,
+            entries,
+            chunks,
+            dup_refs,
+            shared,
+            opts: ReadOptions::default(),
+            stream: None,
+            cur: 0,
+            parser: StreamParser::new(),
+            random: None,
+            decoder: Decoder::new(),
+        })
+    }
+
+    /// Use these threads and cache sizes (takes effect at the next pass).
+    pub fn with_options(mut self, opts: ReadOptions) -> Self {
+        self.opts = opts;
+        self.stream = None;
+        self
+    }
+
+    /// What the header says about this image (`verified` after [`Reader::verify_all`]).
+    pub fn info(&self) -> &ImageInfo {
+        &self.info
+    }
+
+    /// Read and check every chunk and the stream structure, then rewind.
+    ///
+    /// Call this before writing anything to the kernel.
+    pub fn verify_all(&mut self) -> Result<&ImageInfo, ImageError> {
+        self.rewind();
+        let result = self.read_through();
+        self.rewind();
+        result?;
+        self.info.verified = true;
+        Ok(&self.info)
+    }
+
+    fn read_through(&mut self) -> Result<(), ImageError> {
+        let mut page = [0u8; PAGE_SIZE];
+        while self.next_page(&mut page)? {}
+        self.parser.finish()?;
+        Ok(())
+    }
+
+    /// Start streaming again from page 0.
+    pub fn rewind(&mut self) {
+        self.cur = 0;
+        self.stream = None;
+        self.parser = StreamParser::new();
+    }
+
+    /// Section name of chunk `k`: "chunk 17 (stream pages a..b)", the range
+    /// spanning the stream pages stored in it.
+    fn section(&self, k: u64) -> String {
+        let mut first = None;
+        let mut last = 0;
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Entry::Stored {
+                k: ek, dup: false, ..
+            } = *e
+            {
+                if ek == k {
+                    first.get_or_insert(i);
+                    last = i;
+                }
+            }
+        }
+        let a = first.unwrap_or(0);
+        format!("chunk {k} (stream pages {a}..{})", last + 1)
+    }
+
+    fn fault(&self, k: u64, f: Fault) -> ImageError {
+        match f {
+            Fault::Read(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                ImageError::Truncated {
+                    expected: self.header.area_offset + self.header.image_bytes,
+                    actual: self.store.size,
+                }
+            }
+            Fault::Read(source) => ImageError::Io {
+                context: format!("reading {}", self.section(k)),
+                source,
+            },
+            Fault::Checksum => ImageError::ChecksumMismatch {
+                section: self.section(k),
+            },
+            Fault::Decode(reason) => ImageError::Decompress {
+                section: self.section(k),
+                reason,
+            },
+        }
+    }
+
+    /// A job for chunk `k`, reading its bytes now unless workers can.
+    fn job(&mut self, k: u64, allow_shared: bool) -> Result<Job, ImageError> {
+        let chunk = self.chunks[k as usize];
+        let at = self.data_start + chunk.offset;
+        let src = match &self.shared {
+            Some(dev) if allow_shared => Source::At(Arc::clone(dev), at),
+            _ => {
+                let mut b = vec![0u8; chunk.stored_len as usize];
+                self.store
+                    .read_at(at, &mut b, &format!("reading chunk {k} of the image"))?;
+                Source::Bytes(b)
+            }
+        };
+        Ok(Job {
+            src,
+            chunk,
+            kind: self.kind,
+        })
+    }
+
+    /// Raw bytes of chunk `k` through the random-access path (one chunk cached).
+    fn load_random(&mut self, k: u64) -> Result<&[u8], ImageError> {
+        if self.random.as_ref().map(|r| r.0) != Some(k) {
+            self.random = None;
+            let job = self.job(k, false)?;
+            let raw = run_job(job, &mut self.decoder).map_err(|f| self.fault(k, f))?;
+            self.random = Some((k, raw));
+        }
+        Ok(self.random.as_ref().map_or(&[][..], |r| &r.1[..]))
+    }
+
+    /// Fill `buf` with stream page `index`, checked (its chunk's checksum,
+    /// and the stream header hash for page 0), without moving the streaming
+    /// position. Random access for on-demand paging.
+    pub fn page_at(&mut self, index: u64, buf: &mut Page) -> Result<(), ImageError> {
+        let pages = self.header.stream_pages;
+        let Some(&e) = self.entries.get(index as usize).filter(|_| index < pages) else {
+            return Err(ImageError::PageOutOfRange { index, pages });
+        };
+        match e {
+            Entry::Zero => buf.fill(0),
+            Entry::Stored { k, s, .. } => {
+                let current = self.stream.as_ref().and_then(|st| st.current.as_ref());
+                match current.filter(|c| c.0 == k) {
+                    Some((_, raw)) => copy_slot(raw, s, buf),
+                    None => {
+                        let raw = self.load_random(k)?;
+                        copy_slot(raw, s, buf);
+                    }
+                }
+            }
+        }
+        if index == 0 {
+            self.check_stream_header(buf)?;
+        }
+        Ok(())
+    }
+
+    fn check_stream_header(&self, buf: &Page) -> Result<(), ImageError> {
+        if blake3::hash(buf).as_bytes() != &self.header.stream_header_hash {
+            return Err(ImageError::ChecksumMismatch {
+                section: "stream header".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn start_stream(&mut self) -> Stream {
+        let pool = Pool::new(self.opts.threads, || {
+            let mut dec = Decoder::new();
+            Box::new(move |job: Job| run_job(job, &mut dec))
+        });
+        Stream {
+            pool,
+            next_submit: 0,
+            current: None,
+            refs: self.dup_refs.clone(),
+            cache: HashMap::new(),
+            cache_bytes: 0,
+        }
+    }
+
+    /// Keep the read-ahead window full.
+    fn fill(&mut self, st: &mut Stream) -> Result<(), ImageError> {
+        let max = 2 * st.pool.threads().max(1) as u64;
+        while st.next_submit < self.chunks.len() as u64 && st.pool.in_flight() < max {
+            let job = self.job(st.next_submit, st.pool.threads() > 0)?;
+            st.pool.submit(job).map_err(|e| ImageError::Worker {
+                reason: format!("decompression: {e}"),
+            })?;
+            st.next_submit += 1;
+        }
+        Ok(())
+    }
+
+    /// Make chunk `k` (the next one in order) current.
+    fn advance(&mut self, st: &mut Stream, k: u64) -> Result<(), ImageError> {
+        self.fill(st)?;
+        let done = st.pool.take_next().map_err(|e| ImageError::Worker {
+            reason: format!("decompression: {e}"),
+        })?;
+        let expect = st.current.as_ref().map_or(0, |c| c.0 + 1);
+        let raw = match done {
+            Some(Ok(raw)) if expect == k => raw,
+            Some(Err(f)) => return Err(self.fault(expect, f)),
+            _ => return Err(bad(format!("chunk {k} requested out of order"))),
+        };
+        // Refill right away so reading and decompression go on while the
+        // consumer copies this chunk's pages.
+        self.fill(st)?;
+        let cp = u64::from(self.header.chunk_pages);
+        for s in 0..(raw.len() / PAGE_SIZE) as u64 {
+            let u = k * cp + s;
+            if st.refs.contains_key(&u) && st.cache_bytes + PAGE_SIZE <= self.opts.dup_cache_bytes {
+                let mut p = Box::new([0u8; PAGE_SIZE]);
+                copy_slot(&raw, s, &mut p);
+                st.cache.insert(u, p);
+                st.cache_bytes += PAGE_SIZE;
+            }
+        }
+        st.current = Some((k, raw));
+        Ok(())
+    }
+
+    fn stream_page(&mut self, st: &mut Stream, e: Entry, buf: &mut Page) -> Result<(), ImageError> {
+        let Entry::Stored { k, s, dup } = e else {
+            buf.fill(0);
+            return Ok(());
+        };
+        if !dup {
+            if st.current.as_ref().map(|c| c.0) != Some(k) {
+                self.advance(st, k)?;
+            }
+            if let Some((_, raw)) = &st.current {
+                copy_slot(raw, s, buf);
+            }
+            return Ok(());
+        }
+        let u = k * u64::from(self.header.chunk_pages) + s;
+        if let Some(p) = st.cache.get(&u) {
+            buf.copy_from_slice(&p[..]);
+        } else if let Some((_, raw)) = st.current.as_ref().filter(|c| c.0 == k) {
+            copy_slot(raw, s, buf);
+        } else {
+            let raw = self.load_random(k)?;
+            copy_slot(raw, s, buf);
+        }
+        if let Some(n) = st.refs.get_mut(&u) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.refs.remove(&u);
+                if st.cache.remove(&u).is_some() {
+                    st.cache_bytes -= PAGE_SIZE;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn copy_slot(raw: &[u8], s: u64, buf: &mut Page) {
+    let at = s as usize * PAGE_SIZE;
+    if let Some(src) = raw.get(at..at + PAGE_SIZE) {
+        buf.copy_from_slice(src);
+    }
+}
+
+/// Decode and validate the page index.
+fn decode_index(h: &Header, index: &[u8]) -> Result<Vec<Entry>, ImageError> {
+    let pages = h.stream_pages as usize;
+    let cp = u64::from(h.chunk_pages);
+    let mut out = Vec::with_capacity(pages);
+    let (mut unique, mut zero, mut dup) = (0u64, 0u64, 0u64);
+    for (i, raw) in index.chunks_exact(8).enumerate() {
+        let e = crate::kstream::le_u64(raw, 0);
+        if i >= pages {
+            if e != 0 {
+                return Err(bad(format!("page index padding entry {i} is not zero")));
+            }
+            continue;
+        }
+        let payload = e & entry::PAYLOAD;
+        let resolved = match e >> entry::KIND_SHIFT {
+            entry::DATA => {
+                let (k, s) = (payload >> entry::SLOT_BITS, payload & 0xFFFF);
+                if (k, s) != (unique / cp, unique % cp) {
+                    return Err(bad(format!(
+                        "page index entry {i}: chunk {k} slot {s}, expected unique page {unique}"
+                    )));
+                }
+                unique += 1;
+                Entry::Stored { k, s, dup: false }
+            }
+            entry::ZERO if payload == 0 && i > 0 => {
+                zero += 1;
+                Entry::Zero
+            }
+            entry::DUP if (payload as usize) < i => match out[payload as usize] {
+                Entry::Stored { k, s, dup: false } => {
+                    dup += 1;
+                    Entry::Stored { k, s, dup: true }
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "page index entry {i}: duplicate of page {payload}, which is not stored"
+                    )))
+                }
+            },
+            _ => return Err(bad(format!("page index entry {i} is invalid: {e:#018x}"))),
+        };
+        out.push(resolved);
+    }
+    let v = &h.v2;
+    if out.len() != pages || (unique, zero, dup) != (v.unique_pages, v.zero_pages, v.dup_pages) {
+        return Err(bad(format!(
+            "page index has {unique} unique, {zero} zero, {dup} duplicate pages; header says {}, {}, {}",
+            v.unique_pages, v.zero_pages, v.dup_pages
+        )));
+    }
+    Ok(out)
+}
+
+/// Decode and validate the offset table.
+fn decode_table(h: &Header, table: &[u8]) -> Result<Vec<ChunkEntry>, ImageError> {
+    let cp = u64::from(h.chunk_pages);
+    let count = h.chunk_count as usize;
+    let mut out = Vec::with_capacity(count);
+    let mut next = 0u64;
+    for (k, raw) in table.chunks_exact(TABLE_ENTRY_LEN as usize).enumerate() {
+        if k >= count {
+            if raw.iter().any(|&b| b != 0) {
+                return Err(bad(format!("offset table padding entry {k} is not zero")));
+            }
+            continue;
+        }
+        let c = ChunkEntry::decode(raw);
+        let pages = cp.min(h.v2.unique_pages - k as u64 * cp);
+        let raw_len = pages * PAGE_SIZE as u64;
+        if c.offset != next
+            || u64::from(c.raw_len) != raw_len
+            || c.stored_len == 0
+            || c.stored_len > c.raw_len
+        {
+            return Err(bad(format!(
+                "offset table entry {k}: offset {} ({next} expected), {} stored of {} bytes ({raw_len} expected)",
+                c.offset, c.stored_len, c.raw_len
+            )));
+        }
+        next += u64::from(c.stored_len);
+        out.push(c);
+    }
+    if out.len() != count || next != h.v2.data_bytes {
+        return Err(bad(format!(
+            "offset table covers {next} bytes in {} chunks; header says {} in {count}",
+            out.len(),
+            h.v2.data_bytes
+        )));
+    }
+    Ok(out)
+}
+
+impl<D: Device> PageProducer for Reader<'_, D> {
+    type Error = ImageError;
+
+    /// Fill `buf` with the next checked page of the kernel stream.
+    fn next_page(&mut self, buf: &mut Page) -> Result<bool, ImageError> {
+        let i = self.cur;
+        let Some(&e) = self.entries.get(i as usize) else {
+            return Ok(false);
+        };
+        let mut st = match self.stream.take() {
+            Some(st) => st,
+            None => self.start_stream(),
+        };
+        let result = self.stream_page(&mut st, e, buf);
+        self.stream = Some(st);
+        result?;
+        if i == 0 {
+            self.check_stream_header(buf)?;
+        }
+        self.parser.push_page(buf)?;
+        if i == 0 {
+            if let Some(s) = self.parser.header() {
+                cross_check(&self.header, s)?;
+            }
+        }
+        self.cur += 1;
+        Ok(true)
+    }
+}
