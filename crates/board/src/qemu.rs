@@ -200,7 +200,7 @@ pub struct Session {
     child: Child,
     stdin: Option<ChildStdin>,
     rx: Receiver<Chunk>,
-    stderr: std::thread::JoinHandle<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
     t0: Instant,
     recorder: LineRecorder,
     timeline: Timeline,
@@ -256,7 +256,7 @@ impl Session {
             stdin: child.stdin.take(),
             child,
             rx,
-            stderr,
+            stderr: Some(stderr),
             t0,
             recorder: LineRecorder::new(),
             timeline: Timeline::new(&bundle.workload.name),
@@ -336,10 +336,19 @@ impl Session {
                     .map(|s| s.to_string())
                     .unwrap_or_else(|| "no status".into());
                 let last = self.last_line();
+                let qemu = self
+                    .stderr
+                    .take()
+                    .and_then(|h| h.join().ok())
+                    .unwrap_or_default();
+                let detail = match qemu.lines().rev().find(|l| !l.trim().is_empty()) {
+                    Some(err) => format!("qemu said: {}; last console line: {last:?}", err.trim()),
+                    None => format!("last console line: {last:?}"),
+                };
                 return Err(RunError::Exited {
                     status,
                     what: what.into(),
-                    detail: format!("last console line: {last:?}"),
+                    detail,
                 });
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -415,16 +424,21 @@ impl Session {
             self.timeline.push_line(line);
         }
         self.stdin.take();
-        let _ = self.stderr;
+        self.exited = true;
         self.timeline.outcome = outcome;
         self.timeline.finalize();
-        self.timeline
+        std::mem::replace(&mut self.timeline, Timeline::new(""))
     }
+}
 
-    /// QEMU's stderr so far (only complete after it exited).
-    pub fn qemu_stderr(self) -> String {
-        let _ = self.child;
-        self.stderr.join().unwrap_or_default()
+impl Drop for Session {
+    /// A session dropped without `finish` (an error path, a failing test) must not leave
+    /// QEMU running and holding its disk images locked.
+    fn drop(&mut self) {
+        if !self.exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

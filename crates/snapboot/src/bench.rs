@@ -146,6 +146,33 @@ pub fn print_report(r: &BenchReport) {
     }
 }
 
+/// Builds the report of a benchmark run, prints it and writes its JSON to `json`.
+pub fn publish(
+    bench: &str,
+    bundle: &Bundle,
+    opts: &board::RunOptions,
+    runs: usize,
+    methods: Vec<MethodResult>,
+    json: Option<&std::path::Path>,
+) -> Result<BenchReport> {
+    let report = BenchReport {
+        bench: bench.into(),
+        workload: bundle.workload.name.clone(),
+        kernel: bundle.kernel.release.clone(),
+        accel: format!("{:?}", opts.accel).to_lowercase(),
+        mem_mib: opts.mem_mib,
+        finished_unix: now_unix(),
+        runs,
+        methods,
+    };
+    print_report(&report);
+    if let Some(p) = json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(report)
+}
+
 fn fmt_stats(s: &Stats) -> String {
     format!(
         "median {:7.3} s  [min {:.3} .. max {:.3}]  n={}",
@@ -200,21 +227,14 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
         pb.inc(1);
     }
     pb.finish_and_clear();
-    let report = BenchReport {
-        bench: "cold".into(),
-        workload: bundle.workload.name.clone(),
-        kernel: bundle.kernel.release.clone(),
-        accel: format!("{:?}", opts.accel).to_lowercase(),
-        mem_mib: opts.mem_mib,
-        finished_unix: now_unix(),
-        runs: a.runs,
-        methods: vec![summarize("cold", &timelines)],
-    };
-    print_report(&report);
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+    publish(
+        "cold",
+        &bundle,
+        &opts,
+        a.runs,
+        vec![summarize("cold", &timelines)],
+        a.json.as_deref(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,7 +3,7 @@
 //! boot. Images are made once per method and reused for every run (the kernel-native one is
 //! restored from a saved copy of the swap device, because the kernel consumes it on resume).
 
-use crate::bench::{bundle_or_build, now_unix, print_report, progress, summarize, BenchReport};
+use crate::bench::{bundle_or_build, progress, publish, summarize};
 use crate::cli::BoardOpts;
 use crate::snapcmd::{attach_store, capture_boot};
 use anyhow::{bail, Context, Result};
@@ -187,20 +187,13 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     m.image_bytes = Some(image_bytes);
     m.stored_bytes = Some(image_bytes);
     methods.push(m);
-    let report = BenchReport {
-        bench: "compare".into(),
-        workload: bundle.workload.name.clone(),
-        kernel: bundle.kernel.release.clone(),
-        accel: format!("{:?}", opts.accel).to_lowercase(),
-        mem_mib: opts.mem_mib,
-        finished_unix: now_unix(),
-        runs: a.runs,
+    publish(
+        "compare",
+        &bundle,
+        &opts,
+        a.runs,
         methods,
-    };
-    print_report(&report);
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
+        a.json.as_deref(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }

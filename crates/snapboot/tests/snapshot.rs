@@ -159,12 +159,27 @@ fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
     assert!(m.detail.as_deref().unwrap_or_default().contains(reason));
 }
 
+/// Where the newest image lives in a store: (area offset, image bytes), from `image inspect`.
+fn image_extent(store: &Path) -> (u64, u64) {
+    let mut c = snapboot();
+    c.args(["image", "inspect", "--json", "--no-verify"])
+        .arg(store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).unwrap();
+    (
+        v["image"]["area_offset"].as_u64().unwrap(),
+        v["image"]["image_bytes"].as_u64().unwrap(),
+    )
+}
+
 #[test]
 fn corrupted_data_is_refused_naming_the_chunk() {
     let good = captured("shell");
     let bad = copy_store(&good, "test-bad-data.store");
-    // A byte deep inside slot A's area (image pages start at 8 KiB).
-    flip(&bad, 8192 + 40 * 1024 * 1024 + 123);
+    // A byte three quarters into the image: past the index and offset table, in chunk data.
+    let (area, bytes) = image_extent(&bad);
+    flip(&bad, area + bytes / 4 * 3 + 123);
     expect_fallback(&bad, &[], "checksum mismatch in chunk");
 }
 
@@ -180,11 +195,12 @@ fn corrupted_header_is_refused() {
 fn truncated_store_is_refused() {
     let good = captured("shell");
     let bad = copy_store(&good, "test-truncated.store");
+    let (area, bytes) = image_extent(&bad);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&bad)
         .unwrap()
-        .set_len(30 << 20)
+        .set_len(area + bytes / 2)
         .unwrap();
     expect_fallback(&bad, &[], "truncated");
 }
