@@ -27,6 +27,9 @@ pub struct ColdArgs {
     /// Write the report as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write an HTML boot-analysis report with every run side by side.
+    #[arg(long)]
+    analyze: Option<PathBuf>,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -227,6 +230,14 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
         pb.inc(1);
     }
     pb.finish_and_clear();
+    if let Some(p) = &a.analyze {
+        let runs = timelines
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("cold #{}", i + 1), t.clone()))
+            .collect();
+        crate::analyzecmd::report_runs(runs, p)?;
+    }
     publish(
         "cold",
         &bundle,

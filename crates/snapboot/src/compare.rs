@@ -156,7 +156,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let store = work.join("snapboot.store");
     let _ = std::fs::remove_file(&store);
     capture_boot(&bundle, &opts, &store).context("snapboot capture")?;
-    let image_bytes = snapimg::Store::open(&store, false)?.newest()?.image_bytes;
+    let info = snapimg::Store::open(&store, false)?.newest()?;
+    let (image_raw, image_stored) = (info.stats.raw_bytes, info.image_bytes);
     pb.inc(1);
     let mut snap = Vec::new();
     for _ in 0..a.runs {
@@ -184,8 +185,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     m.stored_bytes = Some(native_disk);
     methods.push(m);
     let mut m = summarize("snapboot", &snap);
-    m.image_bytes = Some(image_bytes);
-    m.stored_bytes = Some(image_bytes);
+    m.image_bytes = Some(image_raw);
+    m.stored_bytes = Some(image_stored);
     methods.push(m);
     publish(
         "compare",

@@ -170,10 +170,12 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     } else {
         (a.store.unwrap_or_default(), a.once)
     };
+    let threads = cmdline_param(&cmdline, "snapboot.threads").and_then(|t| t.parse().ok());
     let err = resume(&ResumeOptions {
         store,
         once,
         wait: Duration::from_secs(2),
+        threads,
     });
     print_marker("fallback", Some(&err.to_string()));
     Ok(ExitCode::from(4))

@@ -40,9 +40,10 @@ pub struct CaptureOptions {
     pub compression: Compression,
 }
 
-/// Parses `lz4`, `zstd` or `zstd:LEVEL`.
+/// Parses `none`, `lz4`, `zstd` or `zstd:LEVEL`.
 pub fn parse_compression(s: &str) -> Option<Compression> {
     match s.split_once(':') {
+        None if s == "none" => Some(Compression::None),
         None if s == "lz4" => Some(Compression::Lz4),
         None if s == "zstd" => Some(Compression::Zstd { level: 3 }),
         Some(("zstd", l)) => l.parse().ok().map(|level| Compression::Zstd { level }),
@@ -186,6 +187,7 @@ mod tests {
     #[test]
     fn compression_names_parse() {
         assert_eq!(parse_compression("lz4"), Some(Compression::Lz4));
+        assert_eq!(parse_compression("none"), Some(Compression::None));
         assert_eq!(
             parse_compression("zstd"),
             Some(Compression::Zstd { level: 3 })

@@ -12,7 +12,7 @@
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::system::running_identity;
-use snapimg::{check_compat, ImageError, Incompat, PageProducer, Store, PAGE_SIZE};
+use snapimg::{check_compat, ImageError, Incompat, PageProducer, ReadOptions, Store, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,9 @@ pub struct ResumeOptions {
     pub once: bool,
     /// How long to wait for the store's device node to appear.
     pub wait: Duration,
+    /// Decompression threads; `None` picks: inline on one CPU (a worker thread there only
+    /// adds hand-offs), one per CPU otherwise.
+    pub threads: Option<usize>,
 }
 
 /// Why the image was not restored. The cold boot continues in every case.
@@ -75,7 +78,12 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
     let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let mut store = Store::open(&o.store, o.once)?;
     let mut dev = {
-        let mut reader = store.reader()?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = o.threads.unwrap_or(if cpus == 1 { 0 } else { cpus });
+        let mut reader = store.reader()?.with_options(ReadOptions {
+            threads,
+            ..ReadOptions::default()
+        });
         check_compat(reader.info(), &running_identity())?;
         let mut dev = SnapshotDev::open_restore()?;
         let mut page = [0u8; PAGE_SIZE];

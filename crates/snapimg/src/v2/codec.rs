@@ -18,7 +18,7 @@ impl Encoder {
     pub fn new(kind: Compression) -> Self {
         let zstd = match kind {
             Compression::Zstd { level } => zstd::bulk::Compressor::new(level).ok(),
-            Compression::Lz4 => None,
+            Compression::None | Compression::Lz4 => None,
         };
         Encoder {
             kind,
@@ -31,6 +31,7 @@ impl Encoder {
     /// not smaller.
     pub fn encode(&mut self, raw: &[u8]) -> Result<Vec<u8>, String> {
         let n = match self.kind {
+            Compression::None => return Ok(raw.to_vec()),
             Compression::Lz4 => {
                 self.buf
                     .resize(lz4_flex::block::get_maximum_output_size(raw.len()), 0);
@@ -79,6 +80,13 @@ impl Decoder {
             return Ok(());
         }
         let n = match kind {
+            Compression::None => {
+                return Err(format!(
+                    "uncompressed chunk of {} bytes, the offset table says {}",
+                    stored.len(),
+                    out.len()
+                ))
+            }
             Compression::Lz4 => {
                 lz4_flex::block::decompress_into(stored, out).map_err(|e| format!("lz4: {e}"))?
             }

@@ -88,6 +88,9 @@ pub(crate) mod entry {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Compression {
+    /// Stored raw: zero pages and duplicates still cost nothing, unique pages are read as
+    /// they are. Fastest where the CPU is slower than the storage.
+    None,
     /// LZ4 block format (`lz4_flex`): fastest to decompress, the default.
     #[default]
     Lz4,
@@ -102,6 +105,7 @@ impl Compression {
     /// The header's compressor code and level.
     pub(crate) fn code(self) -> (u32, i32) {
         match self {
+            Compression::None => (0, 0),
             Compression::Lz4 => (1, 0),
             Compression::Zstd { level } => (2, level),
         }
@@ -110,15 +114,17 @@ impl Compression {
     /// Decode the header's compressor code and level.
     pub(crate) fn from_code(code: u32, level: i32) -> Option<Self> {
         match (code, level) {
+            (0, 0) => Some(Compression::None),
             (1, 0) => Some(Compression::Lz4),
             (2, l) if (-131072..=22).contains(&l) => Some(Compression::Zstd { level: l }),
             _ => None,
         }
     }
 
-    /// `lz4` or `zstd`.
+    /// `none`, `lz4` or `zstd`.
     pub fn name(self) -> &'static str {
         match self {
+            Compression::None => "none",
             Compression::Lz4 => "lz4",
             Compression::Zstd { .. } => "zstd",
         }
@@ -127,7 +133,7 @@ impl Compression {
     /// The zstd level, if zstd.
     pub fn level(self) -> Option<i32> {
         match self {
-            Compression::Lz4 => None,
+            Compression::None | Compression::Lz4 => None,
             Compression::Zstd { level } => Some(level),
         }
     }

@@ -464,7 +464,11 @@ fn real_stream_head_round_trips() {
     };
     let stream = zstd::decode_all(&z[..]).unwrap();
     let mut store = mem_store(16 * MIB);
-    for c in [Compression::Lz4, Compression::Zstd { level: 3 }] {
+    for c in [
+        Compression::None,
+        Compression::Lz4,
+        Compression::Zstd { level: 3 },
+    ] {
         let info = write_with(&mut store, &stream, opts(c, 32, 2)).unwrap();
         assert!(info.stats.stored_bytes < info.stats.raw_bytes);
         assert_eq!(read_with(&mut store, 2).unwrap(), stream);
@@ -478,6 +482,7 @@ fn page_kinds(max: usize) -> impl Strategy<Value = Vec<(u8, u64)>> {
 
 fn compression() -> impl Strategy<Value = Compression> {
     prop_oneof![
+        Just(Compression::None),
         Just(Compression::Lz4),
         (1i32..=4).prop_map(|level| Compression::Zstd { level }),
     ]
