@@ -69,3 +69,37 @@ fn raw_console_without_host_stamps_still_parses() {
     assert!(tl.first(K::AppReady).is_some());
     tl.check_order().unwrap();
 }
+
+#[test]
+fn snapboot_resume_log_has_the_resume_milestones() {
+    let tl = load("app-snapboot.log");
+    for k in [
+        K::KernelStart,
+        K::InitStart,
+        K::ResumeStart,
+        K::ResumeLoaded,
+        K::Restored,
+        K::ProbeAnswered,
+    ] {
+        assert!(tl.first(k).is_some(), "{k} missing");
+    }
+    assert!(
+        tl.first(K::AppStart).is_none(),
+        "a restore does not start the app again"
+    );
+    tl.check_order().unwrap();
+    let load = tl.phases().resume_load.unwrap();
+    assert!(load > 0.5 && load < tl.tti.unwrap(), "{load}");
+}
+
+/// The restored kernel prints with its own clock (tens of seconds from the captured boot):
+/// kernel start must still come from the boot kernel's lines.
+#[test]
+fn kernel_native_resume_log_infers_kernel_start_from_the_boot_kernel() {
+    let tl = load("app-kernel-resume.log");
+    let start = tl.first(K::KernelStart).unwrap();
+    assert!(start > 0.05 && start < 1.0, "kernel start {start}");
+    assert!(tl.first(K::Restored).is_some());
+    assert!(tl.first(K::ResumeFallback).is_none());
+    tl.check_order().unwrap();
+}
