@@ -195,3 +195,28 @@ fn this_hosts_kernel_config_cannot_hibernate() {
         assert!(load_config(None).is_ok_and(|c| !c.options.is_empty()));
     }
 }
+
+/// The three ways the board brings `app` up, side by side: only the restores have a resume
+/// phase, only the cold boot has an app phase, and the snapshot-boot advice fires only where
+/// the application's start-up is still paid.
+#[test]
+fn board_cold_kernel_resume_and_snapboot_side_by_side() {
+    let r = report(&[
+        board("app-cold.log"),
+        board("app-kernel-resume.log"),
+        board("app-snapboot.log"),
+    ]);
+    let [cold, native, snap] = [0, 1, 2].map(|i| &r.runs[i].analysis);
+    assert!(cold.phase(PhaseKind::App).is_some() && cold.phase(PhaseKind::Resume).is_none());
+    for a in [native, snap] {
+        let resume = a.phase(PhaseKind::Resume).expect("resume phase");
+        assert!(resume.end - resume.start > 0.5, "{}: {resume:?}", a.source);
+        assert!(a.phase(PhaseKind::App).is_none(), "{}", a.source);
+        assert!(a.tti.unwrap() < cold.tti.unwrap() / 2.0);
+    }
+    assert!(rules(&r, 0).contains(&"snapshot_gain"));
+    assert!(!rules(&r, 1).contains(&"snapshot_gain"));
+    assert!(!rules(&r, 2).contains(&"snapshot_gain"));
+    let html = r.to_html();
+    assert_eq!(html.matches("class=\"run\"").count(), 3);
+}
