@@ -102,7 +102,7 @@ impl fmt::Display for Slot {
 }
 
 /// The kernel and machine an image belongs to, as recorded at capture and as
-/// found at resume (`uname -r`, `uname -v`, `uname -m`, `MemTotal`).
+/// found at resume (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Identity {
     /// `uname -r`.
@@ -114,7 +114,7 @@ pub struct Identity {
     /// `LINUX_VERSION_CODE`, if known.
     pub version_code: Option<u32>,
     /// RAM size in bytes (capture and resume must use the same source,
-    /// snapboot uses `MemTotal`).
+    /// snapboot sums the "System RAM" ranges of /proc/iomem).
     pub ram_bytes: u64,
 }
 
