@@ -1,6 +1,6 @@
 //! The reader [`crate::Store::reader`] returns: one type for every format version.
 
-use crate::kstream::{Page, PageProducer};
+use crate::kstream::{Page, PageProducer, PAGE_SIZE};
 use crate::v1::{Device, ImageError, ImageInfo};
 use crate::{v1, v2};
 
@@ -76,4 +76,33 @@ impl<D: Device> PageProducer for Reader<'_, D> {
             Reader::V2(r) => r.next_page(buf),
         }
     }
+}
+
+/// What the readers of both format versions share, so that whole-image verification is
+/// written once.
+pub(crate) trait VersionReader: PageProducer<Error = ImageError> {
+    /// Back to page 0 with a fresh stream parser.
+    fn restart(&mut self);
+    /// Check that the stream parser saw a complete, well-formed stream.
+    fn finish_stream(&mut self) -> Result<(), ImageError>;
+    /// The image's description, to mark it verified.
+    fn info_mut(&mut self) -> &mut ImageInfo;
+}
+
+/// Reads every page (each checked as it is handed out) and the stream structure, rewinds,
+/// and marks the image verified.
+pub(crate) fn verify_all<R: VersionReader>(r: &mut R) -> Result<&ImageInfo, ImageError> {
+    r.restart();
+    let result = read_through(r);
+    r.restart();
+    result?;
+    let info = r.info_mut();
+    info.verified = true;
+    Ok(info)
+}
+
+fn read_through<R: VersionReader>(r: &mut R) -> Result<(), ImageError> {
+    let mut page = [0u8; PAGE_SIZE];
+    while r.next_page(&mut page)? {}
+    r.finish_stream()
 }

@@ -333,13 +333,10 @@ impl<D: Device> Store<D> {
         self.sync()
     }
 
-    pub(crate) fn write_at(
-        &mut self,
-        offset: u64,
-        buf: &[u8],
-        what: &str,
-    ) -> Result<(), ImageError> {
-        let end = offset.saturating_add(buf.len() as u64);
+    /// Seeks to `offset` after checking that `len` bytes from there fit in the store;
+    /// returns the end offset.
+    fn seek_within(&mut self, offset: u64, len: usize, what: &str) -> Result<u64, ImageError> {
+        let end = offset.saturating_add(len as u64);
         if end > self.size {
             return Err(ImageError::Truncated {
                 expected: end,
@@ -349,6 +346,16 @@ impl<D: Device> Store<D> {
         self.dev
             .seek(SeekFrom::Start(offset))
             .map_err(io_err(what))?;
+        Ok(end)
+    }
+
+    pub(crate) fn write_at(
+        &mut self,
+        offset: u64,
+        buf: &[u8],
+        what: &str,
+    ) -> Result<(), ImageError> {
+        self.seek_within(offset, buf.len(), what)?;
         self.dev.write_all(buf).map_err(io_err(what))
     }
 
@@ -358,16 +365,7 @@ impl<D: Device> Store<D> {
         buf: &mut [u8],
         what: &str,
     ) -> Result<(), ImageError> {
-        let end = offset.saturating_add(buf.len() as u64);
-        if end > self.size {
-            return Err(ImageError::Truncated {
-                expected: end,
-                actual: self.size,
-            });
-        }
-        self.dev
-            .seek(SeekFrom::Start(offset))
-            .map_err(io_err(what))?;
+        let end = self.seek_within(offset, buf.len(), what)?;
         self.dev.read_exact(buf).map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => ImageError::Truncated {
                 expected: end,

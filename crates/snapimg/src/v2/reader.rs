@@ -204,19 +204,7 @@ impl<'s, D: Device> Reader<'s, D> {
     ///
     /// Call this before writing anything to the kernel.
     pub fn verify_all(&mut self) -> Result<&ImageInfo, ImageError> {
-        self.rewind();
-        let result = self.read_through();
-        self.rewind();
-        result?;
-        self.info.verified = true;
-        Ok(&self.info)
-    }
-
-    fn read_through(&mut self) -> Result<(), ImageError> {
-        let mut page = [0u8; PAGE_SIZE];
-        while self.next_page(&mut page)? {}
-        self.parser.finish()?;
-        Ok(())
+        crate::reader::verify_all(self)
     }
 
     /// Start streaming again from page 0.
@@ -527,6 +515,18 @@ fn decode_table(h: &Header, table: &[u8]) -> Result<Vec<ChunkEntry>, ImageError>
         )));
     }
     Ok(out)
+}
+
+impl<D: Device> crate::reader::VersionReader for Reader<'_, D> {
+    fn restart(&mut self) {
+        self.rewind();
+    }
+    fn finish_stream(&mut self) -> Result<(), ImageError> {
+        self.parser.finish().map(|_| ()).map_err(ImageError::from)
+    }
+    fn info_mut(&mut self) -> &mut ImageInfo {
+        &mut self.info
+    }
 }
 
 impl<D: Device> PageProducer for Reader<'_, D> {
