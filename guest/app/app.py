@@ -451,6 +451,13 @@ def serve(st):
                     "SELECT COUNT(*), COALESCE(SUM(cents), 0) FROM records WHERE city = ?", (arg,)
                 ).fetchone()
                 out = f"city {arg} count={count} sum={decimal.Decimal(cents).scaleb(-2)}"
+            elif cmd == "squeeze" and arg:
+                # Memory pressure on demand: fill (and free) this many MiB, so the kernel has
+                # to reclaim, i.e. page the application's memory out to swap.
+                mib = int(arg)
+                buf = b"\x01" * (mib << 20)
+                out = f"squeezed {len(buf) >> 20}"
+                del buf
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

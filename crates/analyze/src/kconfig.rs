@@ -295,6 +295,32 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
     } else {
         add("SWAP", Snapshot, Warn, "no swap: the kernel-native baseline (resume=) cannot be measured; snapboot itself needs none");
     }
+    // Lazy images (improved snapshot boot): swap area in the store behind a device-mapper
+    // snapshot whose writes go to zram, paged out through cgroup v2 memory.reclaim.
+    for (opt, what) in [
+        ("SWAP", "user memory is paged out to swap"),
+        ("MEMCG", "memory.reclaim pages memory out before capture"),
+        (
+            "BLK_DEV_DM",
+            "the swap area is a device-mapper stack on the store",
+        ),
+        (
+            "DM_SNAPSHOT",
+            "the snapshot target keeps the swap area unchanged after restore",
+        ),
+        ("ZRAM", "zram holds the snapshot's copy-on-write data"),
+    ] {
+        let verdict = if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
+            Ok
+        } else {
+            Warn
+        };
+        let reason = match verdict {
+            Ok => format!("lazy images (capture --lazy): {what}"),
+            _ => format!("lazy images (capture --lazy) unavailable: {what}"),
+        };
+        add(opt, Snapshot, verdict, &reason);
+    }
     let forced = [
         "LOCK_DOWN_KERNEL_FORCE_INTEGRITY",
         "LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY",

@@ -23,6 +23,10 @@ use std::process::Command;
 /// root filesystem's driver, and the virtio RNG (fresh entropy after a restore). Dependencies (virtio_ring, virtio, ...) are resolved in order.
 pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "virtio_rng"];
 
+/// Modules a lazy capture needs (device-mapper snapshot over the swap region, zram for its
+/// copy-on-write store); `/init` loads them only when the command line has `snapboot.lazy`.
+pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "zram"];
+
 /// Errors while building or loading a bundle.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
@@ -157,6 +161,11 @@ impl Bundle {
 
         let tree = ModuleTree::open(&opts.kernel.modules_dir)?;
         let modules = tree.resolve(BOARD_MODULES)?;
+        let lazy_modules: Vec<_> = tree
+            .resolve(LAZY_MODULES)?
+            .into_iter()
+            .filter(|l| !modules.iter().any(|m| m.name == l.name))
+            .collect();
         let mut ir = Initramfs::new();
         let bb = fs::read(BUSYBOX).map_err(io(Path::new(BUSYBOX)))?;
         ir.file("bin/busybox", 0o755, bb);
@@ -168,7 +177,7 @@ impl Bundle {
         }
         let snapboot_blake3 = blake3::hash(&snapboot).to_hex().to_string();
         ir.file("bin/snapboot", 0o755, snapboot);
-        for m in &modules {
+        for m in modules.iter().chain(&lazy_modules) {
             ir.file(
                 &format!("lib/modules/{}.ko", m.name),
                 0o644,
@@ -177,6 +186,7 @@ impl Bundle {
         }
         let script = InitScript {
             modules: modules.iter().map(|m| m.name.clone()).collect(),
+            lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),

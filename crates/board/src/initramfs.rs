@@ -132,6 +132,9 @@ pub fn sh_quote(s: &str) -> String {
 pub struct InitScript {
     /// Module files under `/lib/modules`, in load order.
     pub modules: Vec<String>,
+    /// Modules loaded only on a cold boot whose command line asks for a lazy capture
+    /// (`snapboot.lazy`): device-mapper snapshot and zram, in load order.
+    pub lazy_modules: Vec<String>,
     /// The block device holding the root filesystem.
     pub root_dev: String,
     /// Filesystem type of the root (`squashfs` or `ext4`).
@@ -165,6 +168,15 @@ impl InitScript {
             dev = self.root_dev,
             fs = self.root_fs
         ));
+        if !self.lazy_modules.is_empty() {
+            s.push_str("case \" $(cat /proc/cmdline) \" in *\" snapboot.lazy\"*)\n");
+            for module in &self.lazy_modules {
+                s.push_str(&format!(
+                    "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                ));
+            }
+            s.push_str(";; esac\n");
+        }
         s.push_str(&format!("echo \"{}\"\n", m("root-mounted")));
         s.push_str(
             "[ -d /newroot/run ] || fail 'root filesystem has no /run directory'\n\
@@ -236,6 +248,7 @@ mod tests {
     fn init_loads_modules_in_order_and_quotes_the_start_command() {
         let s = InitScript {
             modules: vec!["virtio_ring".into(), "virtio".into(), "virtio_blk".into()],
+            lazy_modules: vec!["dm_mod".into(), "dm_snapshot".into()],
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
             start: "sh -c 'snapboot ready; exec sh'".into(),
@@ -252,5 +265,10 @@ mod tests {
         );
         assert!(s.contains("--env 'APP_READY_CMD=snapboot ready'"));
         assert!(s.find("resume").unwrap() < s.find("mount -t squashfs").unwrap());
+        // Lazy-capture modules: only on a cold boot that asks for them, after resume.
+        let lazy = s.find("*\" snapboot.lazy\"*)").unwrap();
+        assert!(s.find("resume --from-cmdline").unwrap() < lazy);
+        assert!(lazy < s.find("dm_mod.ko").unwrap());
+        assert!(s.find("dm_mod.ko").unwrap() < s.find("dm_snapshot.ko").unwrap());
     }
 }

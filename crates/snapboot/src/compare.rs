@@ -1,11 +1,11 @@
-//! `snapboot bench compare`: in one run, the same workload brought up three ways, each N
-//! times: cold boot, the kernel's own hibernation resume from swap, and snapboot's snapshot
-//! boot. Images are made once per method and reused for every run (the kernel-native one is
+//! `snapboot bench compare`: in one run, the same workload brought up four ways, each N
+//! times: cold boot, the kernel's own hibernation resume from swap, snapboot's snapshot
+//! boot, and snapboot's lazy snapshot boot (user memory paged in on demand). Images are made once per method and reused for every run (the kernel-native one is
 //! restored from a saved copy of the swap device, because the kernel consumes it on resume).
 
 use crate::bench::{bundle_or_build, progress, publish, summarize};
 use crate::cli::BoardOpts;
-use crate::snapcmd::{attach_store, capture_boot};
+use crate::snapcmd::{attach_store, capture_boot, lazy_cmdline};
 use anyhow::{bail, Context, Result};
 use board::qemu::{run_probe, Disk, Session};
 use board::{Bundle, RunOptions};
@@ -110,6 +110,36 @@ fn kernel_hibernate(bundle: &Bundle, opts: &RunOptions, swap: &Path) -> Result<u
     Ok(kb * 1024)
 }
 
+/// Captures one snapboot image (full or lazy) into its own store under `work`, then boots
+/// it `runs` times.
+fn snapboot_method(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    lazy: bool,
+    runs: usize,
+    pb: &indicatif::ProgressBar,
+) -> Result<(snapimg::ImageInfo, Vec<Timeline>)> {
+    let name = if lazy { "snapboot-lazy" } else { "snapboot" };
+    let store = work.join(format!("{name}.store"));
+    let _ = std::fs::remove_file(&store);
+    let mut capture_opts = opts.clone();
+    capture_opts
+        .cmdline
+        .extend(lazy_cmdline(lazy.then_some("max")));
+    capture_boot(bundle, &capture_opts, &store).with_context(|| format!("{name} capture"))?;
+    let info = snapimg::Store::open(&store, false)?.newest()?;
+    pb.inc(1);
+    let mut tls = Vec::new();
+    for _ in 0..runs {
+        let mut o = opts.clone();
+        attach_store(&mut o, &store, false)?;
+        tls.push(measured_boot(bundle, &o, true).with_context(|| format!("{name} resume"))?);
+        pb.inc(1);
+    }
+    Ok((info, tls))
+}
+
 /// `snapboot bench compare`.
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
@@ -122,7 +152,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| crate::cli::home().join("bench"));
     std::fs::create_dir_all(&work)?;
-    let pb = progress(3 * a.runs as u64 + 2, "compare");
+    let pb = progress(4 * a.runs as u64 + 3, "compare");
 
     let mut cold = Vec::new();
     for _ in 0..a.runs {
@@ -153,19 +183,9 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         pb.inc(1);
     }
 
-    let store = work.join("snapboot.store");
-    let _ = std::fs::remove_file(&store);
-    capture_boot(&bundle, &opts, &store).context("snapboot capture")?;
-    let info = snapimg::Store::open(&store, false)?.newest()?;
+    let (info, snap) = snapboot_method(&bundle, &opts, &work, false, a.runs, &pb)?;
     let (image_raw, image_stored) = (info.stats.raw_bytes, info.image_bytes);
-    pb.inc(1);
-    let mut snap = Vec::new();
-    for _ in 0..a.runs {
-        let mut o = opts.clone();
-        attach_store(&mut o, &store, false)?;
-        snap.push(measured_boot(&bundle, &o, true).context("snapboot resume")?);
-        pb.inc(1);
-    }
+    let (lazy_info, lazy) = snapboot_method(&bundle, &opts, &work, true, a.runs, &pb)?;
     pb.finish_and_clear();
 
     if let Some(p) = &a.analyze {
@@ -173,6 +193,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
             ("cold", &cold),
             ("kernel-resume", &native),
             ("snapboot", &snap),
+            ("snapboot-lazy", &lazy),
         ]
         .into_iter()
         .filter_map(|(name, tls)| tls.first().map(|t| (name.to_string(), t.clone())))
@@ -187,6 +208,10 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let mut m = summarize("snapboot", &snap);
     m.image_bytes = Some(image_raw);
     m.stored_bytes = Some(image_stored);
+    methods.push(m);
+    let mut m = summarize("snapboot-lazy", &lazy);
+    m.image_bytes = Some(lazy_info.stats.raw_bytes);
+    m.stored_bytes = Some(lazy_info.image_bytes);
     methods.push(m);
     publish(
         "compare",

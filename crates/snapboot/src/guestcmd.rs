@@ -39,6 +39,13 @@ pub struct CaptureArgs {
     /// Chunk compression: lz4, zstd or zstd:LEVEL.
     #[arg(long, default_value = "lz4")]
     compress: String,
+    /// Lazy image: page user memory out to a swap region in the store first, so the image
+    /// holds only what stays resident (max, or how much to page out, e.g. 96M).
+    #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
+    lazy: Option<String>,
+    /// Size of the lazy image's swap region (default: half a store area).
+    #[arg(long, value_name = "SIZE", requires = "lazy")]
+    swap_size: Option<String>,
 }
 
 /// `snapboot resume`.
@@ -104,7 +111,31 @@ pub fn ready() -> Result<ExitCode> {
         o.compression = target::capture::parse_compression(c)
             .with_context(|| format!("snapboot.compress={c}: expected lz4, zstd or zstd:LEVEL"))?;
     }
+    if let Some(l) = cmdline_param(&cmdline, "snapboot.lazy") {
+        o.lazy = Some(lazy_options(
+            l,
+            cmdline_param(&cmdline, "snapboot.swapsize"),
+        )?);
+    }
     run_capture(&o)
+}
+
+/// Lazy-capture settings from `snapboot.lazy[=max|SIZE]` and `snapboot.swapsize=SIZE`
+/// (or the `--lazy` / `--swap-size` flags).
+fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<target::lazy::LazyOptions> {
+    let reclaim = target::lazy::parse_reclaim(reclaim)
+        .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
+    let region_bytes = match region {
+        None => None,
+        Some(r) => Some(
+            target::lazy::parse_size(r)
+                .with_context(|| format!("swap size {r}: expected a size such as 512M"))?,
+        ),
+    };
+    Ok(target::lazy::LazyOptions {
+        reclaim,
+        region_bytes,
+    })
 }
 
 fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
@@ -139,6 +170,9 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
             a.compress
         )
     })?;
+    if let Some(l) = &a.lazy {
+        o.lazy = Some(lazy_options(l, a.swap_size.as_deref())?);
+    }
     run_capture(&o)
 }
 

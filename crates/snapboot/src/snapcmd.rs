@@ -28,6 +28,19 @@ pub struct BoardCaptureArgs {
     /// Copy the console to stdout.
     #[arg(long)]
     pub console: bool,
+    /// Capture a lazy image: page user memory out to a swap region in the store first, so
+    /// the image holds only what stays resident (max, or how much to page out, e.g. 96M).
+    #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
+    pub lazy: Option<String>,
+}
+
+/// Kernel command-line words that ask the capture for a lazy image.
+pub fn lazy_cmdline(lazy: Option<&str>) -> Vec<String> {
+    match lazy {
+        None => Vec::new(),
+        Some("max") | Some("") => vec!["snapboot.lazy".into()],
+        Some(v) => vec![format!("snapboot.lazy={v}")],
+    }
 }
 
 /// Bytes a store needs for a guest of `mem_mib`: two areas that each hold an image as large
@@ -100,6 +113,7 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     let bundle = resolve_bundle(&a.bundle)?;
     let mut opts = a.board.to_run_options(&bundle)?;
     opts.echo = a.console;
+    opts.cmdline.extend(lazy_cmdline(a.lazy.as_deref()));
     let tl = capture_boot(&bundle, &opts, &a.store)?;
     println!("{}", tl.summary_text());
     if let Some(p) = &a.timeline {

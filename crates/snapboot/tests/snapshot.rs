@@ -323,3 +323,84 @@ fn boot_once_image_is_invalidated_by_its_restore() {
     s.finish(boottrace::Outcome::Ready);
     expect_fallback(&store, &[], "was invalidated");
 }
+
+/// `snapboot image inspect --json` of a store.
+fn inspect(store: &Path) -> serde_json::Value {
+    let mut c = snapboot();
+    c.args(["image", "inspect", "--json"]).arg(store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "inspect failed:\n{so}\n{se}");
+    let v: serde_json::Value =
+        serde_json::from_str(&so).unwrap_or_else(|e| panic!("inspect JSON: {e}\n{so}"));
+    v["image"].clone()
+}
+
+/// BLAKE3 of `len` bytes of `path` from `offset`.
+fn region_hash(path: &Path, offset: u64, len: u64) -> String {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::open(path).unwrap();
+    f.seek(std::io::SeekFrom::Start(offset)).unwrap();
+    let mut h = blake3::Hasher::new();
+    std::io::copy(&mut (&mut f).take(len), &mut h).unwrap();
+    h.finalize().to_hex().to_string()
+}
+
+/// Improved snapshot boot: a lazy image holds only what stayed resident; the rest comes
+/// back from the store's swap region on demand, with the state intact, and the region is
+/// never written after capture, even when the restored system itself swaps under pressure,
+/// so the next power-on restores the same state again.
+#[test]
+fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
+    let full = inspect(&captured("app"));
+    let store = common::home().join("test-app-lazy.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle("app"))
+        .arg("--store")
+        .arg(&store)
+        .arg("--lazy");
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    let lazy = inspect(&store);
+    let swap = &lazy["swap"];
+    let used = swap["used_pages"].as_u64().unwrap();
+    let (full_raw, lazy_raw) = (
+        full["stats"]["raw_bytes"].as_u64().unwrap(),
+        lazy["stats"]["raw_bytes"].as_u64().unwrap(),
+    );
+    assert!(used > 10_000, "only {used} pages were paged out: {lazy}");
+    assert!(
+        lazy_raw * 2 < full_raw,
+        "lazy image {lazy_raw} bytes is not under half the full {full_raw}"
+    );
+    let (off, len) = (
+        swap["offset"].as_u64().unwrap(),
+        swap["bytes"].as_u64().unwrap(),
+    );
+    let pristine = region_hash(&store, off, len);
+    let expected = host_checksum();
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    for boot in 0..2 {
+        let mut s = board_session("app", &store, &[]);
+        s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("boot {boot}: {e}"));
+        ask(&mut s, "ping", "^pong ");
+        // Touches every record: pages everything back in from the swap region.
+        let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
+        assert_eq!(
+            sum, expected,
+            "boot {boot}: state differs from before capture"
+        );
+        // Memory pressure in the restored system: it swaps, into the RAM copy-on-write.
+        ask(&mut s, "squeeze 700", "^squeezed 700$");
+        let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
+        assert_eq!(sum, expected, "boot {boot}: state differs after swapping");
+        s.finish(boottrace::Outcome::Answered);
+        assert_eq!(
+            region_hash(&store, off, len),
+            pristine,
+            "boot {boot} wrote to the image's swap region"
+        );
+    }
+}

@@ -27,6 +27,6 @@ pub use kstream::{
 pub use reader::Reader;
 pub use v1::{
     check_compat, CaptureMeta, Device, Identity, ImageError, ImageInfo, ImageStats, Incompat,
-    ReadAt, Slot, SlotState, Store, StreamCounts,
+    ReadAt, Slot, SlotState, Store, StreamCounts, SwapInfo,
 };
-pub use v2::{Compression, ReadOptions, WriteOptions, Writer};
+pub use v2::{Compression, ReadOptions, SwapPlan, SwapRegion, WriteOptions, Writer};

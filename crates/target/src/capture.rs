@@ -7,6 +7,7 @@
 //! its caller, so the application knows it was snapshot-booted.
 
 use crate::guest::print_marker;
+use crate::lazy::{self, LazyError, LazyOptions};
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::system::{parse_mounts, running_identity, writable_block_mounts};
@@ -38,6 +39,9 @@ pub struct CaptureOptions {
     pub compact: bool,
     /// Chunk compression of the image.
     pub compression: Compression,
+    /// Lazy image: page user memory out to a swap region in the store first (see
+    /// [`crate::lazy`]); `None` captures everything.
+    pub lazy: Option<LazyOptions>,
 }
 
 /// Parses `none`, `lz4`, `zstd` or `zstd:LEVEL`.
@@ -61,6 +65,7 @@ impl CaptureOptions {
             drop_caches: true,
             compact: true,
             compression: Compression::Lz4,
+            lazy: None,
         }
     }
 }
@@ -77,6 +82,9 @@ pub enum CaptureError {
     /// A `/dev/snapshot` step failed.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// Preparing the swap region of a lazy image failed.
+    #[error("lazy image: {0}")]
+    Lazy(#[from] LazyError),
     /// Powering off failed.
     #[error("image written, but power-off failed: {0}")]
     PowerOff(std::io::Error),
@@ -107,16 +115,19 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         path: o.store.clone(),
         err,
     };
+    // An image must not refer to pages in a swap area that the running system goes on
+    // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
+    // earlier capture or restore (a lazy capture builds a fresh one in the new area).
+    let swapped_off = lazy::swapoff_all()?;
+    if !swapped_off.is_empty() {
+        print_marker("swapoff", Some(&swapped_off.join(" ")));
+    }
+    lazy::teardown()?;
     // Clean page cache is not worth storing: write back and drop it (the kernel would
-    // otherwise copy it into the image). Pages the application freed are zero when the
-    // kernel runs with init_on_free=1 (the board sets it), and zero pages cost nothing in
-    // the image format.
+    // otherwise copy it into the image). Free pages are never in the image.
     rustix::fs::sync();
     if o.drop_caches {
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "3\n");
-    }
-    if o.compact {
-        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1\n");
     }
     let meta = CaptureMeta {
         identity: running_identity(),
@@ -128,6 +139,31 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let mut store = Store::open(&o.store, true).map_err(store_err)?;
     print_marker("capture-start", Some(&o.store.display().to_string()));
     let started = Instant::now();
+    let swap = match &o.lazy {
+        None => None,
+        Some(l) => {
+            let bytes = l
+                .region_bytes
+                .unwrap_or(store.area_capacity() / 2)
+                .min(store.area_capacity());
+            let plan = store.plan_swap(bytes).map_err(store_err)?;
+            let p = lazy::prepare(&o.store, &plan, l)?;
+            print_marker(
+                "lazy",
+                Some(&format!(
+                    "{} pages ({:.1} MiB) paged out to the swap region in {:.2} s; writes after restore go to {}",
+                    p.region.used_pages,
+                    (p.region.used_pages * PAGE_SIZE as u64) as f64 / 1048576.0,
+                    p.reclaim_secs,
+                    p.cow
+                )),
+            );
+            Some(p.region)
+        }
+    };
+    if o.compact {
+        let _ = std::fs::write("/proc/sys/vm/compact_memory", "1\n");
+    }
     let mut dev = SnapshotDev::open_hibernate()?;
     dev.freeze()?;
     if dev.create_image()? == CreateResult::Restored {
@@ -140,6 +176,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let info = {
         let opts = WriteOptions {
             compression: o.compression,
+            swap,
             ..WriteOptions::default()
         };
         let mut w = store.writer_with(meta, opts).map_err(store_err)?;

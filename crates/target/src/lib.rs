@@ -2,8 +2,10 @@
 //! resume through `/dev/snapshot`, and the steps that follow a restore.
 
 pub mod capture;
+pub mod dm;
 pub mod guest;
 pub mod kernel_native;
+pub mod lazy;
 pub mod restore;
 pub mod resume;
 pub mod serial;

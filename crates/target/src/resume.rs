@@ -42,6 +42,9 @@ pub enum ResumeError {
     /// The image belongs to another kernel or machine.
     #[error("image does not fit this system: {0}")]
     Incompatible(#[from] Incompat),
+    /// The swap region a lazy image pages from is gone.
+    #[error("lazy image: {0}")]
+    SwapRegion(String),
     /// The kernel refused a step.
     #[error("kernel: {0}")]
     Snapshot(#[from] SnapshotError),
@@ -85,6 +88,9 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
             ..ReadOptions::default()
         });
         check_compat(reader.info(), &running_identity())?;
+        if let Some(s) = &reader.info().swap {
+            crate::lazy::check_region(&o.store, &s.region()).map_err(ResumeError::SwapRegion)?;
+        }
         let mut dev = SnapshotDev::open_restore()?;
         let mut page = [0u8; PAGE_SIZE];
         let mut t = Instant::now();

@@ -18,7 +18,7 @@ use super::{
     MAX_IDENTITY_LEN, SLOT_SIZE,
 };
 use crate::kstream::{PAGE_SIZE, PFNS_PER_PAGE};
-use crate::v2::{self, Compression};
+use crate::v2::{self, Compression, SwapRegion, MIN_SWAP_PAGES};
 
 /// Field offsets inside a header slot (see docs/image-format.md).
 pub(crate) mod off {
@@ -56,15 +56,25 @@ pub(crate) mod off {
     pub const ZERO_PAGES: usize = 0x1B8;
     pub const DUP_PAGES: usize = 0x1C0;
     pub const UNIQUE_PAGES: usize = 0x1C8;
-    pub const V2_RESERVED: usize = 0x1D0;
+    // Version 2, lazy images (all zero in a full image).
+    pub const SWAP_OFFSET: usize = 0x1D0;
+    pub const SWAP_BYTES: usize = 0x1D8;
+    pub const SWAP_USED_PAGES: usize = 0x1E0;
+    pub const SWAP_UUID: usize = 0x1E8;
+    pub const UUID_LEN: usize = 16;
+    pub const V2_RESERVED: usize = 0x1F8;
     pub const CHECKSUM: usize = 0xFE0;
 }
 
 const _: () = assert!(off::RELEASE + off::STRING_LEN == off::UTS_VERSION);
 const _: () = assert!(off::MACHINE + off::STRING_LEN == off::STREAM_HEADER_HASH);
 const _: () = assert!(off::CHUNK_TABLE_HASH + HASH_LEN == off::RESERVED);
+const _: () = assert!(off::UNIQUE_PAGES + 8 == off::SWAP_OFFSET);
+const _: () = assert!(off::SWAP_OFFSET + 8 == off::SWAP_BYTES);
+const _: () = assert!(off::SWAP_BYTES + 8 == off::SWAP_USED_PAGES);
+const _: () = assert!(off::SWAP_USED_PAGES + 8 == off::SWAP_UUID);
 const _: () =
-    assert!(off::UNIQUE_PAGES + 8 == off::V2_RESERVED && off::V2_RESERVED < off::CHECKSUM);
+    assert!(off::SWAP_UUID + off::UUID_LEN == off::V2_RESERVED && off::V2_RESERVED < off::CHECKSUM);
 const _: () = assert!(off::CHECKSUM + HASH_LEN == SLOT_SIZE as usize);
 const _: () = assert!(off::STRING_LEN > MAX_IDENTITY_LEN);
 
@@ -87,12 +97,44 @@ pub(crate) struct V2Fields {
     pub dup_pages: u64,
     /// Stream pages stored in chunks.
     pub unique_pages: u64,
+    /// Lazy image: byte offset of the swap region in the store (0: full image).
+    pub swap_offset: u64,
+    /// Lazy image: bytes of the swap region (0: full image).
+    pub swap_bytes: u64,
+    /// Lazy image: pages the kernel had swapped out into the region at capture.
+    pub swap_used_pages: u64,
+    /// Lazy image: the UUID in the region's swap header page.
+    pub swap_uuid: [u8; off::UUID_LEN],
 }
 
 impl V2Fields {
     /// The compressor, if the code is known.
     pub fn compression(&self) -> Option<Compression> {
         Compression::from_code(self.compressor, self.level)
+    }
+
+    /// The swap region of a lazy image, `None` for a full image.
+    pub fn swap(&self) -> Option<SwapRegion> {
+        (self.swap_bytes != 0).then_some(SwapRegion {
+            offset: self.swap_offset,
+            bytes: self.swap_bytes,
+            used_pages: self.swap_used_pages,
+            uuid: self.swap_uuid,
+        })
+    }
+
+    /// Record `swap` (or clear the swap fields).
+    pub fn set_swap(&mut self, swap: Option<SwapRegion>) {
+        let r = swap.unwrap_or(SwapRegion {
+            offset: 0,
+            bytes: 0,
+            used_pages: 0,
+            uuid: [0; off::UUID_LEN],
+        });
+        self.swap_offset = r.offset;
+        self.swap_bytes = r.bytes;
+        self.swap_used_pages = r.used_pages;
+        self.swap_uuid = r.uuid;
     }
 }
 
@@ -222,9 +264,13 @@ impl Header {
                 (off::ZERO_PAGES, v.zero_pages),
                 (off::DUP_PAGES, v.dup_pages),
                 (off::UNIQUE_PAGES, v.unique_pages),
+                (off::SWAP_OFFSET, v.swap_offset),
+                (off::SWAP_BYTES, v.swap_bytes),
+                (off::SWAP_USED_PAGES, v.swap_used_pages),
             ] {
                 b[o..o + 8].copy_from_slice(&x.to_le_bytes());
             }
+            b[off::SWAP_UUID..off::SWAP_UUID + off::UUID_LEN].copy_from_slice(&v.swap_uuid);
         }
         b[off::HEADER_SIZE..off::HEADER_SIZE + 4]
             .copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
@@ -281,6 +327,14 @@ impl Header {
                 zero_pages: get_u64(b, off::ZERO_PAGES),
                 dup_pages: get_u64(b, off::DUP_PAGES),
                 unique_pages: get_u64(b, off::UNIQUE_PAGES),
+                swap_offset: get_u64(b, off::SWAP_OFFSET),
+                swap_bytes: get_u64(b, off::SWAP_BYTES),
+                swap_used_pages: get_u64(b, off::SWAP_USED_PAGES),
+                swap_uuid: {
+                    let mut u = [0u8; off::UUID_LEN];
+                    u.copy_from_slice(&b[off::SWAP_UUID..off::SWAP_UUID + off::UUID_LEN]);
+                    u
+                },
             }
         } else {
             V2Fields::default()
@@ -436,7 +490,71 @@ impl Header {
                 self.image_bytes
             )));
         }
+        self.check_swap()
+    }
+
+    /// The swap region of a lazy image (all four fields zero for a full image).
+    fn check_swap(&self) -> Result<(), ImageError> {
+        let v = &self.v2;
+        let page = PAGE_SIZE as u64;
+        if v.swap_bytes == 0 {
+            if v.swap_offset != 0 || v.swap_used_pages != 0 || v.swap_uuid != [0; off::UUID_LEN] {
+                return Err(inconsistent(format!(
+                    "swap_bytes is 0 (full image) but swap_offset {}, swap_used_pages {} \
+                     or swap_uuid {} is not zero",
+                    v.swap_offset,
+                    v.swap_used_pages,
+                    hex(&v.swap_uuid)
+                )));
+            }
+            return Ok(());
+        }
+        if (v.swap_offset | v.swap_bytes) & (page - 1) != 0 {
+            return Err(inconsistent(format!(
+                "swap_offset {} or swap_bytes {} is not a multiple of 4096",
+                v.swap_offset, v.swap_bytes
+            )));
+        }
+        let pages = v.swap_bytes / page;
+        if pages < MIN_SWAP_PAGES {
+            return Err(inconsistent(format!(
+                "swap_bytes {} is less than {MIN_SWAP_PAGES} pages",
+                v.swap_bytes
+            )));
+        }
+        if v.swap_used_pages >= pages {
+            return Err(inconsistent(format!(
+                "swap_used_pages {} >= the {pages} pages of swap_bytes {}",
+                v.swap_used_pages, v.swap_bytes
+            )));
+        }
+        let image_end = self.area_offset.checked_add(self.image_bytes);
+        if !matches!(image_end, Some(end) if v.swap_offset >= end) {
+            return Err(inconsistent(format!(
+                "swap_offset {} overlaps the image (area_offset {} + image_bytes {})",
+                v.swap_offset, self.area_offset, self.image_bytes
+            )));
+        }
+        if v.swap_offset.checked_add(v.swap_bytes).is_none() {
+            return Err(inconsistent(format!(
+                "swap_offset {} + swap_bytes {} overflows",
+                v.swap_offset, v.swap_bytes
+            )));
+        }
         Ok(())
+    }
+
+    /// Bytes of store this image needs: up to the end of the image in its
+    /// area, or of its swap region if that ends later. A reader requires
+    /// `store_end() <= store size` ([`ImageError::Truncated`]).
+    pub fn store_end(&self) -> u64 {
+        let image = self.area_offset.saturating_add(self.image_bytes);
+        match self.v2.swap() {
+            Some(s) if self.format_version == v2::FORMAT_VERSION => {
+                image.max(s.offset.saturating_add(s.bytes))
+            }
+            _ => image,
+        }
     }
 
     /// Public view of this header.
@@ -463,6 +581,10 @@ impl Header {
             stream_header_blake3: hex(&self.stream_header_hash),
             chunk_table_blake3: hex(&self.chunk_table_hash),
             stats: self.stats(),
+            swap: (self.format_version == v2::FORMAT_VERSION)
+                .then(|| self.v2.swap())
+                .flatten()
+                .map(|r| SwapInfo::from(&r)),
             verified: false,
         }
     }
@@ -583,8 +705,80 @@ pub struct ImageInfo {
     pub chunk_table_blake3: String,
     /// Page, dedupe and compression figures.
     pub stats: ImageStats,
+    /// Lazy image: the swap region the kernel pages the rest of memory in
+    /// from after restore. `None` for full images (and version 1).
+    pub swap: Option<SwapInfo>,
     /// Every checksum was verified (by `Reader::verify_all`).
     pub verified: bool,
+}
+
+/// The swap region of a lazy image, as [`ImageInfo`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SwapInfo {
+    /// Byte offset of the region in the store.
+    pub offset: u64,
+    /// Bytes of the region (whole pages).
+    pub bytes: u64,
+    /// Pages the kernel had swapped out into the region at capture.
+    pub used_pages: u64,
+    /// UUID written into the region's swap header page, in the standard
+    /// 8-4-4-4-12 form (lowercase hex, bytes in order, as `blkid` shows it).
+    pub uuid: String,
+}
+
+impl From<&SwapRegion> for SwapInfo {
+    fn from(r: &SwapRegion) -> Self {
+        SwapInfo {
+            offset: r.offset,
+            bytes: r.bytes,
+            used_pages: r.used_pages,
+            uuid: format_uuid(&r.uuid),
+        }
+    }
+}
+
+impl SwapInfo {
+    /// The 16 UUID bytes back from [`SwapInfo::uuid`] (hyphens optional);
+    /// all zero if the string is not 32 hex digits.
+    pub fn uuid_bytes(&self) -> [u8; off::UUID_LEN] {
+        parse_uuid(&self.uuid).unwrap_or([0; off::UUID_LEN])
+    }
+
+    /// The region as a [`SwapRegion`].
+    pub fn region(&self) -> SwapRegion {
+        SwapRegion {
+            offset: self.offset,
+            bytes: self.bytes,
+            used_pages: self.used_pages,
+            uuid: self.uuid_bytes(),
+        }
+    }
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, bytes in order.
+pub(crate) fn format_uuid(u: &[u8; off::UUID_LEN]) -> String {
+    let h = hex(u);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+fn parse_uuid(s: &str) -> Option<[u8; off::UUID_LEN]> {
+    let digits: Vec<u8> = s.bytes().filter(|&c| c != b'-').collect();
+    if digits.len() != 2 * off::UUID_LEN || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let mut out = [0u8; off::UUID_LEN];
+    for (o, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let pair = std::str::from_utf8(pair).ok()?;
+        *o = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// What a header slot holds.

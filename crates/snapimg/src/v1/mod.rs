@@ -40,7 +40,7 @@ use thiserror::Error;
 
 use crate::kstream::StreamError;
 
-pub use header::{ImageInfo, ImageStats, SlotState, StreamCounts};
+pub use header::{ImageInfo, ImageStats, SlotState, StreamCounts, SwapInfo};
 pub use reader::Reader;
 pub use store::Store;
 pub use writer::Writer;
@@ -206,7 +206,7 @@ pub enum ImageError {
     TooLarge {
         /// Bytes the image needs.
         needed: u64,
-        /// Bytes of one area.
+        /// Bytes of one area (of a lazy image: the part in front of its swap region).
         available: u64,
     },
     /// The store cannot even hold the two slots and minimal areas.
@@ -260,7 +260,7 @@ pub enum ImageError {
         pages: u64,
         /// Stream pages in total.
         total: u64,
-        /// Bytes of one area.
+        /// Bytes of one area (of a lazy image: the part in front of its swap region).
         available: u64,
     },
     /// A chunk passed its checksum but does not decompress to its size (v2).
@@ -283,6 +283,13 @@ pub enum ImageError {
     #[error("invalid options: {reason}")]
     BadOptions {
         /// Which option and why.
+        reason: String,
+    },
+    /// A lazy image's swap region cannot be used: misaligned, too small, too
+    /// large for the area, or not inside the area the next image goes to.
+    #[error("invalid swap region: {reason}")]
+    BadSwapRegion {
+        /// What is wrong, with the numbers (and what would fit).
         reason: String,
     },
     /// A compression or decompression worker thread failed.

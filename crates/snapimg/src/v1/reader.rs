@@ -35,8 +35,9 @@ impl<'s, D: Device> Reader<'s, D> {
         slot: Slot,
         header: Header,
     ) -> Result<Self, ImageError> {
-        // Header::decode checked these sums for overflow.
-        let end = header.area_offset + header.image_bytes;
+        // Header::decode checked the sums for overflow (and the v2 sizes); the
+        // store must hold the image and, for a lazy image, its swap region.
+        let end = header.store_end();
         if end > store.size {
             return Err(ImageError::Truncated {
                 expected: end,

@@ -16,7 +16,9 @@ use super::{
 };
 use crate::kstream::{StreamHeader, PAGE_SIZE};
 use crate::reader::Reader;
-use crate::v2::{self, WriteOptions};
+use crate::v2::{
+    self, SwapPlan, SwapRegion, WriteOptions, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES,
+};
 
 /// A snapboot image store on a [`Device`].
 #[derive(Debug)]
@@ -246,7 +248,79 @@ impl<D: Device> Store<D> {
     ) -> Result<v2::Writer<'_, D>, ImageError> {
         opts.check()?;
         let (slot, generation, area) = self.prepare_write(&meta)?;
+        if let Some(swap) = &opts.swap {
+            self.check_swap_in_area(swap, slot, area)?;
+        }
         Ok(v2::Writer::new(self, meta, slot, generation, area, opts))
+    }
+
+    /// A lazy image's region must lie inside the area the image goes to.
+    fn check_swap_in_area(
+        &self,
+        swap: &SwapRegion,
+        slot: Slot,
+        area: u64,
+    ) -> Result<(), ImageError> {
+        let area_end = area + self.area_capacity();
+        let inside = swap.offset >= area && matches!(swap.end(), Some(end) if end <= area_end);
+        if !inside {
+            return Err(ImageError::BadSwapRegion {
+                reason: format!(
+                    "bytes {}..{} are not inside area {slot} (bytes {area}..{area_end}), \
+                     where the next image goes (use Store::plan_swap)",
+                    swap.offset,
+                    swap.offset.saturating_add(swap.bytes)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reserve the swap region of the next (lazy) image: the last `bytes`
+    /// (rounded down to whole pages) of the area the next writer will use.
+    ///
+    /// That is the slot not holding the newest header (A if none), as for
+    /// [`Store::writer_with`]. The region needs at least
+    /// [`MIN_SWAP_PAGES`] pages and must leave [`SWAP_IMAGE_RESERVE_PAGES`]
+    /// pages of the area to the image ([`ImageError::BadSwapRegion`] says how
+    /// much fits). The target slot's header is then cleared and synced: its
+    /// image is about to be overwritten by the swap region. The newest image,
+    /// in the other area, stays the newest and bootable, and the next writer
+    /// picks the same slot; pass the region to it in [`WriteOptions::swap`].
+    pub fn plan_swap(&mut self, bytes: u64) -> Result<SwapPlan, ImageError> {
+        let (slot, _) = self.next_target()?;
+        let page = PAGE_SIZE as u64;
+        let bytes = bytes / page * page;
+        let capacity = self.area_capacity();
+        let min = MIN_SWAP_PAGES * page;
+        let max = capacity.saturating_sub(SWAP_IMAGE_RESERVE_PAGES * page);
+        if max < min {
+            return Err(ImageError::BadSwapRegion {
+                reason: format!(
+                    "store areas of {capacity} bytes are too small for a swap region: \
+                     it needs {min} bytes ({MIN_SWAP_PAGES} pages) and the image \
+                     {SWAP_IMAGE_RESERVE_PAGES} pages"
+                ),
+            });
+        }
+        if bytes < min || bytes > max {
+            return Err(ImageError::BadSwapRegion {
+                reason: format!(
+                    "{bytes} bytes requested; an area of {capacity} bytes fits a region \
+                     of {min}..={max} bytes ({MIN_SWAP_PAGES}.. pages, leaving \
+                     {SWAP_IMAGE_RESERVE_PAGES} pages to the image)"
+                ),
+            });
+        }
+        let area_offset = self.area_offset(slot);
+        let plan = SwapPlan {
+            slot,
+            area_offset,
+            offset: area_offset + capacity - bytes,
+            bytes,
+        };
+        self.clear_slot(slot)?;
+        Ok(plan)
     }
 
     /// Start writing a format version 1 image (uncompressed; for stores read
@@ -258,8 +332,17 @@ impl<D: Device> Store<D> {
 
     /// Target slot, generation and area offset of the next image.
     fn prepare_write(&mut self, meta: &CaptureMeta) -> Result<(Slot, u64, u64), ImageError> {
-        self.require_writable()?;
         check_identity(&meta.identity)?;
+        let (slot, generation) = self.next_target()?;
+        Ok((slot, generation, self.area_offset(slot)))
+    }
+
+    /// Slot and generation of the next image: the slot not holding the
+    /// newest header (A if none). Errors if the store is read-only or too
+    /// small, or if that slot's area overlaps the newest image or its swap
+    /// region.
+    fn next_target(&mut self) -> Result<(Slot, u64), ImageError> {
+        self.require_writable()?;
         if self.size < MIN_STORE_SIZE {
             return Err(ImageError::StoreTooSmall {
                 size: self.size,
@@ -272,7 +355,7 @@ impl<D: Device> Store<D> {
             Some((s, h)) => (
                 s.other(),
                 h.generation.saturating_add(1),
-                (!h.invalidated()).then_some((h.area_offset, h.area_offset + h.image_bytes)),
+                (!h.invalidated()).then_some((h.area_offset, h.store_end())),
             ),
         };
         let area = self.area_offset(slot);
@@ -281,7 +364,7 @@ impl<D: Device> Store<D> {
                 return Err(ImageError::Overlap { slot });
             }
         }
-        Ok((slot, generation, area))
+        Ok((slot, generation))
     }
 
     /// Invalidate the newest image (boot-once): it will not be restored

@@ -22,6 +22,12 @@
 //! pushing pages, and writes finished chunks in order; the reader reads
 //! ahead, checks and decompresses chunks on worker threads and hands pages
 //! out in order. The full layout is in `docs/image-format.md`.
+//!
+//! A *lazy* image also records a [`SwapRegion`]: the last bytes of its own
+//! area, where the kernel paged user memory out to just before capture.
+//! [`crate::Store::plan_swap`] reserves it (and clears the target slot), the
+//! writer keeps the image in front of it ([`WriteOptions::swap`]), the header
+//! records and validates it, and readers require the store to hold it.
 
 mod codec;
 mod pool;
@@ -31,12 +37,14 @@ mod writer;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod swap_tests;
+#[cfg(test)]
 mod tests;
 
 use serde::Serialize;
 
 use crate::kstream::PAGE_SIZE;
-use crate::v1::ImageError;
+use crate::v1::{ImageError, Slot};
 
 pub use reader::Reader;
 pub use writer::Writer;
@@ -54,6 +62,11 @@ pub const TABLE_ENTRY_LEN: u64 = 32;
 /// Default bound on the bytes of recent chunks the writer keeps for dedupe
 /// comparisons (and the reader for pages that duplicates point at).
 pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+/// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
+pub const MIN_SWAP_PAGES: u64 = 10;
+/// Pages of an area [`crate::Store::plan_swap`] always leaves to the image.
+pub const SWAP_IMAGE_RESERVE_PAGES: u64 = 64;
 
 /// Page index entry kinds (bits 63..62 of an entry).
 pub(crate) mod entry {
@@ -157,6 +170,80 @@ pub struct WriteOptions {
     /// Bytes of recent raw chunks kept to compare dedupe candidates with: a
     /// page whose earlier twin is no longer held is stored again.
     pub dedupe_cache_bytes: usize,
+    /// Lazy image: the swap region reserved at the end of the target area
+    /// (from [`crate::Store::plan_swap`]). The image must then fit in front
+    /// of it (`swap.offset - area_offset` bytes), and the header records it.
+    pub swap: Option<SwapRegion>,
+}
+
+/// The swap region of a lazy image: the last `bytes` of the image's own area,
+/// which the kernel paged user memory out to just before capture and pages it
+/// back in from after restore (docs/image-format.md §6, "Lazy images").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapRegion {
+    /// Byte offset of the region in the store (a multiple of 4096).
+    pub offset: u64,
+    /// Bytes of the region (a multiple of 4096, at least [`MIN_SWAP_PAGES`] pages).
+    pub bytes: u64,
+    /// Pages the kernel had swapped out into the region at capture
+    /// (less than the region's pages: the first one is the swap header).
+    pub used_pages: u64,
+    /// The UUID written into the region's swap header page.
+    pub uuid: [u8; 16],
+}
+
+impl SwapRegion {
+    /// Byte offset just past the region, `None` if that overflows.
+    pub fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.bytes)
+    }
+
+    /// Error with [`ImageError::BadSwapRegion`] unless the region is page
+    /// aligned, at least [`MIN_SWAP_PAGES`] pages, and `used_pages` is
+    /// less than its pages (the header checks the same on decoding).
+    pub fn check(&self) -> Result<(), ImageError> {
+        let page = PAGE_SIZE as u64;
+        let bad = |reason: String| Err(ImageError::BadSwapRegion { reason });
+        if (self.offset | self.bytes) & (page - 1) != 0 {
+            return bad(format!(
+                "offset {} and size {} must be multiples of 4096",
+                self.offset, self.bytes
+            ));
+        }
+        let pages = self.bytes / page;
+        if pages < MIN_SWAP_PAGES {
+            return bad(format!(
+                "{} bytes ({pages} pages) is smaller than {MIN_SWAP_PAGES} pages",
+                self.bytes
+            ));
+        }
+        if self.used_pages >= pages {
+            return bad(format!(
+                "{} used pages do not fit a region of {pages} pages (one is the swap header)",
+                self.used_pages
+            ));
+        }
+        if self.end().is_none() {
+            return bad(format!(
+                "offset {} + size {} overflows",
+                self.offset, self.bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where [`crate::Store::plan_swap`] put the swap region of the next (lazy) image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapPlan {
+    /// Slot (and area) the next writer will use; its header was cleared.
+    pub slot: Slot,
+    /// Byte offset of that area in the store.
+    pub area_offset: u64,
+    /// Byte offset of the region in the store: `area_offset + area_capacity - bytes`.
+    pub offset: u64,
+    /// Bytes of the region (whole pages).
+    pub bytes: u64,
 }
 
 impl Default for WriteOptions {
@@ -166,12 +253,16 @@ impl Default for WriteOptions {
             chunk_pages: DEFAULT_CHUNK_PAGES,
             threads: default_threads(),
             dedupe_cache_bytes: DEFAULT_CACHE_BYTES,
+            swap: None,
         }
     }
 }
 
 impl WriteOptions {
-    /// Error with [`ImageError::BadOptions`] if a value is out of range.
+    /// Error with [`ImageError::BadOptions`] if a value is out of range, or
+    /// [`ImageError::BadSwapRegion`] (see [`SwapRegion::check`]). Whether the
+    /// region lies inside the target area is checked by
+    /// [`crate::Store::writer_with`], which knows the area.
     pub fn check(&self) -> Result<(), ImageError> {
         if self.chunk_pages == 0 || self.chunk_pages > MAX_CHUNK_PAGES {
             return Err(ImageError::BadOptions {
@@ -186,6 +277,9 @@ impl WriteOptions {
             return Err(ImageError::BadOptions {
                 reason: format!("zstd level {level} is not supported"),
             });
+        }
+        if let Some(swap) = &self.swap {
+            swap.check()?;
         }
         Ok(())
     }

@@ -43,6 +43,9 @@ pub struct Writer<'s, D: Device> {
     slot: Slot,
     generation: u64,
     area_offset: u64,
+    /// Bytes of the area the image may use: up to the swap region of a lazy
+    /// image, else the whole area.
+    room: u64,
     opts: WriteOptions,
     parser: StreamParser,
     stream_header_hash: [u8; HASH_LEN],
@@ -95,6 +98,10 @@ impl<'s, D: Device> Writer<'s, D> {
         area_offset: u64,
         opts: WriteOptions,
     ) -> Self {
+        let room = match &opts.swap {
+            Some(swap) => swap.offset.saturating_sub(area_offset),
+            None => store.area_capacity(),
+        };
         let compression = opts.compression;
         let pool = Pool::new(opts.threads, move || {
             let mut enc = Encoder::new(compression);
@@ -111,6 +118,7 @@ impl<'s, D: Device> Writer<'s, D> {
             slot,
             generation,
             area_offset,
+            room,
             opts,
             parser: StreamParser::new(),
             stream_header_hash: [0; HASH_LEN],
@@ -151,6 +159,12 @@ impl<'s, D: Device> Writer<'s, D> {
         &self.opts
     }
 
+    /// Bytes of the area the image may use: in front of the swap region of a
+    /// lazy image ([`WriteOptions::swap`]), else the whole area.
+    pub fn room(&self) -> u64 {
+        self.room
+    }
+
     fn chunk_pages(&self) -> u64 {
         u64::from(self.opts.chunk_pages)
     }
@@ -158,10 +172,11 @@ impl<'s, D: Device> Writer<'s, D> {
     /// Accept the next page of the kernel stream.
     ///
     /// The first page must be the stream header; if even the page index and
-    /// offset table cannot fit the area this fails with
+    /// offset table cannot fit the area (for a lazy image: the part in front
+    /// of the swap region, [`Writer::room`]) this fails with
     /// [`ImageError::TooLarge`] before anything is written. Then the target
     /// slot is cleared and chunks are written as they are compressed; if they
-    /// outgrow the area, [`ImageError::OutOfSpace`] (the previous image is
+    /// outgrow that room, [`ImageError::OutOfSpace`] (the previous image is
     /// untouched).
     pub fn push_page(&mut self, page: &Page) -> Result<(), ImageError> {
         let kind = self.parser.push_page(page)?;
@@ -200,7 +215,7 @@ impl<'s, D: Device> Writer<'s, D> {
             Layout::new(pages, self.opts.chunk_pages).ok_or_else(|| ImageError::Inconsistent {
                 reason: format!("stream of {pages} pages is too large"),
             })?;
-        let available = self.store.area_capacity();
+        let available = self.room;
         let needed = layout.data_offset().saturating_add(1);
         if needed > available {
             return Err(ImageError::TooLarge { needed, available });
@@ -264,7 +279,7 @@ impl<'s, D: Device> Writer<'s, D> {
         let end = data_offset
             .saturating_add(self.data_written)
             .saturating_add(stored.bytes.len() as u64);
-        let available = self.store.area_capacity();
+        let available = self.room;
         if end > available {
             return Err(ImageError::OutOfSpace {
                 written: end,
@@ -339,7 +354,7 @@ impl<'s, D: Device> Writer<'s, D> {
         self.store.sync()?;
 
         let (compressor, level) = self.opts.compression.code();
-        let header = Header {
+        let mut header = Header {
             format_version: FORMAT_VERSION,
             generation: self.generation,
             flags: 0,
@@ -366,8 +381,10 @@ impl<'s, D: Device> Writer<'s, D> {
                 zero_pages: self.zero_pages,
                 dup_pages: self.dup_pages,
                 unique_pages: unique,
+                ..V2Fields::default()
             },
         };
+        header.v2.set_swap(self.opts.swap);
         let bytes = header.encode()?;
         let what = format!("writing header slot {}", self.slot);
         self.store.write_at(self.slot.offset(), &bytes, &what)?;

@@ -1,0 +1,512 @@
+//! Lazy images, "improved snapshot boot" (seed 001) on a stock kernel: just before capture the
+//! kernel pages most user memory out to a swap area that lives in the store, so the image
+//! holds only what stayed resident; after a restore the kernel's own page-fault handler pages
+//! the rest back in when it is touched.
+//!
+//! The image is restored again at every power-on, so the swap area must read back exactly as
+//! it was at capture, forever. A plain swap device would not: the restored system frees swap
+//! slots and reuses them. So the swap device is a device-mapper stack whose persistent part
+//! is written only during capture:
+//!
+//! ```text
+//!   swapon /dev/mapper/snapboot-swap
+//!          |
+//!   snapboot-swap         while paging out: linear -> snapboot-swap-origin
+//!                         at capture:       snapshot origin=snapboot-swap-origin, cow=zramN (N)
+//!          |                                   writes after restore land in the zram COW (RAM,
+//!          |                                   part of the image), never on the store
+//!   snapboot-swap-origin  linear -> store device, sectors [region offset, +region size)
+//!          |
+//!   store: | slot A | slot B | area A: image ... swap region | area B: image ... swap region |
+//! ```
+//!
+//! The table switch happens before `SNAPSHOT_CREATE_IMAGE`, so every restore of the image
+//! starts with the snapshot table: the swap region on the store is only ever read.
+//! The region belongs to the area of the image being written (snapimg `Store::plan_swap`), so
+//! the previous image, in the other area, stays intact until the new one is committed.
+
+use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
+use snapimg::{SwapPlan, SwapRegion, PAGE_SIZE};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Name of the persistent half of the stack (linear onto the store).
+pub const ORIGIN_NAME: &str = "snapboot-swap-origin";
+/// Name of the swap device (linear, then a snapshot of the origin).
+pub const SWAP_NAME: &str = "snapboot-swap";
+const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
+/// The kernel refuses swap areas smaller than this many pages.
+pub const MIN_SWAP_PAGES: u64 = 10;
+
+/// How much user memory to page out before capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// As much as the kernel can reclaim: the smallest image.
+    Max,
+    /// About this many bytes, least recently used first (the kernel's LRU, as in seed 001).
+    Bytes(u64),
+}
+
+/// Settings of a lazy capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LazyOptions {
+    /// How much to page out.
+    pub reclaim: Reclaim,
+    /// Size of the swap region; `None`: half of a store area.
+    pub region_bytes: Option<u64>,
+}
+
+/// Parses the value of `snapboot.lazy` / `--lazy`: empty or `max`, or a size like `96M`.
+pub fn parse_reclaim(s: &str) -> Option<Reclaim> {
+    let s = s.trim();
+    if s.is_empty() || s == "max" {
+        return Some(Reclaim::Max);
+    }
+    parse_size(s).map(Reclaim::Bytes)
+}
+
+/// Parses `123`, `64K`, `96M`, `1G` (binary units) into bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Errors of the lazy-capture steps; each says which step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LazyError {
+    /// Lazy images need the store on a block device (the swap area is mapped onto it).
+    #[error("lazy capture needs the store on a block device: {path}: {err}")]
+    NotBlock { path: PathBuf, err: std::io::Error },
+    /// A device-mapper step failed.
+    #[error(transparent)]
+    Dm(#[from] DmError),
+    /// A file under /proc, /sys or /dev could not be used.
+    #[error("{step}: {path}: {err}")]
+    Io {
+        step: &'static str,
+        path: PathBuf,
+        err: std::io::Error,
+    },
+    /// A required kernel feature is missing.
+    #[error("{0}")]
+    Missing(String),
+}
+
+fn io_err<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LazyError + 'a {
+    move |err| LazyError::Io {
+        step,
+        path: path.to_path_buf(),
+        err,
+    }
+}
+
+/// One line of `/proc/swaps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwapArea {
+    /// Path as the kernel shows it.
+    pub path: String,
+    /// Size in KiB.
+    pub size_kib: u64,
+    /// Used in KiB.
+    pub used_kib: u64,
+}
+
+/// Parses `/proc/swaps`.
+pub fn parse_swaps(text: &str) -> Vec<SwapArea> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4).then(|| SwapArea {
+                path: f[0].replace("\\040", " "),
+                size_kib: f[2].parse().unwrap_or(0),
+                used_kib: f[3].parse().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+fn active_swaps() -> Vec<SwapArea> {
+    parse_swaps(&std::fs::read_to_string("/proc/swaps").unwrap_or_default())
+}
+
+fn c_path(p: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+fn swapoff(path: &Path) -> std::io::Result<()> {
+    let c = c_path(path);
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    if unsafe { libc::swapoff(c.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn swapon(path: &Path) -> std::io::Result<()> {
+    const SWAP_FLAG_PREFER: libc::c_int = 0x8000;
+    let c = c_path(path);
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    if unsafe { libc::swapon(c.as_ptr(), SWAP_FLAG_PREFER | 0x7fff) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turns off every active swap area, reading its pages back into memory.
+///
+/// Any capture needs this: an image that refers to pages in a swap area the running system
+/// keeps using (and rewriting) would restore garbage at the next power-on. Returns the areas
+/// turned off.
+pub fn swapoff_all() -> Result<Vec<String>, LazyError> {
+    let mut off = Vec::new();
+    for a in active_swaps() {
+        let p = PathBuf::from(&a.path);
+        swapoff(&p).map_err(|err| LazyError::Io {
+            step: "swapoff (every swap area must be off before capture; is memory short?)",
+            path: p.clone(),
+            err,
+        })?;
+        off.push(a.path);
+    }
+    Ok(off)
+}
+
+/// Removes snapboot's swap stack left from an earlier capture or restore (after
+/// [`swapoff_all`]), so a new one can be built.
+pub fn teardown() -> Result<(), LazyError> {
+    let Ok(ctl) = Control::open() else {
+        return Ok(()); // no device-mapper: nothing of ours can exist
+    };
+    for name in [SWAP_NAME, ORIGIN_NAME] {
+        if ctl.find(name)?.is_some() {
+            ctl.remove(name)?;
+        }
+    }
+    Ok(())
+}
+
+/// The swap header page (`union swap_header`, include/linux/swap.h): version 1, last page,
+/// no bad pages, a UUID, and the `SWAPSPACE2` magic in the page's last 10 bytes.
+pub fn swap_header(pages: u64, uuid: &[u8; 16]) -> Vec<u8> {
+    let mut p = vec![0u8; PAGE_SIZE];
+    p[1024..1028].copy_from_slice(&1u32.to_le_bytes());
+    let last = u32::try_from(pages - 1).unwrap_or(u32::MAX);
+    p[1028..1032].copy_from_slice(&last.to_le_bytes());
+    p[1036..1052].copy_from_slice(uuid);
+    p[1052..1060].copy_from_slice(b"snapboot");
+    p[PAGE_SIZE - 10..].copy_from_slice(SWAP_MAGIC);
+    p
+}
+
+/// Checks that the swap region of an image still starts with the header capture wrote
+/// (a cheap guard against a store whose region was overwritten; one page read).
+pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), String> {
+    let f = std::fs::File::open(store).map_err(|e| format!("{}: {e}", store.display()))?;
+    let mut page = vec![0u8; PAGE_SIZE];
+    f.read_exact_at(&mut page, region.offset)
+        .map_err(|e| format!("swap region at byte {}: {e}", region.offset))?;
+    if &page[PAGE_SIZE - 10..] != SWAP_MAGIC || page[1036..1052] != region.uuid {
+        return Err(format!(
+            "swap region at byte {} no longer holds this image's swap area (header overwritten)",
+            region.offset
+        ));
+    }
+    Ok(())
+}
+
+/// What [`prepare`] did.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The region to record in the image header.
+    pub region: SwapRegion,
+    /// Seconds spent paging out.
+    pub reclaim_secs: f64,
+    /// The COW device that takes writes after a restore.
+    pub cow: String,
+}
+
+/// Builds the swap stack on the region `plan` reserved, pages user memory out into it, then
+/// switches the stack to its write-protecting snapshot table. On error everything is undone.
+pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prepared, LazyError> {
+    let store_dev = DevNum::of_path(store).map_err(|err| LazyError::NotBlock {
+        path: store.to_path_buf(),
+        err,
+    })?;
+    let ctl = Control::open()?;
+    let pages = plan.bytes / PAGE_SIZE as u64;
+    let mut uuid = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut uuid))
+        .map_err(io_err("random swap UUID", Path::new("/dev/urandom")))?;
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(store)
+            .map_err(io_err("write swap header", store))?;
+        f.write_all_at(&swap_header(pages, &uuid), plan.offset)
+            .and_then(|()| f.flush())
+            .and_then(|()| f.sync_all())
+            .map_err(io_err("write swap header", store))?;
+    }
+    let sectors = plan.bytes / SECTOR;
+    let (origin, _) = ctl.create_with(
+        ORIGIN_NAME,
+        &[Target {
+            start: 0,
+            length: sectors,
+            kind: "linear".into(),
+            params: format!("{store_dev} {}", plan.offset / SECTOR),
+        }],
+    )?;
+    let undo_origin = |ctl: &Control| {
+        let _ = ctl.remove(ORIGIN_NAME);
+    };
+    let swap_node = match ctl.create_with(
+        SWAP_NAME,
+        &[Target {
+            start: 0,
+            length: sectors,
+            kind: "linear".into(),
+            params: format!("{origin} 0"),
+        }],
+    ) {
+        Ok((_, node)) => node,
+        Err(e) => {
+            undo_origin(&ctl);
+            return Err(e.into());
+        }
+    };
+    let undo_all = |ctl: &Control, swapped_on: bool| {
+        if swapped_on {
+            let _ = swapoff(&swap_node);
+        }
+        let _ = ctl.remove(SWAP_NAME);
+        undo_origin(ctl);
+    };
+    // zswap would keep "swapped" pages compressed in RAM, i.e. in the image.
+    let _ = std::fs::write("/sys/module/zswap/parameters/enabled", "N\n");
+    if let Err(err) = swapon(&swap_node) {
+        undo_all(&ctl, false);
+        return Err(LazyError::Io {
+            step: "swapon",
+            path: swap_node.clone(),
+            err,
+        });
+    }
+    // While the swap device is suspended for its table switch, a page fault on a swapped-out
+    // page would wait for it forever; this process is the one that resumes it, so it keeps
+    // its own memory resident (the binary itself may live on a swap-backed tmpfs).
+    // SAFETY: mlockall only changes how the kernel treats this process's pages.
+    let locked = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } == 0;
+    let started = Instant::now();
+    let result = reclaim(opts.reclaim).and_then(|()| {
+        let cow = zram_cow(plan.bytes + (16 << 20))?;
+        ctl.reload(
+            SWAP_NAME,
+            &[Target {
+                start: 0,
+                length: sectors,
+                kind: "snapshot".into(),
+                params: format!("{origin} {} N 8", cow.1),
+            }],
+        )?;
+        Ok(cow)
+    });
+    if locked {
+        // SAFETY: as above; undoes the lock.
+        unsafe { libc::munlockall() };
+    }
+    let (cow_name, _) = match result {
+        Ok(c) => c,
+        Err(e) => {
+            undo_all(&ctl, true);
+            return Err(e);
+        }
+    };
+    let reclaim_secs = started.elapsed().as_secs_f64();
+    let used_kib = active_swaps()
+        .into_iter()
+        .find(|a| Path::new(&a.path) == swap_node)
+        .map(|a| a.used_kib)
+        .unwrap_or(0);
+    Ok(Prepared {
+        region: SwapRegion {
+            offset: plan.offset,
+            bytes: plan.bytes,
+            used_pages: (used_kib / 4).min(pages.saturating_sub(1)),
+            uuid,
+        },
+        reclaim_secs,
+        cow: cow_name,
+    })
+}
+
+/// The cgroup v2 root's `memory.reclaim`, mounting cgroup2 under /run if it is not mounted.
+fn reclaim_file() -> Result<PathBuf, LazyError> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && f[2] == "cgroup2").then(|| PathBuf::from(f[1]))
+        })
+        .next();
+    let root = match mounted {
+        Some(p) => p,
+        None => {
+            let p = PathBuf::from("/run/snapboot/cgroup");
+            std::fs::create_dir_all(&p).map_err(io_err("mkdir for cgroup2", &p))?;
+            rustix::mount::mount(
+                "cgroup2",
+                &p,
+                "cgroup2",
+                rustix::mount::MountFlags::empty(),
+                "",
+            )
+            .map_err(|e| LazyError::Io {
+                step: "mount cgroup2",
+                path: p.clone(),
+                err: e.into(),
+            })?;
+            p
+        }
+    };
+    let f = root.join("memory.reclaim");
+    if !f.exists() {
+        return Err(LazyError::Missing(format!(
+            "{} is missing: lazy capture needs Linux 5.19+ with CONFIG_MEMCG",
+            f.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// Asks the kernel to reclaim memory (LRU order), which pages anonymous memory out to the
+/// only active swap area, ours.
+fn reclaim(r: Reclaim) -> Result<(), LazyError> {
+    let f = reclaim_file()?;
+    let want = match r {
+        Reclaim::Bytes(b) => b,
+        // More than the machine has: the kernel reclaims until nothing more gives, then
+        // reports EAGAIN, which is the expected end here.
+        Reclaim::Max => 1 << 40,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .map_err(io_err("open memory.reclaim", &f))?;
+    match file.write_all(format!("{want}\n").as_bytes()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(()),
+        Err(err) => Err(LazyError::Io {
+            step: "memory.reclaim",
+            path: f,
+            err,
+        }),
+    }
+}
+
+/// A fresh zram device of `bytes` for the snapshot's copy-on-write store. zram allocates
+/// (compressed) memory only for what is written, so sizing it like the region is free.
+fn zram_cow(bytes: u64) -> Result<(String, DevNum), LazyError> {
+    let ctl = Path::new("/sys/class/zram-control/hot_add");
+    if !ctl.exists() {
+        return Err(LazyError::Missing(
+            "zram is not available (load the zram module): lazy capture keeps writes to swap \
+             after a restore in a zram device"
+                .into(),
+        ));
+    }
+    let mut s = String::new();
+    std::fs::File::open(ctl)
+        .and_then(|mut f| f.read_to_string(&mut s))
+        .map_err(io_err("zram hot_add", ctl))?;
+    let name = format!("zram{}", s.trim());
+    let sys = PathBuf::from("/sys/block").join(&name);
+    std::fs::write(sys.join("disksize"), format!("{bytes}\n"))
+        .map_err(io_err("zram disksize", &sys))?;
+    let dev = std::fs::read_to_string(sys.join("dev"))
+        .ok()
+        .and_then(|s| DevNum::parse(&s))
+        .ok_or_else(|| LazyError::Missing(format!("{}/dev is unreadable", sys.display())))?;
+    Ok((name, dev))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaim_values_parse() {
+        assert_eq!(parse_reclaim(""), Some(Reclaim::Max));
+        assert_eq!(parse_reclaim("max"), Some(Reclaim::Max));
+        assert_eq!(parse_reclaim("96M"), Some(Reclaim::Bytes(96 << 20)));
+        assert_eq!(parse_reclaim("1G"), Some(Reclaim::Bytes(1 << 30)));
+        assert_eq!(parse_reclaim("4096"), Some(Reclaim::Bytes(4096)));
+        assert_eq!(parse_reclaim("lots"), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+    }
+
+    #[test]
+    fn proc_swaps_parses() {
+        let t = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\
+                 /dev/mapper/snapboot-swap               partition\t524284\t\t173312\t\t32767\n\
+                 /swap\\040file                           file\t\t1024\t\t0\t\t-2\n";
+        let s = parse_swaps(t);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].path, "/dev/mapper/snapboot-swap");
+        assert_eq!((s[0].size_kib, s[0].used_kib), (524284, 173312));
+        assert_eq!(s[1].path, "/swap file");
+    }
+
+    #[test]
+    fn swap_header_layout_matches_the_kernel() {
+        let uuid = [7u8; 16];
+        let p = swap_header(1000, &uuid);
+        assert_eq!(p.len(), 4096);
+        assert_eq!(&p[4086..], b"SWAPSPACE2");
+        assert_eq!(u32::from_le_bytes(p[1024..1028].try_into().unwrap()), 1);
+        assert_eq!(u32::from_le_bytes(p[1028..1032].try_into().unwrap()), 999);
+        assert_eq!(u32::from_le_bytes(p[1032..1036].try_into().unwrap()), 0);
+        assert_eq!(&p[1036..1052], &uuid);
+        assert!(p[..1024].iter().all(|&b| b == 0), "boot bits stay clear");
+    }
+
+    #[test]
+    fn region_check_names_an_overwritten_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let uuid = [3u8; 16];
+        let mut data = vec![0u8; 3 * 4096];
+        data[4096..8192].copy_from_slice(&swap_header(2, &uuid));
+        std::fs::write(&path, &data).unwrap();
+        let region = SwapRegion {
+            offset: 4096,
+            bytes: 2 * 4096,
+            used_pages: 0,
+            uuid,
+        };
+        assert_eq!(check_region(&path, &region), Ok(()));
+        let other = SwapRegion {
+            uuid: [4u8; 16],
+            ..region
+        };
+        let err = check_region(&path, &other).unwrap_err();
+        assert!(err.contains("no longer holds"), "{err}");
+        let beyond = SwapRegion {
+            offset: 1 << 20,
+            ..region
+        };
+        assert!(check_region(&path, &beyond).is_err());
+    }
+}
