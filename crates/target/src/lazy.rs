@@ -192,7 +192,24 @@ pub fn teardown() -> Result<(), LazyError> {
             ctl.remove(name)?;
         }
     }
+    release_cow();
     Ok(())
+}
+
+/// Where the name of the zram copy-on-write device is kept (on /run, a tmpfs that is part
+/// of the image, so a restored system still knows its own).
+const COW_RECORD: &str = "/run/snapboot/lazy-cow";
+
+/// Frees the zram device an earlier lazy capture made (best effort: it is only memory).
+fn release_cow() {
+    let Ok(name) = std::fs::read_to_string(COW_RECORD) else {
+        return;
+    };
+    if let Some(id) = name.trim().strip_prefix("zram") {
+        let _ = std::fs::write(format!("/sys/block/zram{id}/reset"), "1\n");
+        let _ = std::fs::write("/sys/class/zram-control/hot_remove", format!("{id}\n"));
+    }
+    let _ = std::fs::remove_file(COW_RECORD);
 }
 
 /// The swap header page (`union swap_header`, include/linux/swap.h): version 1, last page,
@@ -292,6 +309,7 @@ pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prep
         }
         let _ = ctl.remove(SWAP_NAME);
         undo_origin(ctl);
+        release_cow();
     };
     // zswap would keep "swapped" pages compressed in RAM, i.e. in the image.
     let _ = std::fs::write("/sys/module/zswap/parameters/enabled", "N\n");
@@ -432,6 +450,8 @@ fn zram_cow(bytes: u64) -> Result<(String, DevNum), LazyError> {
         .and_then(|mut f| f.read_to_string(&mut s))
         .map_err(io_err("zram hot_add", ctl))?;
     let name = format!("zram{}", s.trim());
+    let _ = std::fs::create_dir_all("/run/snapboot");
+    let _ = std::fs::write(COW_RECORD, format!("{name}\n"));
     let sys = PathBuf::from("/sys/block").join(&name);
     std::fs::write(sys.join("disksize"), format!("{bytes}\n"))
         .map_err(io_err("zram disksize", &sys))?;
