@@ -267,7 +267,7 @@ pub fn trace(
         .write(true)
         .open(&tty)
         .with_context(|| format!("opening {}", tty.display()))?;
-    target::serial::make_raw(&file, baud)
+    ondevice::serial::make_raw(&file, baud)
         .with_context(|| format!("configuring {}", tty.display()))?;
     let t0 = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();

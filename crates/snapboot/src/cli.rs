@@ -332,7 +332,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Cold(a)) => crate::bench::cold(a),
         Cmd::Bench(BenchCmd::Compare(a)) => crate::compare::compare(a),
         Cmd::Start { env, cmd } => {
-            let code = target::guest::start(&cmd.join(" "), &env)?;
+            let code = ondevice::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
         Cmd::Ready => crate::guestcmd::ready(),

@@ -7,10 +7,10 @@ use snapimg::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use target::capture::{capture, CaptureOptions, CaptureOutcome, Then};
-use target::guest::print_marker;
-use target::resume::{resume, ResumeOptions};
-use target::system::{cmdline_param, kernel_cmdline};
+use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
+use ondevice::guest::print_marker;
+use ondevice::resume::{resume, ResumeOptions};
+use ondevice::system::{cmdline_param, kernel_cmdline};
 
 /// After the image is written.
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -80,11 +80,11 @@ pub struct InspectArgs {
 /// (`snapboot.capture snapboot.store=DEV`), captures here; prints `restored` on the
 /// restored side so the application's script can tell.
 pub fn ready() -> Result<ExitCode> {
-    target::guest::ready();
+    ondevice::guest::ready();
     let cmdline = kernel_cmdline();
     if let Some(dev) = cmdline_param(&cmdline, "snapboot.khibernate") {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
-        if let Err(e) = target::kernel_native::hibernate(std::path::Path::new(dev)) {
+        if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
             print_marker("capture-failed", Some(&e.to_string()));
             return Err(e.into());
         }
@@ -108,7 +108,7 @@ pub fn ready() -> Result<ExitCode> {
     o.drop_caches = cmdline_param(&cmdline, "snapboot.nodrop").is_none();
     o.compact = cmdline_param(&cmdline, "snapboot.nocompact").is_none();
     if let Some(c) = cmdline_param(&cmdline, "snapboot.compress") {
-        o.compression = target::capture::parse_compression(c)
+        o.compression = ondevice::capture::parse_compression(c)
             .with_context(|| format!("snapboot.compress={c}: expected lz4, zstd or zstd:LEVEL"))?;
     }
     if let Some(l) = cmdline_param(&cmdline, "snapboot.lazy") {
@@ -122,17 +122,17 @@ pub fn ready() -> Result<ExitCode> {
 
 /// Lazy-capture settings from `snapboot.lazy[=max|SIZE]` and `snapboot.swapsize=SIZE`
 /// (or the `--lazy` / `--swap-size` flags).
-fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<target::lazy::LazyOptions> {
-    let reclaim = target::lazy::parse_reclaim(reclaim)
+fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<ondevice::lazy::LazyOptions> {
+    let reclaim = ondevice::lazy::parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
     let region_bytes = match region {
         None => None,
         Some(r) => Some(
-            target::lazy::parse_size(r)
+            ondevice::lazy::parse_size(r)
                 .with_context(|| format!("swap size {r}: expected a size such as 512M"))?,
         ),
     };
-    Ok(target::lazy::LazyOptions {
+    Ok(ondevice::lazy::LazyOptions {
         reclaim,
         region_bytes,
     })
@@ -164,7 +164,7 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     };
     o.force = a.force;
     o.drop_caches = !a.keep_caches;
-    o.compression = target::capture::parse_compression(&a.compress).with_context(|| {
+    o.compression = ondevice::capture::parse_compression(&a.compress).with_context(|| {
         format!(
             "--compress {}: expected lz4, zstd or zstd:LEVEL",
             a.compress
@@ -186,8 +186,8 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
         }
         if let Some(dev) = cmdline_param(&cmdline, "snapboot.kresume") {
             let dev = std::path::Path::new(dev);
-            target::resume::wait_for_node(dev, Duration::from_secs(2));
-            let why = match target::kernel_native::resume(dev) {
+            ondevice::resume::wait_for_node(dev, Duration::from_secs(2));
+            let why = match ondevice::kernel_native::resume(dev) {
                 Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
                 Err(e) => format!("kernel-native: {e}"),
             };
