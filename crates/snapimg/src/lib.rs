@@ -15,11 +15,15 @@
 //! [`Store::writer`] writes version 2; [`Store::reader`] reads both versions.
 //! The on-disk layout is specified in `docs/image-format.md`.
 
+pub mod binding;
 pub mod kstream;
 mod reader;
 pub mod v1;
 pub mod v2;
 
+pub use binding::{
+    bound_cmdline, hex, Binding, BindingError, BindingMismatch, BootSetup, BoundDevice, Difference,
+};
 pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,

@@ -1,0 +1,510 @@
+//! Observing what an image is bound to ([`snapimg::Binding`]): the boot setup (recorded by
+//! `snapboot resume` in the initramfs at every boot, kept in `/run` for the capture that may
+//! follow), the kernel command line, and the block devices mounted at capture, each
+//! fingerprinted by its size and a fixed set of its blocks.
+//!
+//! The fingerprint reads the first and last 64 KiB of a device (where filesystems keep their
+//! superblocks, UUIDs and build times) and [`SAMPLES`] evenly spaced 4 KiB blocks between
+//! them: about 0.4 MiB, cheap enough for every power-on. It catches a rebuilt or replaced
+//! filesystem (a new superblock) and most content changes; an in-place edit that touches
+//! none of the sampled blocks and no superblock is not caught (docs/real-boards.md).
+
+use snapimg::{Binding, BootSetup, BoundDevice};
+use std::fs::{self, File};
+use std::io::{self, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where `snapboot resume` records the boot setup for a later capture.
+pub const BOOT_SETUP_FILE: &str = "/run/snapboot/boot-setup";
+/// Bytes read at each end of a device.
+pub const END_BYTES: u64 = 64 << 10;
+/// Evenly spaced 4 KiB blocks sampled between the ends.
+pub const SAMPLES: u64 = 62;
+
+/// Why the binding could not be observed or recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    /// A file or device could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// What was read.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: io::Error,
+    },
+    /// The boot setup record could not be written.
+    #[error("cannot record the boot setup in {path}")]
+    Write {
+        /// The record's path.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: io::Error,
+    },
+    /// The capture found no boot setup record.
+    #[error(
+        "the boot setup is unknown: {BOOT_SETUP_FILE} is missing (`snapboot resume` must run in \
+         the initramfs with a tmpfs on /run that is moved into the root, docs/real-boards.md)"
+    )]
+    NoBootSetup,
+    /// The boot setup record is damaged.
+    #[error("{BOOT_SETUP_FILE} is damaged: {0}")]
+    BadBootSetup(String),
+    /// The binding does not fit the image header.
+    #[error(transparent)]
+    Encode(#[from] snapimg::BindingError),
+}
+
+fn read_err(path: &Path) -> impl FnOnce(io::Error) -> BindingError + '_ {
+    move |source| BindingError::Read {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A block-device mount from `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockMount {
+    /// Device major number.
+    pub major: u32,
+    /// Device minor number.
+    pub minor: u32,
+    /// Mount point.
+    pub mount: String,
+    /// Filesystem type.
+    pub fstype: String,
+}
+
+/// The block-backed mounts of a mountinfo text, one per device (its first mount point,
+/// the root filesystem first). Mounts of major 0 (tmpfs, proc, overlay...) are skipped.
+pub fn block_mounts(mountinfo: &str) -> Vec<BlockMount> {
+    let mut out: Vec<BlockMount> = Vec::new();
+    for line in mountinfo.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        let (Some(dev), Some(mount), Some(fstype)) = (f.get(2), f.get(4), f.get(sep + 1)) else {
+            continue;
+        };
+        let Some((major, minor)) = dev.split_once(':') else {
+            continue;
+        };
+        let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>()) else {
+            continue;
+        };
+        if major == 0 || out.iter().any(|m| (m.major, m.minor) == (major, minor)) {
+            continue;
+        }
+        out.push(BlockMount {
+            major,
+            minor,
+            mount: unescape(mount),
+            fstype: (*fstype).to_string(),
+        });
+    }
+    out.sort_by_key(|m| m.mount != "/");
+    out
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The kernel's name of block device `major:minor` (`DEVNAME` in its sysfs uevent).
+pub fn device_name(sys: &Path, major: u32, minor: u32) -> Option<String> {
+    let uevent = fs::read_to_string(sys.join(format!("dev/block/{major}:{minor}/uevent"))).ok()?;
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .map(str::to_string)
+}
+
+/// Byte offsets of the blocks the fingerprint reads from a device of `size` bytes, with
+/// their lengths: both ends and [`SAMPLES`] blocks between.
+pub fn sample_plan(size: u64) -> Vec<(u64, u64)> {
+    if size <= 2 * END_BYTES + SAMPLES * 4096 {
+        return vec![(0, size)];
+    }
+    let mut plan = vec![(0, END_BYTES)];
+    for i in 1..=SAMPLES {
+        let at = (size / (SAMPLES + 1) * i) & !4095;
+        plan.push((at, 4096));
+    }
+    plan.push(((size - END_BYTES) & !4095, END_BYTES));
+    plan
+}
+
+/// Size and fingerprint of a device or file: BLAKE3 over the size and every block of
+/// [`sample_plan`] with its offset.
+pub fn fingerprint(path: &Path) -> Result<(u64, [u8; 32]), BindingError> {
+    let mut f = File::open(path).map_err(read_err(path))?;
+    let size = f.seek(SeekFrom::End(0)).map_err(read_err(path))?;
+    let mut h = blake3::Hasher::new();
+    h.update(&size.to_le_bytes());
+    let mut buf = Vec::new();
+    for (at, len) in sample_plan(size) {
+        buf.resize(len as usize, 0);
+        f.read_exact_at(&mut buf, at).map_err(read_err(path))?;
+        h.update(&at.to_le_bytes());
+        h.update(&buf);
+    }
+    Ok((size, *h.finalize().as_bytes()))
+}
+
+/// The GNU build id of an ELF file (the running snapboot: `/proc/self/exe`), read without
+/// loading the whole file.
+pub fn build_id(exe: &Path) -> Result<Vec<u8>, BindingError> {
+    use object::Object;
+    let f = File::open(exe).map_err(read_err(exe))?;
+    let cache = object::ReadCache::new(f);
+    let obj = object::File::parse(&cache).map_err(|e| BindingError::Read {
+        path: exe.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+    })?;
+    match obj.build_id() {
+        Ok(Some(id)) => Ok(id.to_vec()),
+        Ok(None) => Err(BindingError::Read {
+            path: exe.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidData, "no GNU build id note"),
+        }),
+        Err(e) => Err(BindingError::Read {
+            path: exe.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+        }),
+    }
+}
+
+/// The boot setup of the initramfs at `root`: BLAKE3 of `root/init`, BLAKE3 of a listing of
+/// every file below `root` on the same filesystem (mount points such as /dev, /proc, /sys
+/// and /run are skipped: they are other filesystems), and the build id of `exe`.
+pub fn boot_setup(root: &Path, exe: &Path) -> Result<BootSetup, BindingError> {
+    let init_path = root.join("init");
+    let init = *blake3::hash(&fs::read(&init_path).map_err(read_err(&init_path))?).as_bytes();
+    let dev = fs::metadata(root).map_err(read_err(root))?.dev();
+    let mut listing = Vec::new();
+    list(root, root, dev, &mut listing)?;
+    listing.sort();
+    let mut h = blake3::Hasher::new();
+    for line in &listing {
+        h.update(line.as_bytes());
+        h.update(b"\n");
+    }
+    Ok(BootSetup {
+        init,
+        files: *h.finalize().as_bytes(),
+        snapboot_build_id: build_id(exe)?,
+    })
+}
+
+fn list(root: &Path, dir: &Path, dev: u64, out: &mut Vec<String>) -> Result<(), BindingError> {
+    for entry in fs::read_dir(dir).map_err(read_err(dir))? {
+        let entry = entry.map_err(read_err(dir))?;
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).map_err(read_err(&path))?;
+        if meta.dev() != dev {
+            continue;
+        }
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            out.push(format!("d {rel}"));
+            list(root, &path, dev, out)?;
+        } else if ft.is_symlink() {
+            let to = fs::read_link(&path).map_err(read_err(&path))?;
+            out.push(format!("l {rel} {}", to.display()));
+        } else {
+            out.push(format!("f {rel} {} {:o}", meta.len(), meta.mode()));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the boot setup record for a later capture (creating its directory).
+pub fn record_boot_setup(setup: &BootSetup, path: &Path) -> Result<(), BindingError> {
+    let werr = |source| BindingError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(werr)?;
+    }
+    let text = format!(
+        "init={}\nfiles={}\nbuild_id={}\n",
+        snapimg::hex(&setup.init),
+        snapimg::hex(&setup.files),
+        snapimg::hex(&setup.snapboot_build_id)
+    );
+    fs::write(path, text).map_err(werr)
+}
+
+/// Reads the record [`record_boot_setup`] wrote.
+pub fn read_boot_setup(path: &Path) -> Result<BootSetup, BindingError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(BindingError::NoBootSetup),
+        Err(e) => return Err(read_err(path)(e)),
+    };
+    let field = |key: &str| -> Result<Vec<u8>, BindingError> {
+        let v = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .ok_or_else(|| BindingError::BadBootSetup(format!("no {key}")))?;
+        unhex(v).ok_or_else(|| BindingError::BadBootSetup(format!("{key} is not hex")))
+    };
+    let hash = |key: &str| -> Result<[u8; 32], BindingError> {
+        field(key)?
+            .try_into()
+            .map_err(|_| BindingError::BadBootSetup(format!("{key} is not 32 bytes")))
+    };
+    Ok(BootSetup {
+        init: hash("init")?,
+        files: hash("files")?,
+        snapboot_build_id: field("build_id")?,
+    })
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The binding of the running system, recorded at capture: the boot setup from
+/// [`BOOT_SETUP_FILE`], the command line, and every block device in `mountinfo`, found
+/// under `dev` by the names `sys` gives.
+pub fn at_capture(
+    setup: BootSetup,
+    cmdline: &str,
+    mountinfo: &str,
+    sys: &Path,
+    dev: &Path,
+) -> Result<Binding, BindingError> {
+    let mut devices = Vec::new();
+    for m in block_mounts(mountinfo) {
+        let name = device_name(sys, m.major, m.minor).ok_or_else(|| BindingError::Read {
+            path: sys.join(format!("dev/block/{}:{}/uevent", m.major, m.minor)),
+            source: io::Error::new(io::ErrorKind::NotFound, "no DEVNAME for the mounted device"),
+        })?;
+        let (bytes, digest) = fingerprint(&dev.join(&name))?;
+        devices.push(BoundDevice {
+            mount: m.mount,
+            device: name,
+            fstype: m.fstype,
+            bytes,
+            digest,
+        });
+    }
+    Ok(Binding {
+        boot_setup: setup,
+        cmdline: snapimg::bound_cmdline(cmdline),
+        devices,
+    })
+}
+
+/// What the running boot has of everything `image` is bound to. A device that does not
+/// appear under `dev` within `wait` is reported with size 0 and an all-zero digest, which
+/// [`Binding::check`] names as missing; a device that cannot be read is an error.
+pub fn observe(
+    image: &Binding,
+    setup: BootSetup,
+    cmdline: &str,
+    dev: &Path,
+    wait: Duration,
+) -> Result<Binding, BindingError> {
+    let mut devices = Vec::new();
+    for d in &image.devices {
+        let path = dev.join(&d.device);
+        let (bytes, digest) = if crate::resume::wait_for_node(&path, wait) {
+            fingerprint(&path)?
+        } else {
+            (0, [0; 32])
+        };
+        devices.push(BoundDevice {
+            bytes,
+            digest,
+            ..d.clone()
+        });
+    }
+    Ok(Binding {
+        boot_setup: setup,
+        cmdline: snapimg::bound_cmdline(cmdline),
+        devices,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const MOUNTINFO: &str = "\
+22 1 254:0 / / ro,relatime - squashfs /dev/vda ro,errors=continue
+23 22 0:5 / /dev rw,nosuid - devtmpfs devtmpfs rw,size=10240k
+24 22 0:21 / /proc rw,nosuid - proc proc rw
+25 22 0:22 / /run rw,nosuid - tmpfs tmpfs rw,size=32768k
+26 22 254:32 / /mnt/my\\040data ro - ext4 /dev/vdc ro
+27 22 254:32 / /mnt/again ro - ext4 /dev/vdc ro
+";
+
+    #[test]
+    fn block_mounts_are_the_block_devices_root_first() {
+        let m = block_mounts(MOUNTINFO);
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].major, m[0].minor, m[0].mount.as_str()), (254, 0, "/"));
+        assert_eq!(m[0].fstype, "squashfs");
+        assert_eq!(
+            (m[1].mount.as_str(), m[1].fstype.as_str()),
+            ("/mnt/my data", "ext4")
+        );
+    }
+
+    #[test]
+    fn sample_plan_covers_both_ends_in_bounds() {
+        assert_eq!(sample_plan(8192), vec![(0, 8192)]);
+        let size = 100 << 20;
+        let plan = sample_plan(size);
+        assert_eq!(plan.len() as u64, SAMPLES + 2);
+        assert_eq!(plan[0], (0, END_BYTES));
+        assert_eq!(plan.last().copied(), Some((size - END_BYTES, END_BYTES)));
+        assert!(plan
+            .iter()
+            .all(|(at, len)| at % 4096 == 0 && at + len <= size));
+    }
+
+    #[test]
+    fn fingerprint_changes_with_a_sampled_block_and_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("disk");
+        let data: Vec<u8> = (0..(4u32 << 20))
+            .map(|i| (i * 7 + i / 4096) as u8)
+            .collect();
+        fs::write(&p, &data).unwrap();
+        let (size, a) = fingerprint(&p).unwrap();
+        assert_eq!(size, 4 << 20);
+        assert_eq!(fingerprint(&p).unwrap().1, a, "stable");
+        let mut changed = data.clone();
+        changed[10] ^= 1; // inside the superblock area
+        fs::write(&p, &changed).unwrap();
+        assert_ne!(fingerprint(&p).unwrap().1, a);
+        fs::write(&p, &data).unwrap();
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(&[0; 4096])
+            .unwrap();
+        assert_ne!(fingerprint(&p).unwrap(), (size, a));
+    }
+
+    #[test]
+    fn boot_setup_sees_init_and_file_changes_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::write(root.join("init"), "#!/bin/sh\nexec app one\n").unwrap();
+        fs::create_dir(root.join("lib")).unwrap();
+        fs::write(root.join("lib/mod.ko"), [1, 2, 3]).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let a = boot_setup(root, &exe).unwrap();
+        assert!(
+            !a.snapboot_build_id.is_empty(),
+            "test binaries carry a build id"
+        );
+        assert_eq!(boot_setup(root, &exe).unwrap(), a);
+        fs::write(root.join("lib/mod.ko"), [1, 2, 3, 4]).unwrap();
+        let b = boot_setup(root, &exe).unwrap();
+        assert_eq!(b.init, a.init);
+        assert_ne!(b.files, a.files);
+        fs::write(root.join("init"), "#!/bin/sh\nexec app two\n").unwrap();
+        let c = boot_setup(root, &exe).unwrap();
+        assert_ne!(c.init, b.init);
+
+        let rec = root.join("run/snapboot/boot-setup");
+        assert!(matches!(
+            read_boot_setup(&rec),
+            Err(BindingError::NoBootSetup)
+        ));
+        record_boot_setup(&c, &rec).unwrap();
+        assert_eq!(read_boot_setup(&rec).unwrap(), c);
+        fs::write(&rec, "init=zz\n").unwrap();
+        assert!(read_boot_setup(&rec)
+            .unwrap_err()
+            .to_string()
+            .contains("damaged"));
+    }
+
+    #[test]
+    fn capture_and_resume_observations_agree_and_a_changed_device_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let dev = dir.path().join("dev");
+        fs::create_dir_all(sys.join("dev/block/254:0")).unwrap();
+        fs::write(
+            sys.join("dev/block/254:0/uevent"),
+            "MAJOR=254\nMINOR=0\nDEVNAME=vda\n",
+        )
+        .unwrap();
+        fs::create_dir_all(&dev).unwrap();
+        fs::write(dev.join("vda"), vec![5u8; 1 << 20]).unwrap();
+        let setup = BootSetup {
+            init: [1; 32],
+            files: [2; 32],
+            snapboot_build_id: vec![3; 20],
+        };
+        let cmd = "console=ttyS0 snapboot.capture snapboot.store=/dev/vdb ro";
+        let mi = "22 1 254:0 / / ro - squashfs /dev/vda ro\n";
+        let img = at_capture(setup.clone(), cmd, mi, &sys, &dev).unwrap();
+        assert_eq!(img.devices[0].device, "vda");
+        assert_eq!(img.cmdline, vec!["console=ttyS0", "ro"]);
+        let w = Duration::from_millis(10);
+        let now = observe(
+            &img,
+            setup.clone(),
+            "console=ttyS0 snapboot.store=/dev/vdb ro",
+            &dev,
+            w,
+        )
+        .unwrap();
+        assert_eq!(img.check(&now), Ok(()));
+        fs::write(dev.join("vda"), vec![6u8; 1 << 20]).unwrap();
+        let now = observe(&img, setup.clone(), "console=ttyS0 ro", &dev, w).unwrap();
+        let msg = img.check(&now).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("root filesystem / (vda) differs (content"),
+            "{msg}"
+        );
+        fs::remove_file(dev.join("vda")).unwrap();
+        let now = observe(&img, setup, "console=ttyS0 ro", &dev, w).unwrap();
+        assert!(img
+            .check(&now)
+            .unwrap_err()
+            .to_string()
+            .contains("/dev/vda is missing"));
+    }
+}
