@@ -3,14 +3,14 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use snapimg::Store;
-use std::path::PathBuf;
-use std::process::ExitCode;
-use std::time::Duration;
 use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
 use ondevice::guest::print_marker;
 use ondevice::resume::{resume, ResumeOptions};
 use ondevice::system::{cmdline_param, kernel_cmdline};
+use snapimg::Store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
 /// After the image is written.
 #[derive(ValueEnum, Clone, Copy, Debug)]

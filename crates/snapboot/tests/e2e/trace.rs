@@ -1,7 +1,5 @@
 //! `snapboot trace` on a serial port: a pseudo-terminal stands in for a real board's UART.
 
-mod common;
-
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -12,7 +10,7 @@ fn trace_stamps_a_serial_console_until_ready() {
     let slave_path = nix::unistd::ttyname(&pty.slave).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("t.json");
-    let mut c = common::snapboot();
+    let mut c = crate::common::snapboot();
     c.args(["trace", "--tty"]).arg(&slave_path);
     c.args(["--baud", "115200", "--timeout", "30", "--timeline"])
         .arg(&json);

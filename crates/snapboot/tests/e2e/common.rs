@@ -3,8 +3,6 @@
 //! Bundles are built once per test binary into a shared home directory
 //! (`$SNAPBOOT_HOME`, default `<workspace>/.snapboot`) and reused by every test.
 
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};

@@ -1,9 +1,7 @@
 //! `snapboot analyze` and `snapboot check-kernel` through the CLI, on real board logs and
 //! the board's real kernel config.
 
-mod common;
-
-use common::{run, snapboot};
+use crate::common::{run, snapboot};
 
 fn data(name: &str) -> String {
     format!(
@@ -39,10 +37,11 @@ fn analyze_reports_the_snapshot_gain_of_the_app_boot() {
 
 #[test]
 fn check_kernel_accepts_the_board_kernel_and_names_blockers() {
-    common::bundle("shell");
-    let kernel: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(common::home().join("kernel.json")).unwrap())
-            .unwrap();
+    crate::common::bundle("shell");
+    let kernel: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::common::home().join("kernel.json")).unwrap(),
+    )
+    .unwrap();
     let config = kernel["config"]
         .as_str()
         .expect("the Debian package ships its config");

@@ -1,8 +1,6 @@
 //! End-to-end tests of the board: real QEMU (TCG here), Debian's stock kernel, the real CLI.
 
-mod common;
-
-use common::{bundle, run, snapboot};
+use crate::common::{bundle, run, snapboot};
 use serde_json::Value;
 
 fn timeline(path: &std::path::Path) -> Value {
@@ -199,7 +197,7 @@ fn missing_bundle_and_kernel_are_clear_errors() {
 /// A user's own system: their root filesystem tree and start command.
 #[test]
 fn custom_rootfs_boots_with_its_own_start_command() {
-    common::bundle("shell"); // kernel fetched
+    crate::common::bundle("shell"); // kernel fetched
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     for d in ["bin", "dev", "proc", "sys", "run", "etc"] {

@@ -2,9 +2,7 @@
 //! refuse bad images with the right reason and cold-boot instead, survive a capture killed
 //! in the middle.
 
-mod common;
-
-use common::{bundle, run, snapboot};
+use crate::common::{bundle, run, snapboot};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +18,7 @@ fn captured(workload: &str) -> PathBuf {
         return p.clone();
     }
     let b = bundle(workload);
-    let store = common::home().join(format!("test-{workload}.store"));
+    let store = crate::common::home().join(format!("test-{workload}.store"));
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
     c.args(["board", "capture"])
@@ -36,7 +34,7 @@ fn captured(workload: &str) -> PathBuf {
 
 /// A sparse copy of a store, to damage without touching the shared one.
 fn copy_store(src: &Path, name: &str) -> PathBuf {
-    let dst = common::home().join(name);
+    let dst = crate::common::home().join(name);
     let st = Command::new("cp")
         .args(["--sparse=always", "-f"])
         .arg(src)
@@ -352,7 +350,7 @@ fn region_hash(path: &Path, offset: u64, len: u64) -> String {
 #[test]
 fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
     let full = inspect(&captured("app"));
-    let store = common::home().join("test-app-lazy.store");
+    let store = crate::common::home().join("test-app-lazy.store");
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
     c.args(["board", "capture"])

@@ -1,0 +1,9 @@
+//! End-to-end tests of the real CLI, most of them on the real board (QEMU, Debian's stock
+//! kernel). One test binary, so the guest bundles and captured images are built once and
+//! shared by every test.
+
+mod analyze_cli;
+mod board;
+mod common;
+mod snapshot;
+mod trace;
