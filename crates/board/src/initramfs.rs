@@ -153,6 +153,9 @@ impl InitScript {
         s.push_str("#!/bin/sh\n# Written by snapboot: first stage of the board's boot.\n");
         s.push_str("export PATH=/bin\n");
         s.push_str("mount -t devtmpfs devtmpfs /dev\nmount -t proc proc /proc\nmount -t sysfs sysfs /sys\n");
+        // /run is a tmpfs from the start: `snapboot resume` records the boot setup there for
+        // a capture later in this boot, and the same tmpfs moves into the root.
+        s.push_str("mount -t tmpfs -o mode=0755,size=32m tmpfs /run\n");
         s.push_str(&format!("echo \"{}\"\n", m("init")));
         s.push_str("fail() { echo \"snapboot: init: $*\"; exec sh; }\n");
         for module in &self.modules {
@@ -180,10 +183,9 @@ impl InitScript {
         s.push_str(&format!("echo \"{}\"\n", m("root-mounted")));
         s.push_str(
             "[ -d /newroot/run ] || fail 'root filesystem has no /run directory'\n\
-             mount -t tmpfs -o mode=0755,size=32m tmpfs /newroot/run\n\
-             mkdir -p /newroot/run/snapboot/bin\n\
-             cp /bin/snapboot /newroot/run/snapboot/bin/snapboot\n\
-             for d in dev proc sys; do [ -d /newroot/$d ] && mount --move /$d /newroot/$d; done\n",
+             mkdir -p /run/snapboot/bin\n\
+             cp /bin/snapboot /run/snapboot/bin/snapboot\n\
+             for d in dev proc sys run; do [ -d /newroot/$d ] && mount --move /$d /newroot/$d; done\n",
         );
         let mut cmd = String::from("exec switch_root /newroot /run/snapboot/bin/snapboot start");
         for e in &self.env {

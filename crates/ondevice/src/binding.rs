@@ -296,6 +296,13 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The boot setup of the initramfs this process runs in (`/`, with snapboot itself at
+/// `/proc/self/exe`): what `snapboot resume` observes at every boot, checks an image
+/// against, and records in [`BOOT_SETUP_FILE`] for a capture later in the same boot.
+pub fn observe_this_boot() -> Result<BootSetup, BindingError> {
+    boot_setup(Path::new("/"), Path::new("/proc/self/exe"))
+}
+
 /// The binding of the running system, recorded at capture: the boot setup from
 /// [`BOOT_SETUP_FILE`], the command line, and every block device in `mountinfo`, found
 /// under `dev` by the names `sys` gives.
