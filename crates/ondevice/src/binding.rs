@@ -76,6 +76,8 @@ pub struct BlockMount {
     pub mount: String,
     /// Filesystem type.
     pub fstype: String,
+    /// Mounted read-only.
+    pub read_only: bool,
 }
 
 /// The block-backed mounts of a mountinfo text, one per device (its first mount point,
@@ -104,6 +106,7 @@ pub fn block_mounts(mountinfo: &str) -> Vec<BlockMount> {
             minor,
             mount: unescape(mount),
             fstype: (*fstype).to_string(),
+            read_only: f.get(5).is_some_and(|o| o.split(',').any(|x| x == "ro")),
         });
     }
     out.sort_by_key(|m| m.mount != "/");
@@ -304,8 +307,9 @@ pub fn observe_this_boot() -> Result<BootSetup, BindingError> {
 }
 
 /// The binding of the running system, recorded at capture: the boot setup from
-/// [`BOOT_SETUP_FILE`], the command line, and every block device in `mountinfo`, found
-/// under `dev` by the names `sys` gives.
+/// [`BOOT_SETUP_FILE`], the command line, and every block device mounted read-only in
+/// `mountinfo`, found under `dev` by the names `sys` gives. A device mounted read-write
+/// (capture refuses those unless forced) changes after capture by definition and is left out.
 pub fn at_capture(
     setup: BootSetup,
     cmdline: &str,
@@ -314,7 +318,7 @@ pub fn at_capture(
     dev: &Path,
 ) -> Result<Binding, BindingError> {
     let mut devices = Vec::new();
-    for m in block_mounts(mountinfo) {
+    for m in block_mounts(mountinfo).into_iter().filter(|m| m.read_only) {
         let name = device_name(sys, m.major, m.minor).ok_or_else(|| BindingError::Read {
             path: sys.join(format!("dev/block/{}:{}/uevent", m.major, m.minor)),
             source: io::Error::new(io::ErrorKind::NotFound, "no DEVNAME for the mounted device"),
@@ -386,6 +390,8 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].major, m[0].minor, m[0].mount.as_str()), (254, 0, "/"));
         assert_eq!(m[0].fstype, "squashfs");
+        assert!(m[0].read_only && m[1].read_only);
+        assert!(!block_mounts("30 1 8:1 / /data rw,noatime - ext4 /dev/sda1 rw\n")[0].read_only);
         assert_eq!(
             (m[1].mount.as_str(), m[1].fstype.as_str()),
             ("/mnt/my data", "ext4")

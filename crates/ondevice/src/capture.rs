@@ -85,6 +85,9 @@ pub enum CaptureError {
     /// Preparing the swap region of a lazy image failed.
     #[error("lazy image: {0}")]
     Lazy(#[from] LazyError),
+    /// What the image is bound to could not be observed.
+    #[error("cannot bind the image to this system")]
+    Binding(#[source] crate::binding::BindingError),
     /// Powering off failed.
     #[error("image written, but power-off failed: {0}")]
     PowerOff(std::io::Error),
@@ -99,6 +102,26 @@ pub enum CaptureOutcome {
     Restored(RestoreReport),
 }
 
+/// What this system is, for the image to be bound to: the boot setup recorded by this boot's
+/// `snapboot resume`, the command line, and the read-only block devices mounted now.
+fn observe_binding() -> Result<snapimg::Binding, crate::binding::BindingError> {
+    use crate::binding::{at_capture, read_boot_setup, BindingError, BOOT_SETUP_FILE};
+    use std::path::Path;
+    let read = |p: &str| {
+        std::fs::read_to_string(p).map_err(|source| BindingError::Read {
+            path: p.into(),
+            source,
+        })
+    };
+    at_capture(
+        read_boot_setup(Path::new(BOOT_SETUP_FILE))?,
+        &read("/proc/cmdline")?,
+        &read("/proc/self/mountinfo")?,
+        Path::new("/sys"),
+        Path::new("/dev"),
+    )
+}
+
 /// Runs a capture; see the module docs.
 pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     if !o.force {
@@ -111,6 +134,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             });
         }
     }
+    let binding = observe_binding().map_err(CaptureError::Binding)?;
     let store_err = |err| CaptureError::Store {
         path: o.store.clone(),
         err,
@@ -135,6 +159,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        binding: Some(binding),
     };
     let mut store = Store::open(&o.store, true).map_err(store_err)?;
     print_marker("capture-start", Some(&o.store.display().to_string()));

@@ -9,10 +9,16 @@
 //!
 //! The image is never invalidated (semi-permanent), unless `once` is set.
 
+use crate::binding::{
+    observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
+};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::system::running_identity;
-use snapimg::{check_compat, ImageError, Incompat, PageProducer, ReadOptions, Store, PAGE_SIZE};
+use snapimg::{
+    check_compat, BindingMismatch, BootSetup, ImageError, Incompat, PageProducer, ReadOptions,
+    Store, PAGE_SIZE,
+};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,6 +34,8 @@ pub struct ResumeOptions {
     /// Decompression threads; `None` picks: inline on one CPU (a worker thread there only
     /// adds hand-offs), one per CPU otherwise.
     pub threads: Option<usize>,
+    /// This boot's setup, as [`observe_and_record_boot`] saw it (`None`: observe it here).
+    pub boot_setup: Option<BootSetup>,
 }
 
 /// Why the image was not restored. The cold boot continues in every case.
@@ -45,6 +53,18 @@ pub enum ResumeError {
     /// The swap region a lazy image pages from is gone.
     #[error("lazy image: {0}")]
     SwapRegion(String),
+    /// The image records nothing of what it is bound to.
+    #[error(
+        "the image records no root filesystem or boot setup to check (captured by an older \
+         snapboot): capture it again"
+    )]
+    Unbound,
+    /// What the image is bound to could not be observed on this boot.
+    #[error("cannot check what the image is bound to")]
+    Binding(#[source] BindingError),
+    /// The image was captured on another system.
+    #[error("image was captured on a different system: {0}")]
+    Mismatch(BindingMismatch),
     /// The kernel refused a step.
     #[error("kernel: {0}")]
     Snapshot(#[from] SnapshotError),
@@ -64,12 +84,49 @@ pub fn wait_for_node(path: &Path, wait: Duration) -> bool {
     }
 }
 
+/// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
+/// setup (the initramfs's `/init`, its files, snapboot's build id) and record it in
+/// [`BOOT_SETUP_FILE`] for a capture later in this boot, which binds its image to it.
+pub fn observe_and_record_boot() -> Result<BootSetup, BindingError> {
+    let setup = observe_this_boot()?;
+    record_boot_setup(&setup, Path::new(BOOT_SETUP_FILE))?;
+    Ok(setup)
+}
+
 /// Restores the image on the store. Returns only if it was not restored, with the reason.
 pub fn resume(o: &ResumeOptions) -> ResumeError {
     match try_resume(o) {
         Ok(never) => match never {},
         Err(e) => e,
     }
+}
+
+/// Refuses the image unless everything it is bound to is as it was at capture.
+fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<(), ResumeError> {
+    let image = image.ok_or(ResumeError::Unbound)?;
+    let t = Instant::now();
+    let setup = match &o.boot_setup {
+        Some(s) => s.clone(),
+        None => observe_this_boot().map_err(ResumeError::Binding)?,
+    };
+    let cmdline = std::fs::read_to_string("/proc/cmdline").map_err(|source| {
+        ResumeError::Binding(BindingError::Read {
+            path: "/proc/cmdline".into(),
+            source,
+        })
+    })?;
+    let running =
+        observe(image, setup, &cmdline, Path::new("/dev"), o.wait).map_err(ResumeError::Binding)?;
+    image.check(&running).map_err(ResumeError::Mismatch)?;
+    print_marker(
+        "resume-bound",
+        Some(&format!(
+            "{} device(s), command line, boot setup checked in {:.3} s",
+            image.devices.len(),
+            t.elapsed().as_secs_f64()
+        )),
+    );
+    Ok(())
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
@@ -88,6 +145,7 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
             ..ReadOptions::default()
         });
         check_compat(reader.info(), &running_identity())?;
+        check_binding(reader.info().binding.as_ref(), o)?;
         if let Some(s) = &reader.info().swap {
             crate::lazy::check_region(&o.store, &s.region()).map_err(ResumeError::SwapRegion)?;
         }

@@ -63,6 +63,19 @@ pub struct ResumeArgs {
     from_cmdline: bool,
 }
 
+/// An error and every source under it, joined with ": " (console markers carry the whole
+/// cause in one line).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// `snapboot image inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -85,7 +98,7 @@ pub fn ready() -> Result<ExitCode> {
     if let Some(dev) = cmdline_param(&cmdline, "snapboot.khibernate") {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
         if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
-            print_marker("capture-failed", Some(&e.to_string()));
+            print_marker("capture-failed", Some(&chain(&e)));
             return Err(e.into());
         }
         print_marker("restored", Some("kernel-native"));
@@ -149,7 +162,7 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            print_marker("capture-failed", Some(&e.to_string()));
+            print_marker("capture-failed", Some(&chain(&e)));
             Err(e.into())
         }
     }
@@ -180,6 +193,19 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 /// a `fallback` marker so the cold boot that follows carries it in its timeline.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     let cmdline = kernel_cmdline();
+    // Every boot records its setup, for the capture that may follow in this boot.
+    let t = std::time::Instant::now();
+    let boot_setup = match ondevice::resume::observe_and_record_boot() {
+        Ok(s) => {
+            let secs = t.elapsed().as_secs_f64();
+            print_marker("boot-setup", Some(&format!("recorded in {secs:.3} s")));
+            Some(s)
+        }
+        Err(e) => {
+            print_marker("boot-setup-unrecorded", Some(&chain(&e)));
+            None
+        }
+    };
     let (store, once) = if a.from_cmdline {
         if cmdline_param(&cmdline, "snapboot.capture").is_some() {
             return Ok(ExitCode::SUCCESS);
@@ -210,8 +236,9 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
         once,
         wait: Duration::from_secs(2),
         threads,
+        boot_setup,
     });
-    print_marker("fallback", Some(&err.to_string()));
+    print_marker("fallback", Some(&chain(&err)));
     Ok(ExitCode::from(4))
 }
 

@@ -3,6 +3,7 @@
 //! shared by every test.
 
 mod analyze_cli;
+mod binding;
 mod board;
 mod common;
 mod snapshot;

@@ -17,6 +17,7 @@ use super::{
     Identity, ImageError, Slot, AREAS_START, FLAG_INVALIDATED, FORMAT_VERSION, HASH_LEN, MAGIC,
     MAX_IDENTITY_LEN, SLOT_SIZE,
 };
+use crate::binding::Binding;
 use crate::kstream::{PAGE_SIZE, PFNS_PER_PAGE};
 use crate::v2::{self, Compression, SwapRegion, MIN_SWAP_PAGES};
 
@@ -63,6 +64,9 @@ pub(crate) mod off {
     pub const SWAP_UUID: usize = 0x1E8;
     pub const UUID_LEN: usize = 16;
     pub const V2_RESERVED: usize = 0x1F8;
+    // Version 2: the image's binding (crate::binding), length then record; 0 = none.
+    pub const BINDING_LEN: usize = 0x1F8;
+    pub const BINDING: usize = 0x200;
     pub const CHECKSUM: usize = 0xFE0;
 }
 
@@ -76,6 +80,9 @@ const _: () = assert!(off::SWAP_USED_PAGES + 8 == off::SWAP_UUID);
 const _: () =
     assert!(off::SWAP_UUID + off::UUID_LEN == off::V2_RESERVED && off::V2_RESERVED < off::CHECKSUM);
 const _: () = assert!(off::CHECKSUM + HASH_LEN == SLOT_SIZE as usize);
+const _: () = assert!(off::BINDING_LEN + 4 <= off::BINDING && off::BINDING < off::CHECKSUM);
+/// Bytes the header slot has for the binding record.
+pub(crate) const BINDING_ROOM: usize = off::CHECKSUM - off::BINDING;
 const _: () = assert!(off::STRING_LEN > MAX_IDENTITY_LEN);
 
 /// Fields only format version 2 has (all zero in a version 1 header).
@@ -159,6 +166,8 @@ pub(crate) struct Header {
     pub stream_header_hash: [u8; HASH_LEN],
     pub chunk_table_hash: [u8; HASH_LEN],
     pub v2: V2Fields,
+    /// What the image is bound to (version 2; `None` in images written before bindings).
+    pub binding: Option<Binding>,
 }
 
 fn get_u64(b: &[u8], o: usize) -> u64 {
@@ -271,6 +280,14 @@ impl Header {
                 b[o..o + 8].copy_from_slice(&x.to_le_bytes());
             }
             b[off::SWAP_UUID..off::SWAP_UUID + off::UUID_LEN].copy_from_slice(&v.swap_uuid);
+            if let Some(binding) = &self.binding {
+                let rec = binding
+                    .encode(BINDING_ROOM)
+                    .map_err(|e| inconsistent(e.to_string()))?;
+                b[off::BINDING_LEN..off::BINDING_LEN + 4]
+                    .copy_from_slice(&(rec.len() as u32).to_le_bytes());
+                b[off::BINDING..off::BINDING + rec.len()].copy_from_slice(&rec);
+            }
         }
         b[off::HEADER_SIZE..off::HEADER_SIZE + 4]
             .copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
@@ -340,6 +357,17 @@ impl Header {
             V2Fields::default()
         };
         let code = get_u32(b, off::VERSION_CODE);
+        let binding_len = get_u32(b, off::BINDING_LEN) as usize;
+        let binding = if version != v2::FORMAT_VERSION || binding_len == 0 {
+            None
+        } else if binding_len > BINDING_ROOM {
+            return Err(inconsistent(format!(
+                "binding of {binding_len} bytes, the slot has room for {BINDING_ROOM}"
+            )));
+        } else {
+            let rec = &b[off::BINDING..off::BINDING + binding_len];
+            Some(Binding::decode(rec).map_err(|e| inconsistent(e.to_string()))?)
+        };
         let h = Header {
             format_version: version,
             generation: get_u64(b, off::GENERATION),
@@ -365,6 +393,7 @@ impl Header {
             stream_header_hash: get_hash(b, off::STREAM_HEADER_HASH),
             chunk_table_hash: get_hash(b, off::CHUNK_TABLE_HASH),
             v2,
+            binding,
         };
         h.check_consistency(get_u32(b, off::HEADER_SIZE))?;
         Ok(Some(h))
@@ -566,6 +595,7 @@ impl Header {
             created_unix: self.created_unix,
             invalidated: self.invalidated(),
             identity: self.identity.clone(),
+            binding: self.binding.clone(),
             stream: StreamCounts {
                 pages: self.stream_pages,
                 image_pages: self.image_pages,
@@ -708,6 +738,9 @@ pub struct ImageInfo {
     /// Lazy image: the swap region the kernel pages the rest of memory in
     /// from after restore. `None` for full images (and version 1).
     pub swap: Option<SwapInfo>,
+    /// What the image is bound to besides kernel and RAM (`None`: an image written before
+    /// bindings existed, which resume refuses).
+    pub binding: Option<Binding>,
     /// Every checksum was verified (by `Reader::verify_all`).
     pub verified: bool,
 }

@@ -125,6 +125,8 @@ pub struct CaptureMeta {
     pub identity: Identity,
     /// Creation time, unix seconds.
     pub created_unix: u64,
+    /// What the image is bound to besides kernel and RAM (format version 2 records it).
+    pub binding: Option<crate::Binding>,
 }
 
 /// Why an image cannot be restored on the running system.

@@ -24,6 +24,7 @@ fn meta() -> CaptureMeta {
     CaptureMeta {
         identity: ident(),
         created_unix: 1_700_000_000,
+        binding: None,
     }
 }
 

@@ -161,6 +161,7 @@ impl<'s, D: Device> Writer<'s, D> {
             stream_header_hash: self.stream_header_hash,
             chunk_table_hash,
             v2: Default::default(),
+            binding: None,
         };
         let bytes = header.encode()?;
         let what = format!("writing header slot {}", self.slot);

@@ -86,7 +86,10 @@ fn header_round_trip_with_swap_region() {
         (swap.offset, swap.bytes, 123)
     );
     assert_eq!(&slot[0x1E8..0x1F8], &UUID);
-    assert!(slot[0x1F8..off::CHECKSUM].iter().all(|&b| b == 0));
+    // The binding record follows at 0x200 (its length at 0x1F8); nothing after it.
+    let len = u32::from_le_bytes(slot[0x1F8..0x1FC].try_into().unwrap()) as usize;
+    assert!(len > 0 && slot[0x1FC..0x200].iter().all(|&b| b == 0));
+    assert!(slot[0x200 + len..off::CHECKSUM].iter().all(|&b| b == 0));
     assert_eq!(h.store_end(), swap.offset + swap.bytes);
     assert!(info.area_offset + info.image_bytes <= swap.offset);
 }

@@ -25,6 +25,21 @@ pub(super) fn meta() -> CaptureMeta {
             ram_bytes: 512 * MIB,
         },
         created_unix: 1_700_000_000,
+        binding: Some(crate::Binding {
+            boot_setup: crate::BootSetup {
+                init: [7; 32],
+                files: [8; 32],
+                snapboot_build_id: vec![9; 20],
+            },
+            cmdline: vec!["console=ttyS0".into(), "ro".into()],
+            devices: vec![crate::BoundDevice {
+                mount: "/".into(),
+                device: "vda".into(),
+                fstype: "squashfs".into(),
+                bytes: 42 << 20,
+                digest: [10; 32],
+            }],
+        }),
     }
 }
 
@@ -163,6 +178,11 @@ fn default_writer_writes_v2_and_round_trips() {
     }
     let mut r = store.reader().unwrap();
     assert_eq!(r.format_version(), 2);
+    assert_eq!(
+        r.info().binding,
+        meta().binding,
+        "the binding is kept with the image"
+    );
     let mut buf = [0u8; PAGE_SIZE];
     for i in [1002, 0, 517, 3, 517, 1] {
         r.page_at(i, &mut buf).unwrap();

@@ -372,6 +372,7 @@ impl<'s, D: Device> Writer<'s, D> {
             identity: self.meta.identity.clone(),
             stream_header_hash: self.stream_header_hash,
             chunk_table_hash: meta_hash,
+            binding: None,
             v2: V2Fields {
                 compressor,
                 level,
@@ -385,6 +386,7 @@ impl<'s, D: Device> Writer<'s, D> {
             },
         };
         header.v2.set_swap(self.opts.swap);
+        header.binding = self.meta.binding.clone();
         let bytes = header.encode()?;
         let what = format!("writing header slot {}", self.slot);
         self.store.write_at(self.slot.offset(), &bytes, &what)?;
