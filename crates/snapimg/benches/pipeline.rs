@@ -40,6 +40,7 @@ fn meta() -> CaptureMeta {
             ram_bytes: 1 << 30,
         },
         created_unix: 0,
+        binding: None,
     }
 }
 
