@@ -321,6 +321,31 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
         };
         add(opt, Snapshot, verdict, &reason);
     }
+    // zram fails its disksize with a bare EINVAL when its compressor is not registered.
+    let zram_comp = [
+        ("LZORLE", "LZO"),
+        ("LZO", "LZO"),
+        ("LZ4", "LZ4"),
+        ("LZ4HC", "LZ4HC"),
+        ("ZSTD", "ZSTD"),
+        ("842", "842"),
+    ];
+    let names: Vec<&str> = zram_comp.iter().map(|(n, _)| *n).collect();
+    if let Some(def) = cfg.choice("ZRAM_DEF_COMP_", &names) {
+        let upper = def.to_ascii_uppercase();
+        let crypto = zram_comp
+            .iter()
+            .find(|(n, _)| *n == upper)
+            .map_or("LZO", |(_, c)| *c);
+        let opt = format!("CRYPTO_{crypto}");
+        let (verdict, reason) = match cfg.get(&opt) {
+            Some(ConfigValue::Yes) => (Ok, format!("zram's default compressor ({def}) is built in")),
+            Some(ConfigValue::Module) if crypto == "LZO" => (Ok, format!("zram's default compressor ({def}) is a module: the board's initramfs loads lzo-rle for lazy captures, and snapboot picks a compressor the kernel has registered")),
+            Some(ConfigValue::Module) => (Warn, format!("zram's default compressor ({def}) is a module: load it before a lazy capture (snapboot picks any compressor registered in /proc/crypto, and names what is missing)")),
+            _ => (Warn, format!("zram's default compressor ({def}) is missing: a lazy capture needs another one registered in /proc/crypto")),
+        };
+        add(&opt, Snapshot, verdict, &reason);
+    }
     let forced = [
         "LOCK_DOWN_KERNEL_FORCE_INTEGRITY",
         "LOCK_DOWN_KERNEL_FORCE_CONFIDENTIALITY",
@@ -404,7 +429,13 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
         add("PRINTK_TIME", BootTime, Warn, "no printk timestamps by default: add printk.time=1 to the command line to measure the kernel");
     }
     match cfg.kernel_compression().as_deref() {
-        Some(c @ ("lz4" | "lzo" | "zstd")) => {
+        Some("lzo") => add(
+            "KERNEL_LZO",
+            BootTime,
+            Warn,
+            "fast to decompress, but `snapboot board build` cannot extract an LZO bzImage: pass a vmlinux extracted with the kernel's scripts/extract-vmlinux",
+        ),
+        Some(c @ ("lz4" | "zstd")) => {
             add(
                 &format!("KERNEL_{}", c.to_ascii_uppercase()),
                 BootTime,
@@ -594,5 +625,26 @@ CONFIG_INITRAMFS_COMPRESSION_GZIP=y
         assert!(err.contains("not a kernel .config"), "{err}");
         let missing = load_config(Some(&dir.path().join("none"))).err();
         assert!(matches!(missing, Some(AnalyzeError::Read { .. })));
+    }
+
+    #[test]
+    fn zram_compressor_and_lzo_kernels_are_reported() {
+        let cloud = "CONFIG_ZRAM=m\nCONFIG_ZRAM_DEF_COMP_LZORLE=y\nCONFIG_CRYPTO_LZO=m\nCONFIG_KERNEL_LZO=y\n";
+        let checks = check_config(&KernelConfig::parse(cloud));
+        let find = |o: &str| checks.iter().find(|c| c.option == o).unwrap();
+        let z = find("CONFIG_CRYPTO_LZO");
+        assert_eq!((z.verdict, z.value.as_str()), (Verdict::Ok, "m"));
+        assert!(z.reason.contains("loads lzo-rle"), "{}", z.reason);
+        let k = find("CONFIG_KERNEL_LZO");
+        assert_eq!(k.verdict, Verdict::Warn);
+        assert!(k.reason.contains("extract-vmlinux"), "{}", k.reason);
+        let zstd = "CONFIG_ZRAM=m\nCONFIG_ZRAM_DEF_COMP_ZSTD=y\n";
+        let checks = check_config(&KernelConfig::parse(zstd));
+        let z = checks
+            .iter()
+            .find(|c| c.option == "CONFIG_CRYPTO_ZSTD")
+            .unwrap();
+        assert_eq!(z.verdict, Verdict::Warn);
+        assert!(z.reason.contains("missing"), "{}", z.reason);
     }
 }

@@ -24,8 +24,9 @@ use std::process::Command;
 pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "virtio_rng"];
 
 /// Modules a lazy capture needs (device-mapper snapshot over the swap region, zram for its
-/// copy-on-write store); `/init` loads them only when the command line has `snapboot.lazy`.
-pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "zram"];
+/// copy-on-write store and zram's default compressor, built in on some kernels and a module on
+/// others); `/init` loads them only when the command line has `snapboot.lazy`.
+pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "zram", "lzo_rle"];
 
 /// Errors while building or loading a bundle.
 #[derive(Debug, thiserror::Error)]

@@ -221,7 +221,8 @@ pub fn bzimage_release(data: &[u8]) -> Option<String> {
 }
 
 /// Writes the uncompressed ELF kernel contained in `bzimage` to `out`. An input that already
-/// is an ELF file is copied unchanged. Supports XZ, gzip and zstd payloads.
+/// is an ELF file is copied unchanged. Supports every compressor but LZO that the kernel
+/// offers: gzip, bzip2, lzma, xz, lz4 (legacy frame) and zstd.
 pub fn extract_vmlinux(bzimage: &Path, out: &Path) -> Result<(), KernelError> {
     let data = fs::read(bzimage).map_err(io_err(bzimage))?;
     let fail = |reason: &str| KernelError::Extract {
@@ -258,28 +259,24 @@ fn bzimage_payload(data: &[u8]) -> Option<&[u8]> {
     data.get(start..start + word(0x24c)?)
 }
 
+/// Magic of the kernel's LZ4 payload: the LZ4 *legacy* frame (`lz4 -l`).
+const LZ4_LEGACY_MAGIC: u32 = 0x184C_2102;
+/// Largest block of an LZ4 legacy frame, decompressed.
+const LZ4_LEGACY_BLOCK: usize = 8 << 20;
+
 fn decompress_payload(p: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(p.len() * 4);
     if p.starts_with(b"\xfd7zXZ\0") {
         // The kernel appends the decompressed size after the stream: decode exactly one
         // stream and stop at its end.
-        use xz2::stream::{Action, Status, Stream};
-        let mut st = Stream::new_stream_decoder(u64::MAX, 0).map_err(|e| format!("xz: {e}"))?;
-        loop {
-            if out.capacity() - out.len() < (1 << 20) {
-                out.reserve(1 << 24);
-            }
-            let (in_before, out_before) = (st.total_in() as usize, out.len());
-            let rest = p.get(in_before..).unwrap_or_default();
-            match st.process_vec(rest, &mut out, Action::Run) {
-                Ok(Status::StreamEnd) => break,
-                Ok(_) if st.total_in() as usize == in_before && out.len() == out_before => {
-                    return Err("xz: stream ended early".into())
-                }
-                Ok(_) => {}
-                Err(e) => return Err(format!("xz: {e}")),
-            }
-        }
+        let st =
+            xz2::stream::Stream::new_stream_decoder(u64::MAX, 0).map_err(|e| format!("xz: {e}"))?;
+        lzma_stream(st, p, &mut out).map_err(|e| format!("xz: {e}"))?;
+    } else if p.starts_with(&[0x5d, 0x00, 0x00]) {
+        // Legacy .lzma ("lzma -9"), end marker, then the kernel's size word.
+        let st =
+            xz2::stream::Stream::new_lzma_decoder(u64::MAX).map_err(|e| format!("lzma: {e}"))?;
+        lzma_stream(st, p, &mut out).map_err(|e| format!("lzma: {e}"))?;
     } else if p.starts_with(&[0x1f, 0x8b]) {
         flate2::read::GzDecoder::new(p)
             .read_to_end(&mut out)
@@ -289,14 +286,74 @@ fn decompress_payload(p: &[u8]) -> Result<Vec<u8>, String> {
             .map_err(|e| e.to_string())?
             .single_frame();
         d.read_to_end(&mut out).map_err(|e| format!("zstd: {e}"))?;
+    } else if p.starts_with(b"BZh") {
+        bzip2::read::BzDecoder::new(p)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("bzip2: {e}"))?;
+    } else if p.starts_with(&LZ4_LEGACY_MAGIC.to_le_bytes()) {
+        lz4_legacy(p, &mut out)?;
+    } else if p.starts_with(b"\x89LZO\0\r\n\x1a\n") {
+        return Err(
+            "the payload is LZO-compressed, which the board does not extract: \
+                    extract it with the kernel's scripts/extract-vmlinux and pass the \
+                    resulting vmlinux with --kernel"
+                .into(),
+        );
     } else {
         let magic: Vec<String> = p.iter().take(4).map(|b| format!("{b:02x}")).collect();
         return Err(format!(
-            "unsupported payload compression (magic {})",
+            "unsupported payload compression (magic {}): extract the ELF vmlinux with the \
+             kernel's scripts/extract-vmlinux and pass it with --kernel",
             magic.join(" ")
         ));
     }
     Ok(out)
+}
+
+/// Runs an xz or lzma decoder over `p` until its stream ends (what follows, such as the
+/// kernel's appended size word, is ignored).
+fn lzma_stream(mut st: xz2::stream::Stream, p: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    use xz2::stream::{Action, Status};
+    loop {
+        if out.capacity() - out.len() < (1 << 20) {
+            out.reserve(1 << 24);
+        }
+        let (in_before, out_before) = (st.total_in() as usize, out.len());
+        let rest = p.get(in_before..).unwrap_or_default();
+        match st.process_vec(rest, out, Action::Run) {
+            Ok(Status::StreamEnd) => return Ok(()),
+            Ok(_) if st.total_in() as usize == in_before && out.len() == out_before => {
+                return Err("stream ended early".into())
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// Decodes an LZ4 legacy frame: the magic, then blocks, each a little-endian u32 length
+/// and that many bytes of LZ4 block data decompressing to at most 8 MiB. A length that
+/// does not fit what is left is the kernel's appended size word: the end.
+fn lz4_legacy(p: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    let mut at = 4;
+    while let Some(word) = p.get(at..at + 4) {
+        let len = u32::from_le_bytes(word.try_into().unwrap_or_default());
+        at += 4;
+        if len == LZ4_LEGACY_MAGIC {
+            continue; // concatenated frames
+        }
+        let Some(block) = p.get(at..at + len as usize) else {
+            break;
+        };
+        let data = lz4_flex::block::decompress(block, LZ4_LEGACY_BLOCK)
+            .map_err(|e| format!("lz4: block at byte {}: {e}", at - 4))?;
+        out.extend_from_slice(&data);
+        at += len as usize;
+    }
+    if out.is_empty() {
+        return Err("lz4: no data in the legacy frame".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -345,15 +402,73 @@ mod tests {
         }
     }
 
+    /// The kernel's `lz4 -l` framing around lz4_flex blocks, `block` input bytes each.
+    fn lz4_legacy_frame(data: &[u8], block: usize) -> Vec<u8> {
+        let mut f = LZ4_LEGACY_MAGIC.to_le_bytes().to_vec();
+        for chunk in data.chunks(block) {
+            let c = lz4_flex::block::compress(chunk);
+            f.extend_from_slice(&(c.len() as u32).to_le_bytes());
+            f.extend_from_slice(&c);
+        }
+        f
+    }
+
     #[test]
-    fn refuses_unknown_compression_with_reason() {
+    fn extracts_bzip2_lzma_and_lz4_payloads() {
+        let elf: Vec<u8> = b"\x7fELF"
+            .iter()
+            .copied()
+            .chain((0..300_000u32).map(|i| (i % 251) as u8 ^ (i / 4096) as u8))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+        bz.write_all(&elf).unwrap();
+        let opts = xz2::stream::LzmaOptions::new_preset(1).unwrap();
+        let st = xz2::stream::Stream::new_lzma_encoder(&opts).unwrap();
+        let mut lz = xz2::write::XzEncoder::new_stream(Vec::new(), st);
+        lz.write_all(&elf).unwrap();
+        // Small blocks so that the frame has several, as a real kernel's 8 MiB blocks do.
+        for (name, payload) in [
+            ("bzip2", bz.finish().unwrap()),
+            ("lzma", lz.finish().unwrap()),
+            ("lz4", lz4_legacy_frame(&elf, 65536)),
+        ] {
+            let (src, dst) = (dir.path().join("bz"), dir.path().join("vmlinux"));
+            fs::write(&src, fake_bzimage(&payload)).unwrap();
+            extract_vmlinux(&src, &dst).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                fs::read(&dst).unwrap() == elf,
+                "{name} payload extracts exactly"
+            );
+        }
+        assert_eq!(&lz4_legacy_frame(b"x", 1)[..4], &[0x02, 0x21, 0x4c, 0x18]);
+    }
+
+    #[test]
+    fn damaged_lz4_block_is_named() {
+        let mut f = lz4_legacy_frame(&b"\x7fELF".repeat(10_000), 8192);
+        f[12] ^= 0xff;
+        f[13] ^= 0xff;
+        let err = decompress_payload(&f).unwrap_err();
+        assert!(err.starts_with("lz4: block at byte 4"), "{err}");
+    }
+
+    #[test]
+    fn refuses_lzo_and_unknown_compression_saying_how_to_proceed() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("bz");
-        fs::write(&src, fake_bzimage(b"BZh91AY&SY")).unwrap();
-        let err = extract_vmlinux(&src, &dir.path().join("v")).unwrap_err();
-        assert!(
-            err.to_string().contains("unsupported payload compression"),
-            "{err}"
-        );
+        for (payload, want) in [
+            (&b"\x89LZO\0\r\n\x1a\n\x10\x30"[..], "LZO-compressed"),
+            (
+                &b"QQQQ-not-a-compressor"[..],
+                "unsupported payload compression (magic 51 51 51 51)",
+            ),
+        ] {
+            fs::write(&src, fake_bzimage(payload)).unwrap();
+            let err = extract_vmlinux(&src, &dir.path().join("v")).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(want), "{msg}");
+            assert!(msg.contains("scripts/extract-vmlinux"), "{msg}");
+        }
     }
 }

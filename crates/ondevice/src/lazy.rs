@@ -453,6 +453,13 @@ fn zram_cow(bytes: u64) -> Result<(String, DevNum), LazyError> {
     let _ = std::fs::create_dir_all("/run/snapboot");
     let _ = std::fs::write(COW_RECORD, format!("{name}\n"));
     let sys = PathBuf::from("/sys/block").join(&name);
+    let algo = crate::zram::choose(
+        &std::fs::read_to_string(sys.join("comp_algorithm")).unwrap_or_default(),
+        &std::fs::read_to_string("/proc/crypto").unwrap_or_default(),
+    )
+    .map_err(LazyError::Missing)?;
+    std::fs::write(sys.join("comp_algorithm"), format!("{algo}\n"))
+        .map_err(io_err("zram comp_algorithm", &sys))?;
     std::fs::write(sys.join("disksize"), format!("{bytes}\n"))
         .map_err(io_err("zram disksize", &sys))?;
     let dev = std::fs::read_to_string(sys.join("dev"))

@@ -12,3 +12,4 @@ pub mod resume;
 pub mod serial;
 pub mod snapshot;
 pub mod system;
+pub mod zram;
