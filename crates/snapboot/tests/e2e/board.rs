@@ -229,3 +229,62 @@ fn custom_rootfs_boots_with_its_own_start_command() {
     let (out, so, se) = run(c);
     assert!(out.status.success(), "{so}\n{se}");
 }
+
+/// The stock kernel's bzImage with its payload recompressed the way `CONFIG_KERNEL_LZ4`
+/// builds it (`lz4 -l`: legacy frame, 8 MiB blocks, then the size word), as Debian's cloud
+/// kernel ships.
+fn lz4_bzimage(stock: &std::path::Path, out: &std::path::Path) {
+    let data = std::fs::read(stock).unwrap();
+    let vmlinux = out.with_extension("elf");
+    board::kernel::extract_vmlinux(stock, &vmlinux).unwrap();
+    let elf = std::fs::read(&vmlinux).unwrap();
+    let word = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) as usize;
+    let setup = match data[0x1f1] {
+        0 => 4,
+        n => n as usize,
+    };
+    let start = (setup + 1) * 512 + word(0x248);
+    let mut payload = 0x184C_2102u32.to_le_bytes().to_vec();
+    for block in elf.chunks(8 << 20) {
+        let c = lz4_flex::block::compress(block);
+        payload.extend_from_slice(&(c.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&c);
+    }
+    payload.extend_from_slice(&(elf.len() as u32).to_le_bytes());
+    let mut img = data[..start].to_vec();
+    img[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    img.extend_from_slice(&payload);
+    std::fs::write(out, img).unwrap();
+}
+
+#[test]
+fn lz4_compressed_kernel_extracts_and_boots() {
+    bundle("shell"); // kernel fetched
+    let k: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::common::home().join("kernel.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bz = dir.path().join("vmlinuz-lz4");
+    lz4_bzimage(std::path::Path::new(k["bzimage"].as_str().unwrap()), &bz);
+    assert_eq!(
+        &std::fs::read(&bz).unwrap()[..0x210][0x202..0x206],
+        b"HdrS",
+        "still a bzImage"
+    );
+    let out = dir.path().join("bundle");
+    let mut c = snapboot();
+    c.args(["board", "build", "--workload", "shell", "--kernel"])
+        .arg(&bz)
+        .arg("--modules")
+        .arg(k["modules_dir"].as_str().unwrap())
+        .arg("--out")
+        .arg(&out);
+    let (o, so, se) = run(c);
+    assert!(o.status.success(), "build with an LZ4 kernel:\n{so}\n{se}");
+    let mut c = snapboot();
+    c.args(["board", "run"]).arg(&out).arg("--probe");
+    let (o, so, se) = run(c);
+    assert!(o.status.success(), "boot of the LZ4 kernel:\n{so}\n{se}");
+    assert!(so.contains("probe-42"), "{so}");
+}
