@@ -20,7 +20,7 @@ pub enum AnalyzeError {
         source: std::io::Error,
     },
     /// A log could not be parsed as a timeline.
-    #[error("cannot parse boot log {path}: {source}")]
+    #[error("cannot parse boot log {path}")]
     Parse {
         /// The file.
         path: PathBuf,
@@ -37,6 +37,6 @@ pub enum AnalyzeError {
         reason: String,
     },
     /// The report could not be serialised.
-    #[error("cannot serialise the report to JSON: {0}")]
+    #[error("cannot serialise the report to JSON")]
     Json(#[from] serde_json::Error),
 }

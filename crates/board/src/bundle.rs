@@ -50,7 +50,7 @@ pub enum BundleError {
     #[error("{path} is not a snapboot bundle: {reason}")]
     NotABundle { path: PathBuf, reason: String },
     /// Filesystem error.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

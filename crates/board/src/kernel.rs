@@ -23,7 +23,7 @@ pub enum KernelError {
     #[error("cannot extract vmlinux from {path}: {reason}")]
     Extract { path: PathBuf, reason: String },
     /// Filesystem error.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

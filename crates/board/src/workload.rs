@@ -27,7 +27,7 @@ pub enum WorkloadError {
     #[error("`{cmd}` failed: {reason}")]
     Command { cmd: String, reason: String },
     /// Filesystem error.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -24,7 +24,7 @@ const STAMPED_HEADER: &str = "# boottrace stamped v1";
 #[derive(Debug, Error)]
 pub enum ParseError {
     /// The JSON is malformed or does not match the [`Timeline`] contract.
-    #[error("invalid timeline JSON: {0}")]
+    #[error("invalid timeline JSON")]
     Json(#[from] serde_json::Error),
     /// A line of the stamped text format is malformed.
     #[error("stamped text line {line}: {reason}")]

@@ -82,8 +82,12 @@ pub enum CaptureError {
     /// A `/dev/snapshot` step failed.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// Swapping off every swap area (and removing an earlier capture's swap stack) failed;
+    /// every capture does this, lazy or not.
+    #[error("swapping off every swap area before capture")]
+    Swapoff(#[source] LazyError),
     /// Preparing the swap region of a lazy image failed.
-    #[error("lazy image: {0}")]
+    #[error("preparing the lazy image's swap region")]
     Lazy(#[from] LazyError),
     /// What the image is bound to could not be observed.
     #[error("cannot bind the image to this system")]
@@ -142,11 +146,11 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     // An image must not refer to pages in a swap area that the running system goes on
     // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
     // earlier capture or restore (a lazy capture builds a fresh one in the new area).
-    let swapped_off = lazy::swapoff_all()?;
+    let swapped_off = lazy::swapoff_all().map_err(CaptureError::Swapoff)?;
     if !swapped_off.is_empty() {
         print_marker("swapoff", Some(&swapped_off.join(" ")));
     }
-    lazy::teardown()?;
+    lazy::teardown().map_err(CaptureError::Swapoff)?;
     // Clean page cache is not worth storing: write back and drop it (the kernel would
     // otherwise copy it into the image). Free pages are never in the image.
     rustix::fs::sync();

@@ -17,7 +17,7 @@ pub enum NativeError {
     #[error("{0} is not a block device")]
     NotBlock(String),
     /// A sysfs write or syscall failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Sys {
         what: String,
         source: std::io::Error,

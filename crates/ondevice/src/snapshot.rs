@@ -36,7 +36,7 @@ pub enum SnapshotError {
         errno: nix::errno::Errno,
     },
     /// Reading or writing the page stream failed.
-    #[error("{op} of stream page {page} failed: {source}")]
+    #[error("{op} of stream page {page} failed")]
     Stream {
         op: &'static str,
         page: u64,

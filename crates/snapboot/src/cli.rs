@@ -128,8 +128,8 @@ pub(crate) struct BoardOpts {
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
     #[arg(long)]
     mem: Option<String>,
-    /// Virtual CPUs.
-    #[arg(long, default_value_t = 1)]
+    /// Virtual CPUs (1 to 64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     smp: u32,
     /// Extra kernel command-line words.
     #[arg(long, allow_hyphen_values = true)]
@@ -257,6 +257,10 @@ fn kernel_from(args: &KernelArgs) -> Result<KernelInfo> {
     })
 }
 
+/// Smallest guest memory the board boots (Debian's kernel and initramfs need about this).
+const MIN_MEM_MIB: u32 = 128;
+
+/// Parses a guest memory size (`512M`, `1G`, MiB without a unit) into MiB.
 pub(crate) fn parse_mem(s: &str) -> Result<u32> {
     let s = s.trim();
     let (num, mul) = match s.chars().last() {
@@ -267,7 +271,12 @@ pub(crate) fn parse_mem(s: &str) -> Result<u32> {
     let n: u32 = num
         .parse()
         .with_context(|| format!("memory size {s:?}: expected e.g. 512M or 1G"))?;
-    Ok(n * mul)
+    match n.checked_mul(mul) {
+        Some(mib) if mib >= MIN_MEM_MIB => Ok(mib),
+        _ => {
+            bail!("memory size {s:?}: the board needs at least {MIN_MEM_MIB}M (and at most 4095G)")
+        }
+    }
 }
 
 /// A bundle by directory, or by built-in workload name under the home directory.

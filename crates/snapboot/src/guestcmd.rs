@@ -111,31 +111,48 @@ pub fn ready() -> Result<ExitCode> {
     ) else {
         return Ok(ExitCode::SUCCESS);
     };
-    let then = match cmdline_param(&cmdline, "snapboot.then") {
+    // A bad setting must reach the host as a capture failure at once, not as a console
+    // line the host waits past until its timeout.
+    let o = match capture_options(&cmdline, store) {
+        Ok(o) => o,
+        Err(e) => {
+            print_marker("capture-failed", Some(&format!("{e:#}")));
+            return Err(e);
+        }
+    };
+    run_capture(&o)
+}
+
+/// Capture settings from the kernel command line (`snapboot.then`, `.force`, `.nodrop`,
+/// `.nocompact`, `.compress`, `.lazy`, `.swapsize`).
+fn capture_options(cmdline: &str, store: &str) -> Result<CaptureOptions> {
+    let mut o = CaptureOptions::new(PathBuf::from(store));
+    o.then = match cmdline_param(cmdline, "snapboot.then") {
         Some("continue") => Then::Continue,
         _ => Then::PowerOff,
     };
-    let mut o = CaptureOptions::new(PathBuf::from(store));
-    o.then = then;
-    o.force = cmdline_param(&cmdline, "snapboot.force").is_some();
-    o.drop_caches = cmdline_param(&cmdline, "snapboot.nodrop").is_none();
-    o.compact = cmdline_param(&cmdline, "snapboot.nocompact").is_none();
-    if let Some(c) = cmdline_param(&cmdline, "snapboot.compress") {
+    o.force = cmdline_param(cmdline, "snapboot.force").is_some();
+    o.drop_caches = cmdline_param(cmdline, "snapboot.nodrop").is_none();
+    o.compact = cmdline_param(cmdline, "snapboot.nocompact").is_none();
+    if let Some(c) = cmdline_param(cmdline, "snapboot.compress") {
         o.compression = ondevice::capture::parse_compression(c)
             .with_context(|| format!("snapboot.compress={c}: expected lz4, zstd or zstd:LEVEL"))?;
     }
-    if let Some(l) = cmdline_param(&cmdline, "snapboot.lazy") {
+    if let Some(l) = cmdline_param(cmdline, "snapboot.lazy") {
         o.lazy = Some(lazy_options(
             l,
-            cmdline_param(&cmdline, "snapboot.swapsize"),
+            cmdline_param(cmdline, "snapboot.swapsize"),
         )?);
     }
-    run_capture(&o)
+    Ok(o)
 }
 
 /// Lazy-capture settings from `snapboot.lazy[=max|SIZE]` and `snapboot.swapsize=SIZE`
 /// (or the `--lazy` / `--swap-size` flags).
-fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<ondevice::lazy::LazyOptions> {
+pub(crate) fn lazy_options(
+    reclaim: &str,
+    region: Option<&str>,
+) -> Result<ondevice::lazy::LazyOptions> {
     let reclaim = ondevice::lazy::parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
     let region_bytes = match region {
@@ -215,7 +232,7 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
             ondevice::resume::wait_for_node(dev, Duration::from_secs(2));
             let why = match ondevice::kernel_native::resume(dev) {
                 Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
-                Err(e) => format!("kernel-native: {e}"),
+                Err(e) => format!("kernel-native: {}", chain(&e)),
             };
             print_marker("fallback", Some(&why));
             return Ok(ExitCode::from(4));
@@ -244,8 +261,7 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
 
 /// `snapboot image inspect`.
 pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
-    let mut store =
-        Store::open(&a.store, false).with_context(|| format!("opening {}", a.store.display()))?;
+    let mut store = Store::open(&a.store, false)?;
     let slots = store.slots()?;
     let mut reader = store.reader()?;
     let verified = if a.no_verify {
@@ -258,19 +274,19 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
         let v = serde_json::json!({
             "image": info,
             "slots": slots.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            "verify": verified.as_ref().map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string()),
+            "verify": verified.as_ref().map(|_| "ok".to_string()).unwrap_or_else(|e| chain(e)),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        print!("{}", info.summary());
         for (i, s) in slots.iter().enumerate() {
             let name = if i == 0 { "A" } else { "B" };
-            println!("slot {name}: {s}");
+            println!("slot {name}     {s}");
         }
         match &verified {
             Ok(()) if a.no_verify => println!("checksums: not verified (--no-verify)"),
             Ok(()) => println!("checksums: all verified"),
-            Err(e) => println!("checksums: FAILED: {e}"),
+            Err(e) => println!("checksums: FAILED: {}", chain(e)),
         }
     }
     Ok(if verified.is_ok() {

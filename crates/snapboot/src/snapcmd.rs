@@ -110,6 +110,10 @@ pub fn capture_boot(
 
 /// `snapboot board capture`.
 pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
+    if let Some(l) = &a.lazy {
+        // The guest parses the same words; refuse a bad value before booting for nothing.
+        crate::guestcmd::lazy_options(l, None).context("--lazy")?;
+    }
     let bundle = resolve_bundle(&a.bundle)?;
     let mut opts = a.board.to_run_options(&bundle)?;
     opts.echo = a.console;

@@ -18,6 +18,7 @@
 pub mod binding;
 pub mod kstream;
 mod reader;
+mod summary;
 pub mod v1;
 pub mod v2;
 

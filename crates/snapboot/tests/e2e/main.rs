@@ -5,6 +5,7 @@
 mod analyze_cli;
 mod binding;
 mod board;
+mod cli;
 mod common;
 mod snapshot;
 mod trace;

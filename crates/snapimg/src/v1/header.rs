@@ -642,9 +642,6 @@ impl Header {
             raw_bytes,
             stored_bytes: stored,
             a_dedupe_bytes: a,
-            b_storage_dedupe_bytes: a,
-            b_note: "B = A: no dedupe against other images in storage yet",
-            c_compressed_bytes: stored,
             compressor,
             level,
             chunk_count: self.chunk_count,
@@ -673,12 +670,6 @@ pub struct ImageStats {
     pub stored_bytes: u64,
     /// A: bytes after in-memory dedupe and zero removal (`unique_pages * 4096`).
     pub a_dedupe_bytes: u64,
-    /// B: bytes after dedupe against the store; equal to A (see `b_note`).
-    pub b_storage_dedupe_bytes: u64,
-    /// Why B equals A.
-    pub b_note: &'static str,
-    /// C: bytes after compression (= `stored_bytes`).
-    pub c_compressed_bytes: u64,
     /// `none` (v1), `lz4` or `zstd`.
     pub compressor: &'static str,
     /// zstd level, if zstd.

@@ -159,7 +159,7 @@ pub enum Incompat {
 #[derive(Debug, Error)]
 pub enum ImageError {
     /// The device failed.
-    #[error("I/O error while {context}: {source}")]
+    #[error("I/O error while {context}")]
     Io {
         /// What was being done.
         context: String,
@@ -236,7 +236,7 @@ pub enum ImageError {
         reason: String,
     },
     /// The kernel stream is malformed.
-    #[error("kernel stream: {0}")]
+    #[error("invalid kernel stream")]
     Stream(#[from] StreamError),
     /// The image belongs to another kernel or machine.
     #[error(transparent)]

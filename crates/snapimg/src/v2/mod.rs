@@ -39,7 +39,7 @@ mod fuzz;
 #[cfg(test)]
 mod swap_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use serde::Serialize;
 

@@ -11,11 +11,11 @@ use crate::kstream::{
 };
 use crate::v1::{CaptureMeta, Device, Identity, ImageInfo, Slot, Store};
 
-pub(super) type Mem = Cursor<Vec<u8>>;
+pub(crate) type Mem = Cursor<Vec<u8>>;
 
 const MIB: u64 = 1 << 20;
 
-pub(super) fn meta() -> CaptureMeta {
+pub(crate) fn meta() -> CaptureMeta {
     CaptureMeta {
         identity: Identity {
             release: "6.1.0-18-amd64".into(),
@@ -43,7 +43,7 @@ pub(super) fn meta() -> CaptureMeta {
     }
 }
 
-pub(super) fn mem_store(size: u64) -> Store<Mem> {
+pub(crate) fn mem_store(size: u64) -> Store<Mem> {
     Store::format(Cursor::new(vec![0u8; size as usize])).unwrap()
 }
 
@@ -218,8 +218,6 @@ fn zero_and_duplicate_pages_are_not_stored() {
         (100, 90, 112)
     );
     assert_eq!(s.a_dedupe_bytes, 112 * 4096);
-    assert_eq!(s.b_storage_dedupe_bytes, s.a_dedupe_bytes);
-    assert_eq!(s.c_compressed_bytes, s.stored_bytes);
     assert_eq!(read_with(&mut store, 2).unwrap(), stream);
     let json = serde_json::to_value(&info).unwrap();
     assert_eq!(json["stats"]["zero_pages"], 100);
