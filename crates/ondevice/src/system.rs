@@ -18,7 +18,6 @@ pub fn running_identity() -> Identity {
         release: s(u.release()),
         version: s(u.version()),
         machine: s(u.machine()),
-        version_code: None,
         ram_bytes: ram,
     }
 }

@@ -36,7 +36,6 @@ fn meta() -> CaptureMeta {
             release: "bench".into(),
             version: "#1".into(),
             machine: "x86_64".into(),
-            version_code: None,
             ram_bytes: 1 << 30,
         },
         created_unix: 0,

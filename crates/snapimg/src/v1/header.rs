@@ -38,6 +38,8 @@ pub(crate) mod off {
     pub const RAM_BYTES: usize = 0x058;
     pub const ARCH_MAGIC: usize = 0x060;
     pub const E820: usize = 0x068;
+    /// Reserved (was LINUX_VERSION_CODE, never filled; written as zero).
+    #[allow(dead_code)]
     pub const VERSION_CODE: usize = 0x070;
     pub const CHUNK_PAGES: usize = 0x074;
     pub const CHUNK_COUNT: usize = 0x078;
@@ -291,8 +293,6 @@ impl Header {
         }
         b[off::HEADER_SIZE..off::HEADER_SIZE + 4]
             .copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
-        let code = self.identity.version_code.unwrap_or(0);
-        b[off::VERSION_CODE..off::VERSION_CODE + 4].copy_from_slice(&code.to_le_bytes());
         b[off::CHUNK_PAGES..off::CHUNK_PAGES + 4].copy_from_slice(&self.chunk_pages.to_le_bytes());
         check_identity(&self.identity)?;
         let id = &self.identity;
@@ -356,7 +356,6 @@ impl Header {
         } else {
             V2Fields::default()
         };
-        let code = get_u32(b, off::VERSION_CODE);
         let binding_len = get_u32(b, off::BINDING_LEN) as usize;
         let binding = if version != v2::FORMAT_VERSION || binding_len == 0 {
             None
@@ -387,7 +386,6 @@ impl Header {
                 release: get_str(b, off::RELEASE),
                 version: get_str(b, off::UTS_VERSION),
                 machine: get_str(b, off::MACHINE),
-                version_code: (code != 0).then_some(code),
                 ram_bytes: get_u64(b, off::RAM_BYTES),
             },
             stream_header_hash: get_hash(b, off::STREAM_HEADER_HASH),

@@ -111,8 +111,6 @@ pub struct Identity {
     pub version: String,
     /// `uname -m`.
     pub machine: String,
-    /// `LINUX_VERSION_CODE`, if known.
-    pub version_code: Option<u32>,
     /// RAM size in bytes (capture and resume must use the same source,
     /// snapboot sums the "System RAM" ranges of /proc/iomem).
     pub ram_bytes: u64,
@@ -135,7 +133,7 @@ pub enum Incompat {
     /// A kernel identity field differs.
     #[error("kernel {field} differs: image was captured on {image:?}, running {running:?}")]
     KernelMismatch {
-        /// `release`, `version`, `machine` or `version_code`.
+        /// `release`, `version` or `machine`.
         field: &'static str,
         /// Value in the image.
         image: String,
@@ -328,15 +326,6 @@ pub fn check_compat(image: &ImageInfo, running: &Identity) -> Result<(), Incompa
                 field,
                 image: a.clone(),
                 running: b.clone(),
-            });
-        }
-    }
-    if let (Some(a), Some(b)) = (im.version_code, running.version_code) {
-        if a != b {
-            return Err(Incompat::KernelMismatch {
-                field: "version_code",
-                image: format!("{a:#x}"),
-                running: format!("{b:#x}"),
             });
         }
     }
