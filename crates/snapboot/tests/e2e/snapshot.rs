@@ -268,24 +268,44 @@ fn flip(path: &Path, at: u64) {
     f.write_all(&b).unwrap();
 }
 
-/// Power cut in the middle of writing a new image: the previous image still boots.
+/// Power cut in the middle of writing a new image: the previous image still boots. The cut
+/// is event-driven: power goes off as soon as the first bytes of the new image reach the
+/// store's other area, so it always lands between the first data write and the commit.
 #[test]
 fn capture_killed_mid_write_leaves_previous_image_bootable() {
     let good = captured("shell");
     let store = copy_store(&good, "test-killed.store");
+    let area_b = snapimg::Store::open(&store, false)
+        .unwrap()
+        .area_offset(snapimg::Slot::B);
+    let area_b_has_data = || {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; 64 << 10];
+        let f = std::fs::File::open(&store).unwrap();
+        f.read_exact_at(&mut b, area_b).unwrap();
+        b.iter().any(|&x| x != 0)
+    };
+    assert!(!area_b_has_data(), "area B of a one-image store is empty");
     let mut s = board_session("shell", &store, &["snapboot.capture"]);
     let started = Regex::new(r"snapboot: @capture-start").unwrap();
     s.wait_for(&started, "capture start", Duration::from_secs(120))
         .unwrap();
-    // The image takes over a second to write under TCG; cut power part-way.
-    std::thread::sleep(Duration::from_millis(700));
+    let t = std::time::Instant::now();
+    while !area_b_has_data() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the new image never reached the store"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let tl = s.finish(boottrace::Outcome::Exited {
         reason: "power cut".into(),
     });
     assert!(
         tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
-        "the capture finished before the power cut; the test cut too late"
+        "the capture finished before the power cut"
     );
+    assert!(area_b_has_data(), "the cut landed mid-write");
     let mut inspect = snapboot();
     inspect.args(["image", "inspect", "--json"]).arg(&store);
     let (out, so, se) = run(inspect);
