@@ -26,6 +26,14 @@ pub enum WorkloadError {
     /// A host command failed.
     #[error("`{cmd}` failed: {reason}")]
     Command { cmd: String, reason: String },
+    /// A `--rootfs` tree lacks what the board's boot needs.
+    #[error("root filesystem tree {root}: {reason} (README, \"Your own application\")")]
+    BadTree {
+        /// The tree.
+        root: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -272,13 +280,26 @@ fn parse_ldd(text: &str) -> Vec<PathBuf> {
 
 /// Makes sure a staged or user tree has the mount points the board needs.
 pub fn check_tree(root: &Path) -> Result<(), WorkloadError> {
-    for d in ["run", "dev", "proc", "sys"] {
-        if !root.join(d).is_dir() {
-            return Err(WorkloadError::Missing {
-                what: format!("mount point /{d} in the root filesystem"),
-                path: root.join(d),
-            });
-        }
+    let bad = |reason: String| {
+        Err(WorkloadError::BadTree {
+            root: root.to_path_buf(),
+            reason,
+        })
+    };
+    if !root.is_dir() {
+        return bad("no such directory".into());
+    }
+    let missing: Vec<String> = ["run", "dev", "proc", "sys"]
+        .iter()
+        .filter(|d| !root.join(d).is_dir())
+        .map(|d| format!("/{d}"))
+        .collect();
+    if !missing.is_empty() {
+        return bad(format!(
+            "the empty mount-point directories {} are missing (create them: the board mounts \
+             /dev, /proc, /sys and a tmpfs on /run there)",
+            missing.join(" ")
+        ));
     }
     Ok(())
 }
@@ -322,5 +343,27 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let err = check_tree(d.path()).unwrap_err().to_string();
         assert!(err.contains("/run"), "{err}");
+    }
+
+    #[test]
+    fn rootfs_tree_errors_name_the_real_problem() {
+        let err = check_tree(Path::new("/nonexistent/dir"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "root filesystem tree /nonexistent/dir: no such directory (README, \"Your own application\")"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("dev")).unwrap();
+        let err = check_tree(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("mount-point directories /run /proc /sys are missing"),
+            "{err}"
+        );
+        for d in ["run", "proc", "sys"] {
+            fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        assert!(check_tree(dir.path()).is_ok());
     }
 }
