@@ -19,8 +19,12 @@ pub const SECTOR: u64 = 512;
 #[derive(Debug, thiserror::Error)]
 pub enum DmError {
     /// The control device is missing: no device-mapper in this kernel.
-    #[error("device-mapper is not available ({path}: {err}); load the dm-mod module")]
-    NoControl { path: PathBuf, err: std::io::Error },
+    #[error("device-mapper is not available ({path}); load the dm-mod module")]
+    NoControl {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
     /// An ioctl failed.
     #[error("device-mapper {call} of {name}: {err}")]
     Ioctl {
@@ -32,8 +36,12 @@ pub enum DmError {
     #[error("device-mapper {what} too long: {value:?}")]
     TooLong { what: &'static str, value: String },
     /// A device node could not be made.
-    #[error("device node {path}: {err}")]
-    Node { path: PathBuf, err: std::io::Error },
+    #[error("cannot make device node {path}")]
+    Node {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
 }
 
 /// One line of a table: `start length type params`, in sectors.

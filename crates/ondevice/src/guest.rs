@@ -16,7 +16,7 @@ pub enum GuestError {
     #[error("cannot parse start command {0:?}")]
     BadCommand(String),
     /// The application could not be started.
-    #[error("cannot start {cmd:?}: {source}")]
+    #[error("cannot start {cmd:?}")]
     Spawn { cmd: String, source: std::io::Error },
     /// An `--env` item is not `KEY=VALUE`.
     #[error("environment item {0:?} is not KEY=VALUE")]

@@ -13,7 +13,7 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum NativeError {
     /// A sysfs write or syscall failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Sys {
         what: String,
         source: std::io::Error,

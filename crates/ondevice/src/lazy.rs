@@ -83,16 +83,21 @@ pub fn parse_size(s: &str) -> Option<u64> {
 #[derive(Debug, thiserror::Error)]
 pub enum LazyError {
     /// Lazy images need the store on a block device (the swap area is mapped onto it).
-    #[error("lazy capture needs the store on a block device: {path}: {err}")]
-    NotBlock { path: PathBuf, err: std::io::Error },
+    #[error("lazy capture needs the store on a block device: {path}")]
+    NotBlock {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
     /// A device-mapper step failed.
     #[error(transparent)]
     Dm(#[from] DmError),
     /// A file under /proc, /sys or /dev could not be used.
-    #[error("{step}: {path}: {err}")]
+    #[error("{step}: {path}")]
     Io {
         step: &'static str,
         path: PathBuf,
+        #[source]
         err: std::io::Error,
     },
     /// A required kernel feature is missing.
@@ -138,20 +143,27 @@ fn active_swaps() -> Vec<SwapArea> {
     parse_swaps(&std::fs::read_to_string("/proc/swaps").unwrap_or_default())
 }
 
+/// A swap area [`swapoff_all`] could not turn off.
+#[derive(Debug, thiserror::Error)]
+#[error("swapoff {path} (is memory short?)")]
+pub struct SwapOffError {
+    /// The area, as `/proc/swaps` names it.
+    pub path: PathBuf,
+    /// Why the kernel refused.
+    #[source]
+    pub err: std::io::Error,
+}
+
 /// Turns off every active swap area, reading its pages back into memory.
 ///
-/// Any capture needs this: an image that refers to pages in a swap area the running system
-/// keeps using (and rewriting) would restore garbage at the next power-on. Returns the areas
-/// turned off.
-pub fn swapoff_all() -> Result<Vec<String>, LazyError> {
+/// Any capture needs this, lazy or not: an image that refers to pages in a swap area the
+/// running system keeps using (and rewriting) would restore garbage at the next power-on.
+/// Returns the areas turned off.
+pub fn swapoff_all() -> Result<Vec<String>, SwapOffError> {
     let mut off = Vec::new();
     for a in active_swaps() {
-        let p = PathBuf::from(&a.path);
-        swapoff(&p).map_err(|err| LazyError::Io {
-            step: "swapoff (every swap area must be off before capture; is memory short?)",
-            path: p.clone(),
-            err,
-        })?;
+        let path = PathBuf::from(&a.path);
+        swapoff(&path).map_err(|err| SwapOffError { path, err })?;
         off.push(a.path);
     }
     Ok(off)

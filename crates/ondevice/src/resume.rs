@@ -37,16 +37,16 @@ pub enum ResumeError {
     #[error("store device {0} not found")]
     NoDevice(PathBuf),
     /// The image is missing, damaged or unreadable.
-    #[error("{0}")]
+    #[error(transparent)]
     Image(#[from] ImageError),
     /// The image belongs to another kernel or machine.
-    #[error("image does not fit this system: {0}")]
+    #[error("image does not fit this system")]
     Incompatible(#[from] Incompat),
     /// The swap region a lazy image pages from is gone.
     #[error("lazy image: {0}")]
     SwapRegion(String),
     /// The kernel refused a step.
-    #[error("kernel: {0}")]
+    #[error(transparent)]
     Snapshot(#[from] SnapshotError),
 }
 

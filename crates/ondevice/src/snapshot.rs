@@ -16,8 +16,8 @@ pub use crate::sys::snapshot::SNAPSHOT_DEV;
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// The device could not be opened.
-    #[error("cannot open {SNAPSHOT_DEV}: {0} (kernel needs CONFIG_HIBERNATION_SNAPSHOT_DEV, no lockdown, root)")]
-    Open(std::io::Error),
+    #[error("cannot open {SNAPSHOT_DEV} (kernel needs CONFIG_HIBERNATION_SNAPSHOT_DEV, no lockdown, root)")]
+    Open(#[source] std::io::Error),
     /// An ioctl failed.
     #[error("{call} failed: {errno}")]
     Ioctl {
@@ -25,7 +25,7 @@ pub enum SnapshotError {
         errno: nix::errno::Errno,
     },
     /// Reading or writing the page stream failed.
-    #[error("{op} of stream page {page} failed: {source}")]
+    #[error("{op} of stream page {page} failed")]
     Stream {
         op: &'static str,
         page: u64,
