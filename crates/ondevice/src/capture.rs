@@ -7,7 +7,7 @@
 //! its caller, so the application knows it was snapshot-booted.
 
 use crate::guest::print_marker;
-use crate::lazy::{self, LazyError, LazyOptions};
+use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::system::{parse_mounts, running_identity, writable_block_mounts};
@@ -77,24 +77,30 @@ pub enum CaptureError {
     #[error("refusing to capture: {device} is mounted read-write on {target}; its contents would be rolled back at every snapshot boot (unmount it, or --force)")]
     WritableMount { device: String, target: String },
     /// The store could not be used.
-    #[error("store {path}: {err}")]
-    Store { path: PathBuf, err: ImageError },
+    #[error("store {path}")]
+    Store {
+        path: PathBuf,
+        #[source]
+        err: ImageError,
+    },
+    /// A swap area could not be turned off (every capture needs them all off).
+    #[error("swapping off all swap areas before capture")]
+    SwapOff(#[source] SwapOffError),
+    /// The swap stack of an earlier lazy capture or its restore could not be removed.
+    #[error("removing the swap stack of an earlier lazy capture")]
+    Teardown(#[source] LazyError),
     /// A `/dev/snapshot` step failed.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
-    /// Swapping off every swap area (and removing an earlier capture's swap stack) failed;
-    /// every capture does this, lazy or not.
-    #[error("swapping off every swap area before capture")]
-    Swapoff(#[source] LazyError),
     /// Preparing the swap region of a lazy image failed.
     #[error("preparing the lazy image's swap region")]
-    Lazy(#[from] LazyError),
+    Lazy(#[source] LazyError),
     /// What the image is bound to could not be observed.
     #[error("cannot bind the image to this system")]
     Binding(#[source] crate::binding::BindingError),
     /// Powering off failed.
-    #[error("image written, but power-off failed: {0}")]
-    PowerOff(std::io::Error),
+    #[error("image written, but power-off failed")]
+    PowerOff(#[source] std::io::Error),
 }
 
 /// The result of a capture call.
@@ -146,11 +152,11 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     // An image must not refer to pages in a swap area that the running system goes on
     // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
     // earlier capture or restore (a lazy capture builds a fresh one in the new area).
-    let swapped_off = lazy::swapoff_all().map_err(CaptureError::Swapoff)?;
+    let swapped_off = lazy::swapoff_all().map_err(CaptureError::SwapOff)?;
     if !swapped_off.is_empty() {
         print_marker("swapoff", Some(&swapped_off.join(" ")));
     }
-    lazy::teardown().map_err(CaptureError::Swapoff)?;
+    lazy::teardown().map_err(CaptureError::Teardown)?;
     // Clean page cache is not worth storing: write back and drop it (the kernel would
     // otherwise copy it into the image). Free pages are never in the image.
     rustix::fs::sync();
@@ -176,7 +182,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                 .unwrap_or(store.area_capacity() / 2)
                 .min(store.area_capacity());
             let plan = store.plan_swap(bytes).map_err(store_err)?;
-            let p = lazy::prepare(&o.store, &plan, l)?;
+            let p = lazy::prepare(&o.store, &plan, l).map_err(CaptureError::Lazy)?;
             print_marker(
                 "lazy",
                 Some(&format!(
@@ -249,6 +255,68 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::SnapshotError;
+    use std::error::Error;
+
+    /// The message of `e` and of each of its sources, as the CLI prints them.
+    fn chain(e: &dyn Error) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(s) = next {
+            parts.push(s.to_string());
+            next = s.source();
+        }
+        parts.join(": ")
+    }
+
+    fn enomem() -> std::io::Error {
+        std::io::Error::from_raw_os_error(libc::ENOMEM)
+    }
+
+    #[test]
+    fn a_failed_swapoff_names_its_step_not_lazy_images() {
+        let e = CaptureError::SwapOff(SwapOffError {
+            path: "/dev/zram0".into(),
+            err: enomem(),
+        });
+        let text = chain(&e);
+        assert!(
+            text.starts_with("swapping off all swap areas before capture: swapoff /dev/zram0"),
+            "{text}"
+        );
+        assert!(!text.contains("lazy"), "{text}");
+    }
+
+    #[test]
+    fn every_cause_is_printed_once_along_the_chain() {
+        let cause = enomem().to_string();
+        let errors = [
+            CaptureError::SwapOff(SwapOffError {
+                path: "/dev/zram0".into(),
+                err: enomem(),
+            }),
+            CaptureError::Lazy(LazyError::Io {
+                step: "zram disksize",
+                path: "/sys/block/zram1".into(),
+                err: enomem(),
+            }),
+            CaptureError::Teardown(LazyError::Dm(crate::dm::DmError::Node {
+                path: "/dev/mapper/snapboot-swap".into(),
+                err: enomem(),
+            })),
+            CaptureError::Snapshot(SnapshotError::Open(enomem())),
+            CaptureError::Snapshot(SnapshotError::Stream {
+                op: "read",
+                page: 7,
+                source: enomem(),
+            }),
+            CaptureError::PowerOff(enomem()),
+        ];
+        for e in &errors {
+            let text = chain(e);
+            assert_eq!(text.matches(&cause).count(), 1, "{text}");
+        }
+    }
 
     #[test]
     fn compression_names_parse() {

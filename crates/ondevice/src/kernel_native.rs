@@ -5,17 +5,13 @@
 //! Only the benchmark uses this; snapboot's own path goes through `/dev/snapshot`.
 
 use crate::guest::print_marker;
-use std::ffi::CString;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::fs::MetadataExt;
+use crate::sys::swap::swapon;
+use crate::sys::DevNum;
 use std::path::Path;
 
 /// Errors of the kernel-native path.
 #[derive(Debug, thiserror::Error)]
 pub enum NativeError {
-    /// The swap device is missing or not a block device.
-    #[error("{0} is not a block device")]
-    NotBlock(String),
     /// A sysfs write or syscall failed.
     #[error("{what}")]
     Sys {
@@ -29,28 +25,23 @@ fn sys(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NativeError {
     move |source| NativeError::Sys { what, source }
 }
 
-/// `MAJOR:MINOR` of a block device node.
-pub fn dev_numbers(dev: &Path) -> Result<String, NativeError> {
-    let m = std::fs::metadata(dev).map_err(sys(format!("stat {}", dev.display())))?;
-    if !m.file_type().is_block_device() {
-        return Err(NativeError::NotBlock(dev.display().to_string()));
-    }
-    let rdev = m.rdev();
-    Ok(format!("{}:{}", libc::major(rdev), libc::minor(rdev)))
+/// `MAJOR:MINOR` of the swap device, as `/sys/power/resume` takes it.
+fn resume_device(dev: &Path) -> Result<String, NativeError> {
+    DevNum::of_path(dev)
+        .map(|n| n.to_string())
+        .map_err(sys(format!("swap device {}", dev.display())))
 }
 
 /// Hibernates the whole system to the swap device `dev` and powers off. Returns after the
 /// system was resumed from that image (or with the reason it could not hibernate).
 pub fn hibernate(dev: &Path) -> Result<(), NativeError> {
-    let numbers = dev_numbers(dev)?;
-    let c = CString::new(dev.as_os_str().as_encoded_bytes())
-        .map_err(|e| sys("device path")(std::io::Error::other(e)))?;
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; flags 0.
-    if unsafe { libc::swapon(c.as_ptr(), 0) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EBUSY) {
+    let numbers = resume_device(dev)?;
+    match swapon(dev, None) {
+        // EBUSY: it is on already.
+        Err(e) if e.raw_os_error() != Some(libc::EBUSY) => {
             return Err(sys(format!("swapon {}", dev.display()))(e));
         }
+        _ => {}
     }
     std::fs::write("/sys/power/resume", &numbers).map_err(sys("write /sys/power/resume"))?;
     std::fs::write("/sys/power/disk", "shutdown").map_err(sys("write /sys/power/disk"))?;
@@ -62,7 +53,7 @@ pub fn hibernate(dev: &Path) -> Result<(), NativeError> {
 /// Asks the kernel to resume from the swap device `dev`. Returns only when there was no
 /// image to resume (the kernel continues the cold boot).
 pub fn resume(dev: &Path) -> Result<(), NativeError> {
-    let numbers = dev_numbers(dev)?;
+    let numbers = resume_device(dev)?;
     print_marker(
         "resume-start",
         Some(&format!("kernel-native from {}", dev.display())),

@@ -26,6 +26,8 @@
 //! the previous image, in the other area, stays intact until the new one is committed.
 
 use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
+use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
+use crate::sys::MemoryLock;
 use snapimg::{SwapPlan, SwapRegion, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
@@ -37,8 +39,6 @@ pub const ORIGIN_NAME: &str = "snapboot-swap-origin";
 /// Name of the swap device (linear, then a snapshot of the origin).
 pub const SWAP_NAME: &str = "snapboot-swap";
 const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
-/// The kernel refuses swap areas smaller than this many pages.
-pub const MIN_SWAP_PAGES: u64 = 10;
 
 /// How much user memory to page out before capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,16 +83,21 @@ pub fn parse_size(s: &str) -> Option<u64> {
 #[derive(Debug, thiserror::Error)]
 pub enum LazyError {
     /// Lazy images need the store on a block device (the swap area is mapped onto it).
-    #[error("lazy capture needs the store on a block device: {path}: {err}")]
-    NotBlock { path: PathBuf, err: std::io::Error },
+    #[error("lazy capture needs the store on a block device: {path}")]
+    NotBlock {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
     /// A device-mapper step failed.
     #[error(transparent)]
     Dm(#[from] DmError),
     /// A file under /proc, /sys or /dev could not be used.
-    #[error("{step}: {path}: {err}")]
+    #[error("{step}: {path}")]
     Io {
         step: &'static str,
         path: PathBuf,
+        #[source]
         err: std::io::Error,
     },
     /// A required kernel feature is missing.
@@ -138,44 +143,27 @@ fn active_swaps() -> Vec<SwapArea> {
     parse_swaps(&std::fs::read_to_string("/proc/swaps").unwrap_or_default())
 }
 
-fn c_path(p: &Path) -> std::ffi::CString {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
-}
-
-fn swapoff(path: &Path) -> std::io::Result<()> {
-    let c = c_path(path);
-    // SAFETY: `c` is a NUL-terminated path that lives across the call.
-    if unsafe { libc::swapoff(c.as_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn swapon(path: &Path) -> std::io::Result<()> {
-    const SWAP_FLAG_PREFER: libc::c_int = 0x8000;
-    let c = c_path(path);
-    // SAFETY: `c` is a NUL-terminated path that lives across the call.
-    if unsafe { libc::swapon(c.as_ptr(), SWAP_FLAG_PREFER | 0x7fff) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+/// A swap area [`swapoff_all`] could not turn off.
+#[derive(Debug, thiserror::Error)]
+#[error("swapoff {path} (is memory short?)")]
+pub struct SwapOffError {
+    /// The area, as `/proc/swaps` names it.
+    pub path: PathBuf,
+    /// Why the kernel refused.
+    #[source]
+    pub err: std::io::Error,
 }
 
 /// Turns off every active swap area, reading its pages back into memory.
 ///
-/// Any capture needs this: an image that refers to pages in a swap area the running system
-/// keeps using (and rewriting) would restore garbage at the next power-on. Returns the areas
-/// turned off.
-pub fn swapoff_all() -> Result<Vec<String>, LazyError> {
+/// Any capture needs this, lazy or not: an image that refers to pages in a swap area the
+/// running system keeps using (and rewriting) would restore garbage at the next power-on.
+/// Returns the areas turned off.
+pub fn swapoff_all() -> Result<Vec<String>, SwapOffError> {
     let mut off = Vec::new();
     for a in active_swaps() {
-        let p = PathBuf::from(&a.path);
-        swapoff(&p).map_err(|err| LazyError::Io {
-            step: "swapoff (every swap area must be off before capture; is memory short?)",
-            path: p.clone(),
-            err,
-        })?;
+        let path = PathBuf::from(&a.path);
+        swapoff(&path).map_err(|err| SwapOffError { path, err })?;
         off.push(a.path);
     }
     Ok(off)
@@ -313,7 +301,7 @@ pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prep
     };
     // zswap would keep "swapped" pages compressed in RAM, i.e. in the image.
     let _ = std::fs::write("/sys/module/zswap/parameters/enabled", "N\n");
-    if let Err(err) = swapon(&swap_node) {
+    if let Err(err) = swapon(&swap_node, Some(MAX_PRIORITY)) {
         undo_all(&ctl, false);
         return Err(LazyError::Io {
             step: "swapon",
@@ -324,8 +312,9 @@ pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prep
     // While the swap device is suspended for its table switch, a page fault on a swapped-out
     // page would wait for it forever; this process is the one that resumes it, so it keeps
     // its own memory resident (the binary itself may live on a swap-backed tmpfs).
-    // SAFETY: mlockall only changes how the kernel treats this process's pages.
-    let locked = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } == 0;
+    // Capture runs as root (CAP_IPC_LOCK), so the lock is not expected to fail; if it does,
+    // the capture goes on without it rather than being refused.
+    let lock = MemoryLock::new().ok();
     let started = Instant::now();
     let result = reclaim(opts.reclaim).and_then(|()| {
         let cow = zram_cow(plan.bytes + (16 << 20))?;
@@ -340,10 +329,7 @@ pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prep
         )?;
         Ok(cow)
     });
-    if locked {
-        // SAFETY: as above; undoes the lock.
-        unsafe { libc::munlockall() };
-    }
+    drop(lock);
     let (cow_name, _) = match result {
         Ok(c) => c,
         Err(e) => {

@@ -4,24 +4,15 @@
 //! the kernel RNG with fresh entropy and runs the hook directory.
 
 use crate::guest::print_marker;
+use crate::sys::random::{cpu_random, RandomDev};
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Executables run in name order after every restore.
 pub const HOOK_DIR: &str = "/etc/snapboot/restore.d";
-
-// RNDADDENTROPY = _IOW('R', 0x03, int[2]); RNDRESEEDCRNG = _IO('R', 0x07).
-nix::ioctl_write_ptr_bad!(
-    ioc_add_entropy,
-    nix::request_code_write!(b'R', 0x03, 2 * std::mem::size_of::<libc::c_int>()),
-    libc::c_int
-);
-nix::ioctl_none_bad!(ioc_reseed_crng, nix::request_code_none!(b'R', 0x07));
-// BLKFLSBUF = _IO(0x12, 97).
-nix::ioctl_none_bad!(ioc_blkflsbuf, nix::request_code_none!(0x12, 97));
 
 /// What the post-restore steps did.
 #[derive(Debug, Clone, Default)]
@@ -84,7 +75,7 @@ pub fn reseed_rng() -> usize {
     let mut fresh = Vec::with_capacity(96);
     if let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags_nonblock()
+        .custom_flags(libc::O_NONBLOCK)
         .open("/dev/hwrng")
     {
         let mut buf = [0u8; 64];
@@ -92,44 +83,23 @@ pub fn reseed_rng() -> usize {
             fresh.extend_from_slice(&buf[..n]);
         }
     }
-    fresh.extend_from_slice(&cpu_random());
+    fresh.extend(cpu_random(4).iter().flat_map(|w| w.to_le_bytes()));
     let credited = fresh.len();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     fresh.extend_from_slice(&now.as_nanos().to_le_bytes());
     fresh.extend_from_slice(&std::process::id().to_le_bytes());
-    let Ok(urandom) = std::fs::OpenOptions::new().write(true).open("/dev/urandom") else {
+    let Ok(random) = RandomDev::open() else {
         return 0;
     };
-    let mut req: Vec<libc::c_int> = vec![(credited * 8) as libc::c_int, fresh.len() as libc::c_int];
-    let words = fresh.len().div_ceil(4);
-    let mut tail = vec![0u8; words * 4];
-    tail[..fresh.len()].copy_from_slice(&fresh);
-    req.extend(
-        tail.chunks_exact(4)
-            .map(|c| libc::c_int::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-    );
-    // SAFETY: `req` is a struct rand_pool_info {entropy_count, buf_size, buf[]} laid out as
-    // ints, with buf_size bytes of buffer after the two header ints; it outlives the call.
-    let added = unsafe { ioc_add_entropy(urandom.as_raw_fd(), req.as_ptr()) }.is_ok();
-    // SAFETY: RNDRESEEDCRNG takes no argument.
-    let _ = unsafe { ioc_reseed_crng(urandom.as_raw_fd()) };
+    let added = random.add_entropy(&fresh, credited).is_ok();
+    // Reseeding matters even when nothing was credited: the mix-in above is fresh.
+    let _ = random.reseed_crng();
     if added {
         credited
     } else {
         0
-    }
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NONBLOCK)
     }
 }
 
@@ -151,25 +121,6 @@ fn read_with_deadline(
         }
     }
     Ok(n)
-}
-
-/// 32 bytes from RDRAND, or nothing when the CPU lacks it.
-fn cpu_random() -> Vec<u8> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("rdrand") {
-            let mut out = Vec::with_capacity(32);
-            for _ in 0..4 {
-                let mut v = 0u64;
-                // SAFETY: the CPU supports RDRAND (checked above); the intrinsic writes one u64.
-                if unsafe { std::arch::x86_64::_rdrand64_step(&mut v) } == 1 {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-            return out;
-        }
-    }
-    Vec::new()
 }
 
 /// Runs the executables in `dir` in name order; returns (name, exit status).
@@ -207,10 +158,8 @@ pub fn run_hooks(dir: &Path) -> Vec<(String, i32)> {
 
 /// Drops the kernel's cached blocks of a block device (no-op for plain files).
 pub fn flush_block_cache(path: &Path) {
-    if let Ok(f) = std::fs::File::open(path) {
-        // SAFETY: BLKFLSBUF takes no argument; on a non-block file it fails harmlessly.
-        let _ = unsafe { ioc_blkflsbuf(f.as_raw_fd()) };
-    }
+    // Best effort: BLKFLSBUF needs CAP_SYS_ADMIN, which capture (run as root) has.
+    let _ = crate::sys::block::flush_buffers(path);
 }
 
 #[cfg(test)]

@@ -1,0 +1,26 @@
+//! The one home of the device crate's kernel interfaces: every `unsafe` block and every raw
+//! ioctl or syscall of `ondevice` lives below this module, behind safe functions and types.
+//! The rest of the crate is `#![deny(unsafe_code)]`.
+//!
+//! | module       | kernel interface                                                   |
+//! |--------------|--------------------------------------------------------------------|
+//! | [`snapshot`] | `/dev/snapshot` ioctls (`SNAPSHOT_FREEZE`, `_CREATE_IMAGE`, ...)   |
+//! | [`dm`]       | device-mapper control ioctls and their `struct dm_ioctl` buffer     |
+//! | [`random`]   | `RNDADDENTROPY`, `RNDRESEEDCRNG` on `/dev/urandom`; x86 `RDRAND`    |
+//! | [`block`]    | `BLKFLSBUF` on block devices                                        |
+//! | [`swap`]     | `swapon(2)`, `swapoff(2)`; `mlockall(2)` as the [`MemoryLock`] guard |
+//! | [`devnum`]   | `MAJOR:MINOR` device numbers: encoding, decoding, `mknod(2)`        |
+//!
+//! Each wrapper that issues an ioctl takes a handle it opened itself (on the device node the
+//! ioctl belongs to), so a request code can never reach a driver that reads it differently.
+//! Where rustix or nix already offer a call safely, the wrapper uses them instead of libc.
+
+pub mod block;
+pub mod devnum;
+pub mod dm;
+pub mod random;
+pub mod snapshot;
+pub mod swap;
+
+pub use devnum::{DevNum, NodeKind};
+pub use swap::MemoryLock;
