@@ -243,7 +243,8 @@ pub fn is_static_elf(data: &[u8]) -> bool {
     }
 }
 
-fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {
+/// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).
+pub fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {
     let _ = fs::remove_file(img);
     let out = Command::new("mksquashfs")
         .arg(src)

@@ -33,15 +33,7 @@ fn build(root: &Path, start: &str, out: &Path) {
 }
 
 fn session(bundle: &Path, store: &Path) -> board::qemu::Session {
-    let b = board::Bundle::load(bundle).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
-    o.timeout = Duration::from_secs(300);
-    o.disks.push(board::qemu::Disk {
-        path: store.to_path_buf(),
-        readonly: false,
-    });
-    o.cmdline.push("snapboot.store=/dev/vdb".into());
-    board::qemu::Session::start(&b, &o).unwrap()
+    crate::common::store_session(bundle, store, &[])
 }
 
 /// Boots `bundle` with `store`; the image must be refused with a reason containing every
@@ -104,20 +96,7 @@ fn image_is_refused_on_another_root_filesystem_or_start_command() {
         .unwrap()
         .success());
     let root_b = root(dir.path(), "two");
-    let out = Command::new("mksquashfs")
-        .arg(&root_b)
-        .arg(b.join("rootfs.img"))
-        .args([
-            "-noappend",
-            "-all-root",
-            "-comp",
-            "lz4",
-            "-quiet",
-            "-no-progress",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    board::bundle::mksquashfs(&root_b, &b.join("rootfs.img")).unwrap();
     expect_refused(
         &b,
         &store,

@@ -3,7 +3,7 @@
 //! Bundles are built once per test binary into a shared home directory
 //! (`$SNAPBOOT_HOME`, default `<workspace>/.snapboot`) and reused by every test.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 
@@ -56,4 +56,20 @@ pub fn bundle(workload: &str) -> PathBuf {
     assert!(out.status.success(), "build failed:\n{so}\n{se}");
     built.lock().unwrap().push(workload.to_string());
     dir
+}
+
+/// Powers on the bundle in `dir` with `store` as `/dev/vdb` (`snapboot.store=/dev/vdb`) and
+/// `extra_cmdline`, for a test to follow its console.
+pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
+    let b = board::Bundle::load(dir).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = std::time::Duration::from_secs(300);
+    o.disks.push(board::qemu::Disk {
+        path: store.to_path_buf(),
+        readonly: false,
+    });
+    o.cmdline.push("snapboot.store=/dev/vdb".into());
+    o.cmdline
+        .extend(extra_cmdline.iter().map(|s| s.to_string()));
+    board::qemu::Session::start(&b, &o).unwrap()
 }

@@ -46,17 +46,7 @@ fn copy_store(src: &Path, name: &str) -> PathBuf {
 }
 
 fn board_session(workload: &str, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
-    let b = board::Bundle::load(&bundle(workload)).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
-    o.timeout = Duration::from_secs(300);
-    o.disks.push(board::qemu::Disk {
-        path: store.to_path_buf(),
-        readonly: false,
-    });
-    o.cmdline.push("snapboot.store=/dev/vdb".into());
-    o.cmdline
-        .extend(extra_cmdline.iter().map(|s| s.to_string()));
-    board::qemu::Session::start(&b, &o).unwrap()
+    crate::common::store_session(&bundle(workload), store, extra_cmdline)
 }
 
 fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> String {
