@@ -66,7 +66,7 @@ fn decode<D: snapimg::Device>(store: &mut Store<D>, threads: usize) -> u64 {
 
 fn pipeline(c: &mut Criterion) {
     let (stream, source) = load_stream();
-    let all = snapimg::v2::default_threads();
+    let all = snapimg::default_threads();
     let bytes = stream.len() as u64;
     let store_size = 2 * bytes + (4 << 20);
     let codecs = [

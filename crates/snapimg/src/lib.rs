@@ -1,37 +1,75 @@
-//! snapboot's image format.
-//!
-//! Three layers, all pure format code with no device policy:
+//! snapboot's image format: pure format code with no device policy.
 //!
 //! * [`kstream`] understands the page stream the kernel hands out through
 //!   `/dev/snapshot` (`struct swsusp_info`, the PFN index, the data pages) and
 //!   can check and regenerate it page by page.
-//! * [`v1`] is snapboot's container: a fixed-size store (file or block
-//!   device) with two header slots and two image areas, written atomically;
-//!   format version 1 stores the stream verbatim, checksummed per 1 MiB chunk.
-//! * [`v2`] is format version 2 in the same store: zero pages flagged, duplicate
-//!   pages stored once, unique pages compressed in independent chunks with an
-//!   offset table for random access, compressed and decompressed in parallel.
+//! * The [`Store`] is a fixed-size file or block device with two header slots
+//!   and two image areas, written so that a power cut never loses the newest
+//!   good image. [`Store::writer`] writes an image, [`Store::reader`] reads the
+//!   newest one.
+//! * An image (format version 2) keeps every stream page's fate in a *page
+//!   index*: all-zero pages are flagged and not stored, a page identical to an
+//!   earlier one points at it, and every other ("unique") page is stored, in
+//!   stream order, in chunks compressed independently (LZ4 by default, zstd or
+//!   none as options). An *offset table* gives each chunk's place, size and
+//!   XXH3-128, so any page can be found and checked without reading the chunks
+//!   before it ([`Reader::page_at`]). Writer and reader compress and decompress
+//!   chunks on worker threads.
+//! * A *lazy* image also records a [`SwapRegion`]: the last bytes of its own
+//!   area, where the kernel paged user memory out just before capture.
+//! * A [`Binding`] ties the image to the boot setup, kernel command line and
+//!   root filesystem it was captured with.
 //!
-//! [`Store::writer`] writes version 2; [`Store::reader`] reads both versions.
-//! The on-disk layout is specified in `docs/image-format.md`.
+//! Modules: [`kstream`] (kernel stream), `store` (slots, areas, publication),
+//! `header` (the slot's encoding and checks), `info` (what callers see),
+//! `index` (page index and offset table), `writer`, `reader`, `codec` and
+//! `pool` (compression and worker threads), `swap` (the lazy image's region),
+//! `error`, [`binding`]. The on-disk layout is specified in
+//! `docs/image-format.md`.
 
 pub mod binding;
+mod codec;
+mod error;
+mod header;
+mod index;
+mod info;
 pub mod kstream;
+mod pool;
 mod reader;
+mod store;
 mod summary;
-pub mod v1;
-pub mod v2;
+mod swap;
+mod writer;
+
+#[cfg(test)]
+mod tests;
 
 pub use binding::{
     bound_cmdline, hex, Binding, BindingError, BindingMismatch, BootSetup, BoundDevice, Difference,
+};
+pub use codec::Compression;
+pub use error::{ImageError, Incompat};
+pub use index::{DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_PAGES, MAX_CHUNK_PAGES};
+pub use info::{
+    check_compat, CaptureMeta, Identity, ImageInfo, ImageStats, SlotState, StreamCounts, SwapInfo,
 };
 pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,
 };
-pub use reader::Reader;
-pub use v1::{
-    check_compat, CaptureMeta, Device, Identity, ImageError, ImageInfo, ImageStats, Incompat,
-    ReadAt, Slot, SlotState, Store, StreamCounts, SwapInfo,
-};
-pub use v2::{Compression, ReadOptions, SwapPlan, SwapRegion, WriteOptions, Writer};
+pub use reader::{ReadOptions, Reader};
+pub use store::{Device, ReadAt, Slot, Store, AREAS_START, MIN_STORE_SIZE, SLOT_SIZE};
+pub use swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
+pub use writer::{default_threads, WriteOptions, Writer};
+
+/// Magic at offset 0 of a header slot.
+pub const MAGIC: [u8; 8] = *b"SNAPBOOT";
+/// The image format version this build writes and reads; a store holding any other
+/// version is refused with [`ImageError::UnsupportedVersion`].
+pub const FORMAT_VERSION: u32 = 2;
+/// Length of every BLAKE3 hash stored (full 256-bit output).
+pub const HASH_LEN: usize = 32;
+/// Header flag: the image was invalidated (boot-once image already used).
+pub const FLAG_INVALIDATED: u64 = 1;
+/// Longest identity string accepted (the kernel's utsname fields hold 64).
+pub const MAX_IDENTITY_LEN: usize = 64;

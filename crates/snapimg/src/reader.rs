@@ -1,108 +1,502 @@
-//! The reader [`crate::Store::reader`] returns: one type for every format version.
+//! Image reader: in-order streaming with parallel read-ahead, and random access.
+//!
+//! Opening an image reads the page index and offset table (their BLAKE3 is
+//! checked against the header) and validates every entry: data entries must
+//! number the unique pages consecutively, duplicates must point back at a
+//! data entry, chunks must be contiguous and of the size their pages need.
+//! All sizes are bounded by the store size before anything is allocated.
+//!
+//! Streaming ([`PageProducer::next_page`]) keeps up to `2 * max(threads, 1)`
+//! chunks in flight: workers read them (with `pread` on a shared handle when
+//! the device has one, else the caller reads them), check the XXH3-128 of
+//! the stored bytes *before* decompressing, and decompress; pages come out in
+//! stream order while the next chunks are being read and decompressed.
+//! Pages that later duplicates point at are kept in a bounded cache; a
+//! duplicate whose page is not cached is fetched again through the
+//! random-access path. Every page also goes through a [`StreamParser`].
 
-use crate::kstream::{Page, PageProducer, PAGE_SIZE};
-use crate::v1::{Device, ImageError, ImageInfo};
-use crate::{v1, v2};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
 
-/// Reads one image out of a store, whatever its format version.
-///
-/// Streams the kernel's pages in order through [`PageProducer::next_page`]
-/// (every page checked before it is handed out), gives random access with
-/// [`Reader::page_at`], and checks everything with [`Reader::verify_all`].
-#[derive(Debug)]
-pub enum Reader<'s, D: Device> {
-    /// A format version 1 image (uncompressed).
-    V1(Box<v1::Reader<'s, D>>),
-    /// A format version 2 image (zero pages, dedupe, compressed chunks).
-    V2(Box<v2::Reader<'s, D>>),
+use crate::codec::{Compression, Decoder};
+use crate::error::ImageError;
+use crate::header::Header;
+use crate::index::{
+    chunk_hash, decode_index, decode_table, ChunkEntry, Entry, Layout, DEFAULT_CACHE_BYTES,
+};
+use crate::info::ImageInfo;
+use crate::kstream::{Page, PageProducer, StreamHeader, StreamParser, PAGE_SIZE};
+use crate::pool::Pool;
+use crate::store::{Device, ReadAt, Slot, Store};
+use crate::writer::default_threads;
+
+/// How [`Reader`] streams an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Decompression threads; 0 reads and decompresses on the calling
+    /// thread. Read-ahead is `2 * max(threads, 1)` chunks.
+    pub threads: usize,
+    /// Bytes of pages kept for later duplicates while streaming; a duplicate
+    /// whose page is not held is fetched again (slower, still correct).
+    pub dup_cache_bytes: usize,
 }
 
-impl<D: Device> Reader<'_, D> {
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            threads: default_threads(),
+            dup_cache_bytes: DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+/// Where a worker gets a chunk's stored bytes.
+enum Source {
+    /// Already read by the caller.
+    Bytes(Vec<u8>),
+    /// To be read at this absolute offset.
+    At(Arc<dyn ReadAt>, u64),
+}
+
+struct Job {
+    src: Source,
+    chunk: ChunkEntry,
+    kind: Compression,
+}
+
+/// Why a chunk could not be produced.
+enum Fault {
+    Read(std::io::Error),
+    Checksum,
+    Decode(String),
+}
+
+type Done = Result<Vec<u8>, Fault>;
+
+fn run_job(job: Job, dec: &mut Decoder) -> Done {
+    let stored = match job.src {
+        Source::Bytes(b) => b,
+        Source::At(dev, at) => {
+            let mut b = vec![0u8; job.chunk.stored_len as usize];
+            dev.read_exact_at(&mut b, at).map_err(Fault::Read)?;
+            b
+        }
+    };
+    if chunk_hash(&stored) != job.chunk.hash {
+        return Err(Fault::Checksum);
+    }
+    let mut raw = vec![0u8; job.chunk.raw_len as usize];
+    dec.decode(job.kind, &stored, &mut raw)
+        .map_err(Fault::Decode)?;
+    Ok(raw)
+}
+
+/// State of an in-order pass.
+struct Stream {
+    pool: Pool<Job, Done>,
+    next_submit: u64,
+    current: Option<(u64, Vec<u8>)>,
+    /// Remaining duplicate references per unique page still to be streamed.
+    refs: HashMap<u64, u32>,
+    cache: HashMap<u64, Box<Page>>,
+    cache_bytes: usize,
+}
+
+/// Reads one image out of a [`Store`]; see the module docs.
+pub struct Reader<'s, D: Device> {
+    store: &'s mut Store<D>,
+    header: Header,
+    info: ImageInfo,
+    kind: Compression,
+    entries: Vec<Entry>,
+    chunks: Vec<ChunkEntry>,
+    data_start: u64,
+    dup_refs: HashMap<u64, u32>,
+    shared: Option<Arc<dyn ReadAt>>,
+    opts: ReadOptions,
+    stream: Option<Stream>,
+    cur: u64,
+    parser: StreamParser,
+    random: Option<(u64, Vec<u8>)>,
+    decoder: Decoder,
+}
+
+impl<D: Device> fmt::Debug for Reader<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("info", &self.info)
+            .field("opts", &self.opts)
+            .field("cur", &self.cur)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(reason: String) -> ImageError {
+    ImageError::Inconsistent { reason }
+}
+
+impl<'s, D: Device> Reader<'s, D> {
+    pub(crate) fn new(
+        store: &'s mut Store<D>,
+        slot: Slot,
+        header: Header,
+    ) -> Result<Self, ImageError> {
+        // Header::decode checked the sums and sizes for overflow; the
+        // store must hold the image and, for a lazy image, its swap region.
+        let end = header.store_end();
+        if end > store.size {
+            return Err(ImageError::Truncated {
+                expected: end,
+                actual: store.size,
+            });
+        }
+        let kind = header.compression;
+        let layout = Layout::new(header.stream_pages, header.chunk_pages)
+            .ok_or_else(|| bad("layout overflows".into()))?;
+        let meta_len = usize::try_from(layout.data_offset())
+            .map_err(|_| bad("page index larger than memory".into()))?;
+        let mut meta = vec![0u8; meta_len];
+        store.read_at(
+            header.area_offset,
+            &mut meta,
+            "reading the page index and offset table",
+        )?;
+        if blake3::hash(&meta).as_bytes() != &header.index_hash {
+            return Err(ImageError::ChecksumMismatch {
+                section: "page index and offset table".into(),
+            });
+        }
+        let (index, table) = meta.split_at(layout.index_bytes as usize);
+        let entries = decode_index(&header, index)?;
+        let chunks = decode_table(&header, table)?;
+        let mut dup_refs: HashMap<u64, u32> = HashMap::new();
+        let cp = u64::from(header.chunk_pages);
+        for e in &entries {
+            if let Entry::Stored { k, s, dup: true } = *e {
+                *dup_refs.entry(k * cp + s).or_default() += 1;
+            }
+        }
+        let info = header.info(slot);
+        let shared = store.dev.shared_reader();
+        Ok(Reader {
+            data_start: header.area_offset + layout.data_offset(),
+            store,
+            header,
+            info,
+            kind,
+            entries,
+            chunks,
+            dup_refs,
+            shared,
+            opts: ReadOptions::default(),
+            stream: None,
+            cur: 0,
+            parser: StreamParser::new(),
+            random: None,
+            decoder: Decoder::new(),
+        })
+    }
+
+    /// Use these threads and cache sizes (takes effect at the next pass).
+    pub fn with_options(mut self, opts: ReadOptions) -> Self {
+        self.opts = opts;
+        self.stream = None;
+        self
+    }
+
     /// What the header says about this image (`verified` after [`Reader::verify_all`]).
     pub fn info(&self) -> &ImageInfo {
-        match self {
-            Reader::V1(r) => r.info(),
-            Reader::V2(r) => r.info(),
-        }
+        &self.info
     }
 
-    /// Container format version of the image.
-    pub fn format_version(&self) -> u32 {
-        self.info().format_version
-    }
-
-    /// Set threads and caches for a version 2 image (no effect on version 1).
-    pub fn with_options(self, opts: v2::ReadOptions) -> Self {
-        match self {
-            Reader::V2(r) => Reader::V2(Box::new(r.with_options(opts))),
-            other => other,
-        }
-    }
-
-    /// Read and check every checksum and the stream structure, then rewind.
+    /// Read and check every chunk and the stream structure, then rewind.
     ///
     /// Call this before writing anything to the kernel.
     pub fn verify_all(&mut self) -> Result<&ImageInfo, ImageError> {
-        match self {
-            Reader::V1(r) => r.verify_all(),
-            Reader::V2(r) => r.verify_all(),
-        }
+        self.rewind();
+        let result = self.read_through();
+        self.rewind();
+        result?;
+        self.info.verified = true;
+        Ok(&self.info)
+    }
+
+    /// Every page in order (each checked as it is handed out), then the stream structure.
+    fn read_through(&mut self) -> Result<(), ImageError> {
+        let mut page = [0u8; PAGE_SIZE];
+        while self.next_page(&mut page)? {}
+        self.parser.finish()?;
+        Ok(())
     }
 
     /// Start streaming again from page 0.
     pub fn rewind(&mut self) {
-        match self {
-            Reader::V1(r) => r.rewind(),
-            Reader::V2(r) => r.rewind(),
+        self.cur = 0;
+        self.stream = None;
+        self.parser = StreamParser::new();
+    }
+
+    /// Section name of chunk `k`: "chunk 17 (stream pages a..b)", the range
+    /// spanning the stream pages stored in it.
+    fn section(&self, k: u64) -> String {
+        let mut first = None;
+        let mut last = 0;
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Entry::Stored {
+                k: ek, dup: false, ..
+            } = *e
+            {
+                if ek == k {
+                    first.get_or_insert(i);
+                    last = i;
+                }
+            }
+        }
+        let a = first.unwrap_or(0);
+        format!("chunk {k} (stream pages {a}..{})", last + 1)
+    }
+
+    fn fault(&self, k: u64, f: Fault) -> ImageError {
+        match f {
+            Fault::Read(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                ImageError::Truncated {
+                    expected: self.header.area_offset + self.header.image_bytes,
+                    actual: self.store.size,
+                }
+            }
+            Fault::Read(source) => ImageError::Io {
+                context: format!("reading {}", self.section(k)),
+                source,
+            },
+            Fault::Checksum => ImageError::ChecksumMismatch {
+                section: self.section(k),
+            },
+            Fault::Decode(reason) => ImageError::Decompress {
+                section: self.section(k),
+                reason,
+            },
         }
     }
 
-    /// Fill `buf` with stream page `index` (checked), without moving the
-    /// streaming position.
-    pub fn page_at(&mut self, index: u64, buf: &mut Page) -> Result<(), ImageError> {
-        match self {
-            Reader::V1(r) => r.page_at(index, buf),
-            Reader::V2(r) => r.page_at(index, buf),
+    /// A job for chunk `k`, reading its bytes now unless workers can.
+    fn job(&mut self, k: u64, allow_shared: bool) -> Result<Job, ImageError> {
+        let chunk = self.chunks[k as usize];
+        let at = self.data_start + chunk.offset;
+        let src = match &self.shared {
+            Some(dev) if allow_shared => Source::At(Arc::clone(dev), at),
+            _ => {
+                let mut b = vec![0u8; chunk.stored_len as usize];
+                self.store
+                    .read_at(at, &mut b, &format!("reading chunk {k} of the image"))?;
+                Source::Bytes(b)
+            }
+        };
+        Ok(Job {
+            src,
+            chunk,
+            kind: self.kind,
+        })
+    }
+
+    /// Raw bytes of chunk `k` through the random-access path (one chunk cached).
+    fn load_random(&mut self, k: u64) -> Result<&[u8], ImageError> {
+        if self.random.as_ref().map(|r| r.0) != Some(k) {
+            self.random = None;
+            let job = self.job(k, false)?;
+            let raw = run_job(job, &mut self.decoder).map_err(|f| self.fault(k, f))?;
+            self.random = Some((k, raw));
         }
+        Ok(self.random.as_ref().map_or(&[][..], |r| &r.1[..]))
+    }
+
+    /// Fill `buf` with stream page `index`, checked (its chunk's checksum,
+    /// and the stream header hash for page 0), without moving the streaming
+    /// position. Random access for on-demand paging.
+    pub fn page_at(&mut self, index: u64, buf: &mut Page) -> Result<(), ImageError> {
+        let pages = self.header.stream_pages;
+        let Some(&e) = self.entries.get(index as usize).filter(|_| index < pages) else {
+            return Err(ImageError::PageOutOfRange { index, pages });
+        };
+        match e {
+            Entry::Zero => buf.fill(0),
+            Entry::Stored { k, s, .. } => {
+                let current = self.stream.as_ref().and_then(|st| st.current.as_ref());
+                match current.filter(|c| c.0 == k) {
+                    Some((_, raw)) => copy_slot(raw, s, buf),
+                    None => {
+                        let raw = self.load_random(k)?;
+                        copy_slot(raw, s, buf);
+                    }
+                }
+            }
+        }
+        if index == 0 {
+            self.check_stream_header(buf)?;
+        }
+        Ok(())
+    }
+
+    fn check_stream_header(&self, buf: &Page) -> Result<(), ImageError> {
+        if blake3::hash(buf).as_bytes() != &self.header.stream_header_hash {
+            return Err(ImageError::ChecksumMismatch {
+                section: "stream header".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn start_stream(&mut self) -> Stream {
+        let pool = Pool::new(self.opts.threads, || {
+            let mut dec = Decoder::new();
+            Box::new(move |job: Job| run_job(job, &mut dec))
+        });
+        Stream {
+            pool,
+            next_submit: 0,
+            current: None,
+            refs: self.dup_refs.clone(),
+            cache: HashMap::new(),
+            cache_bytes: 0,
+        }
+    }
+
+    /// Keep the read-ahead window full.
+    fn fill(&mut self, st: &mut Stream) -> Result<(), ImageError> {
+        let max = 2 * st.pool.threads().max(1) as u64;
+        while st.next_submit < self.chunks.len() as u64 && st.pool.in_flight() < max {
+            let job = self.job(st.next_submit, st.pool.threads() > 0)?;
+            st.pool.submit(job).map_err(|e| ImageError::Worker {
+                reason: format!("decompression: {e}"),
+            })?;
+            st.next_submit += 1;
+        }
+        Ok(())
+    }
+
+    /// Make chunk `k` (the next one in order) current.
+    fn advance(&mut self, st: &mut Stream, k: u64) -> Result<(), ImageError> {
+        self.fill(st)?;
+        let done = st.pool.take_next().map_err(|e| ImageError::Worker {
+            reason: format!("decompression: {e}"),
+        })?;
+        let expect = st.current.as_ref().map_or(0, |c| c.0 + 1);
+        let raw = match done {
+            Some(Ok(raw)) if expect == k => raw,
+            Some(Err(f)) => return Err(self.fault(expect, f)),
+            _ => return Err(bad(format!("chunk {k} requested out of order"))),
+        };
+        // Refill right away so reading and decompression go on while the
+        // consumer copies this chunk's pages.
+        self.fill(st)?;
+        let cp = u64::from(self.header.chunk_pages);
+        for s in 0..(raw.len() / PAGE_SIZE) as u64 {
+            let u = k * cp + s;
+            if st.refs.contains_key(&u) && st.cache_bytes + PAGE_SIZE <= self.opts.dup_cache_bytes {
+                let mut p = Box::new([0u8; PAGE_SIZE]);
+                copy_slot(&raw, s, &mut p);
+                st.cache.insert(u, p);
+                st.cache_bytes += PAGE_SIZE;
+            }
+        }
+        st.current = Some((k, raw));
+        Ok(())
+    }
+
+    fn stream_page(&mut self, st: &mut Stream, e: Entry, buf: &mut Page) -> Result<(), ImageError> {
+        let Entry::Stored { k, s, dup } = e else {
+            buf.fill(0);
+            return Ok(());
+        };
+        if !dup {
+            if st.current.as_ref().map(|c| c.0) != Some(k) {
+                self.advance(st, k)?;
+            }
+            if let Some((_, raw)) = &st.current {
+                copy_slot(raw, s, buf);
+            }
+            return Ok(());
+        }
+        let u = k * u64::from(self.header.chunk_pages) + s;
+        if let Some(p) = st.cache.get(&u) {
+            buf.copy_from_slice(&p[..]);
+        } else if let Some((_, raw)) = st.current.as_ref().filter(|c| c.0 == k) {
+            copy_slot(raw, s, buf);
+        } else {
+            let raw = self.load_random(k)?;
+            copy_slot(raw, s, buf);
+        }
+        if let Some(n) = st.refs.get_mut(&u) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.refs.remove(&u);
+                if st.cache.remove(&u).is_some() {
+                    st.cache_bytes -= PAGE_SIZE;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn copy_slot(raw: &[u8], s: u64, buf: &mut Page) {
+    let at = s as usize * PAGE_SIZE;
+    if let Some(src) = raw.get(at..at + PAGE_SIZE) {
+        buf.copy_from_slice(src);
     }
 }
 
 impl<D: Device> PageProducer for Reader<'_, D> {
     type Error = ImageError;
 
+    /// Fill `buf` with the next checked page of the kernel stream.
     fn next_page(&mut self, buf: &mut Page) -> Result<bool, ImageError> {
-        match self {
-            Reader::V1(r) => r.next_page(buf),
-            Reader::V2(r) => r.next_page(buf),
+        let i = self.cur;
+        let Some(&e) = self.entries.get(i as usize) else {
+            return Ok(false);
+        };
+        let mut st = match self.stream.take() {
+            Some(st) => st,
+            None => self.start_stream(),
+        };
+        let result = self.stream_page(&mut st, e, buf);
+        self.stream = Some(st);
+        result?;
+        if i == 0 {
+            self.check_stream_header(buf)?;
         }
+        self.parser.push_page(buf)?;
+        if i == 0 {
+            if let Some(s) = self.parser.header() {
+                cross_check(&self.header, s)?;
+            }
+        }
+        self.cur += 1;
+        Ok(true)
     }
 }
 
-/// What the readers of both format versions share, so that whole-image verification is
-/// written once.
-pub(crate) trait VersionReader: PageProducer<Error = ImageError> {
-    /// Back to page 0 with a fresh stream parser.
-    fn restart(&mut self);
-    /// Check that the stream parser saw a complete, well-formed stream.
-    fn finish_stream(&mut self) -> Result<(), ImageError>;
-    /// The image's description, to mark it verified.
-    fn info_mut(&mut self) -> &mut ImageInfo;
-}
-
-/// Reads every page (each checked as it is handed out) and the stream structure, rewinds,
-/// and marks the image verified.
-pub(crate) fn verify_all<R: VersionReader>(r: &mut R) -> Result<&ImageInfo, ImageError> {
-    r.restart();
-    let result = read_through(r);
-    r.restart();
-    result?;
-    let info = r.info_mut();
-    info.verified = true;
-    Ok(info)
-}
-
-fn read_through<R: VersionReader>(r: &mut R) -> Result<(), ImageError> {
-    let mut page = [0u8; PAGE_SIZE];
-    while r.next_page(&mut page)? {}
-    r.finish_stream()
+/// The stream header page must agree with the image header's copy of its counts.
+fn cross_check(h: &Header, s: &StreamHeader) -> Result<(), ImageError> {
+    let pairs = [
+        ("pages", s.pages.0, h.stream_pages),
+        ("image_pages", s.image_pages.0, h.image_pages),
+        ("num_physpages", s.num_physpages.0, h.num_physpages),
+        ("arch magic", s.arch.x86_magic().unwrap_or(0), h.arch_magic),
+        (
+            "e820 checksum",
+            s.arch.e820_checksum().unwrap_or(0),
+            h.e820_checksum,
+        ),
+    ];
+    for (field, stream, header) in pairs {
+        if stream != header {
+            return Err(ImageError::Inconsistent {
+                reason: format!(
+                    "stream header {field} is {stream:#x}, image header says {header:#x}"
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! The short human description of an image that `snapboot image inspect` prints.
 
-use crate::v1::ImageInfo;
+use crate::info::ImageInfo;
 use std::fmt::Write;
 
 fn mib(b: u64) -> f64 {
@@ -105,8 +105,8 @@ mod tests {
 
     #[test]
     fn summary_names_identity_pages_bytes_and_binding() {
-        let mut store = crate::v2::tests::mem_store(16 << 20);
-        let mut w = store.writer(crate::v2::tests::meta()).unwrap();
+        let mut store = crate::tests::mem_store(16 << 20);
+        let mut w = store.writer(crate::tests::meta()).unwrap();
         for p in synthetic_stream(300, 3).chunks_exact(PAGE_SIZE) {
             w.push_page(p.try_into().unwrap()).unwrap();
         }

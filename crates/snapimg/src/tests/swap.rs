@@ -1,11 +1,10 @@
-//! Tests of lazy images: the swap region in the v2 header, `Store::plan_swap`,
+//! Tests of lazy images: the swap region in the header, `Store::plan_swap`,
 //! writers with a region, and readers checking that the store holds it.
 
-use super::tests::{mem_store, meta, pages_of, poke, stream_of, write_with, Mem};
-use super::*;
+use super::{mem_store, meta, pages_of, poke, stream_of, write_with, Mem};
+use crate::header::{off, Header};
 use crate::kstream::{collect_stream, synthetic_stream, PAGE_SIZE};
-use crate::v1::header::{off, Header};
-use crate::v1::{Device, ImageInfo, Slot, SlotState, Store, SwapInfo, SLOT_SIZE};
+use crate::*;
 
 const MIB: u64 = 1 << 20;
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -77,8 +76,7 @@ fn reason_after(slot: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> String {
 fn header_round_trip_with_swap_region() {
     let (_, swap, slot, info) = lazy_store();
     let h = Header::decode(&slot).unwrap().unwrap();
-    assert_eq!(h.format_version, FORMAT_VERSION);
-    assert_eq!(h.v2.swap(), Some(swap));
+    assert_eq!(h.swap, Some(swap));
     assert_eq!(h.encode().unwrap(), slot);
     let le = |o: usize| crate::kstream::le_u64(&slot, o);
     assert_eq!(
@@ -113,26 +111,32 @@ fn decode_rejects_bad_swap_fields() {
     assert_eq!(
         r,
         format!(
-            "swap_offset {} or swap_bytes {} is not a multiple of 4096",
+            "swap region: offset {} and size {} must be multiples of 4096",
             swap.offset + 512,
             swap.bytes
         )
     );
     let r = reason_after(&slot, |b| put_u64(b, off::SWAP_BYTES, swap.bytes - 8));
-    assert!(r.contains("is not a multiple of 4096"), "{r}");
+    assert!(r.contains("must be multiples of 4096"), "{r}");
 
     let pages = swap.bytes / PAGE;
     let r = reason_after(&slot, |b| put_u64(b, off::SWAP_USED_PAGES, pages));
     assert_eq!(
         r,
         format!(
-            "swap_used_pages {pages} >= the {pages} pages of swap_bytes {}",
-            swap.bytes
+            "swap region: {pages} used pages do not fit a region of {pages} pages \
+             (one is the swap header)"
         )
     );
 
     let r = reason_after(&slot, |b| put_u64(b, off::SWAP_BYTES, 9 * PAGE));
-    assert_eq!(r, format!("swap_bytes {} is less than 10 pages", 9 * PAGE));
+    assert_eq!(
+        r,
+        format!(
+            "swap region: {} bytes (9 pages) is smaller than 10 pages",
+            9 * PAGE
+        )
+    );
 
     let r = reason_after(&slot, |b| {
         put_u64(b, off::SWAP_OFFSET, u64::MAX / PAGE * PAGE)
@@ -151,7 +155,7 @@ fn decode_rejects_bad_swap_fields() {
         format!(
             "swap_bytes is 0 (full image) but swap_offset 0, swap_used_pages 0 \
              or swap_uuid {} is not zero",
-            crate::v1::header::hex(&UUID)
+            crate::hex(&UUID)
         )
     );
     let r = reason_after(&slot, |b| {
@@ -167,7 +171,7 @@ fn decode_rejects_bad_swap_fields() {
     b[off::SWAP_UUID..off::SWAP_UUID + 16].fill(0);
     reseal(&mut b);
     let h = Header::decode(&b).unwrap().unwrap();
-    assert_eq!((h.v2.swap(), h.info(Slot::A).swap), (None, None));
+    assert_eq!((h.swap, h.info(Slot::A).swap), (None, None));
 }
 
 #[test]
@@ -238,7 +242,7 @@ fn plan_swap_refuses_bad_sizes_and_read_only_stores() {
     assert_eq!(store.plan_swap(10 * PAGE).unwrap().bytes, 10 * PAGE);
 
     // Areas of 16 pages hold no region.
-    let mut small = mem_store(crate::v1::MIN_STORE_SIZE);
+    let mut small = mem_store(MIN_STORE_SIZE);
     let err = small.plan_swap(10 * PAGE).unwrap_err();
     assert!(
         err.to_string()

@@ -1,24 +1,136 @@
 //! The store: slot selection, formatting, invalidation, and the entry
 //! points for writing and reading images.
 //!
+//! A *store* is a plain file or a raw block device of fixed size holding two
+//! 4 KiB header slots (A at 0, B at 4096) and two image areas (A, B) of equal
+//! size after them. Slot A describes the image in area A, slot B the one in
+//! area B. A new image is always written into the area of the slot that does
+//! *not* hold the newest header: that slot is zeroed first, the image is
+//! written and synced, then the new header (generation + 1) is written into
+//! the slot and synced. A power cut at any point leaves the previous newest
+//! header and its area untouched. Readers take the valid header with the
+//! highest generation and never fall back to an older one on their own
+//! ([`Store::reader_for`] exists for explicit fallback).
+//!
 //! Slot A's area starts right after the two slots, slot B's area right after
 //! A's; both are `area_capacity()` bytes, derived from the store size. The
 //! header records its area offset explicitly and readers use that.
 
+use serde::Serialize;
+use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::io::SeekFrom;
+use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::sync::Arc;
 
-use super::header::{check_identity, chunks_for, image_bytes_for, Header, SlotState};
-use super::{
-    io_err, CaptureMeta, Device, ImageError, ImageInfo, Slot, AREAS_START, CHUNK_PAGES,
-    FLAG_INVALIDATED, MIN_STORE_SIZE, SLOT_SIZE,
-};
-use crate::kstream::{StreamHeader, PAGE_SIZE};
+use crate::error::{io_err, ImageError};
+use crate::header::Header;
+use crate::info::{check_identity, CaptureMeta, ImageInfo, SlotState};
+use crate::kstream::PAGE_SIZE;
 use crate::reader::Reader;
-use crate::v2::{
-    self, SwapPlan, SwapRegion, WriteOptions, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES,
-};
+use crate::swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
+use crate::writer::{WriteOptions, Writer};
+use crate::FLAG_INVALIDATED;
+
+/// Size of one header slot.
+pub const SLOT_SIZE: u64 = 4096;
+/// Offset of the first image area (after both slots).
+pub const AREAS_START: u64 = 2 * SLOT_SIZE;
+/// Smallest store: both slots plus two areas of 16 pages.
+pub const MIN_STORE_SIZE: u64 = AREAS_START + 2 * 16 * 4096;
+
+/// Which header slot (and area).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Slot {
+    /// Slot at offset 0, area right after the slots.
+    A,
+    /// Slot at offset 4096, second area.
+    B,
+}
+
+impl Slot {
+    /// Both slots in order.
+    pub const ALL: [Slot; 2] = [Slot::A, Slot::B];
+    /// Byte offset of the slot in the store.
+    pub fn offset(self) -> u64 {
+        match self {
+            Slot::A => 0,
+            Slot::B => SLOT_SIZE,
+        }
+    }
+    /// The other slot.
+    pub fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Slot::A => "A",
+            Slot::B => "B",
+        })
+    }
+}
+
+/// Positional reads that several threads may issue at once (`pread`).
+pub trait ReadAt: Send + Sync {
+    /// Fill `buf` from byte `offset`, or fail (`UnexpectedEof` past the end).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+/// What a store lives on: a file, a block device, or memory in tests.
+pub trait Device: Read + Write + Seek {
+    /// Make written data durable (`fdatasync` for files and block devices).
+    fn sync(&mut self) -> io::Result<()>;
+    /// Size in bytes (seeking to the end works for block devices too).
+    fn size(&mut self) -> io::Result<u64> {
+        self.seek(SeekFrom::End(0))
+    }
+    /// A handle that worker threads can read from concurrently, if the device
+    /// has one (files and block devices: a duplicated descriptor used with
+    /// `pread`). Without it, the reader reads on the calling thread.
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        None
+    }
+}
+
+impl Device for File {
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        let dup = self.try_clone().ok()?;
+        Some(Arc::new(dup))
+    }
+}
+
+impl Device for Cursor<Vec<u8>> {
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<D: Device + ?Sized> Device for &mut D {
+    fn sync(&mut self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn size(&mut self) -> io::Result<u64> {
+        (**self).size()
+    }
+    fn shared_reader(&self) -> Option<Arc<dyn ReadAt>> {
+        (**self).shared_reader()
+    }
+}
 
 /// A snapboot image store on a [`Device`].
 #[derive(Debug)]
@@ -109,24 +221,6 @@ impl<D: Device> Store<D> {
         }
     }
 
-    /// Bytes a stream with this header needs in an area as a version 1 image.
-    pub fn required_bytes(header: &StreamHeader) -> u64 {
-        let cp = u64::from(CHUNK_PAGES);
-        let chunks = chunks_for(header.meta_pages().0, cp) + chunks_for(header.image_pages.0, cp);
-        image_bytes_for(header.pages.0, chunks).unwrap_or(u64::MAX)
-    }
-
-    /// Error with [`ImageError::TooLarge`] unless the stream fits an area as a
-    /// version 1 image.
-    pub fn check_fits(&self, header: &StreamHeader) -> Result<(), ImageError> {
-        let needed = Self::required_bytes(header);
-        let available = self.area_capacity();
-        if needed > available {
-            return Err(ImageError::TooLarge { needed, available });
-        }
-        Ok(())
-    }
-
     /// The state of both slots, A then B.
     pub fn slots(&mut self) -> Result<[SlotState; 2], ImageError> {
         let a = self.slot_state(Slot::A)?;
@@ -203,7 +297,7 @@ impl<D: Device> Store<D> {
         }
     }
 
-    /// A reader for the newest image (see [`Store::newest`]), of either format version.
+    /// A reader for the newest image (see [`Store::newest`]).
     pub fn reader(&mut self) -> Result<Reader<'_, D>, ImageError> {
         let slot = self.newest()?.slot;
         self.reader_for(slot)
@@ -222,21 +316,15 @@ impl<D: Device> Store<D> {
                 slot,
             });
         }
-        if header.format_version == v2::FORMAT_VERSION {
-            Ok(Reader::V2(Box::new(v2::Reader::new(self, slot, header)?)))
-        } else {
-            Ok(Reader::V1(Box::new(super::Reader::new(
-                self, slot, header,
-            )?)))
-        }
+        Reader::new(self, slot, header)
     }
 
-    /// Start writing a new image (format version 2, default [`WriteOptions`]:
+    /// Start writing a new image (default [`WriteOptions`]:
     /// LZ4, 32-page chunks, one worker per CPU) into the slot not holding the
     /// newest header.
     ///
     /// Nothing is written until the first page (the stream header) arrives.
-    pub fn writer(&mut self, meta: CaptureMeta) -> Result<v2::Writer<'_, D>, ImageError> {
+    pub fn writer(&mut self, meta: CaptureMeta) -> Result<Writer<'_, D>, ImageError> {
         self.writer_with(meta, WriteOptions::default())
     }
 
@@ -245,13 +333,13 @@ impl<D: Device> Store<D> {
         &mut self,
         meta: CaptureMeta,
         opts: WriteOptions,
-    ) -> Result<v2::Writer<'_, D>, ImageError> {
+    ) -> Result<Writer<'_, D>, ImageError> {
         opts.check()?;
         let (slot, generation, area) = self.prepare_write(&meta)?;
         if let Some(swap) = &opts.swap {
             self.check_swap_in_area(swap, slot, area)?;
         }
-        Ok(v2::Writer::new(self, meta, slot, generation, area, opts))
+        Ok(Writer::new(self, meta, slot, generation, area, opts))
     }
 
     /// A lazy image's region must lie inside the area the image goes to.
@@ -321,13 +409,6 @@ impl<D: Device> Store<D> {
         };
         self.clear_slot(slot)?;
         Ok(plan)
-    }
-
-    /// Start writing a format version 1 image (uncompressed; for stores read
-    /// by older snapboot builds, and tests).
-    pub fn writer_v1(&mut self, meta: CaptureMeta) -> Result<super::Writer<'_, D>, ImageError> {
-        let (slot, generation, area) = self.prepare_write(&meta)?;
-        Ok(super::Writer::new(self, meta, slot, generation, area))
     }
 
     /// Target slot, generation and area offset of the next image.

@@ -1,15 +1,20 @@
-//! Tests of format v2: round trips (property-based), dedupe, random access,
-//! corruption naming, atomicity, mixed v1/v2 stores.
+//! Tests of images: round trips (property-based), dedupe, random access,
+//! corruption naming, atomicity. The store's own rules are in `store`, lazy
+//! images in `swap`, fuzzing in `fuzz`.
+
+mod fuzz;
+mod store;
+mod swap;
 
 use std::io::Cursor;
 
 use proptest::prelude::*;
 
-use super::*;
+use crate::index::{Layout, TABLE_ENTRY_LEN};
 use crate::kstream::{
     collect_stream, synthetic_stream, Page, PageProducer, StreamHeader, PAGE_SIZE, PFN_END_OF_MAP,
 };
-use crate::v1::{CaptureMeta, Device, Identity, ImageInfo, Slot, Store};
+use crate::*;
 
 pub(crate) type Mem = Cursor<Vec<u8>>;
 
@@ -46,7 +51,7 @@ pub(crate) fn mem_store(size: u64) -> Store<Mem> {
     Store::format(Cursor::new(vec![0u8; size as usize])).unwrap()
 }
 
-fn page(p: &[u8]) -> &Page {
+pub(super) fn page(p: &[u8]) -> &Page {
     p.try_into().unwrap()
 }
 
@@ -176,7 +181,7 @@ fn default_writer_writes_v2_and_round_trips() {
         assert_eq!(read_with(&mut store, threads).unwrap(), stream);
     }
     let mut r = store.reader().unwrap();
-    assert_eq!(r.format_version(), 2);
+    assert_eq!(r.info().format_version, 2);
     assert_eq!(
         r.info().binding,
         meta().binding,
@@ -356,32 +361,25 @@ fn corrupt_index_and_table_are_named() {
 }
 
 #[test]
-fn interrupted_v2_write_keeps_previous_image() {
+fn interrupted_write_keeps_previous_image() {
     let (s1, s2, s3) = (
         synthetic_stream(400, 1),
         synthetic_stream(500, 2),
         synthetic_stream(600, 3),
     );
     let mut store = mem_store(16 * MIB);
-    // A v1 image first, then v2 on top: both readable in turn.
-    {
-        let mut w = store.writer_v1(meta()).unwrap();
-        for p in s1.chunks_exact(PAGE_SIZE) {
-            w.push_page(page(p)).unwrap();
-        }
-        assert_eq!(w.commit().unwrap().format_version, 1);
-    }
+    // Two images: both readable in turn, the older one by explicit fallback.
+    write_with(&mut store, &s1, WriteOptions::default()).unwrap();
     assert_eq!(read_with(&mut store, 2).unwrap(), s1);
     write_with(&mut store, &s2, WriteOptions::default()).unwrap();
     assert_eq!(read_with(&mut store, 2).unwrap(), s2);
     let mut r = store.reader_for(Slot::A).unwrap();
-    assert_eq!(r.format_version(), 1);
     let mut buf = [0u8; PAGE_SIZE];
     r.page_at(300, &mut buf).unwrap();
     assert_eq!(&buf[..], &s1[300 * PAGE_SIZE..301 * PAGE_SIZE]);
     assert_eq!(collect_stream(&mut r).unwrap(), s1);
 
-    // Power cut half way through a v2 write (writer dropped): goes to slot A.
+    // Power cut half way through a write (writer dropped): goes to slot A.
     {
         let mut w = store.writer(meta()).unwrap();
         assert_eq!((w.slot(), w.generation()), (Slot::A, 3));
@@ -432,7 +430,7 @@ fn interrupted_v2_write_keeps_previous_image() {
 #[test]
 fn image_larger_than_the_area_fails_and_keeps_the_previous() {
     let small = synthetic_stream(8, 1);
-    let mut store = mem_store(crate::v1::MIN_STORE_SIZE + 16 * 4096);
+    let mut store = mem_store(MIN_STORE_SIZE + 16 * 4096);
     write_with(&mut store, &small, WriteOptions::default()).unwrap();
     let kinds: Vec<(u8, u64)> = (0..100u64).map(|i| (1, i)).collect();
     let big = stream_of(&pages_of(&kinds));

@@ -1,4 +1,4 @@
-//! Streaming, parallel v2 image writer.
+//! Streaming, parallel image writer.
 //!
 //! [`Writer::push_page`] takes the kernel's pages one at a time, as capture
 //! reads them from `/dev/snapshot`. On the calling thread each page is
@@ -11,21 +11,91 @@
 //! they come back, with at most `2 * max(threads, 1)` in flight.
 //!
 //! [`Writer::commit`] writes the last chunks, the page index and the offset
-//! table, syncs, then publishes the header and syncs again, exactly like v1:
+//! table, syncs, then publishes the header and syncs again (see `store`):
 //! until then the previous image stays the newest.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use super::codec::Encoder;
-use super::pool::{Pool, WorkerLost};
-use super::{chunk_hash, entry, ChunkEntry, Layout, WriteOptions, FORMAT_VERSION};
+use crate::codec::{Compression, Encoder};
+use crate::error::ImageError;
+use crate::header::Header;
+use crate::index::{
+    self, chunk_hash, entry, ChunkEntry, Layout, DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_PAGES,
+    MAX_CHUNK_PAGES,
+};
+use crate::info::{CaptureMeta, ImageInfo};
 use crate::kstream::{Page, PageCount, PageKind, StreamParser, PAGE_SIZE};
-use crate::v1::header::{Header, V2Fields};
-use crate::v1::{CaptureMeta, Device, ImageError, ImageInfo, Slot, Store, HASH_LEN};
+use crate::pool::{Pool, WorkerLost};
+use crate::store::{Device, Slot, Store};
+use crate::swap::SwapRegion;
+use crate::HASH_LEN;
 
 const ZERO_PAGE: Page = [0u8; PAGE_SIZE];
+
+/// Worker threads by default: one per available CPU.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// How [`Writer`] builds an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Chunk compression.
+    pub compression: Compression,
+    /// Unique pages per chunk, 1..=[`MAX_CHUNK_PAGES`].
+    pub chunk_pages: u32,
+    /// Compression threads; 0 compresses on the calling thread. At most
+    /// `2 * max(threads, 1)` chunks are in flight.
+    pub threads: usize,
+    /// Bytes of recent raw chunks kept to compare dedupe candidates with: a
+    /// page whose earlier twin is no longer held is stored again.
+    pub dedupe_cache_bytes: usize,
+    /// Lazy image: the swap region reserved at the end of the target area
+    /// (from [`crate::Store::plan_swap`]). The image must then fit in front
+    /// of it (`swap.offset - area_offset` bytes), and the header records it.
+    pub swap: Option<SwapRegion>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            compression: Compression::Lz4,
+            chunk_pages: DEFAULT_CHUNK_PAGES,
+            threads: default_threads(),
+            dedupe_cache_bytes: DEFAULT_CACHE_BYTES,
+            swap: None,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// Error with [`ImageError::BadOptions`] if a value is out of range, or
+    /// [`ImageError::BadSwapRegion`] (see [`SwapRegion::check`]). Whether the
+    /// region lies inside the target area is checked by
+    /// [`crate::Store::writer_with`], which knows the area.
+    pub fn check(&self) -> Result<(), ImageError> {
+        if self.chunk_pages == 0 || self.chunk_pages > MAX_CHUNK_PAGES {
+            return Err(ImageError::BadOptions {
+                reason: format!(
+                    "chunk_pages is {}, must be 1..={MAX_CHUNK_PAGES}",
+                    self.chunk_pages
+                ),
+            });
+        }
+        let (code, level) = self.compression.code();
+        if Compression::from_code(code, level).is_none() {
+            return Err(ImageError::BadOptions {
+                reason: format!("zstd level {level} is not supported"),
+            });
+        }
+        if let Some(swap) = &self.swap {
+            swap.check()?;
+        }
+        Ok(())
+    }
+}
 
 /// A compressed chunk, ready to be written.
 struct Stored {
@@ -36,7 +106,7 @@ struct Stored {
 type Job = Arc<Vec<u8>>;
 type Done = Result<Stored, String>;
 
-/// Writes one v2 image into a [`Store`]; see the module docs.
+/// Writes one image into a [`Store`]; see the module docs.
 pub struct Writer<'s, D: Device> {
     store: &'s mut Store<D>,
     meta: CaptureMeta,
@@ -333,18 +403,11 @@ impl<'s, D: Device> Writer<'s, D> {
                 ),
             });
         }
-        let meta_len =
-            usize::try_from(layout.data_offset()).map_err(|_| ImageError::Inconsistent {
+        let meta = index::encode(&layout, &self.index, &self.table).ok_or_else(|| {
+            ImageError::Inconsistent {
                 reason: "page index larger than memory".into(),
-            })?;
-        let mut meta = vec![0u8; meta_len];
-        for (out, e) in meta.chunks_exact_mut(8).zip(&self.index) {
-            out.copy_from_slice(&e.to_le_bytes());
-        }
-        let table_at = layout.index_bytes as usize;
-        for (out, e) in meta[table_at..].chunks_exact_mut(32).zip(&self.table) {
-            e.encode(out);
-        }
+            }
+        })?;
         let meta_hash = *blake3::hash(&meta).as_bytes();
         self.store.write_at(
             self.area_offset,
@@ -353,9 +416,7 @@ impl<'s, D: Device> Writer<'s, D> {
         )?;
         self.store.sync()?;
 
-        let (compressor, level) = self.opts.compression.code();
-        let mut header = Header {
-            format_version: FORMAT_VERSION,
+        let header = Header {
             generation: self.generation,
             flags: 0,
             created_unix: self.meta.created_unix,
@@ -371,22 +432,17 @@ impl<'s, D: Device> Writer<'s, D> {
             chunk_count,
             identity: self.meta.identity.clone(),
             stream_header_hash: self.stream_header_hash,
-            chunk_table_hash: meta_hash,
-            binding: None,
-            v2: V2Fields {
-                compressor,
-                level,
-                index_bytes: layout.index_bytes,
-                table_bytes: layout.table_bytes,
-                data_bytes: self.data_written,
-                zero_pages: self.zero_pages,
-                dup_pages: self.dup_pages,
-                unique_pages: unique,
-                ..V2Fields::default()
-            },
+            index_hash: meta_hash,
+            compression: self.opts.compression,
+            index_bytes: layout.index_bytes,
+            table_bytes: layout.table_bytes,
+            data_bytes: self.data_written,
+            zero_pages: self.zero_pages,
+            dup_pages: self.dup_pages,
+            unique_pages: unique,
+            swap: self.opts.swap,
+            binding: self.meta.binding.clone(),
         };
-        header.v2.set_swap(self.opts.swap);
-        header.binding = self.meta.binding.clone();
         let bytes = header.encode()?;
         let what = format!("writing header slot {}", self.slot);
         self.store.write_at(self.slot.offset(), &bytes, &what)?;

@@ -4,7 +4,62 @@
 //! stored raw (stored length = raw length), so the data of an image never
 //! exceeds its unique pages.
 
-use super::Compression;
+use serde::Serialize;
+
+/// How chunks are compressed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Compression {
+    /// Stored raw: zero pages and duplicates still cost nothing, unique pages are read as
+    /// they are. Fastest where the CPU is slower than the storage.
+    None,
+    /// LZ4 block format (`lz4_flex`): fastest to decompress, the default.
+    #[default]
+    Lz4,
+    /// zstd at `level` (1..=22; negative levels are faster): smaller, slower.
+    Zstd {
+        /// zstd compression level.
+        level: i32,
+    },
+}
+
+impl Compression {
+    /// The header's compressor code and level.
+    pub(crate) fn code(self) -> (u32, i32) {
+        match self {
+            Compression::None => (0, 0),
+            Compression::Lz4 => (1, 0),
+            Compression::Zstd { level } => (2, level),
+        }
+    }
+
+    /// Decode the header's compressor code and level.
+    pub(crate) fn from_code(code: u32, level: i32) -> Option<Self> {
+        match (code, level) {
+            (0, 0) => Some(Compression::None),
+            (1, 0) => Some(Compression::Lz4),
+            (2, l) if (-131072..=22).contains(&l) => Some(Compression::Zstd { level: l }),
+            _ => None,
+        }
+    }
+
+    /// `none`, `lz4` or `zstd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd { .. } => "zstd",
+        }
+    }
+
+    /// The zstd level, if zstd.
+    pub fn level(self) -> Option<i32> {
+        match self {
+            Compression::None | Compression::Lz4 => None,
+            Compression::Zstd { level } => Some(level),
+        }
+    }
+}
 
 /// Compresses chunks; keeps a zstd context between chunks.
 pub(crate) struct Encoder {

@@ -9,11 +9,11 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 
-use super::tests::{mem_store, pages_of, stream_of, write_with};
-use super::*;
+use super::{mem_store, pages_of, stream_of, write_with};
+use crate::header::off;
+use crate::index::{chunk_hash, ChunkEntry, Layout, TABLE_ENTRY_LEN};
 use crate::kstream::{collect_stream, Page, PAGE_SIZE};
-use crate::v1::header::off;
-use crate::v1::{ImageInfo, Store, HASH_LEN, SLOT_SIZE};
+use crate::*;
 
 struct Fixture {
     bytes: Vec<u8>,
@@ -107,7 +107,7 @@ fn reseal(f: &Fixture, b: &mut [u8]) {
         }
     }
     let meta = *blake3::hash(&b[area..data]).as_bytes();
-    b[off::CHUNK_TABLE_HASH..off::CHUNK_TABLE_HASH + HASH_LEN].copy_from_slice(&meta);
+    b[off::INDEX_HASH..off::INDEX_HASH + HASH_LEN].copy_from_slice(&meta);
     let sum = *blake3::hash(&b[..off::CHECKSUM]).as_bytes();
     b[off::CHECKSUM..SLOT_SIZE as usize].copy_from_slice(&sum);
 }

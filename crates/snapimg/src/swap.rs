@@ -1,0 +1,133 @@
+//! The swap region of a lazy image: where it lies, and the one set of rules every
+//! caller checks it against (the writer's options, the store's plan, the header decoder).
+
+use crate::error::ImageError;
+use crate::kstream::PAGE_SIZE;
+use crate::store::Slot;
+
+/// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
+pub const MIN_SWAP_PAGES: u64 = 10;
+/// Pages of an area [`crate::Store::plan_swap`] always leaves to the image.
+pub const SWAP_IMAGE_RESERVE_PAGES: u64 = 64;
+/// Bytes of the UUID in the region's swap header page.
+pub const UUID_LEN: usize = 16;
+
+/// The swap region of a lazy image: the last `bytes` of the image's own area,
+/// which the kernel paged user memory out to just before capture and pages it
+/// back in from after restore (docs/image-format.md §6, "Lazy images").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapRegion {
+    /// Byte offset of the region in the store (a multiple of 4096).
+    pub offset: u64,
+    /// Bytes of the region (a multiple of 4096, at least [`MIN_SWAP_PAGES`] pages).
+    pub bytes: u64,
+    /// Pages the kernel had swapped out into the region at capture
+    /// (less than the region's pages: the first one is the swap header).
+    pub used_pages: u64,
+    /// The UUID written into the region's swap header page.
+    pub uuid: [u8; UUID_LEN],
+}
+
+impl SwapRegion {
+    /// Byte offset just past the region, `None` if that overflows.
+    pub fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.bytes)
+    }
+
+    /// Error with [`ImageError::BadSwapRegion`] unless the region is page
+    /// aligned, at least [`MIN_SWAP_PAGES`] pages, its end does not overflow,
+    /// and `used_pages` is less than its pages. The header decoder applies the
+    /// same rules ([`SwapRegion::problem`]).
+    pub fn check(&self) -> Result<(), ImageError> {
+        match self.problem() {
+            None => Ok(()),
+            Some(reason) => Err(ImageError::BadSwapRegion { reason }),
+        }
+    }
+
+    /// What is wrong with the region, if anything (see [`SwapRegion::check`]).
+    pub fn problem(&self) -> Option<String> {
+        let page = PAGE_SIZE as u64;
+        if (self.offset | self.bytes) & (page - 1) != 0 {
+            return Some(format!(
+                "offset {} and size {} must be multiples of 4096",
+                self.offset, self.bytes
+            ));
+        }
+        let pages = self.bytes / page;
+        if pages < MIN_SWAP_PAGES {
+            return Some(format!(
+                "{} bytes ({pages} pages) is smaller than {MIN_SWAP_PAGES} pages",
+                self.bytes
+            ));
+        }
+        if self.used_pages >= pages {
+            return Some(format!(
+                "{} used pages do not fit a region of {pages} pages (one is the swap header)",
+                self.used_pages
+            ));
+        }
+        if self.end().is_none() {
+            return Some(format!(
+                "offset {} + size {} overflows",
+                self.offset, self.bytes
+            ));
+        }
+        None
+    }
+}
+
+/// Where [`crate::Store::plan_swap`] put the swap region of the next (lazy) image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapPlan {
+    /// Slot (and area) the next writer will use; its header was cleared.
+    pub slot: Slot,
+    /// Byte offset of that area in the store.
+    pub area_offset: u64,
+    /// Byte offset of the region in the store: `area_offset + area_capacity - bytes`.
+    pub offset: u64,
+    /// Bytes of the region (whole pages).
+    pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(offset: u64, bytes: u64, used_pages: u64) -> SwapRegion {
+        SwapRegion {
+            offset,
+            bytes,
+            used_pages,
+            uuid: [1; UUID_LEN],
+        }
+    }
+
+    #[test]
+    fn each_rule_names_its_numbers() {
+        let page = PAGE_SIZE as u64;
+        assert_eq!(region(page, 16 * page, 15).problem(), None);
+        for (r, want) in [
+            (
+                region(100, 16 * page, 0),
+                "offset 100 and size 65536 must be",
+            ),
+            (
+                region(page, 9 * page, 0),
+                "36864 bytes (9 pages) is smaller than 10 pages",
+            ),
+            (
+                region(page, 16 * page, 16),
+                "16 used pages do not fit a region of 16 pages",
+            ),
+            (region(u64::MAX / page * page, 16 * page, 0), "overflows"),
+        ] {
+            let p = r.problem().expect("a problem");
+            assert!(p.contains(want), "{p}");
+            assert_eq!(
+                r.check().unwrap_err().to_string(),
+                format!("invalid swap region: {p}")
+            );
+        }
+    }
+}
