@@ -21,12 +21,14 @@
 //! [`PageProducer`] trait is the cursor-style interface (like the kernel's
 //! `snapshot_read_next()`) restore uses to regenerate it.
 
+mod parser;
 mod synthetic;
 
 use serde::Serialize;
 use std::fmt;
 use thiserror::Error;
 
+pub use parser::{PageKind, Phase, StreamParser};
 pub use synthetic::{synthetic_stream, SyntheticStream};
 
 /// Size of one page of the stream (x86_64 `PAGE_SIZE`).
@@ -474,147 +476,6 @@ impl StreamHeader {
         put(&mut page, offsets::PAGES, self.pages.0);
         put(&mut page, offsets::SIZE, self.size);
         page
-    }
-}
-
-/// Where a stream parser or producer stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Phase {
-    /// Expecting page 0.
-    Header,
-    /// Inside the PFN index.
-    Meta,
-    /// Inside the data pages.
-    Data,
-    /// All `pages` seen.
-    Done,
-}
-
-/// What a page of the stream is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageKind {
-    /// Page 0, `struct swsusp_info`.
-    Header,
-    /// Meta page number `index` (0-based) of the PFN index.
-    Meta {
-        /// 0-based meta page number.
-        index: u64,
-    },
-    /// Data page number `index` (0-based).
-    Data {
-        /// 0-based data page number.
-        index: u64,
-    },
-}
-
-/// Checks a stream page by page: Header → Meta → Data → Done.
-///
-/// After an error the parser's state is unspecified; discard it.
-#[derive(Debug, Clone, Default)]
-pub struct StreamParser {
-    header: Option<StreamHeader>,
-    consumed: u64,
-    entries: u64,
-    data_listed: u64,
-    zero_listed: u64,
-    prev_pfn: Option<u64>,
-}
-
-impl StreamParser {
-    /// A parser expecting page 0.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Consume the next page of the stream.
-    pub fn push_page(&mut self, page: &Page) -> Result<PageKind, StreamError> {
-        let Some(header) = &self.header else {
-            self.header = Some(StreamHeader::parse(page)?);
-            self.consumed = 1;
-            return Ok(PageKind::Header);
-        };
-        let kind = header.kind_of(self.consumed).ok_or(StreamError::PastEnd {
-            pages: header.pages.0,
-        })?;
-        if let PageKind::Meta { index } = kind {
-            let image_pages = header.image_pages.0;
-            let last = index + 1 == header.meta_pages().0;
-            self.scan_meta(page)?;
-            if last && self.data_listed != image_pages {
-                return Err(StreamError::PfnCount {
-                    listed: self.data_listed,
-                    image_pages,
-                });
-            }
-        }
-        self.consumed += 1;
-        Ok(kind)
-    }
-
-    fn scan_meta(&mut self, page: &Page) -> Result<(), StreamError> {
-        for raw in page.chunks_exact(8).map(|c| le_u64(c, 0)) {
-            if raw == PFN_END_OF_MAP {
-                break;
-            }
-            let entry = self.entries;
-            self.entries += 1;
-            let pfn = raw & !PFN_ZERO_FLAG;
-            if pfn >= PFN_LIMIT {
-                return Err(StreamError::PfnOutOfRange { pfn: raw, entry });
-            }
-            if let Some(previous) = self.prev_pfn.filter(|&p| pfn <= p) {
-                return Err(StreamError::PfnNotIncreasing {
-                    pfn,
-                    previous,
-                    entry,
-                });
-            }
-            self.prev_pfn = Some(pfn);
-            if raw & PFN_ZERO_FLAG != 0 {
-                self.zero_listed += 1;
-            } else {
-                self.data_listed += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Current phase.
-    pub fn phase(&self) -> Phase {
-        match &self.header {
-            None => Phase::Header,
-            Some(h) => match h.kind_of(self.consumed) {
-                Some(PageKind::Meta { .. }) => Phase::Meta,
-                Some(_) => Phase::Data,
-                None => Phase::Done,
-            },
-        }
-    }
-
-    /// The parsed header, once page 0 was pushed.
-    pub fn header(&self) -> Option<&StreamHeader> {
-        self.header.as_ref()
-    }
-
-    /// Pages consumed so far.
-    pub fn pages_consumed(&self) -> PageCount {
-        PageCount(self.consumed)
-    }
-
-    /// All-zero pages listed in the index with [`PFN_ZERO_FLAG`] (0 on 6.1).
-    pub fn zero_pages_listed(&self) -> PageCount {
-        PageCount(self.zero_listed)
-    }
-
-    /// The header if the whole stream was consumed, else [`StreamError::Incomplete`].
-    pub fn finish(&self) -> Result<&StreamHeader, StreamError> {
-        match &self.header {
-            Some(h) if self.consumed == h.pages.0 => Ok(h),
-            h => Err(StreamError::Incomplete {
-                received: self.consumed,
-                expected: h.as_ref().map_or(0, |h| h.pages.0),
-            }),
-        }
     }
 }
 
