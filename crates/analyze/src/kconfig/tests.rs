@@ -1,0 +1,145 @@
+//! Tests of the kernel-config checks.
+
+use super::*;
+
+const GOOD: &str = "\
+# Automatically generated file; DO NOT EDIT.
+CONFIG_LOCALVERSION=\"-snap\"
+CONFIG_LOG_BUF_SHIFT=17
+CONFIG_HIBERNATION=y
+CONFIG_HIBERNATION_SNAPSHOT_DEV=y
+CONFIG_PM_SLEEP=y
+CONFIG_SWAP=y
+# CONFIG_SECURITY_LOCKDOWN_LSM is not set
+CONFIG_VIRTIO_BLK=y
+CONFIG_SQUASHFS=m
+CONFIG_BLK_DEV_INITRD=y
+CONFIG_PRINTK_TIME=y
+CONFIG_KERNEL_LZ4=y
+# CONFIG_LEGACY_PTYS is not set
+CONFIG_KALLSYMS=y
+CONFIG_INITRAMFS_COMPRESSION_GZIP=y
+";
+
+fn verdict(checks: &[KernelCheck], option: &str) -> Option<Verdict> {
+    checks
+        .iter()
+        .find(|c| c.option == option)
+        .map(|c| c.verdict)
+}
+
+#[test]
+fn parses_values() {
+    let c = KernelConfig::parse(GOOD);
+    assert_eq!(c.value("LOCALVERSION"), Some("-snap"));
+    assert_eq!(c.value("CONFIG_LOG_BUF_SHIFT"), Some("17"));
+    assert_eq!(c.get("SECURITY_LOCKDOWN_LSM"), Some(&ConfigValue::NotSet));
+    assert!(c.is_enabled("SQUASHFS") && !c.is_builtin("SQUASHFS"));
+    assert_eq!(c.kernel_compression().as_deref(), Some("lz4"));
+    assert_eq!(c.initramfs_compression().as_deref(), Some("gzip"));
+    assert_eq!(c.get("NOPE"), None);
+}
+
+#[test]
+fn good_config_has_no_blockers() {
+    let checks = check_kernel(GOOD);
+    assert!(
+        checks.iter().all(|c| c.verdict != Verdict::Blocker),
+        "{checks:#?}"
+    );
+    assert_eq!(verdict(&checks, "CONFIG_SQUASHFS"), Some(Verdict::Warn));
+    assert_eq!(verdict(&checks, "CONFIG_KERNEL_LZ4"), Some(Verdict::Ok));
+    assert_eq!(
+        verdict(&checks, "CONFIG_INITRAMFS_COMPRESSION_GZIP"),
+        Some(Verdict::Warn)
+    );
+    assert_eq!(verdict(&checks, "CONFIG_LEGACY_PTYS"), Some(Verdict::Ok));
+}
+
+#[test]
+fn blockers_and_warnings() {
+    let checks = check_kernel(
+        "# CONFIG_HIBERNATION is not set\nCONFIG_SECURITY_LOCKDOWN_LSM=y\nCONFIG_LOCK_DOWN_KERNEL_FORCE_INTEGRITY=y\nCONFIG_KERNEL_XZ=y\nCONFIG_LEGACY_PTYS=y\nCONFIG_LEGACY_PTY_COUNT=256\nCONFIG_IP_PNP=y\n",
+    );
+    for o in [
+        "CONFIG_HIBERNATION",
+        "CONFIG_HIBERNATION_SNAPSHOT_DEV",
+        "CONFIG_PM_SLEEP",
+        "CONFIG_LOCK_DOWN_KERNEL_FORCE_INTEGRITY",
+        "CONFIG_BLK_DEV_INITRD",
+    ] {
+        assert_eq!(verdict(&checks, o), Some(Verdict::Blocker), "{o}");
+    }
+    for o in [
+        "CONFIG_KERNEL_XZ",
+        "CONFIG_LEGACY_PTYS",
+        "CONFIG_IP_PNP",
+        "CONFIG_PRINTK_TIME",
+        "CONFIG_SWAP",
+    ] {
+        assert_eq!(verdict(&checks, o), Some(Verdict::Warn), "{o}");
+    }
+    let lock = checks
+        .iter()
+        .find(|c| c.option.starts_with("CONFIG_LOCK_DOWN"));
+    assert!(lock.is_some_and(|c| c.reason.contains("disables hibernation")));
+    let old = check_kernel("CONFIG_HIBERNATION=y\nCONFIG_SECURITY_LOCKDOWN_LSM=y\n");
+    assert_eq!(
+        verdict(&old, "CONFIG_HIBERNATION_SNAPSHOT_DEV"),
+        Some(Verdict::Ok)
+    );
+    assert_eq!(
+        verdict(&old, "CONFIG_SECURITY_LOCKDOWN_LSM"),
+        Some(Verdict::Warn)
+    );
+}
+
+#[test]
+fn loads_plain_and_gzip_files() {
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("config");
+    std::fs::write(&plain, GOOD).expect("write");
+    assert!(load_config(Some(&plain))
+        .expect("plain")
+        .is_builtin("HIBERNATION"));
+    let gz = dir.path().join("config.gz");
+    let mut enc = GzEncoder::new(Vec::new(), Compression::default());
+    enc.write_all(GOOD.as_bytes()).expect("compress");
+    std::fs::write(&gz, enc.finish().expect("finish")).expect("write");
+    assert!(load_config(Some(&gz))
+        .expect("gzip")
+        .is_builtin("PRINTK_TIME"));
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, "hello\n").expect("write");
+    let err = load_config(Some(&junk))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("not a kernel .config"), "{err}");
+    let missing = load_config(Some(&dir.path().join("none"))).err();
+    assert!(matches!(missing, Some(AnalyzeError::Read { .. })));
+}
+
+#[test]
+fn zram_compressor_and_lzo_kernels_are_reported() {
+    let cloud =
+        "CONFIG_ZRAM=m\nCONFIG_ZRAM_DEF_COMP_LZORLE=y\nCONFIG_CRYPTO_LZO=m\nCONFIG_KERNEL_LZO=y\n";
+    let checks = check_config(&KernelConfig::parse(cloud));
+    let find = |o: &str| checks.iter().find(|c| c.option == o).unwrap();
+    let z = find("CONFIG_CRYPTO_LZO");
+    assert_eq!((z.verdict, z.value.as_str()), (Verdict::Ok, "m"));
+    assert!(z.reason.contains("loads lzo-rle"), "{}", z.reason);
+    let k = find("CONFIG_KERNEL_LZO");
+    assert_eq!(k.verdict, Verdict::Warn);
+    assert!(k.reason.contains("extract-vmlinux"), "{}", k.reason);
+    let zstd = "CONFIG_ZRAM=m\nCONFIG_ZRAM_DEF_COMP_ZSTD=y\n";
+    let checks = check_config(&KernelConfig::parse(zstd));
+    let z = checks
+        .iter()
+        .find(|c| c.option == "CONFIG_CRYPTO_ZSTD")
+        .unwrap();
+    assert_eq!(z.verdict, Verdict::Warn);
+    assert!(z.reason.contains("missing"), "{}", z.reason);
+}
