@@ -7,8 +7,7 @@ use std::io;
 use thiserror::Error;
 
 use crate::kstream::StreamError;
-use crate::store::Slot;
-use crate::{FORMAT_VERSION, MAX_IDENTITY_LEN};
+use crate::layout::{Slot, FORMAT_VERSION, MAX_IDENTITY_LEN};
 
 /// Why an image cannot be restored on the running system.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

@@ -11,12 +11,14 @@
 use crate::binding::{hex, Binding};
 use crate::codec::Compression;
 use crate::error::ImageError;
-use crate::index::{Layout, MAX_CHUNK_PAGES};
+use crate::index::{Counts, Layout, MAX_CHUNK_PAGES};
 use crate::info::{check_identity, Identity, ImageInfo, ImageStats, StreamCounts, SwapInfo};
 use crate::kstream::{PAGE_SIZE, PFNS_PER_PAGE};
-use crate::store::{Slot, AREAS_START, SLOT_SIZE};
+use crate::layout::{
+    Slot, AREAS_START, FLAG_INVALIDATED, FORMAT_VERSION, HASH_LEN, MAGIC, MAX_IDENTITY_LEN,
+    SLOT_SIZE,
+};
 use crate::swap::{SwapRegion, UUID_LEN};
-use crate::{FLAG_INVALIDATED, FORMAT_VERSION, HASH_LEN, MAGIC, MAX_IDENTITY_LEN};
 
 /// Field offsets inside a header slot (see docs/image-format.md).
 pub(crate) mod off {
@@ -395,6 +397,19 @@ impl Header {
             )));
         }
         Ok(())
+    }
+
+    /// What the page index and offset table must describe.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            stream_pages: self.stream_pages,
+            chunk_pages: self.chunk_pages,
+            chunk_count: self.chunk_count,
+            zero_pages: self.zero_pages,
+            dup_pages: self.dup_pages,
+            unique_pages: self.unique_pages,
+            data_bytes: self.data_bytes,
+        }
     }
 
     /// Bytes of store this image needs: up to the end of the image in its

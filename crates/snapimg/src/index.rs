@@ -10,7 +10,6 @@
 //! ```
 
 use crate::error::ImageError;
-use crate::header::Header;
 use crate::kstream::PAGE_SIZE;
 
 /// Unique pages per compressed chunk by default (128 KiB of input).
@@ -167,8 +166,28 @@ fn bad(reason: String) -> ImageError {
     ImageError::Inconsistent { reason }
 }
 
+/// What the header says the page index and offset table must describe (checked
+/// against every entry when they are decoded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Pages of the kernel stream: one index entry each.
+    pub stream_pages: u64,
+    /// Unique pages per chunk.
+    pub chunk_pages: u32,
+    /// Chunks: one offset table entry each.
+    pub chunk_count: u64,
+    /// Entries flagged zero.
+    pub zero_pages: u64,
+    /// Entries pointing at an earlier page.
+    pub dup_pages: u64,
+    /// Entries stored in chunks.
+    pub unique_pages: u64,
+    /// Bytes of chunk data the table must cover.
+    pub data_bytes: u64,
+}
+
 /// Decode and validate the page index.
-pub(crate) fn decode_index(h: &Header, index: &[u8]) -> Result<Vec<Entry>, ImageError> {
+pub(crate) fn decode_index(h: &Counts, index: &[u8]) -> Result<Vec<Entry>, ImageError> {
     let pages = h.stream_pages as usize;
     let cp = u64::from(h.chunk_pages);
     let mut out = Vec::with_capacity(pages);
@@ -223,7 +242,7 @@ pub(crate) fn decode_index(h: &Header, index: &[u8]) -> Result<Vec<Entry>, Image
 }
 
 /// Decode and validate the offset table.
-pub(crate) fn decode_table(h: &Header, table: &[u8]) -> Result<Vec<ChunkEntry>, ImageError> {
+pub(crate) fn decode_table(h: &Counts, table: &[u8]) -> Result<Vec<ChunkEntry>, ImageError> {
     let cp = u64::from(h.chunk_pages);
     let count = h.chunk_count as usize;
     let mut out = Vec::with_capacity(count);

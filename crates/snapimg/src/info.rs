@@ -6,9 +6,8 @@ use std::fmt;
 
 use crate::binding::Binding;
 use crate::error::{ImageError, Incompat};
-use crate::store::Slot;
+use crate::layout::{Slot, MAX_IDENTITY_LEN};
 use crate::swap::{SwapRegion, UUID_LEN};
-use crate::MAX_IDENTITY_LEN;
 
 /// The kernel and machine an image belongs to, as recorded at capture and as
 /// found at resume (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size).

@@ -20,7 +20,8 @@
 //! * A [`Binding`] ties the image to the boot setup, kernel command line and
 //!   root filesystem it was captured with.
 //!
-//! Modules: [`kstream`] (kernel stream), `store` (slots, areas, publication),
+//! Modules: [`kstream`] (kernel stream), `layout` (constants and slots), `store` (areas,
+//! publication),
 //! `header` (the slot's encoding and checks), `info` (what callers see),
 //! `index` (page index and offset table), `writer`, `reader`, `codec` and
 //! `pool` (compression and worker threads), `swap` (the lazy image's region),
@@ -34,6 +35,7 @@ mod header;
 mod index;
 mod info;
 pub mod kstream;
+mod layout;
 mod pool;
 mod reader;
 mod store;
@@ -57,19 +59,12 @@ pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,
 };
+pub use layout::{
+    Slot, AREAS_START, FLAG_INVALIDATED, FORMAT_VERSION, HASH_LEN, MAGIC, MAX_IDENTITY_LEN,
+    MIN_STORE_SIZE, SLOT_SIZE,
+};
+pub use pool::default_threads;
 pub use reader::{ReadOptions, Reader};
-pub use store::{Device, ReadAt, Slot, Store, AREAS_START, MIN_STORE_SIZE, SLOT_SIZE};
+pub use store::{Device, ReadAt, Store};
 pub use swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
-pub use writer::{default_threads, WriteOptions, Writer};
-
-/// Magic at offset 0 of a header slot.
-pub const MAGIC: [u8; 8] = *b"SNAPBOOT";
-/// The image format version this build writes and reads; a store holding any other
-/// version is refused with [`ImageError::UnsupportedVersion`].
-pub const FORMAT_VERSION: u32 = 2;
-/// Length of every BLAKE3 hash stored (full 256-bit output).
-pub const HASH_LEN: usize = 32;
-/// Header flag: the image was invalidated (boot-once image already used).
-pub const FLAG_INVALIDATED: u64 = 1;
-/// Longest identity string accepted (the kernel's utsname fields hold 64).
-pub const MAX_IDENTITY_LEN: usize = 64;
+pub use writer::{WriteOptions, Writer};

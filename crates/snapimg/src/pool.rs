@@ -13,6 +13,11 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+/// Worker threads by default: one per available CPU.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// What a worker does with a job.
 pub(crate) type Work<J, R> = Box<dyn FnMut(J) -> R + Send>;
 

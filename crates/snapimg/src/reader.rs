@@ -27,9 +27,10 @@ use crate::index::{
 };
 use crate::info::ImageInfo;
 use crate::kstream::{Page, PageProducer, StreamHeader, StreamParser, PAGE_SIZE};
+use crate::layout::Slot;
+use crate::pool::default_threads;
 use crate::pool::Pool;
-use crate::store::{Device, ReadAt, Slot, Store};
-use crate::writer::default_threads;
+use crate::store::{Device, ReadAt, Store};
 
 /// How [`Reader`] streams an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,30 @@ impl Default for ReadOptions {
             threads: default_threads(),
             dup_cache_bytes: DEFAULT_CACHE_BYTES,
         }
+    }
+}
+
+impl<D: Device> Store<D> {
+    /// A reader for the newest image (see [`Store::newest`]).
+    pub fn reader(&mut self) -> Result<Reader<'_, D>, ImageError> {
+        let slot = self.newest()?.slot;
+        self.reader_for(slot)
+    }
+
+    /// A reader for the image in `slot`, newest or not: explicit fallback.
+    pub fn reader_for(&mut self, slot: Slot) -> Result<Reader<'_, D>, ImageError> {
+        let header = match self.read_header(slot)? {
+            None => return Err(self.no_image()?),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(h)) => h,
+        };
+        if header.invalidated() {
+            return Err(ImageError::Invalidated {
+                generation: header.generation,
+                slot,
+            });
+        }
+        Reader::new(self, slot, header)
     }
 }
 
@@ -168,8 +193,8 @@ impl<'s, D: Device> Reader<'s, D> {
             });
         }
         let (index, table) = meta.split_at(layout.index_bytes as usize);
-        let entries = decode_index(&header, index)?;
-        let chunks = decode_table(&header, table)?;
+        let entries = decode_index(&header.counts(), index)?;
+        let chunks = decode_table(&header.counts(), table)?;
         let mut dup_refs: HashMap<u64, u32> = HashMap::new();
         let cp = u64::from(header.chunk_pages);
         for e in &entries {

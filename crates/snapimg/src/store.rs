@@ -16,8 +16,6 @@
 //! A's; both are `area_capacity()` bytes, derived from the store size. The
 //! header records its area offset explicitly and readers use that.
 
-use serde::Serialize;
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -27,54 +25,8 @@ use crate::error::{io_err, ImageError};
 use crate::header::Header;
 use crate::info::{check_identity, CaptureMeta, ImageInfo, SlotState};
 use crate::kstream::PAGE_SIZE;
-use crate::reader::Reader;
-use crate::swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
-use crate::writer::{WriteOptions, Writer};
-use crate::FLAG_INVALIDATED;
-
-/// Size of one header slot.
-pub const SLOT_SIZE: u64 = 4096;
-/// Offset of the first image area (after both slots).
-pub const AREAS_START: u64 = 2 * SLOT_SIZE;
-/// Smallest store: both slots plus two areas of 16 pages.
-pub const MIN_STORE_SIZE: u64 = AREAS_START + 2 * 16 * 4096;
-
-/// Which header slot (and area).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Slot {
-    /// Slot at offset 0, area right after the slots.
-    A,
-    /// Slot at offset 4096, second area.
-    B,
-}
-
-impl Slot {
-    /// Both slots in order.
-    pub const ALL: [Slot; 2] = [Slot::A, Slot::B];
-    /// Byte offset of the slot in the store.
-    pub fn offset(self) -> u64 {
-        match self {
-            Slot::A => 0,
-            Slot::B => SLOT_SIZE,
-        }
-    }
-    /// The other slot.
-    pub fn other(self) -> Slot {
-        match self {
-            Slot::A => Slot::B,
-            Slot::B => Slot::A,
-        }
-    }
-}
-
-impl fmt::Display for Slot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Slot::A => "A",
-            Slot::B => "B",
-        })
-    }
-}
+use crate::layout::{Slot, AREAS_START, FLAG_INVALIDATED, MIN_STORE_SIZE, SLOT_SIZE};
+use crate::swap::{SwapPlan, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
 
 /// Positional reads that several threads may issue at once (`pread`).
 pub trait ReadAt: Send + Sync {
@@ -238,7 +190,7 @@ impl<D: Device> Store<D> {
     }
 
     /// `None`: empty or missing; `Some(Err)`: present but invalid.
-    fn read_header(
+    pub(crate) fn read_header(
         &mut self,
         slot: Slot,
     ) -> Result<Option<Result<Header, ImageError>>, ImageError> {
@@ -275,7 +227,7 @@ impl<D: Device> Store<D> {
         Ok(best)
     }
 
-    fn no_image(&mut self) -> Result<ImageError, ImageError> {
+    pub(crate) fn no_image(&mut self) -> Result<ImageError, ImageError> {
         let [a, b] = self.slots()?;
         Ok(ImageError::NoImage {
             reason: format!("slot A: {a}; slot B: {b}"),
@@ -295,73 +247,6 @@ impl<D: Device> Store<D> {
             }),
             Some((slot, h)) => Ok(h.info(slot)),
         }
-    }
-
-    /// A reader for the newest image (see [`Store::newest`]).
-    pub fn reader(&mut self) -> Result<Reader<'_, D>, ImageError> {
-        let slot = self.newest()?.slot;
-        self.reader_for(slot)
-    }
-
-    /// A reader for the image in `slot`, newest or not: explicit fallback.
-    pub fn reader_for(&mut self, slot: Slot) -> Result<Reader<'_, D>, ImageError> {
-        let header = match self.read_header(slot)? {
-            None => return Err(self.no_image()?),
-            Some(Err(e)) => return Err(e),
-            Some(Ok(h)) => h,
-        };
-        if header.invalidated() {
-            return Err(ImageError::Invalidated {
-                generation: header.generation,
-                slot,
-            });
-        }
-        Reader::new(self, slot, header)
-    }
-
-    /// Start writing a new image (default [`WriteOptions`]:
-    /// LZ4, 32-page chunks, one worker per CPU) into the slot not holding the
-    /// newest header.
-    ///
-    /// Nothing is written until the first page (the stream header) arrives.
-    pub fn writer(&mut self, meta: CaptureMeta) -> Result<Writer<'_, D>, ImageError> {
-        self.writer_with(meta, WriteOptions::default())
-    }
-
-    /// [`Store::writer`] with explicit options.
-    pub fn writer_with(
-        &mut self,
-        meta: CaptureMeta,
-        opts: WriteOptions,
-    ) -> Result<Writer<'_, D>, ImageError> {
-        opts.check()?;
-        let (slot, generation, area) = self.prepare_write(&meta)?;
-        if let Some(swap) = &opts.swap {
-            self.check_swap_in_area(swap, slot, area)?;
-        }
-        Ok(Writer::new(self, meta, slot, generation, area, opts))
-    }
-
-    /// A lazy image's region must lie inside the area the image goes to.
-    fn check_swap_in_area(
-        &self,
-        swap: &SwapRegion,
-        slot: Slot,
-        area: u64,
-    ) -> Result<(), ImageError> {
-        let area_end = area + self.area_capacity();
-        let inside = swap.offset >= area && matches!(swap.end(), Some(end) if end <= area_end);
-        if !inside {
-            return Err(ImageError::BadSwapRegion {
-                reason: format!(
-                    "bytes {}..{} are not inside area {slot} (bytes {area}..{area_end}), \
-                     where the next image goes (use Store::plan_swap)",
-                    swap.offset,
-                    swap.offset.saturating_add(swap.bytes)
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// Reserve the swap region of the next (lazy) image: the last `bytes`
@@ -412,7 +297,10 @@ impl<D: Device> Store<D> {
     }
 
     /// Target slot, generation and area offset of the next image.
-    fn prepare_write(&mut self, meta: &CaptureMeta) -> Result<(Slot, u64, u64), ImageError> {
+    pub(crate) fn prepare_write(
+        &mut self,
+        meta: &CaptureMeta,
+    ) -> Result<(Slot, u64, u64), ImageError> {
         check_identity(&meta.identity)?;
         let (slot, generation) = self.next_target()?;
         Ok((slot, generation, self.area_offset(slot)))

@@ -3,7 +3,7 @@
 
 use crate::error::ImageError;
 use crate::kstream::PAGE_SIZE;
-use crate::store::Slot;
+use crate::layout::Slot;
 
 /// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
 pub const MIN_SWAP_PAGES: u64 = 10;

@@ -27,17 +27,13 @@ use crate::index::{
 };
 use crate::info::{CaptureMeta, ImageInfo};
 use crate::kstream::{Page, PageCount, PageKind, StreamParser, PAGE_SIZE};
+use crate::layout::{Slot, HASH_LEN};
+use crate::pool::default_threads;
 use crate::pool::{Pool, WorkerLost};
-use crate::store::{Device, Slot, Store};
+use crate::store::{Device, Store};
 use crate::swap::SwapRegion;
-use crate::HASH_LEN;
 
 const ZERO_PAGE: Page = [0u8; PAGE_SIZE];
-
-/// Worker threads by default: one per available CPU.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
 
 /// How [`Writer`] builds an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +88,53 @@ impl WriteOptions {
         }
         if let Some(swap) = &self.swap {
             swap.check()?;
+        }
+        Ok(())
+    }
+}
+
+impl<D: Device> Store<D> {
+    /// Start writing a new image (default [`WriteOptions`]:
+    /// LZ4, 32-page chunks, one worker per CPU) into the slot not holding the
+    /// newest header.
+    ///
+    /// Nothing is written until the first page (the stream header) arrives.
+    pub fn writer(&mut self, meta: CaptureMeta) -> Result<Writer<'_, D>, ImageError> {
+        self.writer_with(meta, WriteOptions::default())
+    }
+
+    /// [`Store::writer`] with explicit options.
+    pub fn writer_with(
+        &mut self,
+        meta: CaptureMeta,
+        opts: WriteOptions,
+    ) -> Result<Writer<'_, D>, ImageError> {
+        opts.check()?;
+        let (slot, generation, area) = self.prepare_write(&meta)?;
+        if let Some(swap) = &opts.swap {
+            self.check_swap_in_area(swap, slot, area)?;
+        }
+        Ok(Writer::new(self, meta, slot, generation, area, opts))
+    }
+
+    /// A lazy image's region must lie inside the area the image goes to.
+    fn check_swap_in_area(
+        &self,
+        swap: &SwapRegion,
+        slot: Slot,
+        area: u64,
+    ) -> Result<(), ImageError> {
+        let area_end = area + self.area_capacity();
+        let inside = swap.offset >= area && matches!(swap.end(), Some(end) if end <= area_end);
+        if !inside {
+            return Err(ImageError::BadSwapRegion {
+                reason: format!(
+                    "bytes {}..{} are not inside area {slot} (bytes {area}..{area_end}), \
+                     where the next image goes (use Store::plan_swap)",
+                    swap.offset,
+                    swap.offset.saturating_add(swap.bytes)
+                ),
+            });
         }
         Ok(())
     }
