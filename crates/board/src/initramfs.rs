@@ -172,7 +172,10 @@ impl InitScript {
             fs = self.root_fs
         ));
         if !self.lazy_modules.is_empty() {
-            s.push_str("case \" $(cat /proc/cmdline) \" in *\" snapboot.lazy\"*)\n");
+            s.push_str(&format!(
+                "case \" $(cat /proc/cmdline) \" in *\" {}\"*)\n",
+                bootparams::key::LAZY
+            ));
             for module in &self.lazy_modules {
                 s.push_str(&format!(
                     "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"

@@ -5,13 +5,18 @@
 //! serial console with host timestamps and measures time-to-interactive.
 
 pub mod bundle;
+pub mod capture;
+pub mod home;
 pub mod initramfs;
 pub mod kernel;
 pub mod modules;
+pub mod native;
 pub mod qemu;
 pub mod workload;
 
 pub use bundle::{BuildOptions, Bundle, BundleError};
+pub use capture::CaptureBootError;
+pub use home::HomeError;
 pub use kernel::{KernelError, KernelInfo};
 pub use qemu::{Accel, RunError, RunOptions, RunResult};
 pub use workload::{Probe, Workload};

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
+use thiserror::Error;
 
 /// How QEMU executes guest code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -71,7 +72,10 @@ pub struct RunOptions {
     pub accel: Accel,
     /// Kernel image to boot.
     pub kernel: KernelImage,
-    /// Extra kernel command-line words, appended to the board's.
+    /// What snapboot on the device is asked to do (`snapboot.*` words, rendered after the
+    /// board's own command line).
+    pub params: bootparams::BootParams,
+    /// Extra kernel command-line words, appended last.
     pub cmdline: Vec<String>,
     /// Extra virtio disks after the root disk (`/dev/vdb`, ...).
     pub disks: Vec<Disk>,
@@ -89,11 +93,41 @@ impl RunOptions {
             smp: 1,
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
+            params: bootparams::BootParams::default(),
             cmdline: Vec::new(),
             disks: Vec::new(),
             timeout: Duration::from_secs(300),
             echo: false,
         }
+    }
+}
+
+/// Smallest guest memory the board boots (Debian's kernel and initramfs need about this).
+pub const MIN_MEM_MIB: u32 = 128;
+
+/// A guest memory size that is not one.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum MemSizeError {
+    /// Not a number with an optional M or G.
+    #[error("memory size {0:?}: expected e.g. 512M or 1G")]
+    Syntax(String),
+    /// Too small to boot, or too large to count.
+    #[error("memory size {0:?}: the board needs at least {MIN_MEM_MIB}M (and at most 4095G)")]
+    Range(String),
+}
+
+/// Parses a guest memory size (`512M`, `1G`, MiB without a unit) into MiB.
+pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last() {
+        Some('G' | 'g') => (&s[..s.len() - 1], 1024),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1),
+        _ => (s, 1),
+    };
+    let n: u32 = num.parse().map_err(|_| MemSizeError::Syntax(s.into()))?;
+    match n.checked_mul(mul) {
+        Some(mib) if mib >= MIN_MEM_MIB => Ok(mib),
+        _ => Err(MemSizeError::Range(s.into())),
     }
 }
 
@@ -138,7 +172,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());
     let mut cmdline = BASE_CMDLINE.to_string();
-    for w in &opts.cmdline {
+    for w in opts.params.render().iter().chain(&opts.cmdline) {
         cmdline.push(' ');
         cmdline.push_str(w);
     }
@@ -504,6 +538,23 @@ pub fn run_probe(bundle: &Bundle, opts: &RunOptions, probe: &Probe) -> Result<Ru
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_mem_mib("512M"), Ok(512));
+        assert_eq!(parse_mem_mib("1G"), Ok(1024));
+        assert_eq!(parse_mem_mib("256"), Ok(256));
+        assert_eq!(
+            parse_mem_mib("lots").unwrap_err().to_string(),
+            "memory size \"lots\": expected e.g. 512M or 1G"
+        );
+        for small in ["0", "127M", "9999999G"] {
+            assert!(
+                matches!(parse_mem_mib(small), Err(MemSizeError::Range(_))),
+                "{small}"
+            );
+        }
+    }
 
     #[test]
     fn kvm_needs_device_and_cpu_flags() {

@@ -6,6 +6,8 @@
 
 pub mod parse;
 pub mod recorder;
+pub mod report;
+pub mod serial;
 pub mod stats;
 pub mod summary;
 pub mod timeline;

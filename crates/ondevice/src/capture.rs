@@ -15,14 +15,7 @@ use snapimg::{CaptureMeta, Compression, ImageError, ImageInfo, Store, WriteOptio
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// What to do once the image is safely on the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
-    /// Power the board off (the usual semi-permanent capture).
-    PowerOff,
-    /// Thaw and let the application continue.
-    Continue,
-}
+pub use bootparams::Then;
 
 /// Capture settings.
 #[derive(Debug, Clone)]
@@ -42,17 +35,6 @@ pub struct CaptureOptions {
     /// Lazy image: page user memory out to a swap region in the store first (see
     /// [`crate::lazy`]); `None` captures everything.
     pub lazy: Option<LazyOptions>,
-}
-
-/// Parses `none`, `lz4`, `zstd` or `zstd:LEVEL`.
-pub fn parse_compression(s: &str) -> Option<Compression> {
-    match s.split_once(':') {
-        None if s == "none" => Some(Compression::None),
-        None if s == "lz4" => Some(Compression::Lz4),
-        None if s == "zstd" => Some(Compression::Zstd { level: 3 }),
-        Some(("zstd", l)) => l.parse().ok().map(|level| Compression::Zstd { level }),
-        _ => None,
-    }
 }
 
 impl CaptureOptions {
@@ -316,21 +298,5 @@ mod tests {
             let text = chain(e);
             assert_eq!(text.matches(&cause).count(), 1, "{text}");
         }
-    }
-
-    #[test]
-    fn compression_names_parse() {
-        assert_eq!(parse_compression("lz4"), Some(Compression::Lz4));
-        assert_eq!(parse_compression("none"), Some(Compression::None));
-        assert_eq!(
-            parse_compression("zstd"),
-            Some(Compression::Zstd { level: 3 })
-        );
-        assert_eq!(
-            parse_compression("zstd:9"),
-            Some(Compression::Zstd { level: 9 })
-        );
-        assert_eq!(parse_compression("gzip"), None);
-        assert_eq!(parse_compression("zstd:x"), None);
     }
 }

@@ -40,14 +40,7 @@ pub const ORIGIN_NAME: &str = "snapboot-swap-origin";
 pub const SWAP_NAME: &str = "snapboot-swap";
 const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
 
-/// How much user memory to page out before capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reclaim {
-    /// As much as the kernel can reclaim: the smallest image.
-    Max,
-    /// About this many bytes, least recently used first (the kernel's LRU, as in seed 001).
-    Bytes(u64),
-}
+pub use bootparams::Reclaim;
 
 /// Settings of a lazy capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,27 +49,6 @@ pub struct LazyOptions {
     pub reclaim: Reclaim,
     /// Size of the swap region; `None`: half of a store area.
     pub region_bytes: Option<u64>,
-}
-
-/// Parses the value of `snapboot.lazy` / `--lazy`: empty or `max`, or a size like `96M`.
-pub fn parse_reclaim(s: &str) -> Option<Reclaim> {
-    let s = s.trim();
-    if s.is_empty() || s == "max" {
-        return Some(Reclaim::Max);
-    }
-    parse_size(s).map(Reclaim::Bytes)
-}
-
-/// Parses `123`, `64K`, `96M`, `1G` (binary units) into bytes.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
-        (i, 'm' | 'M') => (&s[..i], 1 << 20),
-        (i, 'g' | 'G') => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 /// Errors of the lazy-capture steps; each says which step failed.
@@ -458,17 +430,6 @@ fn zram_cow(bytes: u64) -> Result<(String, DevNum), LazyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reclaim_values_parse() {
-        assert_eq!(parse_reclaim(""), Some(Reclaim::Max));
-        assert_eq!(parse_reclaim("max"), Some(Reclaim::Max));
-        assert_eq!(parse_reclaim("96M"), Some(Reclaim::Bytes(96 << 20)));
-        assert_eq!(parse_reclaim("1G"), Some(Reclaim::Bytes(1 << 30)));
-        assert_eq!(parse_reclaim("4096"), Some(Reclaim::Bytes(4096)));
-        assert_eq!(parse_reclaim("lots"), None);
-        assert_eq!(parse_size("99999999999999999999G"), None);
-    }
 
     #[test]
     fn proc_swaps_parses() {

@@ -50,17 +50,6 @@ fn meminfo_total() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// The value of `key=value` on a kernel command line (`key` alone gives `Some("")`).
-pub fn cmdline_param<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
-    cmdline
-        .split_whitespace()
-        .find_map(|w| match w.split_once('=') {
-            Some((k, v)) if k == key => Some(v),
-            None if w == key => Some(""),
-            _ => None,
-        })
-}
-
 /// The running kernel's command line.
 pub fn kernel_cmdline() -> String {
     std::fs::read_to_string("/proc/cmdline").unwrap_or_default()
@@ -114,14 +103,6 @@ mod tests {
         let iomem = "00000000-00000fff : Reserved\n00001000-0009fbff : System RAM\n\
                      00100000-3ffdffff : System RAM\n  01000000-01e00000 : Kernel code\n";
         assert_eq!(system_ram_bytes(iomem), 0x9ec00 + 0x3fee0000);
-    }
-
-    #[test]
-    fn cmdline_params() {
-        let c = "console=ttyS0 snapboot.store=/dev/vdb snapboot.capture quiet\n";
-        assert_eq!(cmdline_param(c, "snapboot.store"), Some("/dev/vdb"));
-        assert_eq!(cmdline_param(c, "snapboot.capture"), Some(""));
-        assert_eq!(cmdline_param(c, "snapboot.once"), None);
     }
 
     #[test]

@@ -1,21 +1,23 @@
 //! `snapboot bench compare`: in one run, the same workload brought up four ways, each N
 //! times: cold boot, the kernel's own hibernation resume from swap, snapboot's snapshot
-//! boot, and snapboot's lazy snapshot boot (user memory paged in on demand). Images are made once per method and reused for every run (the kernel-native one is
-//! restored from a saved copy of the swap device, because the kernel consumes it on resume).
+//! boot, and snapboot's lazy snapshot boot (user memory paged in on demand). Images are
+//! made once per method and reused for every run (the kernel-native one is restored from a
+//! saved copy of the swap device, because the kernel consumes it on resume).
 
-use crate::bench::{bundle_or_build, progress, publish, summarize};
-use crate::cli::BoardOpts;
-use crate::snapcmd::{attach_store, capture_boot, lazy_cmdline};
+use crate::bench::{progress, publish};
+use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
-use board::qemu::{run_probe, Disk, Session};
+use board::capture::{attach_store, capture_boot};
+use board::home::bundle_or_build;
+use board::native;
+use board::qemu::run_probe;
 use board::{Bundle, RunOptions};
-use boottrace::{MilestoneKind, Outcome, Timeline};
+use boottrace::report::summarize;
+use boottrace::{MilestoneKind, Timeline};
 use clap::Args;
-use regex::Regex;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
-use std::time::Duration;
+use std::process::ExitCode;
 
 /// Arguments of `snapboot bench compare`.
 #[derive(Args, Debug)]
@@ -58,58 +60,6 @@ fn measured_boot(bundle: &Bundle, opts: &RunOptions, want_restore: bool) -> Resu
     Ok(tl)
 }
 
-/// Makes an empty swap device file of `mib` MiB.
-fn make_swap(path: &Path, mib: u32) -> Result<()> {
-    let _ = std::fs::remove_file(path);
-    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(u64::from(mib) << 20)?;
-    let out = Command::new("mkswap")
-        .arg(path)
-        .output()
-        .context("running mkswap (package util-linux)")?;
-    if !out.status.success() {
-        bail!("mkswap failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
-fn sparse_copy(from: &Path, to: &Path) -> Result<()> {
-    let st = Command::new("cp")
-        .args(["--sparse=always", "-f"])
-        .arg(from)
-        .arg(to)
-        .status()?;
-    if !st.success() {
-        bail!("copying {} to {} failed", from.display(), to.display());
-    }
-    Ok(())
-}
-
-/// Hibernates the workload with the kernel's own mechanism into `swap`; returns the raw
-/// image size the kernel reported.
-fn kernel_hibernate(bundle: &Bundle, opts: &RunOptions, swap: &Path) -> Result<u64> {
-    let mut o = opts.clone();
-    o.disks.insert(
-        0,
-        Disk {
-            path: swap.to_path_buf(),
-            readonly: false,
-        },
-    );
-    o.cmdline.push("snapboot.khibernate=/dev/vdb".into());
-    let mut s = Session::start(bundle, &o)?;
-    let wrote = Regex::new(r"PM: hibernation: Wrote (\d+) kbytes")?;
-    let line = s.wait_for(&wrote, "the kernel to write its image", o.timeout);
-    let _ = s.wait_exit(Duration::from_secs(60));
-    s.finish(Outcome::PoweredOff);
-    let (line, _) = line.context("kernel-native hibernation")?;
-    let kb: u64 = wrote
-        .captures(&line)
-        .and_then(|c| c[1].parse().ok())
-        .unwrap_or(0);
-    Ok(kb * 1024)
-}
-
 /// Captures one snapboot image (full or lazy) into its own store under `work`, then boots
 /// it `runs` times.
 fn snapboot_method(
@@ -124,9 +74,7 @@ fn snapboot_method(
     let store = work.join(format!("{name}.store"));
     let _ = std::fs::remove_file(&store);
     let mut capture_opts = opts.clone();
-    capture_opts
-        .cmdline
-        .extend(lazy_cmdline(lazy.then_some("max")));
+    capture_opts.params.lazy = lazy.then_some(bootparams::Reclaim::Max);
     capture_boot(bundle, &capture_opts, &store).with_context(|| format!("{name} capture"))?;
     let info = snapimg::Store::open(&store, false)?.newest()?;
     pb.inc(1);
@@ -150,7 +98,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let work = a
         .workdir
         .clone()
-        .unwrap_or_else(|| crate::cli::home().join("bench"));
+        .unwrap_or_else(|| board::home::home().join("bench"));
     std::fs::create_dir_all(&work)?;
     let pb = progress(4 * a.runs as u64 + 3, "compare");
 
@@ -162,24 +110,16 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
 
     let swap_saved = work.join("kernel-native.swap");
     let swap = work.join("kernel-native.swap.run");
-    make_swap(&swap, opts.mem_mib)?;
-    let native_raw = kernel_hibernate(&bundle, &opts, &swap)?;
-    sparse_copy(&swap, &swap_saved)?;
+    native::make_swap(&swap, opts.mem_mib)?;
+    let native_raw = native::hibernate(&bundle, &opts, &swap)?;
+    native::sparse_copy(&swap, &swap_saved)?;
     let native_disk = std::fs::metadata(&swap_saved).map(|m| m.blocks() * 512)?;
     pb.inc(1);
-    let mut native = Vec::new();
+    let mut resumed = Vec::new();
     for _ in 0..a.runs {
-        sparse_copy(&swap_saved, &swap)?;
-        let mut o = opts.clone();
-        o.disks.insert(
-            0,
-            Disk {
-                path: swap.clone(),
-                readonly: false,
-            },
-        );
-        o.cmdline.push("snapboot.kresume=/dev/vdb".into());
-        native.push(measured_boot(&bundle, &o, true).context("kernel-native resume")?);
+        native::sparse_copy(&swap_saved, &swap)?;
+        let o = native::with_swap(&opts, &swap, false);
+        resumed.push(measured_boot(&bundle, &o, true).context("kernel-native resume")?);
         pb.inc(1);
     }
 
@@ -191,7 +131,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if let Some(p) = &a.analyze {
         let runs = [
             ("cold", &cold),
-            ("kernel-resume", &native),
+            ("kernel-resume", &resumed),
             ("snapboot", &snap),
             ("snapboot-lazy", &lazy),
         ]
@@ -201,7 +141,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         crate::analyzecmd::report_runs(runs, p)?;
     }
     let mut methods = vec![summarize("cold", &cold)];
-    let mut m = summarize("kernel-resume", &native);
+    let mut m = summarize("kernel-resume", &resumed);
     m.image_bytes = Some(native_raw);
     m.stored_bytes = Some(native_disk);
     methods.push(m);

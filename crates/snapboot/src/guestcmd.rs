@@ -2,11 +2,12 @@
 //! (which also runs on the host).
 
 use anyhow::{Context, Result};
+use bootparams::{parse_compression, parse_reclaim, parse_size, BootParams};
 use clap::{Args, ValueEnum};
 use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
 use ondevice::guest::print_marker;
 use ondevice::resume::{resume, ResumeOptions};
-use ondevice::system::{cmdline_param, kernel_cmdline};
+use ondevice::system::kernel_cmdline;
 use snapimg::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,13 +90,24 @@ pub struct InspectArgs {
     no_verify: bool,
 }
 
+/// The kernel command line's `snapboot.*` words; a word that does not parse is reported
+/// with `marker` (the host ends the run on it) and becomes the command's error.
+fn boot_params(marker: &str) -> Result<BootParams> {
+    BootParams::parse(&kernel_cmdline()).map_err(|e| {
+        print_marker(marker, Some(&e.to_string()));
+        e.into()
+    })
+}
+
 /// The application's ready hook. When the kernel command line asks for a capture
 /// (`snapboot.capture snapboot.store=DEV`), captures here; prints `restored` on the
 /// restored side so the application's script can tell.
 pub fn ready() -> Result<ExitCode> {
     ondevice::guest::ready();
-    let cmdline = kernel_cmdline();
-    if let Some(dev) = cmdline_param(&cmdline, "snapboot.khibernate") {
+    // A bad setting must reach the host as a capture failure at once, not as a console
+    // line the host waits past until its timeout.
+    let params = boot_params("capture-failed")?;
+    if let Some(dev) = &params.khibernate {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
         if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
             print_marker("capture-failed", Some(&chain(&e)));
@@ -105,60 +117,41 @@ pub fn ready() -> Result<ExitCode> {
         println!("restored");
         return Ok(ExitCode::SUCCESS);
     }
-    let (Some(store), Some(_)) = (
-        cmdline_param(&cmdline, "snapboot.store"),
-        cmdline_param(&cmdline, "snapboot.capture"),
-    ) else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    // A bad setting must reach the host as a capture failure at once, not as a console
-    // line the host waits past until its timeout.
-    let o = match capture_options(&cmdline, store) {
-        Ok(o) => o,
-        Err(e) => {
-            print_marker("capture-failed", Some(&format!("{e:#}")));
-            return Err(e);
-        }
-    };
-    run_capture(&o)
+    match (&params.store, params.capture) {
+        (Some(store), true) => run_capture(&capture_options(&params, store)),
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
-/// Capture settings from the kernel command line (`snapboot.then`, `.force`, `.nodrop`,
-/// `.nocompact`, `.compress`, `.lazy`, `.swapsize`).
-fn capture_options(cmdline: &str, store: &str) -> Result<CaptureOptions> {
+/// Capture settings from the kernel command line.
+fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
     let mut o = CaptureOptions::new(PathBuf::from(store));
-    o.then = match cmdline_param(cmdline, "snapboot.then") {
-        Some("continue") => Then::Continue,
-        _ => Then::PowerOff,
-    };
-    o.force = cmdline_param(cmdline, "snapboot.force").is_some();
-    o.drop_caches = cmdline_param(cmdline, "snapboot.nodrop").is_none();
-    o.compact = cmdline_param(cmdline, "snapboot.nocompact").is_none();
-    if let Some(c) = cmdline_param(cmdline, "snapboot.compress") {
-        o.compression = ondevice::capture::parse_compression(c)
-            .with_context(|| format!("snapboot.compress={c}: expected lz4, zstd or zstd:LEVEL"))?;
+    o.then = p.then;
+    o.force = p.force;
+    o.drop_caches = p.drop_caches;
+    o.compact = p.compact;
+    if let Some(c) = p.compression {
+        o.compression = c;
     }
-    if let Some(l) = cmdline_param(cmdline, "snapboot.lazy") {
-        o.lazy = Some(lazy_options(
-            l,
-            cmdline_param(cmdline, "snapboot.swapsize"),
-        )?);
-    }
-    Ok(o)
+    o.lazy = p.lazy.map(|reclaim| ondevice::lazy::LazyOptions {
+        reclaim,
+        region_bytes: p.swap_size,
+    });
+    o
 }
 
-/// Lazy-capture settings from `snapboot.lazy[=max|SIZE]` and `snapboot.swapsize=SIZE`
-/// (or the `--lazy` / `--swap-size` flags).
+/// Lazy-capture settings from the `--lazy` and `--swap-size` flags (the same values as
+/// `snapboot.lazy` and `snapboot.swapsize`).
 pub(crate) fn lazy_options(
     reclaim: &str,
     region: Option<&str>,
 ) -> Result<ondevice::lazy::LazyOptions> {
-    let reclaim = ondevice::lazy::parse_reclaim(reclaim)
+    let reclaim = parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
     let region_bytes = match region {
         None => None,
         Some(r) => Some(
-            ondevice::lazy::parse_size(r)
+            parse_size(r)
                 .with_context(|| format!("swap size {r}: expected a size such as 512M"))?,
         ),
     };
@@ -194,9 +187,9 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     };
     o.force = a.force;
     o.drop_caches = !a.keep_caches;
-    o.compression = ondevice::capture::parse_compression(&a.compress).with_context(|| {
+    o.compression = parse_compression(&a.compress).with_context(|| {
         format!(
-            "--compress {}: expected lz4, zstd or zstd:LEVEL",
+            "--compress {}: expected none, lz4, zstd or zstd:LEVEL",
             a.compress
         )
     })?;
@@ -209,7 +202,6 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 /// `snapboot resume`: returns only when the image was not restored; prints the reason as
 /// a `fallback` marker so the cold boot that follows carries it in its timeline.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
-    let cmdline = kernel_cmdline();
     // Every boot records its setup, for the capture that may follow in this boot.
     let t = std::time::Instant::now();
     let boot_setup = match ondevice::resume::observe_and_record_boot() {
@@ -223,11 +215,15 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
             None
         }
     };
+    // A word that does not parse means no image is restored: the boot continues cold.
+    let Ok(params) = boot_params("fallback") else {
+        return Ok(ExitCode::from(4));
+    };
     let (store, once) = if a.from_cmdline {
-        if cmdline_param(&cmdline, "snapboot.capture").is_some() {
+        if params.capture {
             return Ok(ExitCode::SUCCESS);
         }
-        if let Some(dev) = cmdline_param(&cmdline, "snapboot.kresume") {
+        if let Some(dev) = &params.kresume {
             let dev = std::path::Path::new(dev);
             ondevice::resume::wait_for_node(dev, Duration::from_secs(2));
             let why = match ondevice::kernel_native::resume(dev) {
@@ -237,17 +233,14 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
             print_marker("fallback", Some(&why));
             return Ok(ExitCode::from(4));
         }
-        let Some(s) = cmdline_param(&cmdline, "snapboot.store") else {
+        let Some(s) = &params.store else {
             return Ok(ExitCode::SUCCESS);
         };
-        (
-            PathBuf::from(s),
-            cmdline_param(&cmdline, "snapboot.once").is_some(),
-        )
+        (PathBuf::from(s), params.once)
     } else {
         (a.store.unwrap_or_default(), a.once)
     };
-    let threads = cmdline_param(&cmdline, "snapboot.threads").and_then(|t| t.parse().ok());
+    let threads = params.threads;
     let err = resume(&ResumeOptions {
         store,
         once,

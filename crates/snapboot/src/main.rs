@@ -3,10 +3,12 @@
 
 mod analyzecmd;
 mod bench;
+mod boardcmd;
+mod boardopts;
 mod cli;
 mod compare;
 mod guestcmd;
-mod snapcmd;
+mod tracecmd;
 
 use clap::Parser;
 use std::process::ExitCode;

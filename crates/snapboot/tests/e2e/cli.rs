@@ -40,7 +40,7 @@ fn bad_board_options_are_refused_before_qemu_starts() {
         &[
             "board", "capture", "shell", "--store", s, "--lazy", "garbage",
         ],
-        "--lazy: lazy=garbage: expected max or a size such as 96M",
+        "--lazy garbage: expected max or a size such as 96M",
     );
     refused(
         &["board", "capture", "shell", "--store", s, "--mem", "0"],
@@ -72,7 +72,7 @@ fn a_capture_error_in_the_guest_ends_the_run_at_once_with_its_reason() {
     assert!(!out.status.success(), "{so}\n{se}");
     assert!(
         se.contains("capture failed in the guest")
-            && se.contains("snapboot.compress=brotli: expected lz4, zstd or zstd:LEVEL"),
+            && se.contains("snapboot.compress=brotli: expected none, lz4, zstd or zstd:LEVEL"),
         "{se}"
     );
     assert!(

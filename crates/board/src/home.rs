@@ -1,0 +1,145 @@
+//! Where snapboot keeps kernels and bundles (`$SNAPBOOT_HOME`, default `./.snapboot`), and
+//! how a name on the command line becomes a bundle.
+
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+use crate::bundle::{BuildOptions, Bundle, BundleError};
+use crate::kernel::{KernelError, KernelInfo};
+use crate::workload::{Workload, WorkloadError};
+
+/// Why no kernel or bundle could be had.
+#[derive(Debug, Error)]
+pub enum HomeError {
+    /// No kernel was fetched and none was named.
+    #[error(
+        "no kernel fetched yet: run `snapboot board fetch-kernel` or pass --kernel and --modules"
+    )]
+    NoKernel(#[source] KernelError),
+    /// The kernel named on the command line is unusable.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// A bundle could not be loaded or built.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// The workload is unknown.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The running snapboot binary cannot be found (it is copied into every bundle).
+    #[error("cannot find the running snapboot binary")]
+    Exe(#[source] std::io::Error),
+}
+
+/// The home directory, absolute (kernel.json and bundle.json record paths below it).
+pub fn home() -> PathBuf {
+    let h = std::env::var_os("SNAPBOOT_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".snapboot"));
+    std::path::absolute(&h).unwrap_or(h)
+}
+
+/// Where `board fetch-kernel` records the fetched kernel.
+pub fn kernel_record() -> PathBuf {
+    home().join("kernel.json")
+}
+
+/// Where the fetched kernel packages are unpacked.
+pub fn kernel_cache() -> PathBuf {
+    home().join("kernels")
+}
+
+/// The kernel to use: `kernel` and `modules` when both are given, else the fetched one.
+pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInfo, HomeError> {
+    if let (Some(k), Some(m)) = (kernel, modules) {
+        return Ok(KernelInfo::from_paths(k, m)?);
+    }
+    KernelInfo::load(&kernel_record()).map_err(HomeError::NoKernel)
+}
+
+/// Where a built-in workload's bundle lives.
+pub fn builtin_bundle_dir(name: &str) -> PathBuf {
+    home().join("bundles").join(name)
+}
+
+/// Builds a built-in workload's bundle with the fetched kernel and this snapboot binary.
+pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
+    let kernel = kernel(None, None)?;
+    let workload = Workload::builtin(name)?;
+    Ok(Bundle::build(&BuildOptions {
+        kernel,
+        workload,
+        rootfs_dir: None,
+        snapboot_bin: std::env::current_exe().map_err(HomeError::Exe)?,
+        out: builtin_bundle_dir(name),
+    })?)
+}
+
+/// What a bundle argument names: a directory (holding `bundle.json`, or any path with a
+/// `/`), else a built-in workload's bundle under the home directory.
+pub fn bundle_dir(arg: &str) -> PathBuf {
+    let p = Path::new(arg);
+    if p.join("bundle.json").exists() || arg.contains('/') {
+        p.to_path_buf()
+    } else {
+        builtin_bundle_dir(arg)
+    }
+}
+
+/// A bundle by directory or built-in name. A built-in bundle that carries another snapboot
+/// binary is rebuilt (the board runs the snapboot inside the bundle); another directory
+/// only gets a warning on stderr.
+pub fn resolve_bundle(arg: &str) -> Result<Bundle, HomeError> {
+    let dir = bundle_dir(arg);
+    let b = Bundle::load(&dir)?;
+    if let Ok(exe) = std::env::current_exe() {
+        if !b.carries(&exe) {
+            if is_builtin_name(arg) {
+                eprintln!("snapboot: bundle `{arg}` was built by another snapboot; rebuilding it");
+                return build_builtin(arg);
+            }
+            eprintln!(
+                "snapboot: warning: {} was built by another snapboot binary; rebuild it to run this one on the board",
+                dir.display()
+            );
+        }
+    }
+    Ok(b)
+}
+
+/// [`resolve_bundle`], building a missing built-in bundle first.
+pub fn bundle_or_build(arg: &str) -> Result<Bundle, HomeError> {
+    match resolve_bundle(arg) {
+        Ok(b) => Ok(b),
+        Err(_) if is_builtin_name(arg) => {
+            eprintln!("snapboot: building the `{arg}` bundle first");
+            build_builtin(arg)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn is_builtin_name(arg: &str) -> bool {
+    !arg.contains('/') && Workload::builtin(arg).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_directories() {
+        assert!(is_builtin_name("shell") && is_builtin_name("app"));
+        assert!(!is_builtin_name("./shell") && !is_builtin_name("mine"));
+        assert_eq!(bundle_dir("out/mine"), PathBuf::from("out/mine"));
+        assert!(bundle_dir("shell").ends_with("bundles/shell"));
+        assert!(home().is_absolute());
+    }
+
+    #[test]
+    fn a_missing_directory_is_not_a_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nothing-here");
+        let err = resolve_bundle(missing.to_str().unwrap()).unwrap_err();
+        assert!(matches!(err, HomeError::Bundle(_)), "{err}");
+    }
+}

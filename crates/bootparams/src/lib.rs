@@ -1,0 +1,295 @@
+//! The `snapboot.*` kernel command-line protocol.
+//!
+//! The host (the board, the benchmarks) asks the device for a capture, a snapshot boot or a
+//! baseline through words on the kernel command line; the device (`snapboot ready`,
+//! `snapboot resume` in the initramfs) reads them back. [`BootParams`] is both ends: the
+//! board builds one and appends [`BootParams::render`], the device calls
+//! [`BootParams::parse`] on `/proc/cmdline`. Every key is a constant in [`key`]; a
+//! `snapboot.*` word that is not one of them, or a value that does not parse, is an error
+//! that names the word, never silently ignored.
+//!
+//! ```text
+//! snapboot.store=DEV        the store (a block device on the device)
+//! snapboot.capture          capture at the ready point (needs snapboot.store)
+//! snapboot.then=continue    keep running after the capture (default: power off)
+//! snapboot.force            capture even with writable block filesystems mounted
+//! snapboot.nodrop           keep the clean page cache (measuring only)
+//! snapboot.nocompact        skip memory compaction (measuring only)
+//! snapboot.compress=C       none, lz4, zstd or zstd:LEVEL
+//! snapboot.lazy[=SIZE]      lazy image: page out as much as possible, or about SIZE
+//! snapboot.swapsize=SIZE    lazy image: size of the swap region
+//! snapboot.once             restore the image once, then invalidate it
+//! snapboot.threads=N        decompression threads at resume
+//! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV
+//! snapboot.kresume=DEV      baseline: the kernel's own resume from swap DEV
+//! ```
+//!
+//! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
+
+use snapimg::Compression;
+use thiserror::Error;
+
+/// The keys, each once.
+pub mod key {
+    /// Store device.
+    pub const STORE: &str = "snapboot.store";
+    /// Capture at the ready point.
+    pub const CAPTURE: &str = "snapboot.capture";
+    /// What to do after the capture.
+    pub const THEN: &str = "snapboot.then";
+    /// Capture despite writable mounts.
+    pub const FORCE: &str = "snapboot.force";
+    /// Keep the page cache.
+    pub const NODROP: &str = "snapboot.nodrop";
+    /// Skip compaction.
+    pub const NOCOMPACT: &str = "snapboot.nocompact";
+    /// Chunk compression.
+    pub const COMPRESS: &str = "snapboot.compress";
+    /// Lazy image.
+    pub const LAZY: &str = "snapboot.lazy";
+    /// Lazy image's swap region size.
+    pub const SWAPSIZE: &str = "snapboot.swapsize";
+    /// Boot-once image.
+    pub const ONCE: &str = "snapboot.once";
+    /// Resume threads.
+    pub const THREADS: &str = "snapboot.threads";
+    /// Baseline: kernel-native hibernation.
+    pub const KHIBERNATE: &str = "snapboot.khibernate";
+    /// Baseline: kernel-native resume.
+    pub const KRESUME: &str = "snapboot.kresume";
+    /// Every key.
+    pub const ALL: [&str; 13] = [
+        STORE, CAPTURE, THEN, FORCE, NODROP, NOCOMPACT, COMPRESS, LAZY, SWAPSIZE, ONCE, THREADS,
+        KHIBERNATE, KRESUME,
+    ];
+}
+
+/// A word of the command line that does not parse.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BootParamsError {
+    /// A `snapboot.*` key this build does not know.
+    #[error("unknown boot parameter {word:?} (known: {})", key::ALL.join(", "))]
+    Unknown {
+        /// The whole word.
+        word: String,
+    },
+    /// A known key with a value it cannot take.
+    #[error("{word}: {expected}")]
+    BadValue {
+        /// The whole word.
+        word: String,
+        /// What the key takes.
+        expected: &'static str,
+    },
+}
+
+/// What to do once the image is safely on the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Then {
+    /// Power the board off (the usual semi-permanent capture).
+    #[default]
+    PowerOff,
+    /// Thaw and let the application continue.
+    Continue,
+}
+
+/// How much user memory a lazy capture pages out before the image is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// As much as the kernel can reclaim: the smallest image.
+    Max,
+    /// About this many bytes, least recently used first (the kernel's LRU, as in seed 001).
+    Bytes(u64),
+}
+
+/// Everything the `snapboot.*` words say. `Default` is a plain boot: no capture, no store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootParams {
+    /// `snapboot.store=DEV`.
+    pub store: Option<String>,
+    /// `snapboot.capture`.
+    pub capture: bool,
+    /// `snapboot.then=continue|poweroff`.
+    pub then: Then,
+    /// `snapboot.force`.
+    pub force: bool,
+    /// Not `snapboot.nodrop`.
+    pub drop_caches: bool,
+    /// Not `snapboot.nocompact`.
+    pub compact: bool,
+    /// `snapboot.compress=C`; `None`: the capture's default.
+    pub compression: Option<Compression>,
+    /// `snapboot.lazy[=SIZE]`.
+    pub lazy: Option<Reclaim>,
+    /// `snapboot.swapsize=SIZE`.
+    pub swap_size: Option<u64>,
+    /// `snapboot.once`.
+    pub once: bool,
+    /// `snapboot.threads=N`.
+    pub threads: Option<usize>,
+    /// `snapboot.khibernate=DEV`.
+    pub khibernate: Option<String>,
+    /// `snapboot.kresume=DEV`.
+    pub kresume: Option<String>,
+}
+
+impl Default for BootParams {
+    fn default() -> Self {
+        BootParams {
+            store: None,
+            capture: false,
+            then: Then::PowerOff,
+            force: false,
+            drop_caches: true,
+            compact: true,
+            compression: None,
+            lazy: None,
+            swap_size: None,
+            once: false,
+            threads: None,
+            khibernate: None,
+            kresume: None,
+        }
+    }
+}
+
+/// Parses `123`, `64K`, `96M`, `1G` (binary units) into bytes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Parses a lazy capture's amount: empty or `max`, or a size like `96M`.
+pub fn parse_reclaim(s: &str) -> Option<Reclaim> {
+    let s = s.trim();
+    if s.is_empty() || s == "max" {
+        return Some(Reclaim::Max);
+    }
+    parse_size(s).map(Reclaim::Bytes)
+}
+
+/// Parses `none`, `lz4`, `zstd` (level 3) or `zstd:LEVEL`.
+pub fn parse_compression(s: &str) -> Option<Compression> {
+    match s.split_once(':') {
+        None if s == "none" => Some(Compression::None),
+        None if s == "lz4" => Some(Compression::Lz4),
+        None if s == "zstd" => Some(Compression::Zstd { level: 3 }),
+        Some(("zstd", l)) => l.parse().ok().map(|level| Compression::Zstd { level }),
+        _ => None,
+    }
+}
+
+/// The word form of a compression, as [`parse_compression`] reads it.
+pub fn compression_word(c: Compression) -> String {
+    match c {
+        Compression::None => "none".into(),
+        Compression::Lz4 => "lz4".into(),
+        Compression::Zstd { level } => format!("zstd:{level}"),
+    }
+}
+
+/// What a size-taking key expects.
+const SIZE: &str = "expected a size such as 96M";
+
+impl BootParams {
+    /// Reads the `snapboot.*` words of a kernel command line; other words are not ours and
+    /// are skipped. A later word overrides an earlier one with the same key, as the kernel's
+    /// own parameters do.
+    pub fn parse(cmdline: &str) -> Result<BootParams, BootParamsError> {
+        let mut p = BootParams::default();
+        for word in cmdline.split_whitespace() {
+            if !word.starts_with("snapboot.") {
+                continue;
+            }
+            let (k, value) = match word.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (word, None),
+            };
+            let bad = |expected| BootParamsError::BadValue {
+                word: word.to_string(),
+                expected,
+            };
+            let flag = |v: Option<&str>| match v {
+                None => Ok(true),
+                Some(_) => Err(bad("takes no value")),
+            };
+            let text = |v: Option<&str>| match v {
+                Some(v) if !v.is_empty() => Ok(v.to_string()),
+                _ => Err(bad("expected a device such as /dev/vdb")),
+            };
+            match k {
+                key::STORE => p.store = Some(text(value)?),
+                key::CAPTURE => p.capture = flag(value)?,
+                key::FORCE => p.force = flag(value)?,
+                key::NODROP => p.drop_caches = !flag(value)?,
+                key::NOCOMPACT => p.compact = !flag(value)?,
+                key::ONCE => p.once = flag(value)?,
+                key::THEN => {
+                    p.then = match value {
+                        Some("continue") => Then::Continue,
+                        Some("poweroff") => Then::PowerOff,
+                        _ => return Err(bad("expected continue or poweroff")),
+                    }
+                }
+                key::COMPRESS => {
+                    let c = value.and_then(parse_compression);
+                    p.compression =
+                        Some(c.ok_or_else(|| bad("expected none, lz4, zstd or zstd:LEVEL"))?);
+                }
+                key::LAZY => {
+                    let r = parse_reclaim(value.unwrap_or(""));
+                    p.lazy = Some(r.ok_or_else(|| bad("expected max or a size such as 96M"))?);
+                }
+                key::SWAPSIZE => {
+                    p.swap_size = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
+                }
+                key::THREADS => {
+                    let n = value.and_then(|v| v.parse().ok());
+                    p.threads = Some(n.ok_or_else(|| bad("expected a number of threads"))?);
+                }
+                key::KHIBERNATE => p.khibernate = Some(text(value)?),
+                key::KRESUME => p.kresume = Some(text(value)?),
+                _ => {
+                    return Err(BootParamsError::Unknown {
+                        word: word.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The words that say all of this (none for a default value), in [`key::ALL`] order.
+    pub fn render(&self) -> Vec<String> {
+        let with = |k: &str, v: &dyn std::fmt::Display| format!("{k}={v}");
+        let words = [
+            self.store.as_ref().map(|d| with(key::STORE, d)),
+            self.capture.then(|| key::CAPTURE.to_string()),
+            (self.then == Then::Continue).then(|| with(key::THEN, &"continue")),
+            self.force.then(|| key::FORCE.to_string()),
+            (!self.drop_caches).then(|| key::NODROP.to_string()),
+            (!self.compact).then(|| key::NOCOMPACT.to_string()),
+            self.compression
+                .map(|c| with(key::COMPRESS, &compression_word(c))),
+            self.lazy.map(|r| match r {
+                Reclaim::Max => key::LAZY.to_string(),
+                Reclaim::Bytes(b) => with(key::LAZY, &b),
+            }),
+            self.swap_size.map(|s| with(key::SWAPSIZE, &s)),
+            self.once.then(|| key::ONCE.to_string()),
+            self.threads.map(|t| with(key::THREADS, &t)),
+            self.khibernate.as_ref().map(|d| with(key::KHIBERNATE, d)),
+            self.kresume.as_ref().map(|d| with(key::KRESUME, d)),
+        ];
+        words.into_iter().flatten().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! Parsing the words the board writes, and the round trip.
+
+use super::*;
+use proptest::prelude::*;
+
+#[test]
+fn a_plain_boot_has_no_words() {
+    let p = BootParams::parse("console=ttyS0 root=/dev/vda ro quiet").unwrap();
+    assert_eq!(p, BootParams::default());
+    assert!(p.render().is_empty());
+}
+
+#[test]
+fn each_word_sets_its_field() {
+    let p = BootParams::parse(
+        "console=ttyS0 snapboot.store=/dev/vdb snapboot.capture snapboot.then=continue \
+         snapboot.force snapboot.nodrop snapboot.nocompact snapboot.compress=zstd:5 \
+         snapboot.lazy=96M snapboot.swapsize=1G snapboot.once snapboot.threads=2 \
+         snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd",
+    )
+    .unwrap();
+    assert_eq!(
+        p,
+        BootParams {
+            store: Some("/dev/vdb".into()),
+            capture: true,
+            then: Then::Continue,
+            force: true,
+            drop_caches: false,
+            compact: false,
+            compression: Some(Compression::Zstd { level: 5 }),
+            lazy: Some(Reclaim::Bytes(96 << 20)),
+            swap_size: Some(1 << 30),
+            once: true,
+            threads: Some(2),
+            khibernate: Some("/dev/vdc".into()),
+            kresume: Some("/dev/vdd".into()),
+        }
+    );
+}
+
+#[test]
+fn lazy_with_and_without_a_value() {
+    for (word, want) in [
+        ("snapboot.lazy", Reclaim::Max),
+        ("snapboot.lazy=", Reclaim::Max),
+        ("snapboot.lazy=max", Reclaim::Max),
+        ("snapboot.lazy=64K", Reclaim::Bytes(64 << 10)),
+        ("snapboot.lazy=4096", Reclaim::Bytes(4096)),
+    ] {
+        assert_eq!(BootParams::parse(word).unwrap().lazy, Some(want), "{word}");
+    }
+}
+
+#[test]
+fn bad_words_are_named() {
+    for (line, want) in [
+        (
+            "ro snapboot.lazy=garbage",
+            "snapboot.lazy=garbage: expected max or a size such as 96M",
+        ),
+        (
+            "snapboot.compress=lzo",
+            "snapboot.compress=lzo: expected none, lz4, zstd or zstd:LEVEL",
+        ),
+        (
+            "snapboot.threads=abc",
+            "snapboot.threads=abc: expected a number of threads",
+        ),
+        (
+            "snapboot.capture=yes",
+            "snapboot.capture=yes: takes no value",
+        ),
+        (
+            "snapboot.store",
+            "snapboot.store: expected a device such as /dev/vdb",
+        ),
+        (
+            "snapboot.then=reboot",
+            "snapboot.then=reboot: expected continue or poweroff",
+        ),
+        (
+            "snapboot.swapsize=1T",
+            "snapboot.swapsize=1T: expected a size such as 96M",
+        ),
+    ] {
+        assert_eq!(BootParams::parse(line).unwrap_err().to_string(), want);
+    }
+    let e = BootParams::parse("snapboot.stor=/dev/vdb").unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "unknown boot parameter \"snapboot.stor=/dev/vdb\" (known: snapboot.store, "
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn later_words_override_earlier_ones() {
+    let p = BootParams::parse("snapboot.store=/dev/vdb snapboot.store=/dev/vdc").unwrap();
+    assert_eq!(p.store.as_deref(), Some("/dev/vdc"));
+}
+
+#[test]
+fn sizes_and_compressions() {
+    assert_eq!(parse_size("96M"), Some(96 << 20));
+    assert_eq!(parse_size("2g"), Some(2 << 30));
+    assert_eq!(parse_size(""), None);
+    assert_eq!(parse_size("M"), None);
+    assert_eq!(parse_size("99999999999G"), None);
+    for c in [
+        Compression::None,
+        Compression::Lz4,
+        Compression::Zstd { level: 3 },
+        Compression::Zstd { level: -5 },
+    ] {
+        assert_eq!(parse_compression(&compression_word(c)), Some(c));
+    }
+}
+
+fn device() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of("/dev/[a-z]{1,6}[0-9]?")
+}
+
+fn compression() -> impl Strategy<Value = Option<Compression>> {
+    proptest::option::of(prop_oneof![
+        Just(Compression::None),
+        Just(Compression::Lz4),
+        (-5i32..=22).prop_map(|level| Compression::Zstd { level }),
+    ])
+}
+
+fn reclaim() -> impl Strategy<Value = Option<Reclaim>> {
+    proptest::option::of(prop_oneof![
+        Just(Reclaim::Max),
+        (0u64..1 << 40).prop_map(Reclaim::Bytes),
+    ])
+}
+
+prop_compose! {
+    fn params()(
+        store in device(), khibernate in device(), kresume in device(),
+        flags in any::<[bool; 5]>(), continue_after in any::<bool>(),
+        compression in compression(), lazy in reclaim(),
+        swap_size in proptest::option::of(0u64..1 << 40),
+        threads in proptest::option::of(0usize..64),
+    ) -> BootParams {
+        BootParams {
+            store,
+            capture: flags[0],
+            then: if continue_after { Then::Continue } else { Then::PowerOff },
+            force: flags[1],
+            drop_caches: flags[2],
+            compact: flags[3],
+            compression,
+            lazy,
+            swap_size,
+            once: flags[4],
+            threads,
+            khibernate,
+            kresume,
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn render_then_parse_is_the_same(p in params(), other in "[a-z]{1,8}(=[a-z0-9]{1,4})?") {
+        let mut words = p.render();
+        // Words that are not ours anywhere in the line change nothing.
+        words.insert(0, other.clone());
+        words.push(other);
+        prop_assert_eq!(BootParams::parse(&words.join(" ")).unwrap(), p);
+    }
+}

@@ -1,0 +1,271 @@
+//! `snapboot board fetch-kernel | build | run | capture`: the board's own commands.
+
+use crate::boardopts::BoardOpts;
+use anyhow::{bail, Context, Result};
+use board::capture::{attach_store, capture_boot};
+use board::home;
+use board::qemu::run_probe;
+use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
+use bootparams::parse_reclaim;
+use clap::Args;
+use snapimg::Store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `snapboot board fetch-kernel`.
+pub fn fetch_kernel(meta: &str) -> Result<ExitCode> {
+    let k = board::kernel::fetch_debian(&home::kernel_cache(), meta)?;
+    std::fs::create_dir_all(home::home())?;
+    std::fs::write(home::kernel_record(), serde_json::to_string_pretty(&k)?)?;
+    println!("kernel {} from {}", k.release, k.source);
+    println!("  image   {}", k.bzimage.display());
+    println!("  modules {}", k.modules_dir.display());
+    if let Some(c) = &k.config {
+        println!("  config  {}", c.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct KernelArgs {
+    /// A kernel image (bzImage or vmlinux) instead of the fetched one.
+    #[arg(long, requires = "modules")]
+    kernel: Option<PathBuf>,
+    /// The kernel's modules directory (`/lib/modules/<release>`).
+    #[arg(long, requires = "kernel")]
+    modules: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// Built-in workload: shell or app.
+    #[arg(long, conflicts_with = "rootfs")]
+    workload: Option<String>,
+    /// Your own root filesystem tree.
+    #[arg(long, requires = "start")]
+    rootfs: Option<PathBuf>,
+    /// The command that starts your application (it calls `snapboot ready` when ready).
+    #[arg(long)]
+    start: Option<String>,
+    /// Name for your system (with --rootfs).
+    #[arg(long, default_value = "custom")]
+    name: String,
+    /// Probe typed after ready (with --rootfs).
+    #[arg(long, default_value = "echo probe-$((6*7))")]
+    probe: String,
+    /// Regex the probe's answer matches (with --rootfs).
+    #[arg(long, default_value = "^probe-42$")]
+    expect: String,
+    /// Guest memory in MiB (default: the workload's).
+    #[arg(long)]
+    mem: Option<u32>,
+    /// Output directory (default: .snapboot/bundles/NAME).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    kernel: KernelArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The bundle directory (or a built-in workload name).
+    bundle: String,
+    #[command(flatten)]
+    board: BoardOpts,
+    /// Scripted run: after ready, type a probe (default: the workload's) and time its answer.
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    probe: Option<String>,
+    /// Regex for the probe's answer (default: the workload's).
+    #[arg(long)]
+    expect: Option<String>,
+    /// Write the timeline as JSON.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// Snapshot-boot from this store file (attached as /dev/vdb).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Write the console as stamped text (`seconds | line`), grabserial-style.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Copy the console to stdout during a scripted run.
+    #[arg(long)]
+    console: bool,
+    /// Write an HTML boot-analysis report of this run.
+    #[arg(long)]
+    analyze: Option<PathBuf>,
+}
+
+/// `snapboot board build`.
+pub fn build(a: BuildArgs) -> Result<ExitCode> {
+    let kernel = home::kernel(a.kernel.kernel.as_deref(), a.kernel.modules.as_deref())?;
+    let (mut workload, rootfs_dir) = match (&a.workload, &a.rootfs) {
+        (Some(w), _) => (Workload::builtin(w)?, None),
+        (None, Some(dir)) => (
+            Workload {
+                name: a.name.clone(),
+                start: a.start.clone().unwrap_or_default(),
+                env: vec![],
+                probe: Probe {
+                    send: a.probe.clone(),
+                    expect: a.expect.clone(),
+                },
+                mem_mib: 512,
+            },
+            Some(dir.clone()),
+        ),
+        (None, None) => {
+            bail!("say what to boot: --workload shell|app, or --rootfs DIR --start CMD")
+        }
+    };
+    if let Some(m) = a.mem {
+        workload.mem_mib = m;
+    }
+    let out = a
+        .out
+        .unwrap_or_else(|| home::builtin_bundle_dir(&workload.name));
+    let t = std::time::Instant::now();
+    let b = Bundle::build(&BuildOptions {
+        kernel,
+        workload,
+        rootfs_dir,
+        snapboot_bin: std::env::current_exe()?,
+        out,
+    })?;
+    println!(
+        "bundle {} ({} on {}) built in {:.1} s",
+        b.dir.display(),
+        b.workload.name,
+        b.kernel.release,
+        t.elapsed().as_secs_f64()
+    );
+    println!("  modules   {}", b.modules.join(" "));
+    println!(
+        "  initramfs {:.1} MiB (uncompressed cpio)",
+        mib(b.initramfs_bytes)
+    );
+    println!(
+        "  rootfs    {:.1} MiB ({})",
+        mib(b.rootfs_bytes),
+        b.rootfs_type
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// `snapboot board run`.
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let bundle = home::resolve_bundle(&a.bundle)?;
+    let mut opts = a.board.to_run_options(&bundle)?;
+    if let Some(store) = &a.store {
+        attach_store(&mut opts, store, false)?;
+    }
+    let Some(send) = a.probe else {
+        return interactive(&bundle, &opts);
+    };
+    let mut probe = bundle.workload.probe.clone();
+    if !send.is_empty() {
+        probe.send = send;
+    }
+    if let Some(e) = a.expect {
+        probe.expect = e;
+    }
+    opts.echo = a.console;
+    let res = run_probe(&bundle, &opts, &probe)?;
+    println!("{}", res.timeline.summary_text());
+    if let Some(p) = &a.timeline {
+        std::fs::write(p, serde_json::to_string_pretty(&res.timeline)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.log {
+        std::fs::write(p, res.timeline.to_stamped_text())
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &a.analyze {
+        crate::analyzecmd::report_runs(
+            vec![(bundle.workload.name.clone(), res.timeline.clone())],
+            p,
+        )?;
+    }
+    match res.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => {
+            eprintln!("snapboot: board run failed: {e}");
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// Serial console on this terminal; Ctrl-A X powers the board off.
+fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
+    let mut cmd = board::qemu::qemu_command(bundle, opts);
+    cmd.args(["-serial", "mon:stdio"]);
+    eprintln!(
+        "snapboot: console of {} (Ctrl-A X powers off)",
+        bundle.workload.name
+    );
+    let status = cmd
+        .status()
+        .context("cannot start qemu-system-x86_64 (package qemu-system-x86)")?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
+
+/// `snapboot board capture`.
+#[derive(Args, Debug)]
+pub struct BoardCaptureArgs {
+    /// The bundle directory (or a built-in workload name).
+    pub bundle: String,
+    /// Store file (created if missing; sparse, twice the guest RAM).
+    #[arg(long)]
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub board: BoardOpts,
+    /// Write the capture boot's timeline as JSON.
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
+    /// Copy the console to stdout.
+    #[arg(long)]
+    pub console: bool,
+    /// Capture a lazy image: page user memory out to a swap region in the store first, so
+    /// the image holds only what stays resident (max, or how much to page out, e.g. 96M).
+    #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
+    pub lazy: Option<String>,
+}
+
+/// `snapboot board capture`.
+pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
+    // The guest reads the same value; refuse a bad one before booting for nothing.
+    let lazy = match &a.lazy {
+        None => None,
+        Some(l) => Some(
+            parse_reclaim(l)
+                .with_context(|| format!("--lazy {l}: expected max or a size such as 96M"))?,
+        ),
+    };
+    let bundle = home::resolve_bundle(&a.bundle)?;
+    let mut opts = a.board.to_run_options(&bundle)?;
+    opts.echo = a.console;
+    opts.params.lazy = lazy;
+    let tl = capture_boot(&bundle, &opts, &a.store)?;
+    println!("{}", tl.summary_text());
+    if let Some(p) = &a.timeline {
+        std::fs::write(p, serde_json::to_string_pretty(&tl)?)?;
+    }
+    let mut store = Store::open(&a.store, false)?;
+    let info = store.newest()?;
+    println!(
+        "image generation {} on {}: {} kernel pages, {:.1} MiB on the store, kernel {}",
+        info.generation,
+        a.store.display(),
+        info.stream.image_pages,
+        info.image_bytes as f64 / 1048576.0,
+        info.identity.release
+    );
+    Ok(ExitCode::SUCCESS)
+}

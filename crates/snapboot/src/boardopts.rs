@@ -1,0 +1,71 @@
+//! The board options every command that powers the board on shares (`board run`, `board
+//! capture`, `bench cold`, `bench compare`), and the run options they make.
+
+use anyhow::Result;
+use board::qemu::{parse_mem_mib, Disk, KernelImage};
+use board::{Accel, Bundle, RunOptions};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Accelerator choice.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum AccelArg {
+    Auto,
+    Tcg,
+    Kvm,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct BoardOpts {
+    /// Guest memory, e.g. 512M or 1G (default: the workload's).
+    #[arg(long)]
+    mem: Option<String>,
+    /// Virtual CPUs (1 to 64).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    smp: u32,
+    /// Extra kernel command-line words.
+    #[arg(long, allow_hyphen_values = true)]
+    cmdline: Vec<String>,
+    /// Extra disk image (read-write), attached as /dev/vdb, /dev/vdc, ...
+    #[arg(long)]
+    disk: Vec<PathBuf>,
+    /// Accelerator (auto: KVM only with real vmx/svm).
+    #[arg(long, value_enum, default_value = "auto")]
+    accel: AccelArg,
+    /// Boot the compressed bzImage instead of the uncompressed vmlinux.
+    #[arg(long)]
+    bzimage: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+impl BoardOpts {
+    pub(crate) fn to_run_options(&self, bundle: &Bundle) -> Result<RunOptions> {
+        let mut o = RunOptions::for_bundle(bundle);
+        if let Some(m) = &self.mem {
+            o.mem_mib = parse_mem_mib(m)?;
+        }
+        o.smp = self.smp;
+        o.cmdline = self.cmdline.clone();
+        o.disks = self
+            .disk
+            .iter()
+            .map(|p| Disk {
+                path: p.clone(),
+                readonly: false,
+            })
+            .collect();
+        match self.accel {
+            AccelArg::Auto => {}
+            AccelArg::Tcg => o.accel = Accel::Tcg,
+            AccelArg::Kvm => o.accel = Accel::Kvm,
+        }
+        if self.bzimage {
+            o.kernel = KernelImage::BzImage;
+        }
+        o.timeout = Duration::from_secs(self.timeout);
+        Ok(o)
+    }
+}
