@@ -90,13 +90,11 @@ pub struct InspectArgs {
     no_verify: bool,
 }
 
-/// The kernel command line's `snapboot.*` words; a word that does not parse is reported
-/// with `marker` (the host ends the run on it) and becomes the command's error.
-fn boot_params(marker: &str) -> Result<BootParams> {
-    BootParams::parse(&kernel_cmdline()).map_err(|e| {
-        print_marker(marker, Some(&e.to_string()));
-        e.into()
-    })
+/// Whether the command line asks for a capture, even if another of its words is bad.
+fn asks_for_capture(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .any(|w| w.split('=').next() == Some(bootparams::key::CAPTURE))
 }
 
 /// The application's ready hook. When the kernel command line asks for a capture
@@ -104,9 +102,18 @@ fn boot_params(marker: &str) -> Result<BootParams> {
 /// restored side so the application's script can tell.
 pub fn ready() -> Result<ExitCode> {
     ondevice::guest::ready();
-    // A bad setting must reach the host as a capture failure at once, not as a console
-    // line the host waits past until its timeout.
-    let params = boot_params("capture-failed")?;
+    let cmdline = kernel_cmdline();
+    let params = match BootParams::parse(&cmdline) {
+        Ok(p) => p,
+        // A bad setting must reach the host as a capture failure at once, not as a console
+        // line the host waits past until its timeout.
+        Err(e) if asks_for_capture(&cmdline) => {
+            print_marker("capture-failed", Some(&e.to_string()));
+            return Err(e.into());
+        }
+        // No capture asked for: resume already named the word at this boot (@fallback).
+        Err(_) => return Ok(ExitCode::SUCCESS),
+    };
     if let Some(dev) = &params.khibernate {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
         if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
@@ -216,8 +223,12 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
         }
     };
     // A word that does not parse means no image is restored: the boot continues cold.
-    let Ok(params) = boot_params("fallback") else {
-        return Ok(ExitCode::from(4));
+    let params = match BootParams::parse(&kernel_cmdline()) {
+        Ok(p) => p,
+        Err(e) => {
+            print_marker("fallback", Some(&e.to_string()));
+            return Ok(ExitCode::from(4));
+        }
     };
     let (store, once) = if a.from_cmdline {
         if params.capture {

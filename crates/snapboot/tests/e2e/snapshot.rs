@@ -171,6 +171,18 @@ fn corrupted_data_is_refused_naming_the_chunk() {
     expect_fallback(&bad, &[], "checksum mismatch in chunk");
 }
 
+/// A misspelt boot parameter is never ignored: with it, the good image is not restored,
+/// the word is named, and the board boots cold.
+#[test]
+fn a_misspelt_boot_parameter_is_named_and_boots_cold() {
+    let good = captured("shell");
+    expect_fallback(
+        &good,
+        &["snapboot.onse"],
+        "unknown boot parameter \"snapboot.onse\"",
+    );
+}
+
 #[test]
 fn corrupted_header_is_refused() {
     let good = captured("shell");
