@@ -3,8 +3,10 @@ SNAPBOOT := target/x86_64-unknown-linux-gnu/release/snapboot
 export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
 APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium
+# Building the restore kernel from the distribution's kernel source.
+KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
 
-.PHONY: setup deps build kernel demo test bench clean
+.PHONY: setup deps build kernel restore-kernel demo test bench clean
 
 ## Install what the board needs (Debian packages), fetch the guest kernel, build snapboot.
 setup: deps build kernel
@@ -24,6 +26,17 @@ kernel: build
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \
 	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
+
+## The restore kernel (not yet used by the board): the distribution's kernel source, the
+## project's fragment (crates/board/kernel/restore.config), cached under .snapboot.
+restore-kernel: kernel
+	@missing=""; for p in $(KERNEL_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	$(SNAPBOOT) board restore-kernel
 
 ## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.
 demo: setup

@@ -28,6 +28,10 @@ pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "vi
 /// others); `/init` loads them only when the command line has `snapboot.lazy`.
 pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "zram", "lzo_rle"];
 
+/// Where the initramfs records the kernel its images come from (`release=`, `version=`,
+/// `machine=` lines).
+pub const IMAGE_KERNEL_RECORD: &str = "etc/snapboot/image-kernel";
+
 /// Errors while building or loading a bundle.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
@@ -194,13 +198,25 @@ impl Bundle {
             env: opts.workload.env.clone(),
         };
         ir.file("init", 0o755, script.render().into_bytes());
+        // The kernel this bundle's images come from, for a restore kernel booting this same
+        // initramfs (its own uname differs; ondevice::system::image_kernel reads this).
+        let vmlinux = out.join("vmlinux");
+        extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
+        let image = fs::read(&vmlinux).map_err(io(&vmlinux))?;
+        if let Some(version) = crate::kernel::uts_version(&image, &opts.kernel.release) {
+            let record = format!(
+                "release={}\nversion={version}\nmachine=x86_64\n",
+                opts.kernel.release
+            );
+            ir.file(IMAGE_KERNEL_RECORD, 0o644, record.into_bytes());
+        }
+        drop(image);
         let ir_path = out.join("initramfs.cpio");
         let f = fs::File::create(&ir_path).map_err(io(&ir_path))?;
         ir.write_to(std::io::BufWriter::new(f))
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
             .map_err(io(&ir_path))?;
 
-        extract_vmlinux(&opts.kernel.bzimage, &out.join("vmlinux"))?;
         fs::copy(&opts.kernel.bzimage, out.join("bzImage")).map_err(io(&opts.kernel.bzimage))?;
 
         let rootfs_img = out.join("rootfs.img");

@@ -56,6 +56,11 @@ pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInf
     KernelInfo::load(&kernel_record()).map_err(HomeError::NoKernel)
 }
 
+/// Where restore kernels are built and cached.
+pub fn restore_kernel_cache() -> PathBuf {
+    home().join("restore-kernels")
+}
+
 /// Where a built-in workload's bundle lives.
 pub fn builtin_bundle_dir(name: &str) -> PathBuf {
     home().join("bundles").join(name)

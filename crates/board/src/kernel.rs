@@ -100,7 +100,7 @@ impl KernelInfo {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<String, KernelError> {
+pub(crate) fn run(cmd: &mut Command) -> Result<String, KernelError> {
     let shown = format!("{cmd:?}").replace('"', "");
     let out = cmd.output().map_err(|e| KernelError::Command {
         cmd: shown.clone(),
@@ -165,6 +165,23 @@ pub fn fetch_debian(cache: &Path, meta: &str) -> Result<KernelInfo, KernelError>
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
     fs::write(&info_path, json).map_err(io_err(&info_path))?;
     Ok(info)
+}
+
+/// The kernel's `uname -v` (`UTS_VERSION`, e.g. `#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2
+/// (2026-11-16)`), read from the `Linux version RELEASE (...) (...) UTS_VERSION` banner in an
+/// uncompressed kernel image. 6.1 links two banners, `init/version.c`'s without the build
+/// number (`# SMP …`) and `init/version-timestamp.c`'s with it, which is what `uname -v`
+/// reports; the last one is that.
+pub fn uts_version(vmlinux: &[u8], release: &str) -> Option<String> {
+    let needle = format!("Linux version {release} (");
+    let at = vmlinux
+        .windows(needle.len())
+        .rposition(|w| w == needle.as_bytes())?;
+    let rest = &vmlinux[at..];
+    let end = rest.iter().position(|&b| b == b'\n' || b == 0)?;
+    let banner = std::str::from_utf8(&rest[..end]).ok()?;
+    let v = &banner[banner.find(") #")? + 2..];
+    Some(v.trim_end().to_string())
 }
 
 /// Finds bzImage, modules and config in an unpacked kernel package (`/lib` or merged `/usr/lib`).
@@ -359,6 +376,16 @@ fn lz4_legacy(p: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uts_version_comes_from_the_banner() {
+        let img = b"\0Linux version 6.1.0-56-amd64 (d@l) (gcc-12 (Debian 12.2.0) 12.2.0) # SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n\0\0Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)\n\0";
+        assert_eq!(
+            uts_version(img, "6.1.0-56-amd64").as_deref(),
+            Some("#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)")
+        );
+        assert_eq!(uts_version(img, "6.1.0-57-amd64"), None);
+    }
 
     #[test]
     fn parses_apt_cache_depends() {

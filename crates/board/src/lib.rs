@@ -12,6 +12,7 @@ pub mod kernel;
 pub mod modules;
 pub mod native;
 pub mod qemu;
+pub mod restore_kernel;
 pub mod workload;
 
 pub use bundle::{BuildOptions, Bundle, BundleError};

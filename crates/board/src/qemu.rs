@@ -44,12 +44,15 @@ impl Accel {
 }
 
 /// Which kernel image QEMU boots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelImage {
     /// The uncompressed ELF through its PVH entry (default).
     Vmlinux,
     /// The compressed bzImage as shipped (baseline).
     BzImage,
+    /// A restore kernel (ELF, PVH; `crate::restore_kernel`) with the bundle's initramfs: it
+    /// restores the bundle kernel's images, and cannot boot the root filesystem cold.
+    Restore(PathBuf),
 }
 
 /// An extra disk.
@@ -165,9 +168,10 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
         &opts.smp.to_string(),
     ]);
     c.args(["-display", "none", "-no-reboot"]);
-    let kernel = match opts.kernel {
+    let kernel = match &opts.kernel {
         KernelImage::Vmlinux => bundle.vmlinux(),
         KernelImage::BzImage => bundle.bzimage(),
+        KernelImage::Restore(vmlinux) => vmlinux.clone(),
     };
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());

@@ -144,7 +144,11 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
             threads,
             ..ReadOptions::default()
         });
-        check_compat(reader.info(), &running_identity())?;
+        let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
+        check_compat(
+            reader.info(),
+            &crate::system::image_kernel(running_identity(), record.as_deref()),
+        )?;
         check_binding(reader.info().binding.as_ref(), o)?;
         if let Some(s) = &reader.info().swap {
             crate::lazy::check_region(&o.store, &s.region()).map_err(ResumeError::SwapRegion)?;

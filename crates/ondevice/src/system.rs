@@ -22,6 +22,38 @@ pub fn running_identity() -> Identity {
     }
 }
 
+/// How a restore kernel names itself: the `LOCALVERSION` of the board's restore-kernel
+/// fragment (crates/board/kernel/restore.config).
+pub const RESTORE_KERNEL_SUFFIX: &str = "-snapboot-restore";
+
+/// Where the initramfs records the kernel its images come from.
+pub const IMAGE_KERNEL_RECORD: &str = "/etc/snapboot/image-kernel";
+
+/// The identity an image must have to be restored here. On the kernel that makes the
+/// images it is `running`. On a restore kernel (its release ends in
+/// [`RESTORE_KERNEL_SUFFIX`]) it is the image kernel recorded in the initramfs, with
+/// `running`'s RAM: the restore kernel hands over to that kernel, on this machine.
+pub fn image_kernel(running: Identity, record: Option<&str>) -> Identity {
+    if !running.release.ends_with(RESTORE_KERNEL_SUFFIX) {
+        return running;
+    }
+    let field = |key: &str| {
+        record?
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    match (field("release"), field("version"), field("machine")) {
+        (Some(release), Some(version), Some(machine)) => Identity {
+            release,
+            version,
+            machine,
+            ram_bytes: running.ram_bytes,
+        },
+        _ => running,
+    }
+}
+
 /// Sum of the top-level `System RAM` ranges of an `/proc/iomem` text.
 pub fn system_ram_bytes(iomem: &str) -> u64 {
     iomem
@@ -97,6 +129,30 @@ pub fn writable_block_mounts(mounts: &[Mount]) -> Vec<Mount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restore_kernel_restores_the_recorded_image_kernel() {
+        let running = |release: &str| Identity {
+            release: release.into(),
+            version: "#1 restore".into(),
+            machine: "x86_64".into(),
+            ram_bytes: 512 << 20,
+        };
+        let record = "release=6.1.0-56-amd64\nversion=#1 SMP Debian\nmachine=x86_64\n";
+        let stock = running("6.1.0-56-amd64");
+        assert_eq!(image_kernel(stock.clone(), Some(record)), stock);
+        let restore = running("6.1.192-snapboot-restore");
+        let want = Identity {
+            release: "6.1.0-56-amd64".into(),
+            version: "#1 SMP Debian".into(),
+            machine: "x86_64".into(),
+            ram_bytes: 512 << 20,
+        };
+        assert_eq!(image_kernel(restore.clone(), Some(record)), want);
+        // Without a (complete) record the restore kernel is only itself: nothing matches it.
+        assert_eq!(image_kernel(restore.clone(), None), restore);
+        assert_eq!(image_kernel(restore.clone(), Some("release=x\n")), restore);
+    }
 
     #[test]
     fn system_ram_sums_top_level_ranges_only() {

@@ -26,6 +26,25 @@ pub fn fetch_kernel(meta: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `snapboot board restore-kernel`.
+pub fn restore_kernel(jobs: Option<usize>) -> Result<ExitCode> {
+    let image_kernel = home::kernel(None, None)?;
+    let jobs = jobs.unwrap_or_else(snapimg::default_threads);
+    let k =
+        board::restore_kernel::build(&home::restore_kernel_cache(), &image_kernel.release, jobs)?;
+    println!(
+        "restore kernel {} from {} for images of {}",
+        k.release, k.source, image_kernel.release
+    );
+    println!(
+        "  vmlinux {} ({:.1} MiB, built in {:.0} s)",
+        k.vmlinux.display(),
+        std::fs::metadata(&k.vmlinux).map_or(0.0, |m| mib(m.len())),
+        k.build_secs
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 #[derive(Args, Debug)]
 pub struct KernelArgs {
     /// A kernel image (bzImage or vmlinux) instead of the fetched one.

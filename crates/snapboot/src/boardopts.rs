@@ -1,7 +1,7 @@
 //! The board options every command that powers the board on shares (`board run`, `board
 //! capture`, `bench cold`, `bench compare`), and the run options they make.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use board::qemu::{parse_mem_mib, Disk, KernelImage};
 use board::{Accel, Bundle, RunOptions};
 use clap::{Args, ValueEnum};
@@ -34,8 +34,13 @@ pub(crate) struct BoardOpts {
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelArg,
     /// Boot the compressed bzImage instead of the uncompressed vmlinux.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "restore_kernel")]
     bzimage: bool,
+    /// Snapshot-boot with the restore kernel (`board restore-kernel`) instead of the bundle's
+    /// kernel. Experimental: it restores the bundle kernel's images, but a refused image ends
+    /// in a failed boot (no fallback to the bundle's kernel yet).
+    #[arg(long)]
+    restore_kernel: bool,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
@@ -64,6 +69,16 @@ impl BoardOpts {
         }
         if self.bzimage {
             o.kernel = KernelImage::BzImage;
+        }
+        if self.restore_kernel {
+            let release = &bundle.kernel.release;
+            let k = board::restore_kernel::cached(&board::home::restore_kernel_cache(), release)
+                .with_context(|| {
+                    format!(
+                        "no restore kernel built for {release}: run `snapboot board restore-kernel`"
+                    )
+                })?;
+            o.kernel = KernelImage::Restore(k.vmlinux);
         }
         o.timeout = Duration::from_secs(self.timeout);
         Ok(o)

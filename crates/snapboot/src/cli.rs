@@ -64,6 +64,13 @@ enum BoardCmd {
         #[arg(long, default_value = "linux-image-amd64")]
         meta: String,
     },
+    /// Build the restore kernel: a small kernel from the distribution's own source, only to
+    /// restore images of the fetched kernel (cached; a few minutes the first time).
+    RestoreKernel {
+        /// Parallel compile jobs (default: one per CPU).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
     /// Build a guest bundle: vmlinux, initramfs, root filesystem.
     Build(crate::boardcmd::BuildArgs),
     /// Power the board on.
@@ -83,6 +90,7 @@ enum BenchCmd {
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
         Cmd::Board(BoardCmd::FetchKernel { meta }) => crate::boardcmd::fetch_kernel(&meta),
+        Cmd::Board(BoardCmd::RestoreKernel { jobs }) => crate::boardcmd::restore_kernel(jobs),
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
         Cmd::Board(BoardCmd::Run(a)) => crate::boardcmd::run(a),
         Cmd::Trace(a) => crate::tracecmd::trace(a),
