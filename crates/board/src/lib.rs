@@ -4,6 +4,7 @@
 //! tree into a bootable *guest bundle*, and the runner that powers the bundle on, records the
 //! serial console with host timestamps and measures time-to-interactive.
 
+pub mod bench;
 pub mod bundle;
 pub mod capture;
 pub mod home;
@@ -15,6 +16,7 @@ pub mod qemu;
 pub mod restore_kernel;
 pub mod workload;
 
+pub use bench::{BenchError, BootError};
 pub use bundle::{BuildOptions, Bundle, BundleError};
 pub use capture::CaptureBootError;
 pub use home::HomeError;

@@ -1,10 +1,11 @@
 //! `snapboot analyze` and `snapboot check-kernel`: boot logs into a report with a boot graph
 //! and the advisor's findings; a kernel config into a verdict on snapshot boot.
 
-use analyze::{analyze_files, check_config, load_config, Report, Timeline, Verdict};
-use anyhow::{Context, Result};
+use crate::output::write_report;
+use analyze::{analyze_files, check_config, load_config, Verdict};
+use anyhow::Result;
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `snapboot analyze`.
@@ -38,17 +39,6 @@ pub struct CheckKernelArgs {
     json: bool,
 }
 
-fn write_outputs(report: &Report, html: Option<&Path>, svg: Option<&Path>) -> Result<()> {
-    if let Some(p) = html {
-        std::fs::write(p, report.to_html()).with_context(|| format!("writing {}", p.display()))?;
-        eprintln!("snapboot: report written to {}", p.display());
-    }
-    if let Some(p) = svg {
-        std::fs::write(p, report.to_svg()).with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
-}
-
 /// `snapboot analyze`.
 pub fn analyze(a: AnalyzeArgs) -> Result<ExitCode> {
     let report = analyze_files(&a.logs, a.config.as_deref())?;
@@ -57,14 +47,8 @@ pub fn analyze(a: AnalyzeArgs) -> Result<ExitCode> {
     } else {
         print!("{}", report.to_text());
     }
-    write_outputs(&report, a.html.as_deref(), a.svg.as_deref())?;
+    write_report(&report, a.html.as_deref(), a.svg.as_deref())?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes the report of runs the board just made (`--analyze` on run and bench).
-pub fn report_runs(runs: Vec<(String, Timeline)>, html: &Path) -> Result<()> {
-    let report = Report::from_timelines(runs, None);
-    write_outputs(&report, Some(html), None)
 }
 
 /// `snapboot check-kernel`: exit 0 when snapshot boot can work, 1 when a blocker was found.

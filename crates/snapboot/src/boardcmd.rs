@@ -203,7 +203,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     if let Some(p) = &a.analyze {
-        crate::analyzecmd::report_runs(
+        crate::output::report_runs(
             vec![(bundle.workload.name.clone(), res.timeline.clone())],
             p,
         )?;

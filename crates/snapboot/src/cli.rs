@@ -82,9 +82,9 @@ enum BoardCmd {
 #[derive(Subcommand, Debug)]
 enum BenchCmd {
     /// N cold boots: median/min/max of each milestone and of TTI.
-    Cold(crate::bench::ColdArgs),
+    Cold(crate::benchcmd::ColdArgs),
     /// Cold boot vs kernel-native hibernation resume vs snapboot, N boots each.
-    Compare(crate::compare::CompareArgs),
+    Compare(crate::benchcmd::CompareArgs),
 }
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -94,8 +94,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
         Cmd::Board(BoardCmd::Run(a)) => crate::boardcmd::run(a),
         Cmd::Trace(a) => crate::tracecmd::trace(a),
-        Cmd::Bench(BenchCmd::Cold(a)) => crate::bench::cold(a),
-        Cmd::Bench(BenchCmd::Compare(a)) => crate::compare::compare(a),
+        Cmd::Bench(BenchCmd::Cold(a)) => crate::benchcmd::cold(a),
+        Cmd::Bench(BenchCmd::Compare(a)) => crate::benchcmd::compare(a),
         Cmd::Start { env, cmd } => {
             let code = ondevice::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))

@@ -2,12 +2,12 @@
 //! static binary runs on the host (board, bench, analysis) and inside the guest (start, ready).
 
 mod analyzecmd;
-mod bench;
+mod benchcmd;
 mod boardcmd;
 mod boardopts;
 mod cli;
-mod compare;
 mod guestcmd;
+mod output;
 mod tracecmd;
 
 use clap::Parser;

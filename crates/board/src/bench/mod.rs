@@ -1,0 +1,351 @@
+//! Benchmarks on the board: the same workload booted N times per method, each boot checked
+//! to have come up the way its method promises, and the [`BenchReport`] every benchmark
+//! writes (`snapboot bench cold`, `snapboot bench compare`).
+//!
+//! `compare` brings the workload up four ways in one run: cold boot, the kernel's own
+//! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot and snapboot's
+//! lazy snapshot boot (user memory paged in on demand). Images are made once per method and
+//! reused for every run; the kernel-native one is restored from a saved copy of the swap
+//! device, because the kernel consumes it on resume.
+//!
+//! Progress is reported through a `tick` callback, once per boot, so the caller decides how
+//! to show it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+
+use bootparams::Reclaim;
+use boottrace::report::{summarize, BenchReport, MethodResult};
+use boottrace::{MilestoneKind, Timeline};
+use snapimg::{ImageError, Store};
+
+use crate::bundle::Bundle;
+use crate::capture::{attach_store, capture_boot, CaptureBootError};
+use crate::native::{self, NativeError};
+use crate::qemu::{run_probe, RunError, RunOptions};
+
+/// Why a measured boot does not count.
+#[derive(Debug, Error)]
+pub enum BootError {
+    /// The board did not answer the probe.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A restore was expected; the device fell back to a cold boot.
+    #[error("expected a restore, got a cold boot: {0}")]
+    FellBack(String),
+    /// A restore was expected; the board came up without one and without saying why.
+    #[error("the board came up without restoring an image")]
+    NotRestored,
+}
+
+/// Why a benchmark stopped.
+#[derive(Debug, Error)]
+pub enum BenchError {
+    /// Zero runs per method were asked for.
+    #[error("--runs must be at least 1")]
+    NoRuns,
+    /// A cold boot of `bench cold` failed.
+    #[error("cold boot {run} of {runs} failed")]
+    ColdRun {
+        /// Which boot (from 1).
+        run: usize,
+        /// Of how many.
+        runs: usize,
+        /// Why.
+        #[source]
+        source: RunError,
+    },
+    /// A boot of a method did not count.
+    #[error("{what}")]
+    Boot {
+        /// The method and step (`cold boot`, `snapboot resume`, ...).
+        what: String,
+        /// Why.
+        #[source]
+        source: BootError,
+    },
+    /// A snapboot method's capture boot produced no image.
+    #[error("{method} capture")]
+    Capture {
+        /// `snapboot` or `snapboot-lazy`.
+        method: &'static str,
+        /// Why.
+        #[source]
+        source: CaptureBootError,
+    },
+    /// A snapshot boot's store could not be attached.
+    #[error(transparent)]
+    Store(#[from] CaptureBootError),
+    /// The captured image could not be read back.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The kernel-native baseline could not be set up.
+    #[error(transparent)]
+    Native(#[from] NativeError),
+    /// A file of the work directory could not be made or read.
+    #[error("{what} {}", path.display())]
+    WorkFile {
+        /// What was being done.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The methods `compare` measures, the baseline first.
+pub const COMPARE_METHODS: [&str; 4] = ["cold", "kernel-resume", "snapboot", "snapboot-lazy"];
+
+/// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus the
+/// three image captures.
+pub fn compare_steps(runs: usize) -> u64 {
+    4 * runs as u64 + 3
+}
+
+/// One method's boots, and the size of its image where it has one.
+#[derive(Debug, Clone)]
+pub struct MethodRuns {
+    /// Method name (one of [`COMPARE_METHODS`] for `compare`).
+    pub method: &'static str,
+    /// Every boot's timeline, in order.
+    pub timelines: Vec<Timeline>,
+    /// Bytes of the image as the kernel produced it.
+    pub image_bytes: Option<u64>,
+    /// Bytes the image occupies on its storage.
+    pub stored_bytes: Option<u64>,
+}
+
+impl MethodRuns {
+    /// The method's summary for the report.
+    pub fn summary(&self) -> MethodResult {
+        let mut m = summarize(self.method, &self.timelines);
+        m.image_bytes = self.image_bytes;
+        m.stored_bytes = self.stored_bytes;
+        m
+    }
+}
+
+/// Checks that a boot came up the expected way: never through a resume fallback, and with a
+/// restore when `want_restore`.
+pub fn check_boot(tl: &Timeline, want_restore: bool) -> Result<(), BootError> {
+    if let Some(m) = tl.milestone(MilestoneKind::ResumeFallback) {
+        return Err(BootError::FellBack(m.detail.clone().unwrap_or_default()));
+    }
+    if want_restore && tl.first(MilestoneKind::Restored).is_none() {
+        return Err(BootError::NotRestored);
+    }
+    Ok(())
+}
+
+/// Runs one scripted boot with the workload's probe and insists it came up the expected way.
+pub fn measured_boot(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    want_restore: bool,
+) -> Result<Timeline, BootError> {
+    let res = run_probe(bundle, opts, &bundle.workload.probe)?;
+    if let Some(e) = res.error {
+        return Err(e.into());
+    }
+    check_boot(&res.timeline, want_restore)?;
+    Ok(res.timeline)
+}
+
+/// `bench cold`: `runs` cold boots with the workload's probe.
+pub fn cold(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    runs: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<Vec<Timeline>, BenchError> {
+    if runs == 0 {
+        return Err(BenchError::NoRuns);
+    }
+    let mut timelines = Vec::new();
+    for i in 0..runs {
+        let res = run_probe(bundle, opts, &bundle.workload.probe).map_err(|source| {
+            BenchError::ColdRun {
+                run: i + 1,
+                runs,
+                source,
+            }
+        })?;
+        if let Some(source) = res.error {
+            return Err(BenchError::ColdRun {
+                run: i + 1,
+                runs,
+                source,
+            });
+        }
+        timelines.push(res.timeline);
+        tick();
+    }
+    Ok(timelines)
+}
+
+/// `bench compare`: the four methods of [`COMPARE_METHODS`], `runs` boots each, with the
+/// stores and swap images under `work` (created if missing). Calls `tick`
+/// [`compare_steps`] times.
+pub fn compare(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    runs: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<Vec<MethodRuns>, BenchError> {
+    if runs == 0 {
+        return Err(BenchError::NoRuns);
+    }
+    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
+        what: "creating",
+        path: work.to_path_buf(),
+        source,
+    })?;
+    let boot = |o: &RunOptions, want_restore: bool, what: &str| {
+        measured_boot(bundle, o, want_restore).map_err(|source| BenchError::Boot {
+            what: what.to_string(),
+            source,
+        })
+    };
+
+    let mut cold = Vec::new();
+    for _ in 0..runs {
+        cold.push(boot(opts, false, "cold boot")?);
+        tick();
+    }
+
+    let swap_saved = work.join("kernel-native.swap");
+    let swap = work.join("kernel-native.swap.run");
+    native::make_swap(&swap, opts.mem_mib)?;
+    let native_raw = native::hibernate(bundle, opts, &swap)?;
+    native::sparse_copy(&swap, &swap_saved)?;
+    let native_disk = std::fs::metadata(&swap_saved)
+        .map(|m| m.blocks() * 512)
+        .map_err(|source| BenchError::WorkFile {
+            what: "reading",
+            path: swap_saved.clone(),
+            source,
+        })?;
+    tick();
+    let mut resumed = Vec::new();
+    for _ in 0..runs {
+        native::sparse_copy(&swap_saved, &swap)?;
+        let o = native::with_swap(opts, &swap, false);
+        resumed.push(boot(&o, true, "kernel-native resume")?);
+        tick();
+    }
+
+    let snap = snapboot_method(bundle, opts, work, false, runs, tick)?;
+    let lazy = snapboot_method(bundle, opts, work, true, runs, tick)?;
+    Ok(vec![
+        MethodRuns {
+            method: COMPARE_METHODS[0],
+            timelines: cold,
+            image_bytes: None,
+            stored_bytes: None,
+        },
+        MethodRuns {
+            method: COMPARE_METHODS[1],
+            timelines: resumed,
+            image_bytes: Some(native_raw),
+            stored_bytes: Some(native_disk),
+        },
+        snap,
+        lazy,
+    ])
+}
+
+/// Captures one snapboot image (full or lazy) into its own store under `work`, then boots
+/// it `runs` times.
+fn snapboot_method(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    lazy: bool,
+    runs: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<MethodRuns, BenchError> {
+    let method = if lazy {
+        COMPARE_METHODS[3]
+    } else {
+        COMPARE_METHODS[2]
+    };
+    let store = work.join(format!("{method}.store"));
+    let _ = std::fs::remove_file(&store);
+    let mut capture_opts = opts.clone();
+    capture_opts.params.lazy = lazy.then_some(Reclaim::Max);
+    capture_boot(bundle, &capture_opts, &store)
+        .map_err(|source| BenchError::Capture { method, source })?;
+    let info = Store::open(&store, false)?.newest()?;
+    tick();
+    let mut timelines = Vec::new();
+    for _ in 0..runs {
+        let mut o = opts.clone();
+        attach_store(&mut o, &store, false)?;
+        let tl = measured_boot(bundle, &o, true).map_err(|source| BenchError::Boot {
+            what: format!("{method} resume"),
+            source,
+        })?;
+        timelines.push(tl);
+        tick();
+    }
+    Ok(MethodRuns {
+        method,
+        timelines,
+        image_bytes: Some(info.stats.raw_bytes),
+        stored_bytes: Some(info.image_bytes),
+    })
+}
+
+/// The report of a benchmark run of `bundle` with `opts`, finished now.
+pub fn report(
+    bench: &str,
+    bundle: &Bundle,
+    opts: &RunOptions,
+    runs: usize,
+    methods: Vec<MethodResult>,
+) -> BenchReport {
+    let finished_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    report_at(bench, bundle, opts, runs, methods, finished_unix)
+}
+
+fn report_at(
+    bench: &str,
+    bundle: &Bundle,
+    opts: &RunOptions,
+    runs: usize,
+    methods: Vec<MethodResult>,
+    finished_unix: u64,
+) -> BenchReport {
+    BenchReport {
+        bench: bench.into(),
+        workload: bundle.workload.name.clone(),
+        kernel: bundle.kernel.release.clone(),
+        accel: format!("{:?}", opts.accel).to_lowercase(),
+        mem_mib: opts.mem_mib,
+        finished_unix,
+        runs,
+        methods,
+    }
+}
+
+/// Writes `report` as pretty JSON to `path`.
+pub fn write_json(report: &BenchReport, path: &Path) -> Result<(), BenchError> {
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other);
+    json.and_then(|j| std::fs::write(path, j))
+        .map_err(|source| BenchError::WorkFile {
+            what: "writing",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests;
