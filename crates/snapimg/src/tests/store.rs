@@ -78,49 +78,6 @@ fn successive_writes_alternate_slots_and_bump_generation() {
 }
 
 #[test]
-fn interrupted_write_keeps_previous_image() {
-    let (s1, s2) = (synthetic_stream(400, 1), synthetic_stream(500, 2));
-    let mut store = mem_store(16 * MIB);
-    write_stream(&mut store, &s1).unwrap();
-    write_stream(&mut store, &s2).unwrap();
-
-    // Writer dropped half way (power cut during capture): goes to slot A.
-    {
-        let s3 = synthetic_stream(600, 3);
-        let mut w = store.writer(meta()).unwrap();
-        assert_eq!((w.slot(), w.generation()), (Slot::A, 3));
-        for p in s3.chunks_exact(PAGE_SIZE).take(300) {
-            w.push_page(page(p)).unwrap();
-        }
-    }
-    assert_eq!(store.newest().unwrap().generation, 2);
-    assert_eq!(read_all(&mut store).unwrap(), s2);
-
-    // Garbage all over the unfinished area A: still gen 2.
-    let area_a = store.area_offset(Slot::A) as usize;
-    let cap = store.area_capacity() as usize;
-    let mut store = poke(store, |b| b[area_a..area_a + cap].fill(0xA5));
-    assert_eq!(read_all(&mut store).unwrap(), s2);
-
-    // Committing an incomplete stream fails and publishes nothing.
-    let mut w = store.writer(meta()).unwrap();
-    for p in s1.chunks_exact(PAGE_SIZE).take(10) {
-        w.push_page(page(p)).unwrap();
-    }
-    let err = w.commit().unwrap_err();
-    assert!(
-        std::error::Error::source(&err)
-            .is_some_and(|s| s.to_string().contains("stream ended after 10 of 402 pages")),
-        "{err}"
-    );
-    assert_eq!(read_all(&mut store).unwrap(), s2);
-
-    // The next complete write still gets a fresh generation.
-    assert_eq!(write_stream(&mut store, &s1).unwrap().generation, 3);
-    assert_eq!(read_all(&mut store).unwrap(), s1);
-}
-
-#[test]
 fn torn_newest_header_leaves_previous_bootable() {
     let (s1, s2) = (synthetic_stream(100, 1), synthetic_stream(100, 2));
     let mut store = mem_store(4 * MIB);
