@@ -3,7 +3,7 @@
 
 use std::io::Cursor;
 
-use super::{mem_store, meta, page, poke, write_with};
+use super::{mem_store, meta, poke, write_with};
 use crate::header::{off, Header};
 use crate::kstream::{collect_stream, synthetic_stream, PAGE_SIZE};
 use crate::*;
