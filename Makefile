@@ -27,8 +27,8 @@ kernel: build
 	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
 
-## The restore kernel (not yet used by the board): the distribution's kernel source, the
-## project's fragment (crates/board/kernel/restore.config), cached under .snapboot.
+## The restore kernel: the distribution's kernel source, the project's fragment
+## (crates/board/kernel/restore.config), built once (minutes) and cached under .snapboot.
 restore-kernel: kernel
 	@missing=""; for p in $(KERNEL_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -39,7 +39,7 @@ restore-kernel: kernel
 	$(SNAPBOOT) board restore-kernel
 
 ## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.
-demo: setup
+demo: setup restore-kernel
 	$(SNAPBOOT) board build --workload app
 	@echo "== 1. cold boot =="
 	$(SNAPBOOT) board run app --probe
@@ -50,11 +50,11 @@ demo: setup
 	@echo "== 4. cold vs kernel-native hibernation resume vs snapboot =="
 	$(SNAPBOOT) bench compare --workload app --runs 3
 
-## Unit tests and end-to-end tests that boot the real board.
-test: setup
+## Unit tests and end-to-end tests that boot the real board (with the restore kernel too).
+test: setup restore-kernel
 	cargo test --release --workspace
 
-bench: setup
+bench: setup restore-kernel
 	$(SNAPBOOT) bench compare --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-shell.json
 	$(SNAPBOOT) bench compare --workload app --runs 3 --json $(SNAPBOOT_HOME)/compare-app.json
 

@@ -53,6 +53,13 @@ pub enum BundleError {
     /// The bundle directory is not a bundle.
     #[error("{path} is not a snapboot bundle: {reason}")]
     NotABundle { path: PathBuf, reason: String },
+    /// The kernel pack (stock kernel and initramfs, for a restore kernel's fallback).
+    #[error("kernel pack {}", path.display())]
+    Pack {
+        path: PathBuf,
+        #[source]
+        source: kernelpack::PackError,
+    },
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -123,6 +130,42 @@ impl Bundle {
     /// The root filesystem image.
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs.img")
+    }
+    /// The kernel pack: bzImage and initramfs in one checked file, which a restore kernel
+    /// reads (as a raw disk) to hand a cold boot to the stock kernel.
+    pub fn kernel_pack(&self) -> PathBuf {
+        self.dir.join("coldkernel.pack")
+    }
+
+    /// Writes the kernel pack from the bundle's bzImage and initramfs, unless it is there
+    /// and newer than both. Written to a temporary file and renamed: never half a pack.
+    pub fn ensure_kernel_pack(&self) -> Result<PathBuf, BundleError> {
+        let pack = self.kernel_pack();
+        let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+        if let Some(t) = modified(&pack) {
+            if [self.bzimage(), self.initramfs()]
+                .iter()
+                .all(|p| modified(p).is_some_and(|s| s <= t))
+            {
+                return Ok(pack);
+            }
+        }
+        let kernel = fs::read(self.bzimage()).map_err(io(&self.bzimage()))?;
+        let initrd = fs::read(self.initramfs()).map_err(io(&self.initramfs()))?;
+        let tmp = self.dir.join("coldkernel.pack.tmp");
+        let f = fs::File::create(&tmp).map_err(io(&tmp))?;
+        let mut w = std::io::BufWriter::new(f);
+        kernelpack::write(&mut w, &kernel, &initrd).map_err(|source| BundleError::Pack {
+            path: pack.clone(),
+            source,
+        })?;
+        let f = w.into_inner().map_err(|e| BundleError::Io {
+            path: tmp.clone(),
+            source: e.into_error(),
+        })?;
+        f.sync_all().map_err(io(&tmp))?;
+        fs::rename(&tmp, &pack).map_err(io(&pack))?;
+        Ok(pack)
     }
 
     /// Whether the bundle carries exactly the snapboot binary at `exe`.
@@ -244,6 +287,7 @@ impl Bundle {
             rootfs_bytes: size(&rootfs_img),
             snapboot_blake3,
         };
+        bundle.ensure_kernel_pack()?;
         let manifest = out.join("bundle.json");
         let json = serde_json::to_string_pretty(&bundle).unwrap_or_default();
         fs::write(&manifest, json).map_err(io(&manifest))?;

@@ -6,6 +6,7 @@
 //!
 //! The `/init` is where snapshot resume runs: before any filesystem is mounted.
 
+use bootparams::RESTORE_KERNEL_SUFFIX;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -158,11 +159,18 @@ impl InitScript {
         s.push_str("mount -t tmpfs -o mode=0755,size=32m tmpfs /run\n");
         s.push_str(&format!("echo \"{}\"\n", m("init")));
         s.push_str("fail() { echo \"snapboot: init: $*\"; exec sh; }\n");
+        // A restore kernel has its drivers built in and cannot load the stock kernel's
+        // modules: it goes straight to resume (store discovery needs no module).
+        s.push_str(&format!(
+            "read release < /proc/sys/kernel/osrelease\ncase \"$release\" in *{}) ;; *)\n",
+            RESTORE_KERNEL_SUFFIX
+        ));
         for module in &self.modules {
             s.push_str(&format!(
-                "insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
             ));
         }
+        s.push_str(";; esac\n");
         s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
         s.push_str("/bin/snapboot resume --from-cmdline\n");
         s.push_str(&format!(

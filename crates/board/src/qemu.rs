@@ -143,7 +143,8 @@ pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
 /// ~0.4 s per restore. Add it with `--cmdline init_on_free=1` to see for yourself.
 pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 printk.time=1";
 
-/// The QEMU program and arguments for a run.
+/// The QEMU program and arguments for a run. The bundle's kernel pack must exist
+/// ([`Bundle::ensure_kernel_pack`]; [`Session::start`] makes sure of it).
 pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     let mut c = Command::new("qemu-system-x86_64");
     let accel = match opts.accel {
@@ -175,8 +176,14 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     };
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());
+    let mut params = opts.params.clone();
+    if matches!(opts.kernel, KernelImage::Restore(_)) {
+        // The kernel pack goes last, after the root (vda) and the extra disks.
+        let letter = (b'b' + opts.disks.len() as u8) as char;
+        params.cold_kernel = Some(format!("/dev/vd{letter}"));
+    }
     let mut cmdline = BASE_CMDLINE.to_string();
-    for w in opts.params.render().iter().chain(&opts.cmdline) {
+    for w in params.render().iter().chain(&opts.cmdline) {
         cmdline.push(' ');
         cmdline.push_str(w);
     }
@@ -194,6 +201,13 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
             d.path.display()
         ));
     }
+    // The board's boot partition, last: the kernel pack a restore kernel hands a cold boot
+    // to. It is attached on every boot, whichever kernel runs: the firmware's memory map
+    // depends on the devices, and an image only restores onto the map it was captured on.
+    c.arg("-drive").arg(format!(
+        "file={},if=virtio,format=raw,readonly=on",
+        bundle.kernel_pack().display()
+    ));
     c
 }
 
@@ -226,6 +240,9 @@ pub enum RunError {
     /// Writing to the console failed.
     #[error("console write failed: {0}")]
     Console(std::io::Error),
+    /// The kernel pack (the board's boot partition) could not be made.
+    #[error("cannot prepare the board's kernel pack")]
+    KernelPack(#[source] crate::bundle::BundleError),
 }
 
 enum Chunk {
@@ -251,6 +268,7 @@ pub struct Session {
 impl Session {
     /// Powers the board on.
     pub fn start(bundle: &Bundle, opts: &RunOptions) -> Result<Self, RunError> {
+        bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
         let mut cmd = qemu_command(bundle, opts);
         cmd.args(["-serial", "stdio", "-monitor", "none"]);
         cmd.stdin(Stdio::piped())

@@ -332,9 +332,8 @@ mod tests {
             .iter()
             .any(|x| x.name == "CONFIG_MODULES" && x.value == "n"));
         // ondevice::system::RESTORE_KERNEL_SUFFIX recognises a restore kernel by this.
-        assert!(s
-            .iter()
-            .any(|x| x.name == "CONFIG_LOCALVERSION" && x.value == "\"-snapboot-restore\""));
+        assert!(s.iter().any(|x| x.name == "CONFIG_LOCALVERSION"
+            && x.value == format!("\"{}\"", bootparams::RESTORE_KERNEL_SUFFIX)));
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //! snapboot.threads=N        decompression threads at resume
 //! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV
 //! snapboot.kresume=DEV      baseline: the kernel's own resume from swap DEV
+//! snapboot.coldkernel=DEV   on a restore kernel: the kernel pack (stock kernel and
+//!                           initramfs) to hand a cold boot to when there is nothing to restore
+//! snapboot.handedover       this cold boot was handed over by a restore kernel: do not resume
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -57,12 +60,21 @@ pub mod key {
     pub const KHIBERNATE: &str = "snapboot.khibernate";
     /// Baseline: kernel-native resume.
     pub const KRESUME: &str = "snapboot.kresume";
+    /// On a restore kernel: where the kernel pack for a cold boot is.
+    pub const COLDKERNEL: &str = "snapboot.coldkernel";
+    /// This cold boot was handed over by a restore kernel, which already said why.
+    pub const HANDEDOVER: &str = "snapboot.handedover";
     /// Every key.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         STORE, CAPTURE, THEN, FORCE, NODROP, NOCOMPACT, COMPRESS, LAZY, SWAPSIZE, ONCE, THREADS,
-        KHIBERNATE, KRESUME,
+        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER,
     ];
 }
+
+/// How a restore kernel's release ends (`CONFIG_LOCALVERSION` in the board's
+/// `kernel/restore.config`): the initramfs and `snapboot resume` tell by it that the running
+/// kernel is a restore kernel, not the one that made the image.
+pub const RESTORE_KERNEL_SUFFIX: &str = "-snapboot-restore";
 
 /// A word of the command line that does not parse.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -131,6 +143,10 @@ pub struct BootParams {
     pub khibernate: Option<String>,
     /// `snapboot.kresume=DEV`.
     pub kresume: Option<String>,
+    /// `snapboot.coldkernel=DEV`.
+    pub cold_kernel: Option<String>,
+    /// `snapboot.handedover`.
+    pub handed_over: bool,
 }
 
 impl Default for BootParams {
@@ -149,6 +165,8 @@ impl Default for BootParams {
             threads: None,
             khibernate: None,
             kresume: None,
+            cold_kernel: None,
+            handed_over: false,
         }
     }
 }
@@ -192,6 +210,17 @@ pub fn compression_word(c: Compression) -> String {
         Compression::Lz4 => "lz4".into(),
         Compression::Zstd { level } => format!("zstd:{level}"),
     }
+}
+
+/// The value of one `key=value` word of `cmdline`, read on its own (the last one wins):
+/// for a fallback that must still work when another `snapboot.*` word does not parse.
+pub fn value_of<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
+    cmdline
+        .split_whitespace()
+        .rev()
+        .filter_map(|w| w.split_once('='))
+        .find(|(k, v)| *k == key && !v.is_empty())
+        .map(|(_, v)| v)
 }
 
 /// What a size-taking key expects.
@@ -255,6 +284,8 @@ impl BootParams {
                 }
                 key::KHIBERNATE => p.khibernate = Some(text(value)?),
                 key::KRESUME => p.kresume = Some(text(value)?),
+                key::COLDKERNEL => p.cold_kernel = Some(text(value)?),
+                key::HANDEDOVER => p.handed_over = flag(value)?,
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -286,6 +317,8 @@ impl BootParams {
             self.threads.map(|t| with(key::THREADS, &t)),
             self.khibernate.as_ref().map(|d| with(key::KHIBERNATE, d)),
             self.kresume.as_ref().map(|d| with(key::KRESUME, d)),
+            self.cold_kernel.as_ref().map(|d| with(key::COLDKERNEL, d)),
+            self.handed_over.then(|| key::HANDEDOVER.to_string()),
         ];
         words.into_iter().flatten().collect()
     }

@@ -16,7 +16,8 @@ fn each_word_sets_its_field() {
         "console=ttyS0 snapboot.store=/dev/vdb snapboot.capture snapboot.then=continue \
          snapboot.force snapboot.nodrop snapboot.nocompact snapboot.compress=zstd:5 \
          snapboot.lazy=96M snapboot.swapsize=1G snapboot.once snapboot.threads=2 \
-         snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd",
+         snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
+         snapboot.coldkernel=/dev/vde snapboot.handedover",
     )
     .unwrap();
     assert_eq!(
@@ -35,8 +36,18 @@ fn each_word_sets_its_field() {
             threads: Some(2),
             khibernate: Some("/dev/vdc".into()),
             kresume: Some("/dev/vdd".into()),
+            cold_kernel: Some("/dev/vde".into()),
+            handed_over: true,
         }
     );
+}
+
+#[test]
+fn one_value_is_found_even_beside_a_bad_word() {
+    let line = "snapboot.onse snapboot.coldkernel=/dev/vdc snapboot.coldkernel= x=1";
+    assert!(BootParams::parse(line).is_err());
+    assert_eq!(value_of(line, key::COLDKERNEL), Some("/dev/vdc"));
+    assert_eq!(value_of(line, key::STORE), None);
 }
 
 #[test]
@@ -139,8 +150,8 @@ fn reclaim() -> impl Strategy<Value = Option<Reclaim>> {
 
 prop_compose! {
     fn params()(
-        store in device(), khibernate in device(), kresume in device(),
-        flags in any::<[bool; 5]>(), continue_after in any::<bool>(),
+        store in device(), khibernate in device(), kresume in device(), cold_kernel in device(),
+        flags in any::<[bool; 6]>(), continue_after in any::<bool>(),
         compression in compression(), lazy in reclaim(),
         swap_size in proptest::option::of(0u64..1 << 40),
         threads in proptest::option::of(0usize..64),
@@ -159,6 +170,8 @@ prop_compose! {
             threads,
             khibernate,
             kresume,
+            cold_kernel,
+            handed_over: flags[5],
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod binding;
 pub mod capture;
 pub mod dm;
 pub mod guest;
+pub mod handover;
 pub mod kernel_native;
 pub mod lazy;
 pub mod restore;

@@ -22,9 +22,7 @@ pub fn running_identity() -> Identity {
     }
 }
 
-/// How a restore kernel names itself: the `LOCALVERSION` of the board's restore-kernel
-/// fragment (crates/board/kernel/restore.config).
-pub const RESTORE_KERNEL_SUFFIX: &str = "-snapboot-restore";
+pub use bootparams::RESTORE_KERNEL_SUFFIX;
 
 /// Where the initramfs records the kernel its images come from.
 pub const IMAGE_KERNEL_RECORD: &str = "/etc/snapboot/image-kernel";

@@ -48,6 +48,9 @@ pub struct CompareArgs {
     /// Write an HTML report with one boot of each method side by side.
     #[arg(long)]
     analyze: Option<PathBuf>,
+    /// Leave out the restore-kernel methods even when a restore kernel is built.
+    #[arg(long)]
+    no_restore_kernel: bool,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -82,7 +85,8 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `snapboot bench compare`: cold, kernel-native resume, snapboot and lazy snapboot.
+/// `snapboot bench compare`: cold, kernel-native resume, snapboot and lazy snapboot, and
+/// both snapboot images restored by the restore kernel when one is built.
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(board::BenchError::NoRuns);
@@ -93,8 +97,34 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         .workdir
         .clone()
         .unwrap_or_else(|| board::home::home().join("bench"));
-    let pb = progress(bench::compare_steps(a.runs), "compare");
-    let methods = bench::compare(&bundle, &opts, &work, a.runs, &mut || pb.inc(1));
+    let restore_kernel = if a.no_restore_kernel {
+        None
+    } else {
+        let k = board::restore_kernel::cached(
+            &board::home::restore_kernel_cache(),
+            &bundle.kernel.release,
+        );
+        if k.is_none() {
+            eprintln!(
+                "snapboot: no restore kernel built for {}: its methods are left out \
+                 (`snapboot board restore-kernel` builds it)",
+                bundle.kernel.release
+            );
+        }
+        k.map(|k| k.vmlinux)
+    };
+    let pb = progress(
+        bench::compare_steps(a.runs, restore_kernel.is_some()),
+        "compare",
+    );
+    let methods = bench::compare(
+        &bundle,
+        &opts,
+        &work,
+        a.runs,
+        restore_kernel.as_deref(),
+        &mut || pb.inc(1),
+    );
     pb.finish_and_clear();
     let methods = methods?;
 

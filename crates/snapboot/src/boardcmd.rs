@@ -219,6 +219,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 
 /// Serial console on this terminal; Ctrl-A X powers the board off.
 fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
+    bundle.ensure_kernel_pack()?;
     let mut cmd = board::qemu::qemu_command(bundle, opts);
     cmd.args(["-serial", "mon:stdio"]);
     eprintln!(

@@ -207,7 +207,10 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 }
 
 /// `snapboot resume`: returns only when the image was not restored; prints the reason as
-/// a `fallback` marker so the cold boot that follows carries it in its timeline.
+/// a `fallback` marker so the cold boot that follows carries it in its timeline. On a restore
+/// kernel (its release ends in `-snapboot-restore`; `snapboot.coldkernel=` names its kernel
+/// pack) the cold boot is handed to the stock kernel instead: a restore kernel cannot boot
+/// the system itself. Other kernels ignore `snapboot.coldkernel`.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     // Every boot records its setup, for the capture that may follow in this boot.
     let t = std::time::Instant::now();
@@ -222,45 +225,91 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
             None
         }
     };
+    let cmdline = kernel_cmdline();
+    let reason = try_resume(a, &cmdline, boot_setup);
+    if let Some(why) = &reason {
+        print_marker("fallback", Some(why));
+    }
+    let on_restore_kernel = ondevice::system::running_identity()
+        .release
+        .ends_with(bootparams::RESTORE_KERNEL_SUFFIX);
+    let pack = bootparams::value_of(&cmdline, bootparams::key::COLDKERNEL);
+    if let Some(pack) = pack.filter(|_| on_restore_kernel) {
+        let why = reason.as_deref().unwrap_or("this boot asks for no restore");
+        hand_over(std::path::Path::new(pack), &cmdline, why);
+    }
+    Ok(match reason {
+        Some(_) => ExitCode::from(4),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+/// Restores the image the command line or the flags point at; returns only if it was not
+/// restored, with the reason (`None`: this boot asked for no restore).
+fn try_resume(
+    a: ResumeArgs,
+    cmdline: &str,
+    boot_setup: Option<snapimg::BootSetup>,
+) -> Option<String> {
     // A word that does not parse means no image is restored: the boot continues cold.
-    let params = match BootParams::parse(&kernel_cmdline()) {
+    let params = match BootParams::parse(cmdline) {
         Ok(p) => p,
-        Err(e) => {
-            print_marker("fallback", Some(&e.to_string()));
-            return Ok(ExitCode::from(4));
-        }
+        Err(e) => return Some(e.to_string()),
     };
     let (store, once) = if a.from_cmdline {
+        if params.handed_over {
+            print_marker(
+                "handed-over",
+                Some("cold boot handed over by the restore kernel, which said why above"),
+            );
+            return None;
+        }
         if params.capture {
-            return Ok(ExitCode::SUCCESS);
+            return params
+                .cold_kernel
+                .is_some()
+                .then(|| "a restore kernel does not capture: the stock kernel does".into());
         }
         if let Some(dev) = &params.kresume {
             let dev = std::path::Path::new(dev);
             ondevice::resume::wait_for_node(dev, Duration::from_secs(2));
-            let why = match ondevice::kernel_native::resume(dev) {
+            return Some(match ondevice::kernel_native::resume(dev) {
                 Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
                 Err(e) => format!("kernel-native: {}", chain(&e)),
-            };
-            print_marker("fallback", Some(&why));
-            return Ok(ExitCode::from(4));
+            });
         }
         let Some(s) = &params.store else {
-            return Ok(ExitCode::SUCCESS);
+            return None;
         };
         (PathBuf::from(s), params.once)
     } else {
         (a.store.unwrap_or_default(), a.once)
     };
-    let threads = params.threads;
     let err = resume(&ResumeOptions {
         store,
         once,
         wait: Duration::from_secs(2),
-        threads,
+        threads: params.threads,
         boot_setup,
     });
-    print_marker("fallback", Some(&chain(&err)));
-    Ok(ExitCode::from(4))
+    Some(chain(&err))
+}
+
+/// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
+/// Returns only if that failed; the console then says why, and the boot cannot go on.
+fn hand_over(pack: &std::path::Path, cmdline: &str, why: &str) {
+    let cold = ondevice::handover::cold_cmdline(cmdline);
+    match ondevice::handover::load(pack, &cold, Duration::from_secs(2)) {
+        Ok(loaded) => {
+            print_marker(
+                "handover",
+                Some(&format!("{}; because: {why}", loaded.describe())),
+            );
+            let e = ondevice::handover::jump();
+            print_marker("handover-failed", Some(&chain(&e)));
+        }
+        Err(e) => print_marker("handover-failed", Some(&chain(&e))),
+    }
 }
 
 /// `snapboot image inspect`.

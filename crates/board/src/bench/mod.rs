@@ -4,7 +4,9 @@
 //!
 //! `compare` brings the workload up four ways in one run: cold boot, the kernel's own
 //! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot and snapboot's
-//! lazy snapshot boot (user memory paged in on demand). Images are made once per method and
+//! lazy snapshot boot (user memory paged in on demand). Given a restore kernel
+//! ([`crate::restore_kernel`]), it adds two more: the same two snapboot images restored by
+//! the restore kernel instead of the stock one. Images are made once per method and
 //! reused for every run; the kernel-native one is restored from a saved copy of the swap
 //! device, because the kernel consumes it on resume.
 //!
@@ -24,7 +26,7 @@ use snapimg::{ImageError, Store};
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
-use crate::qemu::{run_probe, RunError, RunOptions};
+use crate::qemu::{run_probe, KernelImage, RunError, RunOptions};
 
 /// Why a measured boot does not count.
 #[derive(Debug, Error)]
@@ -100,10 +102,15 @@ pub enum BenchError {
 /// The methods `compare` measures, the baseline first.
 pub const COMPARE_METHODS: [&str; 4] = ["cold", "kernel-resume", "snapboot", "snapboot-lazy"];
 
+/// The methods `compare` adds with a restore kernel: the `snapboot` and `snapboot-lazy`
+/// images, restored by it.
+pub const RESTORE_KERNEL_METHODS: [&str; 2] = ["restore-kernel", "restore-kernel-lazy"];
+
 /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus the
 /// three image captures.
-pub fn compare_steps(runs: usize) -> u64 {
-    4 * runs as u64 + 3
+pub fn compare_steps(runs: usize, with_restore_kernel: bool) -> u64 {
+    let methods = if with_restore_kernel { 6 } else { 4 };
+    methods * runs as u64 + 3
 }
 
 /// One method's boots, and the size of its image where it has one.
@@ -188,13 +195,14 @@ pub fn cold(
 }
 
 /// `bench compare`: the four methods of [`COMPARE_METHODS`], `runs` boots each, with the
-/// stores and swap images under `work` (created if missing). Calls `tick`
-/// [`compare_steps`] times.
+/// stores and swap images under `work` (created if missing); with `restore_kernel` (its
+/// vmlinux) also the two of [`RESTORE_KERNEL_METHODS`]. Calls `tick` [`compare_steps`] times.
 pub fn compare(
     bundle: &Bundle,
     opts: &RunOptions,
     work: &Path,
     runs: usize,
+    restore_kernel: Option<&Path>,
     tick: &mut dyn FnMut(),
 ) -> Result<Vec<MethodRuns>, BenchError> {
     if runs == 0 {
@@ -239,9 +247,31 @@ pub fn compare(
         tick();
     }
 
-    let snap = snapboot_method(bundle, opts, work, false, runs, tick)?;
-    let lazy = snapboot_method(bundle, opts, work, true, runs, tick)?;
-    Ok(vec![
+    let (snap, snap_store) = snapboot_method(bundle, opts, work, false, runs, tick)?;
+    let (lazy, lazy_store) = snapboot_method(bundle, opts, work, true, runs, tick)?;
+    let mut restored_by_rk = Vec::new();
+    if let Some(vmlinux) = restore_kernel {
+        let mut o = opts.clone();
+        o.kernel = KernelImage::Restore(vmlinux.to_path_buf());
+        for (i, (from, store)) in [(&snap, &snap_store), (&lazy, &lazy_store)]
+            .into_iter()
+            .enumerate()
+        {
+            let method = RESTORE_KERNEL_METHODS[i];
+            let mut timelines = Vec::new();
+            for _ in 0..runs {
+                timelines.push(resume_boot(bundle, &o, store, method)?);
+                tick();
+            }
+            restored_by_rk.push(MethodRuns {
+                method,
+                timelines,
+                image_bytes: from.image_bytes,
+                stored_bytes: from.stored_bytes,
+            });
+        }
+    }
+    let mut methods = vec![
         MethodRuns {
             method: COMPARE_METHODS[0],
             timelines: cold,
@@ -256,11 +286,28 @@ pub fn compare(
         },
         snap,
         lazy,
-    ])
+    ];
+    methods.extend(restored_by_rk);
+    Ok(methods)
+}
+
+/// One measured snapshot boot of the image in `store`.
+fn resume_boot(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    store: &Path,
+    method: &str,
+) -> Result<Timeline, BenchError> {
+    let mut o = opts.clone();
+    attach_store(&mut o, store, false)?;
+    measured_boot(bundle, &o, true).map_err(|source| BenchError::Boot {
+        what: format!("{method} resume"),
+        source,
+    })
 }
 
 /// Captures one snapboot image (full or lazy) into its own store under `work`, then boots
-/// it `runs` times.
+/// it `runs` times. Returns the boots and the store.
 fn snapboot_method(
     bundle: &Bundle,
     opts: &RunOptions,
@@ -268,7 +315,7 @@ fn snapboot_method(
     lazy: bool,
     runs: usize,
     tick: &mut dyn FnMut(),
-) -> Result<MethodRuns, BenchError> {
+) -> Result<(MethodRuns, PathBuf), BenchError> {
     let method = if lazy {
         COMPARE_METHODS[3]
     } else {
@@ -284,21 +331,16 @@ fn snapboot_method(
     tick();
     let mut timelines = Vec::new();
     for _ in 0..runs {
-        let mut o = opts.clone();
-        attach_store(&mut o, &store, false)?;
-        let tl = measured_boot(bundle, &o, true).map_err(|source| BenchError::Boot {
-            what: format!("{method} resume"),
-            source,
-        })?;
-        timelines.push(tl);
+        timelines.push(resume_boot(bundle, opts, &store, method)?);
         tick();
     }
-    Ok(MethodRuns {
+    let runs = MethodRuns {
         method,
         timelines,
         image_bytes: Some(info.stats.raw_bytes),
         stored_bytes: Some(info.image_bytes),
-    })
+    };
+    Ok((runs, store))
 }
 
 /// The report of a benchmark run of `bundle` with `opts`, finished now.

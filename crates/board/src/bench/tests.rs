@@ -106,7 +106,7 @@ fn zero_runs_are_refused_before_anything_boots() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let mut ticks = 0;
-    let err = compare(&bundle(), &opts(), &work, 0, &mut || ticks += 1).unwrap_err();
+    let err = compare(&bundle(), &opts(), &work, 0, None, &mut || ticks += 1).unwrap_err();
     assert_eq!(err.to_string(), "--runs must be at least 1");
     let err = cold(&bundle(), &opts(), 0, &mut || ticks += 1).unwrap_err();
     assert!(matches!(err, BenchError::NoRuns), "{err}");
@@ -116,8 +116,9 @@ fn zero_runs_are_refused_before_anything_boots() {
 
 #[test]
 fn compare_ticks_once_per_boot_and_capture() {
-    assert_eq!(compare_steps(1), 7);
-    assert_eq!(compare_steps(3), 15);
+    assert_eq!(compare_steps(1, false), 7);
+    assert_eq!(compare_steps(3, false), 15);
+    assert_eq!(compare_steps(3, true), 21);
 }
 
 #[test]

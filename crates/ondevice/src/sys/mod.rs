@@ -10,6 +10,7 @@
 //! | [`block`]    | `BLKFLSBUF` on block devices                                        |
 //! | [`swap`]     | `swapon(2)`, `swapoff(2)`; `mlockall(2)` as the [`MemoryLock`] guard |
 //! | [`devnum`]   | `MAJOR:MINOR` device numbers: encoding, decoding, `mknod(2)`        |
+//! | [`kexec`]    | `kexec_file_load(2)`, `reboot(LINUX_REBOOT_CMD_KEXEC)`              |
 //!
 //! Each wrapper that issues an ioctl takes a handle it opened itself (on the device node the
 //! ioctl belongs to), so a request code can never reach a driver that reads it differently.
@@ -18,6 +19,7 @@
 pub mod block;
 pub mod devnum;
 pub mod dm;
+pub mod kexec;
 pub mod random;
 pub mod snapshot;
 pub mod swap;

@@ -7,5 +7,6 @@ mod binding;
 mod board;
 mod cli;
 mod common;
+mod restore_kernel;
 mod snapshot;
 mod trace;

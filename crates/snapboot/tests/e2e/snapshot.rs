@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// Captures `workload` once per test binary; returns the store file.
-fn captured(workload: &str) -> PathBuf {
+pub(crate) fn captured(workload: &str) -> PathBuf {
     static STORES: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
     let stores = STORES.get_or_init(|| Mutex::new(Vec::new()));
     let mut g = stores.lock().unwrap_or_else(|e| e.into_inner());
@@ -33,7 +33,7 @@ fn captured(workload: &str) -> PathBuf {
 }
 
 /// A sparse copy of a store, to damage without touching the shared one.
-fn copy_store(src: &Path, name: &str) -> PathBuf {
+pub(crate) fn copy_store(src: &Path, name: &str) -> PathBuf {
     let dst = crate::common::home().join(name);
     let st = Command::new("cp")
         .args(["--sparse=always", "-f"])
@@ -49,7 +49,7 @@ fn board_session(workload: &str, store: &Path, extra_cmdline: &[&str]) -> board:
     crate::common::store_session(&bundle(workload), store, extra_cmdline)
 }
 
-fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> String {
+pub(crate) fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> String {
     s.send(query).unwrap();
     let re = Regex::new(answer).unwrap();
     s.wait_for(&re, query, Duration::from_secs(120))
@@ -57,7 +57,7 @@ fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> String {
         .0
 }
 
-fn host_checksum() -> String {
+pub(crate) fn host_checksum() -> String {
     let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/app/app.py");
     let mut ch = Command::new("/usr/bin/python3")
         .arg(app)
@@ -75,7 +75,7 @@ fn host_checksum() -> String {
         .to_string()
 }
 
-fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -148,7 +148,7 @@ fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
 }
 
 /// Where the newest image lives in a store: (area offset, image bytes), from `image inspect`.
-fn image_extent(store: &Path) -> (u64, u64) {
+pub(crate) fn image_extent(store: &Path) -> (u64, u64) {
     let mut c = snapboot();
     c.args(["image", "inspect", "--json", "--no-verify"])
         .arg(store);
@@ -205,16 +205,13 @@ fn truncated_store_is_refused() {
     expect_fallback(&bad, &[], "truncated");
 }
 
-/// An image from another kernel: the header names another release (and is otherwise valid,
-/// checksum included), as if captured on a different kernel build.
-#[test]
-fn foreign_kernel_image_is_refused_naming_the_field() {
-    let good = captured("shell");
-    let bad = copy_store(&good, "test-foreign.store");
+/// Rewrites the release in the newest image's header (checksum fixed up), as if another
+/// kernel build had captured it.
+pub(crate) fn rename_release(store: &Path) {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(&bad)
+        .open(store)
         .unwrap();
     use std::io::{Read, Seek, SeekFrom, Write};
     let mut slot = vec![0u8; 4096];
@@ -231,6 +228,15 @@ fn foreign_kernel_image_is_refused_naming_the_field() {
     f.seek(SeekFrom::Start(0)).unwrap();
     f.write_all(&slot).unwrap();
     drop(f);
+}
+
+/// An image from another kernel: the header names another release (and is otherwise valid,
+/// checksum included), as if captured on a different kernel build.
+#[test]
+fn foreign_kernel_image_is_refused_naming_the_field() {
+    let good = captured("shell");
+    let bad = copy_store(&good, "test-foreign.store");
+    rename_release(&bad);
     expect_fallback(&bad, &[], "kernel release differs");
 }
 
@@ -255,7 +261,7 @@ fn different_ram_size_is_refused() {
     s.finish(boottrace::Outcome::Ready);
 }
 
-fn flip(path: &Path, at: u64) {
+pub(crate) fn flip(path: &Path, at: u64) {
     use std::io::{Read, Seek, SeekFrom, Write};
     let mut f = std::fs::OpenOptions::new()
         .read(true)

@@ -1,0 +1,127 @@
+use super::*;
+use proptest::prelude::*;
+use std::io::Cursor;
+
+/// A minimal bzImage: boot flag, `HdrS`, and a version string the header points at.
+fn bzimage(release: &str, extra: usize) -> Vec<u8> {
+    let mut k = vec![0u8; 0x400 + extra];
+    k[0x1FE] = 0x55;
+    k[0x1FF] = 0xAA;
+    k[0x202..0x206].copy_from_slice(b"HdrS");
+    let ptr: u16 = 0x100; // the string is at ptr + 0x200
+    k[0x20E..0x210].copy_from_slice(&ptr.to_le_bytes());
+    let v = format!("{release} (builder@host) #1 SMP\0");
+    k[0x300..0x300 + v.len()].copy_from_slice(v.as_bytes());
+    for (i, b) in k.iter_mut().enumerate().skip(0x400) {
+        *b = (i * 7 % 251) as u8;
+    }
+    k
+}
+
+fn packed(kernel: &[u8], initrd: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(&mut out, kernel, initrd).unwrap();
+    out
+}
+
+#[test]
+fn reads_back_what_it_wrote_with_the_release() {
+    let k = bzimage("6.1.0-56-amd64", 5000);
+    let i = b"070701 initramfs bytes".repeat(300);
+    let bytes = packed(&k, &i);
+    assert_eq!(bytes.len() % HEADER_LEN, 0);
+    let p = read(Cursor::new(&bytes)).unwrap();
+    assert_eq!(p.kernel, k);
+    assert_eq!(p.initrd, i);
+    assert_eq!(p.header.release, "6.1.0-56-amd64");
+    assert_eq!(p.header.total_len(), bytes.len() as u64);
+}
+
+#[test]
+fn a_kernel_that_is_not_a_bzimage_is_refused_when_packing() {
+    let e = write(Vec::new(), b"\x7fELF not a bzImage", b"i").unwrap_err();
+    assert!(matches!(e, PackError::NotBzImage), "{e}");
+}
+
+#[test]
+fn every_damage_is_named() {
+    let k = bzimage("6.1.0-56-amd64", 9000);
+    let i = vec![3u8; 7000];
+    let good = packed(&k, &i);
+
+    let mut b = good.clone();
+    b[0] ^= 1;
+    assert!(matches!(read(Cursor::new(&b)), Err(PackError::NotAPack(_))));
+
+    let mut b = good.clone();
+    b[8] = 2;
+    let e = read(Cursor::new(&b)).unwrap_err();
+    assert!(matches!(e, PackError::Version(2)));
+    assert!(e.to_string().contains("version 2 is not supported"), "{e}");
+
+    let mut b = good.clone();
+    b[0x18] ^= 1; // kernel length
+    assert!(matches!(
+        read(Cursor::new(&b)),
+        Err(PackError::HeaderChecksum)
+    ));
+
+    let mut b = good.clone();
+    b[HEADER_LEN + 0x500] ^= 0x40; // inside the kernel
+    let e = read(Cursor::new(&b)).unwrap_err();
+    assert!(matches!(e, PackError::Checksum { what: "kernel" }), "{e}");
+
+    let mut b = good.clone();
+    let last = b.len() - HEADER_LEN - 1; // inside the initramfs (its last page)
+    b[last - 2000] ^= 1;
+    let e = read(Cursor::new(&b)).unwrap_err();
+    assert!(
+        matches!(e, PackError::Checksum { what: "initramfs" }),
+        "{e}"
+    );
+
+    let b = &good[..good.len() - 2 * HEADER_LEN];
+    let e = read(Cursor::new(b)).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+
+    let e = read(Cursor::new(&good[..100])).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+}
+
+#[test]
+fn lengths_are_capped_before_anything_is_allocated() {
+    let k = bzimage("6.1.0-56-amd64", 0);
+    let mut h = Header::new(&k, b"i").unwrap();
+    h.initrd_len = MAX_INITRD + 1;
+    let e = Header::decode(&h.encode()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PackError::TooLarge {
+                what: "initramfs",
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    let mut h = Header::new(&k, b"i").unwrap();
+    h.initrd_offset = h.kernel_offset; // overlaps the kernel
+    let e = Header::decode(&h.encode()).unwrap_err();
+    assert!(matches!(e, PackError::Layout(_)), "{e}");
+}
+
+proptest! {
+    #[test]
+    fn round_trip(extra in 0usize..20_000, initrd in proptest::collection::vec(any::<u8>(), 0..20_000)) {
+        let k = bzimage("6.1.0-1-amd64", extra);
+        let p = read(Cursor::new(packed(&k, &initrd))).unwrap();
+        prop_assert_eq!(p.kernel, k);
+        prop_assert_eq!(p.initrd, initrd);
+    }
+
+    #[test]
+    fn random_headers_never_panic(bytes in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 64)) {
+        let _ = Header::decode(&bytes);
+    }
+}

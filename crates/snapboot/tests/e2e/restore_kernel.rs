@@ -1,0 +1,151 @@
+//! End-to-end tests of the restore kernel (`snapboot board restore-kernel`): a small kernel
+//! built from the distribution's source restores the stock kernel's images, and hands every
+//! boot it cannot restore to the stock kernel (kexec), which boots cold to a usable system.
+
+use crate::common::{bundle, run, snapboot};
+use crate::snapshot::{ask, captured, copy_store, flip, host_checksum, image_extent, unix_now};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Builds the restore kernel once (minutes on a fresh machine, then cached) and returns its
+/// vmlinux.
+fn restore_kernel() -> PathBuf {
+    static K: OnceLock<PathBuf> = OnceLock::new();
+    K.get_or_init(|| {
+        bundle("shell"); // fetches the stock kernel the restore kernel is built for
+        let mut c = snapboot();
+        c.args(["board", "restore-kernel"]);
+        let (out, so, se) = run(c);
+        assert!(out.status.success(), "restore-kernel failed:\n{so}\n{se}");
+        let path = so
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("vmlinux "))
+            .and_then(|rest| rest.split(" (").next())
+            .unwrap_or_else(|| panic!("no vmlinux line in:\n{so}"));
+        PathBuf::from(path)
+    })
+    .clone()
+}
+
+/// Powers on `workload` with the restore kernel, `store` as `/dev/vdb`, and `mem_extra` MiB
+/// more RAM than the workload's.
+fn restore_session(workload: &str, store: &Path, mem_extra: u32) -> board::qemu::Session {
+    let vmlinux = restore_kernel();
+    let b = board::Bundle::load(&bundle(workload)).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.kernel = board::qemu::KernelImage::Restore(vmlinux);
+    o.mem_mib += mem_extra;
+    o.timeout = Duration::from_secs(300);
+    o.disks.push(board::qemu::Disk {
+        path: store.to_path_buf(),
+        readonly: false,
+    });
+    o.params.store = Some("/dev/vdb".into());
+    board::qemu::Session::start(&b, &o).unwrap()
+}
+
+fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str) -> String {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .0
+}
+
+/// The restore kernel restores the same image again and again: the application's state is
+/// intact, its clock current, its RNG fresh, and it was never started again.
+#[test]
+fn restore_kernel_restores_the_app_repeatedly() {
+    let store = captured("app");
+    let expected = host_checksum();
+    let mut randoms = Vec::new();
+    for boot in 0..3 {
+        let mut s = restore_session("app", &store, 0);
+        expect(
+            &mut s,
+            r"Linux version \S+-snapboot-restore",
+            "restore kernel banner",
+        );
+        expect(&mut s, r"snapboot: @restored", "restored marker");
+        assert!(
+            s.timeline()
+                .first(boottrace::MilestoneKind::AppStart)
+                .is_none(),
+            "boot {boot} restored without starting the app again"
+        );
+        assert_eq!(
+            ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$"),
+            expected,
+            "boot {boot}: state differs from before capture"
+        );
+        let time_line = ask(&mut s, "time", r"^time \d+\.\d+$");
+        let guest_time: f64 = time_line[5..].parse().unwrap();
+        assert!(
+            (guest_time - unix_now()).abs() < 10.0,
+            "boot {boot}: guest clock {guest_time} vs host {}",
+            unix_now()
+        );
+        randoms.push(ask(&mut s, "random", "^random [0-9a-f]{32}$"));
+        s.finish(boottrace::Outcome::Answered);
+    }
+    randoms.sort();
+    randoms.dedup();
+    assert_eq!(randoms.len(), 3, "RNG output repeated: {randoms:?}");
+}
+
+/// A refused image on the restore kernel: the reason is on the console, the cold boot is
+/// handed to the stock kernel, which does not try the image again and reaches ready.
+fn expect_handover(store: &Path, mem_extra: u32, reason: &str) {
+    let mut s = restore_session("shell", store, mem_extra);
+    expect(
+        &mut s,
+        r"Linux version \S+-snapboot-restore",
+        "restore kernel banner",
+    );
+    let fallback = expect(&mut s, r"snapboot: @fallback", "fallback marker");
+    assert!(
+        fallback.contains(reason),
+        "fallback {fallback:?} lacks {reason:?}"
+    );
+    let handover = expect(&mut s, r"snapboot: @handover", "handover marker");
+    assert!(
+        handover.contains("kexec into 6.1") && !handover.contains("handover-failed"),
+        "{handover}"
+    );
+    expect(
+        &mut s,
+        r"Linux version 6\.1\.\S+-amd64 ",
+        "stock kernel banner",
+    );
+    expect(
+        &mut s,
+        r"snapboot: @handed-over",
+        "the stock kernel's resume standing down",
+    );
+    expect(&mut s, r"snapboot: @ready", "the cold boot reaching ready");
+    s.finish(boottrace::Outcome::Ready);
+}
+
+#[test]
+fn restore_kernel_hands_a_corrupt_image_to_a_cold_boot_of_the_stock_kernel() {
+    let bad = copy_store(&captured("shell"), "test-rk-bad-data.store");
+    let (area, bytes) = image_extent(&bad);
+    flip(&bad, area + bytes / 4 * 3 + 123);
+    expect_handover(&bad, 0, "checksum mismatch in chunk");
+}
+
+#[test]
+fn restore_kernel_hands_another_ram_size_to_a_cold_boot_of_the_stock_kernel() {
+    let copy = copy_store(&captured("shell"), "test-rk-ram.store");
+    expect_handover(&copy, 128, "RAM size differs");
+}
+
+/// An image whose header names another kernel release (checksum valid): the restore kernel
+/// compares it with the image kernel its initramfs records, and refuses.
+#[test]
+fn restore_kernel_hands_another_kernels_image_to_a_cold_boot_of_the_stock_kernel() {
+    let bad = copy_store(&captured("shell"), "test-rk-foreign.store");
+    crate::snapshot::rename_release(&bad);
+    expect_handover(&bad, 0, "kernel release differs");
+}
