@@ -36,9 +36,9 @@ pub(crate) struct BoardOpts {
     /// Boot the compressed bzImage instead of the uncompressed vmlinux.
     #[arg(long, conflicts_with = "restore_kernel")]
     bzimage: bool,
-    /// Snapshot-boot with the restore kernel (`board restore-kernel`) instead of the bundle's
-    /// kernel. Experimental: it restores the bundle kernel's images, but a refused image ends
-    /// in a failed boot (no fallback to the bundle's kernel yet).
+    /// Boot the restore kernel (`board restore-kernel`) instead of the bundle's kernel: it
+    /// restores the bundle kernel's images, and hands every boot it cannot restore to the
+    /// bundle's kernel (kexec from the board's kernel pack), which boots cold.
     #[arg(long)]
     restore_kernel: bool,
     /// Give up after this many seconds.
