@@ -14,6 +14,8 @@ pub mod modules;
 pub mod native;
 pub mod qemu;
 pub mod restore_kernel;
+#[cfg(test)]
+mod testutil;
 pub mod workload;
 
 pub use bench::{BenchError, BootError};

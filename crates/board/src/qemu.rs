@@ -578,6 +578,50 @@ mod tests {
         }
     }
 
+    fn args(c: &Command) -> Vec<String> {
+        c.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The kernel pack is the last disk on every boot (the memory map depends on the
+    /// devices), and only a restore kernel is told where it is.
+    #[test]
+    fn the_kernel_pack_is_always_the_last_disk_and_named_only_to_a_restore_kernel() {
+        let b = crate::testutil::bundle();
+        let mut o = crate::testutil::opts();
+        o.disks.push(Disk {
+            path: PathBuf::from("/s.store"),
+            readonly: false,
+        });
+        for kernel in [
+            KernelImage::Vmlinux,
+            KernelImage::Restore(PathBuf::from("/rk/vmlinux")),
+        ] {
+            o.kernel = kernel.clone();
+            let a = args(&qemu_command(&b, &o));
+            let drives: Vec<_> = a
+                .iter()
+                .filter(|x| x.starts_with("file="))
+                .cloned()
+                .collect();
+            assert_eq!(drives.len(), 3, "{drives:?}");
+            assert!(drives[1].starts_with("file=/s.store,"), "{drives:?}");
+            assert!(
+                drives[2].starts_with("file=/nonexistent/bundle/coldkernel.pack,")
+                    && drives[2].ends_with("readonly=on"),
+                "{drives:?}"
+            );
+            let append = &a[a.iter().position(|x| x == "-append").unwrap() + 1];
+            let restore = matches!(kernel, KernelImage::Restore(_));
+            assert_eq!(
+                append.contains("snapboot.coldkernel=/dev/vdc"),
+                restore,
+                "{append}"
+            );
+        }
+    }
+
     #[test]
     fn kvm_needs_device_and_cpu_flags() {
         let vmx = "flags\t\t: fpu vme vmx sse\n";

@@ -1,10 +1,6 @@
 use super::*;
-use crate::kernel::KernelInfo;
-use crate::qemu::{Accel, KernelImage};
-use crate::workload::Workload;
-use bootparams::BootParams;
+use crate::testutil::{bundle, opts};
 use boottrace::Outcome;
-use std::time::Duration;
 
 fn boot(tti: f64, restored: Option<f64>) -> Timeline {
     let mut tl = Timeline::new("test");
@@ -16,39 +12,6 @@ fn boot(tti: f64, restored: Option<f64>) -> Timeline {
     tl.outcome = Outcome::Answered;
     tl.finalize();
     tl
-}
-
-fn bundle() -> Bundle {
-    Bundle {
-        dir: PathBuf::from("/nonexistent/bundle"),
-        kernel: KernelInfo {
-            release: "6.1.0-56-amd64".into(),
-            bzimage: PathBuf::from("/nonexistent/vmlinuz"),
-            modules_dir: PathBuf::from("/nonexistent/modules"),
-            config: None,
-            source: "user".into(),
-        },
-        workload: Workload::shell(),
-        modules: Vec::new(),
-        rootfs_type: "squashfs".into(),
-        initramfs_bytes: 0,
-        rootfs_bytes: 0,
-        snapboot_blake3: String::new(),
-    }
-}
-
-fn opts() -> RunOptions {
-    RunOptions {
-        mem_mib: 512,
-        smp: 1,
-        accel: Accel::Tcg,
-        kernel: KernelImage::Vmlinux,
-        params: BootParams::default(),
-        cmdline: Vec::new(),
-        disks: Vec::new(),
-        timeout: Duration::from_secs(1),
-        echo: false,
-    }
 }
 
 #[test]

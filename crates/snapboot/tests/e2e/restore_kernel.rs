@@ -57,7 +57,8 @@ fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str) -> String {
 /// intact, its clock current, its RNG fresh, and it was never started again.
 #[test]
 fn restore_kernel_restores_the_app_repeatedly() {
-    let store = captured("app");
+    // A copy: QEMU locks a disk image, and other tests boot the shared store meanwhile.
+    let store = copy_store(&captured("app"), "test-rk-app.store");
     let expected = host_checksum();
     let mut randoms = Vec::new();
     for boot in 0..3 {

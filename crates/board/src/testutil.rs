@@ -1,0 +1,44 @@
+//! Values the unit tests of several modules share.
+
+use crate::bundle::Bundle;
+use crate::kernel::KernelInfo;
+use crate::qemu::{Accel, KernelImage, RunOptions};
+use crate::workload::Workload;
+use bootparams::BootParams;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A bundle that exists only on paper (nothing is read from its directory).
+pub fn bundle() -> Bundle {
+    Bundle {
+        dir: PathBuf::from("/nonexistent/bundle"),
+        kernel: KernelInfo {
+            release: "6.1.0-56-amd64".into(),
+            bzimage: PathBuf::from("/nonexistent/vmlinuz"),
+            modules_dir: PathBuf::from("/nonexistent/modules"),
+            config: None,
+            source: "user".into(),
+        },
+        workload: Workload::shell(),
+        modules: Vec::new(),
+        rootfs_type: "squashfs".into(),
+        initramfs_bytes: 0,
+        rootfs_bytes: 0,
+        snapboot_blake3: String::new(),
+    }
+}
+
+/// Run options of a plain TCG boot.
+pub fn opts() -> RunOptions {
+    RunOptions {
+        mem_mib: 512,
+        smp: 1,
+        accel: Accel::Tcg,
+        kernel: KernelImage::Vmlinux,
+        params: BootParams::default(),
+        cmdline: Vec::new(),
+        disks: Vec::new(),
+        timeout: Duration::from_secs(1),
+        echo: false,
+    }
+}
