@@ -4,8 +4,9 @@
 //! shows it: preset `lpj=` instead of calibrating the delay loop, `quiet` on a slow serial
 //! console, no kernel IP autoconfiguration, no legacy PTYs, the slowest built-in initcalls,
 //! root-device probe delays, long unexplained silences, a slow initramfs unpack, a slow root
-//! mount, a slowly decompressed kernel, and finally what snapshot boot would gain by skipping
-//! user-space start-up altogether.
+//! mount, a slowly decompressed kernel, what snapshot boot would gain by skipping user-space
+//! start-up altogether, what a restore kernel would gain over restoring with the distribution
+//! kernel, and what a refused image costs a restore kernel that hands the boot over.
 
 mod rules;
 #[cfg(test)]
@@ -47,10 +48,12 @@ const ALL: &[(&str, Rule)] = &[
     ("rootfs_mount", rules::rootfs_mount),
     ("kernel_compression", rules::kernel_compression),
     ("snapshot_gain", rules::snapshot_gain),
+    ("restore_kernel", rules::restore_kernel),
+    ("handover", rules::handover),
 ];
 
 /// The names of all rules.
-pub const RULES: [&str; 11] = [
+pub const RULES: [&str; 13] = [
     "lpj",
     "quiet",
     "ip_autoconfig",
@@ -62,6 +65,8 @@ pub const RULES: [&str; 11] = [
     "rootfs_mount",
     "kernel_compression",
     "snapshot_gain",
+    "restore_kernel",
+    "handover",
 ];
 
 /// Runs every rule; findings come sorted by saving, largest first (unknown savings last).

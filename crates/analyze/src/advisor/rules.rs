@@ -30,6 +30,11 @@ const RESTORE_BASE_S: f64 = 0.1;
 const RESTORE_MB_PER_S: f64 = 1000.0;
 /// Image size assumed when the log does not show the app's memory (MB).
 const DEFAULT_IMAGE_MB: f64 = 64.0;
+/// A restore kernel's boot to `@resume-start`, as a share of the distribution kernel's:
+/// 0.27-0.33 in `bench compare` on the snapboot board (2026-11-23); the larger is assumed.
+const RESTORE_KERNEL_SHARE: f64 = 0.33;
+/// A restore kernel is worth suggesting from this saving (seconds).
+const RESTORE_KERNEL_MIN_GAIN_S: f64 = 0.3;
 
 fn finding(
     rule: &str,
@@ -450,5 +455,60 @@ pub(super) fn snapshot_gain(a: &Analysis, _: Option<&KernelConfig>) -> Option<Fi
             at(ready)
         ),
         "capture a snapshot at the ready point (`snapboot board capture`) and boot from it: the kernel still boots, user-space start-up is replaced by the image load",
+    ))
+}
+
+/// A snapshot boot that first boots the whole distribution kernel, only to hand it the image.
+pub(super) fn restore_kernel(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding> {
+    let resume = a.at(MilestoneKind::ResumeStart)?;
+    let version = a.kernel_version.as_deref()?;
+    if version.contains(bootparams::RESTORE_KERNEL_SUFFIX) {
+        return None;
+    }
+    let start = a.kernel_start.unwrap_or(0.0);
+    let boot = resume - start;
+    let saving = boot * (1.0 - RESTORE_KERNEL_SHARE);
+    if !timed(a) || saving < RESTORE_KERNEL_MIN_GAIN_S {
+        return None;
+    }
+    let release = version.split_whitespace().next().unwrap_or(version);
+    Some(finding(
+        "restore_kernel",
+        format!("A restore kernel would reach the image about {saving:.2} s sooner"),
+        Some(saving),
+        format!(
+            "the distribution kernel {release} took {boot:.2} s from its start {} to `@resume-start` {}, only to hand the image to /dev/snapshot",
+            at(start),
+            at(resume)
+        ),
+        "restore with a small kernel built from the distribution's own source (`snapboot board restore-kernel`; on a device, docs/real-boards.md \"A restore kernel on a real board\"): on the snapboot board it reached `@resume-start` in 0.27-0.33× of the distribution kernel's time",
+    ))
+}
+
+/// A restore kernel that could not restore, and handed a cold boot to the stock kernel.
+pub(super) fn handover(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding> {
+    let i = a.find_line("@handover ")?;
+    let reason = a
+        .lines
+        .iter()
+        .find_map(|l| {
+            l.message
+                .split_once("@fallback ")
+                .map(|(_, r)| r.to_string())
+        })
+        .unwrap_or_else(|| "not shown".into());
+    // The stock kernel's banner, after the hand-over: until then the boot did nothing useful.
+    let second = a.lines[i..]
+        .iter()
+        .find(|l| l.message.starts_with("Linux version"))?;
+    let spent = (second.t - a.kernel_start.unwrap_or(0.0)).max(0.0);
+    Some(finding(
+        "handover",
+        format!(
+            "The image was refused: {spent:.2} s passed in the restore kernel and the hand-over before the cold boot began"
+        ),
+        timed(a).then_some(spent),
+        format!("@fallback {reason}"),
+        "fix what the reason names, or capture a new image (a boot with `snapboot.capture`): until then every power-on pays the restore kernel and the kexec on top of a cold boot",
     ))
 }

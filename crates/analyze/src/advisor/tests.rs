@@ -16,6 +16,9 @@ const BEAGLE: &str = log!("tests/data/beagle-initcall-debug.log");
 const NFSROOT: &str = log!("tests/data/nfsroot-ipconfig.log");
 const NO_TIME: &str = log!("tests/data/serial-no-printk-time.log");
 const HOST: &str = log!("tests/data/host-dmesg.log");
+const RESTORE_STOCK: &str = log!("tests/data/shell-restore-stock-kernel.log");
+const RESTORE_RK: &str = log!("tests/data/shell-restore-restore-kernel.log");
+const HANDOVER: &str = log!("tests/data/shell-handover.log");
 
 fn analyse(text: &str) -> Analysis {
     match Timeline::parse(text) {
@@ -243,4 +246,29 @@ fn advise_sorts_by_saving_and_names_known_rules() {
 fn rule_names_match_the_rule_table() {
     let names: Vec<&str> = ALL.iter().map(|(n, _)| *n).collect();
     assert_eq!(names, RULES);
+}
+
+#[test]
+fn restore_kernel_fires_on_a_restore_by_the_distribution_kernel() {
+    let f = fires("restore_kernel", RESTORE_STOCK, None).expect("fires");
+    // This log: kernel start 0.221 s, `@resume-start` 2.731 s: 2.51 s, of which 67% saved.
+    assert!(near(f.saving_s.unwrap(), 1.682, 0.01), "{f:?}");
+    assert!(f.evidence.contains("6.1.0-56-amd64"), "{}", f.evidence);
+    // Not on a restore by the restore kernel, nor on a cold boot.
+    assert_eq!(fires("restore_kernel", RESTORE_RK, None), None);
+    assert_eq!(fires("restore_kernel", SHELL_COLD, None), None);
+}
+
+#[test]
+fn handover_names_the_reason_and_the_time_lost() {
+    let f = fires("handover", HANDOVER, None).expect("fires");
+    assert!(
+        f.evidence.contains("no snapboot image in the store"),
+        "{}",
+        f.evidence
+    );
+    // Restore kernel start (0.32 s) to the stock kernel's banner (9.06 s).
+    assert!(near(f.saving_s.unwrap(), 8.739, 0.01), "{f:?}");
+    assert_eq!(fires("handover", RESTORE_RK, None), None);
+    assert_eq!(fires("handover", SHELL_COLD, None), None);
 }
