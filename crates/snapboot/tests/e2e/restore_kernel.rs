@@ -3,7 +3,9 @@
 //! boot it cannot restore to the stock kernel (kexec), which boots cold to a usable system.
 
 use crate::common::{bundle, run, snapboot};
-use crate::snapshot::{ask, captured, copy_store, flip, host_checksum, image_extent, unix_now};
+use crate::snapshot::{
+    assert_all_differ, captured, check_restored_app, copy_store, flip, host_checksum, image_extent,
+};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -69,30 +71,10 @@ fn restore_kernel_restores_the_app_repeatedly() {
             "restore kernel banner",
         );
         expect(&mut s, r"snapboot: @restored", "restored marker");
-        assert!(
-            s.timeline()
-                .first(boottrace::MilestoneKind::AppStart)
-                .is_none(),
-            "boot {boot} restored without starting the app again"
-        );
-        assert_eq!(
-            ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$"),
-            expected,
-            "boot {boot}: state differs from before capture"
-        );
-        let time_line = ask(&mut s, "time", r"^time \d+\.\d+$");
-        let guest_time: f64 = time_line[5..].parse().unwrap();
-        assert!(
-            (guest_time - unix_now()).abs() < 10.0,
-            "boot {boot}: guest clock {guest_time} vs host {}",
-            unix_now()
-        );
-        randoms.push(ask(&mut s, "random", "^random [0-9a-f]{32}$"));
+        randoms.push(check_restored_app(&mut s, boot, &expected));
         s.finish(boottrace::Outcome::Answered);
     }
-    randoms.sort();
-    randoms.dedup();
-    assert_eq!(randoms.len(), 3, "RNG output repeated: {randoms:?}");
+    assert_all_differ(randoms);
 }
 
 /// A refused image on the restore kernel: the reason is on the console, the cold boot is

@@ -82,6 +82,47 @@ pub(crate) fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
+/// Checks a restored `app` board (after its `@restored`): the app was not started again, its
+/// state is the one captured (`expected` checksum), its clock is current. Returns the random
+/// bytes it answers with, which must differ between boots.
+pub(crate) fn check_restored_app(
+    s: &mut board::qemu::Session,
+    boot: usize,
+    expected: &str,
+) -> String {
+    assert!(
+        s.timeline()
+            .first(boottrace::MilestoneKind::AppStart)
+            .is_none(),
+        "boot {boot} restored without starting the app again"
+    );
+    let sum = ask(s, "checksum", "^checksum [0-9a-f]{64}$");
+    assert_eq!(
+        sum, expected,
+        "boot {boot}: state differs from before capture"
+    );
+    let time_line = ask(s, "time", r"^time \d+\.\d+$");
+    let guest_time: f64 = time_line[5..].parse().unwrap();
+    assert!(
+        (guest_time - unix_now()).abs() < 10.0,
+        "boot {boot}: guest clock {guest_time} vs host {}",
+        unix_now()
+    );
+    ask(s, "random", "^random [0-9a-f]{32}$")
+}
+
+/// Asserts no two boots answered with the same random bytes.
+pub(crate) fn assert_all_differ(mut randoms: Vec<String>) {
+    let n = randoms.len();
+    randoms.sort();
+    randoms.dedup();
+    assert_eq!(
+        randoms.len(),
+        n,
+        "RNG output repeated between boots: {randoms:?}"
+    );
+}
+
 /// The same image boots again and again: state intact, clock current, RNG fresh.
 #[test]
 fn app_snapshot_boots_repeatedly_from_one_image() {
@@ -94,35 +135,11 @@ fn app_snapshot_boots_repeatedly_from_one_image() {
         let (_, t) = s
             .wait_for(&restored, "restored marker", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("boot {boot}: {e}"));
-        assert!(
-            s.timeline()
-                .first(boottrace::MilestoneKind::AppStart)
-                .is_none(),
-            "boot {boot} restored without starting the app again"
-        );
         assert!(t < 60.0, "restore took {t} s");
-        let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
-        assert_eq!(
-            sum, expected,
-            "boot {boot}: state differs from before capture"
-        );
-        let time_line = ask(&mut s, "time", r"^time \d+\.\d+$");
-        let guest_time: f64 = time_line[5..].parse().unwrap();
-        assert!(
-            (guest_time - unix_now()).abs() < 10.0,
-            "boot {boot}: guest clock {guest_time} vs host {}",
-            unix_now()
-        );
-        randoms.push(ask(&mut s, "random", "^random [0-9a-f]{32}$"));
+        randoms.push(check_restored_app(&mut s, boot, &expected));
         s.finish(boottrace::Outcome::Answered);
     }
-    randoms.sort();
-    randoms.dedup();
-    assert_eq!(
-        randoms.len(),
-        3,
-        "RNG output repeated between boots: {randoms:?}"
-    );
+    assert_all_differ(randoms);
 }
 
 /// Runs the shell board on `store` and expects a cold boot whose fallback reason matches.
