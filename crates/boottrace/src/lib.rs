@@ -16,4 +16,6 @@ pub use parse::ParseError;
 pub use recorder::{parse_printk_prefix, ConsoleLine, LineRecorder, MAX_LINE_BYTES};
 pub use stats::Stats;
 pub use summary::{OrderError, Phases, EXPECTED_ORDER};
-pub use timeline::{detect, marker, Milestone, MilestoneKind, Outcome, Timeline, MARKER_PREFIX};
+pub use timeline::{
+    detect, error_chain, marker, Milestone, MilestoneKind, Outcome, Timeline, MARKER_PREFIX,
+};

@@ -22,6 +22,19 @@ pub fn marker(name: &str, detail: Option<&str>) -> String {
     }
 }
 
+/// An error and every source under it, joined with ": ": the whole cause in one line, as a
+/// marker's detail carries it and as the CLI prints it.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// A point of interest during boot. Declaration order is the expected order of a cold boot
 /// (used to break ties between milestones at the same time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -403,6 +416,16 @@ mod tests {
     use MilestoneKind as K;
 
     const VERSION_LINE: &str = "[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-10-01)";
+
+    #[test]
+    fn an_error_chain_names_each_cause_once_in_order() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("reading the store")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("disk gone"));
+        assert_eq!(error_chain(&e), "reading the store: disk gone");
+        assert_eq!(error_chain(&std::io::Error::other("alone")), "alone");
+    }
 
     #[test]
     fn marker_format_and_detect_agree() {

@@ -238,18 +238,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
 mod tests {
     use super::*;
     use crate::snapshot::SnapshotError;
-    use std::error::Error;
-
-    /// The message of `e` and of each of its sources, as the CLI prints them.
-    fn chain(e: &dyn Error) -> String {
-        let mut parts = vec![e.to_string()];
-        let mut next = e.source();
-        while let Some(s) = next {
-            parts.push(s.to_string());
-            next = s.source();
-        }
-        parts.join(": ")
-    }
+    use boottrace::error_chain as chain;
 
     fn enomem() -> std::io::Error {
         std::io::Error::from_raw_os_error(libc::ENOMEM)

@@ -64,18 +64,7 @@ pub struct ResumeArgs {
     from_cmdline: bool,
 }
 
-/// An error and every source under it, joined with ": " (console markers carry the whole
-/// cause in one line).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+use boottrace::error_chain as chain;
 
 /// `snapboot image inspect`.
 #[derive(Args, Debug)]

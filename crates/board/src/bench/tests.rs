@@ -45,23 +45,11 @@ fn a_failed_boot_names_the_method_and_step_then_the_reason() {
         what: "snapboot-lazy resume".into(),
         source: BootError::NotRestored,
     };
-    let chain = format!("{:#}", anyhow_like(&err));
+    let chain = format!("{:#}", boottrace::error_chain(&err));
     assert_eq!(
         chain,
         "snapboot-lazy resume: the board came up without restoring an image"
     );
-}
-
-/// The error and its sources joined the way the CLI prints them.
-fn anyhow_like(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 #[test]
