@@ -9,6 +9,10 @@
 
 use crate::sys::snapshot::{Mode, SnapshotFd};
 use snapimg::{Page, PAGE_SIZE};
+use std::io::IoSlice;
+
+/// Most pages handed to the kernel in one `writev` (the kernel's UIO_MAXIOV is 1024).
+pub const MAX_IOV: usize = 1024;
 
 pub use crate::sys::snapshot::SNAPSHOT_DEV;
 
@@ -128,29 +132,62 @@ impl SnapshotDev {
 
     /// Writes the next page of a stream (looping on short writes).
     pub fn write_page(&mut self, page: &Page) -> Result<(), SnapshotError> {
-        let mut done = 0;
-        while done < PAGE_SIZE {
-            match self.fd.write(&page[done..]) {
-                Ok(0) => {
-                    return Err(SnapshotError::Stream {
-                        op: "write",
-                        page: self.pages,
-                        source: std::io::ErrorKind::WriteZero.into(),
-                    })
-                }
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(SnapshotError::Stream {
-                        op: "write",
-                        page: self.pages,
-                        source,
-                    })
+        self.write_rest(&page[..])?;
+        self.pages += 1;
+        Ok(())
+    }
+
+    /// Writes the next pages of a stream with as few system calls as the kernel allows
+    /// (`writev`, up to [`MAX_IOV`] pages per call): the device copies each page straight
+    /// from the caller's buffers.
+    pub fn write_pages(&mut self, pages: &[&Page]) -> Result<(), SnapshotError> {
+        let mut rest = pages;
+        while !rest.is_empty() {
+            let iov: Vec<IoSlice<'_>> = rest
+                .iter()
+                .take(MAX_IOV)
+                .map(|p| IoSlice::new(&p[..]))
+                .collect();
+            let written = match self.fd.write_vectored(&iov) {
+                Ok(0) => return Err(self.stream_err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.stream_err(e)),
+            };
+            let (full, part) = (written / PAGE_SIZE, written % PAGE_SIZE);
+            self.pages += full as u64;
+            rest = &rest[full.min(rest.len())..];
+            if part != 0 {
+                if let Some((page, tail)) = rest.split_first() {
+                    self.write_rest(&page[part..])?;
+                    self.pages += 1;
+                    rest = tail;
                 }
             }
         }
-        self.pages += 1;
         Ok(())
+    }
+
+    /// Writes `buf`, the rest of the current page, looping on short writes.
+    fn write_rest(&mut self, buf: &[u8]) -> Result<(), SnapshotError> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.fd.write(&buf[done..]) {
+                Ok(0) => return Err(self.stream_err(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.stream_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn stream_err(&self, source: std::io::Error) -> SnapshotError {
+        SnapshotError::Stream {
+            op: "write",
+            page: self.pages,
+            source,
+        }
     }
 
     /// Pages moved so far.

@@ -64,7 +64,7 @@ pub use layout::{
     MIN_STORE_SIZE, SLOT_SIZE,
 };
 pub use pool::default_threads;
-pub use reader::{ReadOptions, Reader};
+pub use reader::{ReadOptions, Reader, StageTimes};
 pub use store::{Device, ReadAt, Store};
 pub use swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
 pub use writer::{WriteOptions, Writer};

@@ -14,10 +14,16 @@
 //! Pages that later duplicates point at are kept in a bounded cache; a
 //! duplicate whose page is not cached is fetched again through the
 //! random-access path. Every page also goes through a [`StreamParser`].
+//!
+//! [`Reader::next_run`] hands out the same checked pages as runs borrowed from the
+//! reader's buffers (decompressed chunk, zero page, duplicate cache), so resume gives the
+//! kernel a run per `writev` without copying pages first. [`Reader::stage_times`] says where
+//! the time went: reading, checking, decompressing.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::codec::{Compression, Decoder};
 use crate::error::ImageError;
@@ -97,9 +103,34 @@ enum Fault {
     Decode(String),
 }
 
-type Done = Result<Vec<u8>, Fault>;
+type Done = Result<(Vec<u8>, StageTimes), Fault>;
+
+/// Where the time of reading chunks went: summed over chunks (and over workers, so the sum
+/// can exceed the wall time when several threads decompress).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// Reading stored bytes from the device.
+    pub read: Duration,
+    /// Checking the stored bytes' checksum.
+    pub check: Duration,
+    /// Decompressing.
+    pub decode: Duration,
+    /// Stored bytes read.
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for StageTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.read += o.read;
+        self.check += o.check;
+        self.decode += o.decode;
+        self.bytes += o.bytes;
+    }
+}
 
 fn run_job(job: Job, dec: &mut Decoder) -> Done {
+    let mut times = StageTimes::default();
+    let t = Instant::now();
     let stored = match job.src {
         Source::Bytes(b) => b,
         Source::At(dev, at) => {
@@ -108,13 +139,19 @@ fn run_job(job: Job, dec: &mut Decoder) -> Done {
             b
         }
     };
+    let t1 = Instant::now();
+    times.read = t1 - t;
+    times.bytes = stored.len() as u64;
     if chunk_hash(&stored) != job.chunk.hash {
         return Err(Fault::Checksum);
     }
+    let t2 = Instant::now();
+    times.check = t2 - t1;
     let mut raw = vec![0u8; job.chunk.raw_len as usize];
     dec.decode(job.kind, &stored, &mut raw)
         .map_err(Fault::Decode)?;
-    Ok(raw)
+    times.decode = t2.elapsed();
+    Ok((raw, times))
 }
 
 /// State of an in-order pass.
@@ -126,6 +163,8 @@ struct Stream {
     refs: HashMap<u64, u32>,
     cache: HashMap<u64, Box<Page>>,
     cache_bytes: usize,
+    /// Cached pages to drop at the next run (their last duplicate is in the current one).
+    release: Vec<u64>,
 }
 
 /// Reads one image out of a [`Store`]; see the module docs.
@@ -145,6 +184,7 @@ pub struct Reader<'s, D: Device> {
     parser: StreamParser,
     random: Option<(u64, Vec<u8>)>,
     decoder: Decoder,
+    times: StageTimes,
 }
 
 impl<D: Device> fmt::Debug for Reader<'_, D> {
@@ -220,6 +260,7 @@ impl<'s, D: Device> Reader<'s, D> {
             parser: StreamParser::new(),
             random: None,
             decoder: Decoder::new(),
+            times: StageTimes::default(),
         })
     }
 
@@ -228,6 +269,12 @@ impl<'s, D: Device> Reader<'s, D> {
         self.opts = opts;
         self.stream = None;
         self
+    }
+
+    /// Where reading, checking and decompressing the chunks handed out so far spent their
+    /// time (read time of chunks the caller read itself included).
+    pub fn stage_times(&self) -> StageTimes {
+        self.times
     }
 
     /// What the header says about this image (`verified` after [`Reader::verify_all`]).
@@ -311,9 +358,11 @@ impl<'s, D: Device> Reader<'s, D> {
         let src = match &self.shared {
             Some(dev) if allow_shared => Source::At(Arc::clone(dev), at),
             _ => {
+                let t = Instant::now();
                 let mut b = vec![0u8; chunk.stored_len as usize];
                 self.store
                     .read_at(at, &mut b, &format!("reading chunk {k} of the image"))?;
+                self.times.read += t.elapsed();
                 Source::Bytes(b)
             }
         };
@@ -329,7 +378,8 @@ impl<'s, D: Device> Reader<'s, D> {
         if self.random.as_ref().map(|r| r.0) != Some(k) {
             self.random = None;
             let job = self.job(k, false)?;
-            let raw = run_job(job, &mut self.decoder).map_err(|f| self.fault(k, f))?;
+            let (raw, times) = run_job(job, &mut self.decoder).map_err(|f| self.fault(k, f))?;
+            self.times += times;
             self.random = Some((k, raw));
         }
         Ok(self.random.as_ref().map_or(&[][..], |r| &r.1[..]))
@@ -347,13 +397,12 @@ impl<'s, D: Device> Reader<'s, D> {
             Entry::Zero => buf.fill(0),
             Entry::Stored { k, s, .. } => {
                 let current = self.stream.as_ref().and_then(|st| st.current.as_ref());
-                match current.filter(|c| c.0 == k) {
-                    Some((_, raw)) => copy_slot(raw, s, buf),
-                    None => {
-                        let raw = self.load_random(k)?;
-                        copy_slot(raw, s, buf);
-                    }
-                }
+                let page = match current.filter(|c| c.0 == k) {
+                    Some((_, raw)) => slot_of(raw, s),
+                    None => slot_of(self.load_random(k)?, s),
+                };
+                let page = page.ok_or_else(|| bad(format!("chunk {k} has no slot {s}")))?;
+                buf.copy_from_slice(page);
             }
         }
         if index == 0 {
@@ -383,6 +432,7 @@ impl<'s, D: Device> Reader<'s, D> {
             refs: self.dup_refs.clone(),
             cache: HashMap::new(),
             cache_bytes: 0,
+            release: Vec::new(),
         }
     }
 
@@ -407,7 +457,10 @@ impl<'s, D: Device> Reader<'s, D> {
         })?;
         let expect = st.current.as_ref().map_or(0, |c| c.0 + 1);
         let raw = match done {
-            Some(Ok(raw)) if expect == k => raw,
+            Some(Ok((raw, times))) if expect == k => {
+                self.times += times;
+                raw
+            }
             Some(Err(f)) => return Err(self.fault(expect, f)),
             _ => return Err(bad(format!("chunk {k} requested out of order"))),
         };
@@ -418,56 +471,148 @@ impl<'s, D: Device> Reader<'s, D> {
         for s in 0..(raw.len() / PAGE_SIZE) as u64 {
             let u = k * cp + s;
             if st.refs.contains_key(&u) && st.cache_bytes + PAGE_SIZE <= self.opts.dup_cache_bytes {
-                let mut p = Box::new([0u8; PAGE_SIZE]);
-                copy_slot(&raw, s, &mut p);
-                st.cache.insert(u, p);
-                st.cache_bytes += PAGE_SIZE;
+                if let Some(page) = slot_of(&raw, s) {
+                    st.cache.insert(u, Box::new(*page));
+                    st.cache_bytes += PAGE_SIZE;
+                }
             }
         }
         st.current = Some((k, raw));
         Ok(())
     }
 
-    fn stream_page(&mut self, st: &mut Stream, e: Entry, buf: &mut Page) -> Result<(), ImageError> {
-        let Entry::Stored { k, s, dup } = e else {
-            buf.fill(0);
-            return Ok(());
+    /// The next run of checked pages of the kernel stream, at most `max` (at least one),
+    /// borrowed from the reader's buffers until the next call; empty at the end of the
+    /// stream. A run never spans two chunks' buffers, so it is at most a chunk's pages plus
+    /// zero pages and duplicates. Every page is checked exactly as [`PageProducer::next_page`]
+    /// checks it (its chunk's checksum before any of its pages, page 0 against the stream
+    /// header hash, every page through the stream parser); a writer can hand the run to the
+    /// kernel without copying it first (`writev`).
+    pub fn next_run(&mut self, max: usize) -> Result<Vec<&Page>, ImageError> {
+        let mut st = match self.stream.take() {
+            Some(st) => st,
+            None => self.start_stream(),
         };
-        if !dup {
-            if st.current.as_ref().map(|c| c.0) != Some(k) {
-                self.advance(st, k)?;
-            }
-            if let Some((_, raw)) = &st.current {
-                copy_slot(raw, s, buf);
-            }
-            return Ok(());
-        }
-        let u = k * u64::from(self.header.chunk_pages) + s;
-        if let Some(p) = st.cache.get(&u) {
-            buf.copy_from_slice(&p[..]);
-        } else if let Some((_, raw)) = st.current.as_ref().filter(|c| c.0 == k) {
-            copy_slot(raw, s, buf);
-        } else {
-            let raw = self.load_random(k)?;
-            copy_slot(raw, s, buf);
-        }
-        if let Some(n) = st.refs.get_mut(&u) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                st.refs.remove(&u);
-                if st.cache.remove(&u).is_some() {
-                    st.cache_bytes -= PAGE_SIZE;
+        let planned = self.plan_run(&mut st, max.max(1));
+        self.stream = Some(st);
+        let srcs = planned?;
+        let Some(st) = self.stream.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut run = Vec::with_capacity(srcs.len());
+        for src in srcs {
+            let page = resolve(st, &self.random, src)
+                .ok_or_else(|| bad(format!("stream page {} lost its buffer", self.cur)))?;
+            if self.cur == 0 {
+                if blake3::hash(page).as_bytes() != &self.header.stream_header_hash {
+                    return Err(ImageError::ChecksumMismatch {
+                        section: "stream header".into(),
+                    });
                 }
             }
+            self.parser.push_page(page)?;
+            if self.cur == 0 {
+                if let Some(s) = self.parser.header() {
+                    cross_check(&self.header, s)?;
+                }
+            }
+            self.cur += 1;
+            run.push(page);
         }
-        Ok(())
+        Ok(run)
+    }
+
+    /// Where the next run's pages are, loading the chunk they need (see [`Reader::next_run`]).
+    fn plan_run(&mut self, st: &mut Stream, max: usize) -> Result<Vec<Src>, ImageError> {
+        // Cached pages whose last duplicate went out in the previous run.
+        for u in st.release.drain(..) {
+            if st.cache.remove(&u).is_some() {
+                st.cache_bytes -= PAGE_SIZE;
+            }
+        }
+        let cp = u64::from(self.header.chunk_pages);
+        let mut srcs = Vec::new();
+        let mut i = self.cur as usize;
+        while srcs.len() < max {
+            let Some(&e) = self.entries.get(i) else {
+                break;
+            };
+            let current = st.current.as_ref().map(|c| c.0);
+            let src = match e {
+                Entry::Zero => Src::Zero,
+                Entry::Stored { k, s, dup: false } => {
+                    if current != Some(k) {
+                        if !srcs.is_empty() {
+                            break;
+                        }
+                        self.advance(st, k)?;
+                    }
+                    Src::Current(s)
+                }
+                Entry::Stored { k, s, dup: true } => {
+                    let u = k * cp + s;
+                    let src = if st.cache.contains_key(&u) {
+                        Src::Cached(u)
+                    } else if current == Some(k) {
+                        Src::Current(s)
+                    } else {
+                        // Not held: read its chunk again, alone in its run (the
+                        // random-access buffer holds one chunk).
+                        if !srcs.is_empty() {
+                            break;
+                        }
+                        self.load_random(k)?;
+                        Src::Random(s)
+                    };
+                    if let Some(n) = st.refs.get_mut(&u) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            st.refs.remove(&u);
+                            st.release.push(u);
+                        }
+                    }
+                    if matches!(src, Src::Random(_)) {
+                        srcs.push(src);
+                        break;
+                    }
+                    src
+                }
+            };
+            srcs.push(src);
+            i += 1;
+        }
+        Ok(srcs)
     }
 }
 
-fn copy_slot(raw: &[u8], s: u64, buf: &mut Page) {
-    let at = s as usize * PAGE_SIZE;
-    if let Some(src) = raw.get(at..at + PAGE_SIZE) {
-        buf.copy_from_slice(src);
+/// Where a page of a run lives until the next run.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Zero,
+    /// Slot of the current chunk.
+    Current(u64),
+    /// Unique page number in the duplicate cache.
+    Cached(u64),
+    /// Slot of the chunk in the random-access buffer.
+    Random(u64),
+}
+
+static ZERO_PAGE: Page = [0u8; PAGE_SIZE];
+
+fn slot_of(raw: &[u8], s: u64) -> Option<&Page> {
+    let at = usize::try_from(s).ok()?.checked_mul(PAGE_SIZE)?;
+    raw.get(at..at + PAGE_SIZE)
+        .and_then(|p| <&Page>::try_from(p).ok())
+}
+
+/// The page `src` names; `None` only if the plan and the buffers disagree (a bug, reported
+/// as an inconsistent image rather than handing out a wrong page).
+fn resolve<'a>(st: &'a Stream, random: &'a Option<(u64, Vec<u8>)>, src: Src) -> Option<&'a Page> {
+    match src {
+        Src::Zero => Some(&ZERO_PAGE),
+        Src::Current(s) => slot_of(&st.current.as_ref()?.1, s),
+        Src::Cached(u) => st.cache.get(&u).map(|p| &**p),
+        Src::Random(s) => slot_of(&random.as_ref()?.1, s),
     }
 }
 
@@ -476,28 +621,13 @@ impl<D: Device> PageProducer for Reader<'_, D> {
 
     /// Fill `buf` with the next checked page of the kernel stream.
     fn next_page(&mut self, buf: &mut Page) -> Result<bool, ImageError> {
-        let i = self.cur;
-        let Some(&e) = self.entries.get(i as usize) else {
-            return Ok(false);
-        };
-        let mut st = match self.stream.take() {
-            Some(st) => st,
-            None => self.start_stream(),
-        };
-        let result = self.stream_page(&mut st, e, buf);
-        self.stream = Some(st);
-        result?;
-        if i == 0 {
-            self.check_stream_header(buf)?;
-        }
-        self.parser.push_page(buf)?;
-        if i == 0 {
-            if let Some(s) = self.parser.header() {
-                cross_check(&self.header, s)?;
+        match self.next_run(1)?.first() {
+            Some(page) => {
+                buf.copy_from_slice(&page[..]);
+                Ok(true)
             }
+            None => Ok(false),
         }
-        self.cur += 1;
-        Ok(true)
     }
 }
 

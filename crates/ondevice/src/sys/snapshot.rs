@@ -124,4 +124,10 @@ impl SnapshotFd {
     pub fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.file.write(buf)
     }
+
+    /// `writev`: the kernel takes each slice through the device's `write` in turn (at most
+    /// a page each) and stops at the first short one.
+    pub fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        self.file.write_vectored(bufs)
+    }
 }

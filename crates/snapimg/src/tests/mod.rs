@@ -338,6 +338,18 @@ fn corrupt_chunk_is_named_and_never_yielded() {
         r.page_at(5, &mut buf).unwrap();
         assert_eq!(&buf[..], &stream[5 * PAGE_SIZE..6 * PAGE_SIZE]);
         assert!(r.page_at(3 * 32 + 1, &mut buf).is_err());
+        // In runs: everything before the bad chunk, nothing of it.
+        r.rewind();
+        let mut yielded = 0;
+        let err = loop {
+            match r.next_run(50) {
+                Ok(run) if run.is_empty() => panic!("corruption not detected"),
+                Ok(run) => yielded += run.len(),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(yielded, 3 * 32);
+        assert!(matches!(err, ImageError::ChecksumMismatch { .. }));
     }
 }
 
@@ -532,6 +544,41 @@ proptest! {
             r.page_at(i as u64, &mut buf).unwrap();
             prop_assert_eq!(&buf[..], &stream[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
         }
+    }
+
+    #[test]
+    fn runs_hand_out_the_same_stream_as_pages(
+        kinds in page_kinds(260),
+        chunk_pages in 1u32..40,
+        rthreads in 0usize..3,
+        cache_pages in prop_oneof![Just(0usize), 1usize..8, Just(1 << 20)],
+        max in 1usize..80,
+    ) {
+        let stream = stream_of(&pages_of(&kinds));
+        let mut store = mem_store(8 * MIB);
+        write_with(&mut store, &stream, opts(Compression::Lz4, chunk_pages, 0)).unwrap();
+        let mut r = store.reader().unwrap().with_options(ReadOptions {
+            threads: rthreads,
+            dup_cache_bytes: cache_pages * PAGE_SIZE,
+        });
+        let mut out = Vec::with_capacity(stream.len());
+        let mut runs = 0;
+        loop {
+            let run = r.next_run(max).unwrap();
+            if run.is_empty() {
+                break;
+            }
+            prop_assert!(run.len() <= max);
+            runs += 1;
+            for p in run {
+                out.extend_from_slice(&p[..]);
+            }
+        }
+        prop_assert_eq!(out.len(), stream.len());
+        prop_assert!(out == stream, "runs differ from the stream");
+        prop_assert!(runs >= stream.len() / PAGE_SIZE / max);
+        // The end stays the end.
+        prop_assert!(r.next_run(max).unwrap().is_empty());
     }
 
     #[test]
