@@ -140,6 +140,7 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
     let started = Instant::now();
     let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let stages;
+    let mut slowest = (Duration::ZERO, 0u64);
     let mut store = Store::open(&o.store, o.once)?;
     let mut dev = {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -167,8 +168,12 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
             if run.is_empty() {
                 break;
             }
+            let first = dev.pages();
             dev.write_pages(&run)?;
             let now = Instant::now();
+            if now - t > slowest.0 {
+                slowest = (now - t, first);
+            }
             write_time += now - t;
             t = now;
         }
@@ -180,7 +185,8 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
         "resume-loaded",
         Some(&format!(
             "{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s; \
-             {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s)",
+             {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s; \
+             slowest kernel write {:.3} s at stream page {})",
             dev.pages(),
             (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
             read_time.as_secs_f64(),
@@ -188,7 +194,9 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
             stages.bytes as f64 / 1048576.0,
             stages.read.as_secs_f64(),
             stages.check.as_secs_f64(),
-            stages.decode.as_secs_f64()
+            stages.decode.as_secs_f64(),
+            slowest.0.as_secs_f64(),
+            slowest.1
         )),
     );
     if o.once {
