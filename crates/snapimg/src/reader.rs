@@ -503,12 +503,10 @@ impl<'s, D: Device> Reader<'s, D> {
         for src in srcs {
             let page = resolve(st, &self.random, src)
                 .ok_or_else(|| bad(format!("stream page {} lost its buffer", self.cur)))?;
-            if self.cur == 0 {
-                if blake3::hash(page).as_bytes() != &self.header.stream_header_hash {
-                    return Err(ImageError::ChecksumMismatch {
-                        section: "stream header".into(),
-                    });
-                }
+            if self.cur == 0 && blake3::hash(page).as_bytes() != &self.header.stream_header_hash {
+                return Err(ImageError::ChecksumMismatch {
+                    section: "stream header".into(),
+                });
             }
             self.parser.push_page(page)?;
             if self.cur == 0 {
