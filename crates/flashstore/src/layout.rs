@@ -1,0 +1,276 @@
+//! On-medium structures: geometry, the two superblocks, the catalog, an image's page list and
+//! the dedupe table. Everything but the superblocks is written once into idle clusters and
+//! never overwritten while committed; see docs/store.md for the picture.
+
+use crate::error::StoreError;
+use serde::{Deserialize, Serialize};
+
+/// Bytes per block; every structure starts on a block.
+pub const BLOCK: u64 = 4096;
+/// Bytes per page of the kernel's stream.
+pub const PAGE: usize = 4096;
+/// A page.
+pub type Page = [u8; PAGE];
+/// Superblock magic.
+pub const MAGIC: &[u8; 8] = b"SBFLASH\0";
+/// Superblock format version.
+pub const VERSION: u32 = 1;
+/// Default cluster size in blocks (256 KiB).
+pub const DEFAULT_CLUSTER_BLOCKS: u32 = 64;
+/// Default pages per chunk.
+pub const DEFAULT_CHUNK_PAGES: u16 = 32;
+
+/// Bytes of the superblock covered by its checksum, which follows them.
+const SB_HASHED: usize = 0x50;
+
+/// One of the two superblocks (blocks 0 and 1 of cluster 0): the only structure rewritten in
+/// place. The valid one with the highest generation is the store's committed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Blocks per cluster.
+    pub cluster_blocks: u32,
+    /// Clusters on the medium, cluster 0 (the superblocks) included.
+    pub clusters: u64,
+    /// Commit counter; the newer superblock wins.
+    pub generation: u64,
+    /// Where the catalog is.
+    pub catalog: Extent,
+    /// BLAKE3 of the catalog's bytes.
+    pub catalog_hash: [u8; 32],
+}
+
+impl Superblock {
+    /// Bytes per cluster.
+    pub fn cluster_bytes(&self) -> u64 {
+        u64::from(self.cluster_blocks) * BLOCK
+    }
+
+    /// The superblock's block: fields, then the BLAKE3 of everything before it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK as usize];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.cluster_blocks.to_le_bytes());
+        b[16..24].copy_from_slice(&self.clusters.to_le_bytes());
+        b[24..32].copy_from_slice(&self.generation.to_le_bytes());
+        b[32..40].copy_from_slice(&self.catalog.cluster.to_le_bytes());
+        b[40..48].copy_from_slice(&self.catalog.len.to_le_bytes());
+        b[48..80].copy_from_slice(&self.catalog_hash);
+        let h = blake3::hash(&b[..SB_HASHED]);
+        b[SB_HASHED..SB_HASHED + 32].copy_from_slice(h.as_bytes());
+        b
+    }
+
+    /// Parses and checks a superblock block; the error says why it is not valid.
+    pub fn decode(b: &[u8]) -> Result<Self, String> {
+        if b.len() < SB_HASHED + 32 {
+            return Err("short block".into());
+        }
+        if &b[0..8] != MAGIC {
+            return Err("no store magic".into());
+        }
+        let u32_at = |a: usize| u32::from_le_bytes(b[a..a + 4].try_into().unwrap_or_default());
+        let u64_at = |a: usize| u64::from_le_bytes(b[a..a + 8].try_into().unwrap_or_default());
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(format!(
+                "store format version {version} (this build reads {VERSION})"
+            ));
+        }
+        if blake3::hash(&b[..SB_HASHED]).as_bytes() != &b[SB_HASHED..SB_HASHED + 32] {
+            return Err("superblock checksum mismatch".into());
+        }
+        let mut catalog_hash = [0u8; 32];
+        catalog_hash.copy_from_slice(&b[48..80]);
+        let sb = Superblock {
+            cluster_blocks: u32_at(12),
+            clusters: u64_at(16),
+            generation: u64_at(24),
+            catalog: Extent {
+                cluster: u64_at(32),
+                len: u64_at(40),
+            },
+            catalog_hash,
+        };
+        if sb.cluster_blocks < 2 || sb.clusters < 2 {
+            return Err("impossible geometry".into());
+        }
+        Ok(sb)
+    }
+}
+
+/// Contiguous clusters from `cluster`, holding `len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Extent {
+    /// First cluster.
+    pub cluster: u64,
+    /// Bytes stored from the start of that cluster.
+    pub len: u64,
+}
+
+impl Extent {
+    /// Clusters it spans.
+    pub fn clusters(&self, cluster_bytes: u64) -> std::ops::Range<u64> {
+        self.cluster..self.cluster + self.len.div_ceil(cluster_bytes).max(1)
+    }
+}
+
+/// A stored chunk: up to `chunk_pages` pages, compressed together, inside one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRec {
+    /// Never reused within a store.
+    pub id: u64,
+    /// Cluster holding it.
+    pub cluster: u64,
+    /// Byte offset inside the cluster.
+    pub offset: u32,
+    /// Bytes stored.
+    pub stored_len: u32,
+    /// Pages it holds.
+    pub pages: u16,
+    /// LZ4 block (else stored raw).
+    pub lz4: bool,
+    /// BLAKE3 of the stored bytes, checked before anything is decompressed.
+    pub hash: [u8; 32],
+    /// Images referencing it (the usage count).
+    pub refs: u32,
+}
+
+/// What an image cost and saved: the seed's A / B / C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ImageStats {
+    /// Pages of the stream.
+    pub pages: u64,
+    /// All-zero pages (not stored).
+    pub zero_pages: u64,
+    /// A: pages left after memory dedupe (distinct non-zero pages of this image).
+    pub unique_pages: u64,
+    /// B: pages this image had to store after storage dedupe against the other images.
+    pub new_pages: u64,
+    /// Pages it references in chunks other images wrote.
+    pub shared_pages: u64,
+    /// C: bytes of the chunks this image wrote (compressed).
+    pub stored_bytes: u64,
+}
+
+/// A named image in the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRec {
+    /// Its name (`current`, `factory`, ...).
+    pub name: String,
+    /// Store generation that committed it (newer images have higher ones).
+    pub generation: u64,
+    /// A pinned image is never replaced, removed or collected.
+    pub pinned: bool,
+    /// Seconds since the epoch at commit.
+    pub created_unix: u64,
+    /// Its page list.
+    pub meta: Extent,
+    /// BLAKE3 of the page list's bytes.
+    pub meta_hash: [u8; 32],
+    /// Chunks it references (sorted), for usage counts without reading page lists.
+    pub chunks: Vec<u64>,
+    /// What it cost.
+    pub stats: ImageStats,
+}
+
+/// The map of everything committed, rewritten (elsewhere) at every commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Catalog {
+    /// Next chunk id.
+    pub next_chunk: u64,
+    /// Named images, in commit order.
+    pub images: Vec<ImageRec>,
+    /// Every live chunk, sorted by id.
+    pub chunks: Vec<ChunkRec>,
+    /// Where the dedupe table is, and its BLAKE3 (read at capture only).
+    pub dedupe: Option<(Extent, [u8; 32])>,
+    /// Idle clusters already discarded (sorted): gc does not discard them again.
+    pub trimmed: Vec<u64>,
+}
+
+/// Where a page of an image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PageRef {
+    /// All zero.
+    Zero,
+    /// Slot `slot` of chunk `chunk`.
+    At { chunk: u64, slot: u16 },
+}
+
+/// An image's page list and the caller's own description of it (identity, binding, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageMeta {
+    /// Its name (checked against the catalog's).
+    pub name: String,
+    /// Opaque to the store.
+    pub user: Vec<u8>,
+    /// Every page, in stream order.
+    pub pages: Vec<PageRef>,
+}
+
+/// Page hashes of live chunks: what a new image can reference instead of storing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DedupeTable {
+    /// (chunk id, the 128-bit BLAKE3 of each of its pages), sorted by id.
+    pub chunks: Vec<(u64, Vec<[u8; 16]>)>,
+}
+
+/// The dedupe key of a page: its BLAKE3, truncated to 128 bits.
+pub fn page_key(p: &Page) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&blake3::hash(p).as_bytes()[..16]);
+    k
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T, what: &str) -> Result<Vec<u8>, StoreError> {
+    postcard::to_stdvec(v)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode the {what}: {e}")))
+}
+
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(b: &[u8], what: &str) -> Result<T, StoreError> {
+    postcard::from_bytes(b)
+        .map_err(|e| StoreError::Corrupt(format!("the {what} does not parse: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            cluster_blocks: 64,
+            clusters: 100,
+            generation: 7,
+            catalog: Extent {
+                cluster: 5,
+                len: 1234,
+            },
+            catalog_hash: [9; 32],
+        }
+    }
+
+    #[test]
+    fn superblock_round_trips_and_every_flip_is_caught() {
+        let b = sb().encode();
+        assert_eq!(Superblock::decode(&b).unwrap(), sb());
+        for i in 0..SB_HASHED + 32 {
+            let mut c = b.clone();
+            c[i] ^= 0x10;
+            assert!(Superblock::decode(&c).is_err(), "flip at {i} accepted");
+        }
+    }
+
+    #[test]
+    fn extents_span_whole_clusters() {
+        let e = Extent { cluster: 3, len: 1 };
+        assert_eq!(e.clusters(4096), 3..4);
+        let e = Extent {
+            cluster: 3,
+            len: 8193,
+        };
+        assert_eq!(e.clusters(4096), 3..6);
+        let e = Extent { cluster: 3, len: 0 };
+        assert_eq!(e.clusters(4096), 3..4);
+    }
+}

@@ -1,0 +1,28 @@
+//! The flash-aware image store of seed 003 ("NAND flash aware hibernation-based boot"), made
+//! real: a store on a file, partition or raw device, in clusters of 4 KiB blocks;
+//! log-structured (new data goes into idle clusters, nothing committed is overwritten, one
+//! commit is atomic); named images, pinned ones GC never touches; page dedupe across images,
+//! selective by default so restores stay sequential; usage counts, GC with discard, fsck.
+//! docs/store.md draws the layout.
+
+mod error;
+mod fsck;
+mod layout;
+mod medium;
+mod reader;
+mod store;
+mod writer;
+
+pub use error::StoreError;
+pub use fsck::FsckReport;
+pub use layout::{
+    page_key, Catalog, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
+    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, PAGE,
+};
+pub use medium::{FailingMedium, Medium, MemMedium};
+pub use reader::ImageReader;
+pub use store::{FormatOptions, GcReport, Store, Usage};
+pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions};
+
+#[cfg(test)]
+mod tests;

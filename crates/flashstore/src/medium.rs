@@ -1,0 +1,195 @@
+//! What a store lives on: a file or a block device, addressed by byte offset, plus an
+//! in-memory medium for tests. `discard` tells the medium a range holds nothing (a hole in
+//! a file); on flash that is what lets the FTL erase ahead instead of copying dead data.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Positional I/O on the store's medium.
+pub trait Medium {
+    /// Fills `buf` from offset `at`.
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()>;
+    /// Writes `buf` at offset `at`.
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()>;
+    /// Makes everything written so far durable.
+    fn sync(&mut self) -> io::Result<()>;
+    /// Size in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Says `len` bytes at `at` hold nothing any more; reads may then return zeros.
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()>;
+}
+
+impl Medium for File {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.read_exact_at(buf, at)
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
+        self.write_all_at(buf, at)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+    fn size(&self) -> io::Result<u64> {
+        use std::io::Seek;
+        let meta = self.metadata()?;
+        if meta.is_file() {
+            return Ok(meta.len());
+        }
+        // A block device: its size is where seeking to the end lands.
+        let mut f = self.try_clone()?;
+        f.seek(io::SeekFrom::End(0))
+    }
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()> {
+        if !self.metadata()?.is_file() {
+            // Block devices would take BLKDISCARD; not issued yet (docs/store.md).
+            return Ok(());
+        }
+        use rustix::fs::FallocateFlags;
+        rustix::fs::fallocate(
+            &*self,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            at,
+            len,
+        )
+        .map_err(io::Error::from)
+    }
+}
+
+/// A store held in memory (tests, and tools that build a store image before writing it).
+#[derive(Debug, Clone, Default)]
+pub struct MemMedium {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl MemMedium {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Self {
+        MemMedium {
+            bytes: vec![0; len],
+        }
+    }
+}
+
+fn range(len: usize, at: u64, n: usize) -> io::Result<std::ops::Range<usize>> {
+    let a = usize::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+    let b = a.checked_add(n).filter(|&b| b <= len);
+    b.map(|b| a..b)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
+}
+
+impl Medium for MemMedium {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        let r = range(self.bytes.len(), at, buf.len())?;
+        buf.copy_from_slice(&self.bytes[r]);
+        Ok(())
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
+        let r = range(self.bytes.len(), at, buf.len())?;
+        self.bytes[r].copy_from_slice(buf);
+        Ok(())
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.bytes.len() as u64)
+    }
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()> {
+        let n = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let r = range(self.bytes.len(), at, n)?;
+        self.bytes[r].fill(0);
+        Ok(())
+    }
+}
+
+impl<M: Medium + ?Sized> Medium for &mut M {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        (**self).read_at(buf, at)
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
+        (**self).write_at(buf, at)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        (**self).sync()
+    }
+    fn size(&self) -> io::Result<u64> {
+        (**self).size()
+    }
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()> {
+        (**self).discard(at, len)
+    }
+}
+
+/// A medium that loses power: after `budget` writes every write fails, and the write that
+/// exhausts the budget lands only its first `torn` bytes (a torn sector). Discards count as
+/// writes. For crash tests.
+#[derive(Debug)]
+pub struct FailingMedium<M> {
+    /// The medium underneath (what survives the "power cut").
+    pub inner: M,
+    /// Writes left before the cut.
+    pub budget: u64,
+    /// Bytes of the cut write that still land.
+    pub torn: usize,
+    /// Writes seen (including failed ones).
+    pub writes: u64,
+}
+
+impl<M: Medium> FailingMedium<M> {
+    /// Cuts power at the `budget`-th write from now (0: the next write fails).
+    pub fn new(inner: M, budget: u64, torn: usize) -> Self {
+        FailingMedium {
+            inner,
+            budget,
+            torn,
+            writes: 0,
+        }
+    }
+
+    fn spend(&mut self) -> bool {
+        self.writes += 1;
+        if self.budget == 0 {
+            return false;
+        }
+        self.budget -= 1;
+        true
+    }
+}
+
+fn cut() -> io::Error {
+    io::Error::other("power cut (injected)")
+}
+
+impl<M: Medium> Medium for FailingMedium<M> {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.inner.read_at(buf, at)
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
+        if self.spend() {
+            return self.inner.write_at(buf, at);
+        }
+        if self.torn > 0 {
+            let n = self.torn.min(buf.len());
+            self.inner.write_at(&buf[..n], at)?;
+            self.torn = 0;
+        }
+        Err(cut())
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        if self.budget == 0 {
+            return Err(cut());
+        }
+        self.inner.sync()
+    }
+    fn size(&self) -> io::Result<u64> {
+        self.inner.size()
+    }
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()> {
+        if self.spend() {
+            return self.inner.discard(at, len);
+        }
+        Err(cut())
+    }
+}

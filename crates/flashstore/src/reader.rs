@@ -1,0 +1,158 @@
+//! Reading an image back in stream order. Each chunk is read once, its BLAKE3 checked before
+//! it is decompressed, and kept only while pages still to come need it.
+
+use crate::error::StoreError;
+use crate::layout::{ChunkRec, ImageMeta, Page, PageRef, PAGE};
+use crate::medium::Medium;
+use crate::store::Store;
+use std::collections::HashMap;
+
+/// Streams one image's pages.
+pub struct ImageReader<'s, M: Medium> {
+    store: &'s Store<M>,
+    meta: ImageMeta,
+    chunks: HashMap<u64, ChunkRec>,
+    /// Uses still to come per chunk.
+    uses: HashMap<u64, u32>,
+    cache: HashMap<u64, Vec<u8>>,
+    cur: usize,
+    /// Chunks read (a chunk read twice counts twice) and their stored bytes.
+    pub chunks_read: u64,
+    /// Stored bytes read.
+    pub bytes_read: u64,
+}
+
+impl<M: Medium> Store<M> {
+    /// A reader for the image `name`.
+    pub fn reader(&self, name: &str) -> Result<ImageReader<'_, M>, StoreError> {
+        let rec = self
+            .image(name)
+            .ok_or_else(|| StoreError::NoImage(name.into()))?;
+        let meta = self.image_meta(rec)?;
+        let chunks: HashMap<u64, ChunkRec> =
+            self.catalog.chunks.iter().map(|c| (c.id, *c)).collect();
+        let mut uses: HashMap<u64, u32> = HashMap::new();
+        for p in &meta.pages {
+            if let PageRef::At { chunk, slot } = *p {
+                let c = chunks.get(&chunk).ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "image `{name}` refers to chunk {chunk}, which the catalog does not have"
+                    ))
+                })?;
+                if slot >= c.pages {
+                    return Err(StoreError::Corrupt(format!(
+                        "image `{name}` refers to slot {slot} of chunk {chunk}, which holds {}",
+                        c.pages
+                    )));
+                }
+                *uses.entry(chunk).or_default() += 1;
+            }
+        }
+        Ok(ImageReader {
+            store: self,
+            meta,
+            chunks,
+            uses,
+            cache: HashMap::new(),
+            cur: 0,
+            chunks_read: 0,
+            bytes_read: 0,
+        })
+    }
+}
+
+impl<M: Medium> ImageReader<'_, M> {
+    /// The caller's description stored with the image.
+    pub fn user(&self) -> &[u8] {
+        &self.meta.user
+    }
+
+    /// Pages in the image.
+    pub fn pages(&self) -> u64 {
+        self.meta.pages.len() as u64
+    }
+
+    /// Fills `buf` with the next page; `Ok(false)` at the end.
+    pub fn next_page(&mut self, buf: &mut Page) -> Result<bool, StoreError> {
+        let Some(&r) = self.meta.pages.get(self.cur) else {
+            return Ok(false);
+        };
+        match r {
+            PageRef::Zero => buf.fill(0),
+            PageRef::At { chunk, slot } => {
+                if !self.cache.contains_key(&chunk) {
+                    let raw = self.load(chunk)?;
+                    self.cache.insert(chunk, raw);
+                }
+                let raw = &self.cache[&chunk];
+                let at = usize::from(slot) * PAGE;
+                buf.copy_from_slice(&raw[at..at + PAGE]);
+                if let Some(n) = self.uses.get_mut(&chunk) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.uses.remove(&chunk);
+                        self.cache.remove(&chunk);
+                    }
+                }
+            }
+        }
+        self.cur += 1;
+        Ok(true)
+    }
+
+    /// Reads, checks and decompresses chunk `id`.
+    fn load(&mut self, id: u64) -> Result<Vec<u8>, StoreError> {
+        let c = self.chunks[&id];
+        let raw = read_chunk(self.store, &c)?;
+        self.chunks_read += 1;
+        self.bytes_read += u64::from(c.stored_len);
+        Ok(raw)
+    }
+}
+
+/// A chunk's pages, checked: BLAKE3 of the stored bytes, then the decompressed size.
+pub(crate) fn read_chunk<M: Medium>(store: &Store<M>, c: &ChunkRec) -> Result<Vec<u8>, StoreError> {
+    let cb = store.cluster_bytes();
+    if c.cluster == 0
+        || c.cluster >= store.sb.clusters
+        || u64::from(c.offset) + u64::from(c.stored_len) > cb
+    {
+        return Err(StoreError::Corrupt(format!(
+            "chunk {} lies outside its cluster {}",
+            c.id, c.cluster
+        )));
+    }
+    let mut stored = vec![0u8; c.stored_len as usize];
+    store
+        .medium
+        .read_at(&mut stored, c.cluster * cb + u64::from(c.offset))
+        .map_err(StoreError::io(format!("reading chunk {}", c.id)))?;
+    if blake3::hash(&stored).as_bytes() != &c.hash {
+        return Err(StoreError::Corrupt(format!(
+            "checksum mismatch in chunk {} (cluster {})",
+            c.id, c.cluster
+        )));
+    }
+    let raw_len = usize::from(c.pages) * PAGE;
+    if !c.lz4 {
+        if stored.len() != raw_len {
+            return Err(StoreError::Corrupt(format!(
+                "chunk {} holds {} bytes, {} pages need {raw_len}",
+                c.id,
+                stored.len(),
+                c.pages
+            )));
+        }
+        return Ok(stored);
+    }
+    let mut raw = vec![0u8; raw_len];
+    let n = lz4_flex::block::decompress_into(&stored, &mut raw)
+        .map_err(|e| StoreError::Corrupt(format!("chunk {} does not decompress: {e}", c.id)))?;
+    if n != raw_len {
+        return Err(StoreError::Corrupt(format!(
+            "chunk {} decompresses to {n} bytes, not {raw_len}",
+            c.id
+        )));
+    }
+    Ok(raw)
+}

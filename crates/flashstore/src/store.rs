@@ -1,0 +1,508 @@
+//! The store: open (newest valid superblock), the cluster map, commits, and the image-level
+//! operations (list, remove, pin, gc, fsck).
+//!
+//! A commit writes everything new (chunks, the image's page list, the dedupe table, the
+//! catalog) into clusters that are idle in the committed state, syncs, then writes the
+//! superblock slot the committed state does *not* use, with the next generation, and syncs
+//! again. Until that superblock write is durable the committed state is untouched; a torn
+//! superblock fails its checksum and the other slot still names the previous state. Nothing a
+//! crash leaves behind is referenced, so it is idle space, not a leak.
+
+use crate::error::StoreError;
+use crate::layout::{
+    decode, encode, Catalog, DedupeTable, Extent, ImageMeta, ImageRec, Superblock, BLOCK,
+    DEFAULT_CLUSTER_BLOCKS,
+};
+use crate::medium::Medium;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How to lay out a new store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormatOptions {
+    /// Blocks (4 KiB) per cluster; match the flash's erase block where known.
+    pub cluster_blocks: u32,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            cluster_blocks: DEFAULT_CLUSTER_BLOCKS,
+        }
+    }
+}
+
+/// A store on a medium.
+#[derive(Debug)]
+pub struct Store<M: Medium> {
+    pub(crate) medium: M,
+    pub(crate) sb: Superblock,
+    pub(crate) catalog: Catalog,
+}
+
+/// What `gc` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GcReport {
+    /// Idle clusters discarded now.
+    pub discarded: u64,
+    /// Idle clusters in all.
+    pub idle: u64,
+}
+
+/// Space on the store, in clusters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Clusters on the medium.
+    pub clusters: u64,
+    /// Clusters holding committed structures (cluster 0 included).
+    pub used: u64,
+    /// Clusters free for new data.
+    pub idle: u64,
+    /// Bytes of live chunks.
+    pub chunk_bytes: u64,
+    /// Live chunks.
+    pub chunks: u64,
+}
+
+/// Names a structure stored in a cluster, for the cluster map and fsck.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Owner {
+    Superblocks,
+    Catalog,
+    Dedupe,
+    Meta(String),
+    Chunks,
+}
+
+pub(crate) fn check_name(name: &str) -> Result<(), StoreError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::BadName(name.into()))
+    }
+}
+
+impl<M: Medium> Store<M> {
+    /// Lays out an empty store on `medium` (everything on it is forgotten).
+    pub fn format(mut medium: M, opts: FormatOptions) -> Result<Self, StoreError> {
+        if opts.cluster_blocks < 2 {
+            return Err(StoreError::Geometry(
+                "a cluster needs at least 2 blocks".into(),
+            ));
+        }
+        let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
+        let cb = u64::from(opts.cluster_blocks) * BLOCK;
+        let clusters = len / cb;
+        if clusters < 4 {
+            return Err(StoreError::Geometry(format!(
+                "{len} bytes hold {clusters} cluster(s) of {cb} bytes; a store needs at least 4"
+            )));
+        }
+        let mut sb = Superblock {
+            cluster_blocks: opts.cluster_blocks,
+            clusters,
+            generation: 0,
+            catalog: Extent::default(),
+            catalog_hash: [0; 32],
+        };
+        // Both slots invalid first, so a half-formatted medium is no store at all.
+        medium
+            .write_at(&vec![0u8; 2 * BLOCK as usize], 0)
+            .map_err(StoreError::io("clearing the superblocks"))?;
+        let catalog = Catalog::default();
+        let bytes = encode(&catalog, "catalog")?;
+        sb.catalog = Extent {
+            cluster: 1,
+            len: bytes.len() as u64,
+        };
+        sb.catalog_hash = *blake3::hash(&bytes).as_bytes();
+        medium
+            .write_at(&bytes, cb)
+            .map_err(StoreError::io("writing the first catalog"))?;
+        medium.sync().map_err(StoreError::io("syncing"))?;
+        sb.generation = 1;
+        medium
+            .write_at(&sb.encode(), BLOCK)
+            .map_err(StoreError::io("writing the superblock"))?;
+        medium.sync().map_err(StoreError::io("syncing"))?;
+        Ok(Store {
+            medium,
+            sb,
+            catalog,
+        })
+    }
+
+    /// Opens the store: the valid superblock with the highest generation and its catalog.
+    pub fn open(medium: M) -> Result<Self, StoreError> {
+        let mut reasons = Vec::new();
+        let mut best: Option<Superblock> = None;
+        for slot in 0..2u64 {
+            let mut b = vec![0u8; BLOCK as usize];
+            match medium.read_at(&mut b, slot * BLOCK) {
+                Err(e) => reasons.push(format!("slot {slot}: {e}")),
+                Ok(()) => match Superblock::decode(&b) {
+                    Err(e) => reasons.push(format!("slot {slot}: {e}")),
+                    Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
+                    Ok(_) => {}
+                },
+            }
+        }
+        let sb = best.ok_or_else(|| StoreError::NoStore(reasons.join("; ")))?;
+        let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
+        if sb.clusters.saturating_mul(sb.cluster_bytes()) > len {
+            return Err(StoreError::Corrupt(format!(
+                "superblock says {} clusters of {} bytes, the medium has {len} bytes",
+                sb.clusters,
+                sb.cluster_bytes()
+            )));
+        }
+        let bytes = read_extent(&medium, &sb, sb.catalog, "catalog")?;
+        if blake3::hash(&bytes).as_bytes() != &sb.catalog_hash {
+            return Err(StoreError::Corrupt("catalog checksum mismatch".into()));
+        }
+        let catalog: Catalog = decode(&bytes, "catalog")?;
+        Ok(Store {
+            medium,
+            sb,
+            catalog,
+        })
+    }
+
+    /// The committed generation.
+    pub fn generation(&self) -> u64 {
+        self.sb.generation
+    }
+
+    /// Bytes per cluster.
+    pub fn cluster_bytes(&self) -> u64 {
+        self.sb.cluster_bytes()
+    }
+
+    /// The catalog (images, chunks).
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Images in commit order.
+    pub fn images(&self) -> &[ImageRec] {
+        &self.catalog.images
+    }
+
+    /// The image named `name`.
+    pub fn image(&self, name: &str) -> Option<&ImageRec> {
+        self.catalog.images.iter().find(|i| i.name == name)
+    }
+
+    /// The most recently committed image.
+    pub fn newest(&self) -> Option<&ImageRec> {
+        self.catalog.images.iter().max_by_key(|i| i.generation)
+    }
+
+    /// Gives the medium back.
+    pub fn into_medium(self) -> M {
+        self.medium
+    }
+
+    /// The medium (read-only).
+    pub fn medium(&self) -> &M {
+        &self.medium
+    }
+
+    /// Which clusters the committed state uses, and for what. Overlaps are reported by fsck.
+    pub(crate) fn cluster_map(&self) -> BTreeMap<u64, Vec<Owner>> {
+        let cb = self.sb.cluster_bytes();
+        let mut map: BTreeMap<u64, Vec<Owner>> = BTreeMap::new();
+        map.entry(0).or_default().push(Owner::Superblocks);
+        for c in self.sb.catalog.clusters(cb) {
+            map.entry(c).or_default().push(Owner::Catalog);
+        }
+        if let Some((e, _)) = self.catalog.dedupe {
+            for c in e.clusters(cb) {
+                map.entry(c).or_default().push(Owner::Dedupe);
+            }
+        }
+        for i in &self.catalog.images {
+            for c in i.meta.clusters(cb) {
+                map.entry(c).or_default().push(Owner::Meta(i.name.clone()));
+            }
+        }
+        for ch in &self.catalog.chunks {
+            let v = map.entry(ch.cluster).or_default();
+            if !v.contains(&Owner::Chunks) {
+                v.push(Owner::Chunks);
+            }
+        }
+        map
+    }
+
+    /// Clusters the committed state uses.
+    pub(crate) fn used_clusters(&self) -> BTreeSet<u64> {
+        state_clusters(self.sb.catalog, &self.catalog, self.sb.cluster_bytes())
+    }
+
+    /// Space on the store.
+    pub fn usage(&self) -> Usage {
+        let used = self.used_clusters().len() as u64;
+        Usage {
+            clusters: self.sb.clusters,
+            used,
+            idle: self.sb.clusters.saturating_sub(used),
+            chunk_bytes: self
+                .catalog
+                .chunks
+                .iter()
+                .map(|c| u64::from(c.stored_len))
+                .sum(),
+            chunks: self.catalog.chunks.len() as u64,
+        }
+    }
+
+    /// Reads and checks an image's page list.
+    pub fn image_meta(&self, rec: &ImageRec) -> Result<ImageMeta, StoreError> {
+        let what = format!("page list of image `{}`", rec.name);
+        let bytes = read_extent(&self.medium, &self.sb, rec.meta, &what)?;
+        if blake3::hash(&bytes).as_bytes() != &rec.meta_hash {
+            return Err(StoreError::Corrupt(format!("{what}: checksum mismatch")));
+        }
+        let meta: ImageMeta = decode(&bytes, &what)?;
+        if meta.name != rec.name {
+            return Err(StoreError::Corrupt(format!(
+                "{what} names image `{}`",
+                meta.name
+            )));
+        }
+        Ok(meta)
+    }
+
+    /// Reads and checks the dedupe table (empty when there is none).
+    pub fn dedupe_table(&self) -> Result<DedupeTable, StoreError> {
+        let Some((e, hash)) = self.catalog.dedupe else {
+            return Ok(DedupeTable::default());
+        };
+        let bytes = read_extent(&self.medium, &self.sb, e, "dedupe table")?;
+        if blake3::hash(&bytes).as_bytes() != &hash {
+            return Err(StoreError::Corrupt("dedupe table checksum mismatch".into()));
+        }
+        decode(&bytes, "dedupe table")
+    }
+
+    /// Commits `catalog` (whose images, chunks and page lists are already written) with
+    /// `dedupe` as its dedupe table. `taken`: clusters this transaction already wrote, which
+    /// the catalog may not yet name. Returns the bytes written by the commit itself.
+    pub(crate) fn commit(
+        &mut self,
+        mut catalog: Catalog,
+        dedupe: Option<&DedupeTable>,
+        taken: &BTreeSet<u64>,
+    ) -> Result<u64, StoreError> {
+        let mut avoid: BTreeSet<u64> = self.used_clusters();
+        avoid.extend(taken.iter().copied());
+        let mut written = 0u64;
+        if let Some(table) = dedupe {
+            let bytes = encode(table, "dedupe table")?;
+            let e = self.place(&bytes, &mut avoid, "dedupe table")?;
+            catalog.dedupe = Some((e, *blake3::hash(&bytes).as_bytes()));
+            written += bytes.len() as u64;
+        }
+        // Clusters the new state uses (its own catalog included) are no longer trimmed; the
+        // catalog only shrinks by that, so it still fits where it was placed.
+        let guess = encode(&catalog, "catalog")?;
+        let at = self.find_run(guess.len() as u64, &avoid)?;
+        let cb = self.sb.cluster_bytes();
+        let mut in_use = state_clusters(at, &catalog, cb);
+        in_use.extend(at.clusters(cb));
+        catalog.trimmed.retain(|c| !in_use.contains(c));
+        let bytes = encode(&catalog, "catalog")?;
+        let e = self.place(&bytes, &mut avoid, "catalog")?;
+        written += bytes.len() as u64;
+        self.medium
+            .sync()
+            .map_err(StoreError::io("syncing the new data"))?;
+        let sb = Superblock {
+            generation: self.sb.generation + 1,
+            catalog: e,
+            catalog_hash: *blake3::hash(&bytes).as_bytes(),
+            ..self.sb
+        };
+        let slot = sb.generation % 2;
+        self.medium
+            .write_at(&sb.encode(), slot * BLOCK)
+            .map_err(StoreError::io("writing the superblock"))?;
+        self.medium
+            .sync()
+            .map_err(StoreError::io("syncing the superblock"))?;
+        written += BLOCK;
+        self.sb = sb;
+        self.catalog = catalog;
+        Ok(written)
+    }
+
+    /// First run of idle clusters (not in `avoid`) that holds `len` bytes.
+    pub(crate) fn find_run(&self, len: u64, avoid: &BTreeSet<u64>) -> Result<Extent, StoreError> {
+        let need = len.div_ceil(self.sb.cluster_bytes()).max(1);
+        let mut start = 1;
+        let mut run = 0;
+        for c in 1..self.sb.clusters {
+            if avoid.contains(&c) {
+                run = 0;
+                start = c + 1;
+                continue;
+            }
+            run += 1;
+            if run == need {
+                return Ok(Extent {
+                    cluster: start,
+                    len,
+                });
+            }
+        }
+        let idle = (1..self.sb.clusters).filter(|c| !avoid.contains(c)).count() as u64;
+        Err(StoreError::Full { needed: need, idle })
+    }
+
+    /// Writes `bytes` into a fresh run of idle clusters and marks them taken.
+    pub(crate) fn place(
+        &mut self,
+        bytes: &[u8],
+        avoid: &mut BTreeSet<u64>,
+        what: &str,
+    ) -> Result<Extent, StoreError> {
+        let e = self.find_run(bytes.len() as u64, avoid)?;
+        self.medium
+            .write_at(bytes, e.cluster * self.sb.cluster_bytes())
+            .map_err(StoreError::io(format!("writing the {what}")))?;
+        avoid.extend(e.clusters(self.sb.cluster_bytes()));
+        Ok(e)
+    }
+
+    /// Removes the image `name` (not when pinned); chunks no other image uses are dropped.
+    pub fn remove(&mut self, name: &str) -> Result<(), StoreError> {
+        let rec = self
+            .image(name)
+            .ok_or_else(|| StoreError::NoImage(name.into()))?;
+        if rec.pinned {
+            return Err(StoreError::Pinned(name.into()));
+        }
+        let mut catalog = self.catalog.clone();
+        catalog.images.retain(|i| i.name != name);
+        recount(&mut catalog);
+        let table = self.dedupe_table()?;
+        let table = keep_live(table, &catalog);
+        self.commit(catalog, Some(&table), &BTreeSet::new())?;
+        Ok(())
+    }
+
+    /// Pins or unpins the image `name`.
+    pub fn pin(&mut self, name: &str, pinned: bool) -> Result<(), StoreError> {
+        let mut catalog = self.catalog.clone();
+        let rec = catalog
+            .images
+            .iter_mut()
+            .find(|i| i.name == name)
+            .ok_or_else(|| StoreError::NoImage(name.into()))?;
+        rec.pinned = pinned;
+        let dedupe = self.catalog.dedupe;
+        catalog.dedupe = dedupe;
+        self.commit(catalog, None, &BTreeSet::new())?;
+        Ok(())
+    }
+
+    /// Discards every idle cluster not discarded yet (a hole in a file), then records them
+    /// as trimmed. Never needed on the resume path.
+    pub fn gc(&mut self) -> Result<GcReport, StoreError> {
+        let used = self.used_clusters();
+        let trimmed: BTreeSet<u64> = self.catalog.trimmed.iter().copied().collect();
+        let cb = self.sb.cluster_bytes();
+        let mut report = GcReport::default();
+        let mut newly = Vec::new();
+        for c in 1..self.sb.clusters {
+            if used.contains(&c) {
+                continue;
+            }
+            report.idle += 1;
+            if trimmed.contains(&c) {
+                continue;
+            }
+            self.medium
+                .discard(c * cb, cb)
+                .map_err(StoreError::io(format!("discarding cluster {c}")))?;
+            newly.push(c);
+        }
+        report.discarded = newly.len() as u64;
+        if newly.is_empty() {
+            return Ok(report);
+        }
+        self.medium
+            .sync()
+            .map_err(StoreError::io("syncing discards"))?;
+        let mut catalog = self.catalog.clone();
+        catalog.trimmed.extend(newly);
+        catalog.trimmed.sort_unstable();
+        catalog.trimmed.dedup();
+        self.commit(catalog, None, &BTreeSet::new())?;
+        Ok(report)
+    }
+}
+
+/// Clusters a state with this catalog (at `catalog_at`) uses, cluster 0 included.
+pub(crate) fn state_clusters(catalog_at: Extent, catalog: &Catalog, cb: u64) -> BTreeSet<u64> {
+    let mut s: BTreeSet<u64> = BTreeSet::from([0]);
+    s.extend(catalog_at.clusters(cb));
+    if let Some((e, _)) = catalog.dedupe {
+        s.extend(e.clusters(cb));
+    }
+    for i in &catalog.images {
+        s.extend(i.meta.clusters(cb));
+    }
+    s.extend(catalog.chunks.iter().map(|c| c.cluster));
+    s
+}
+
+/// Usage counts from the images' chunk lists; chunks nobody uses are dropped.
+pub(crate) fn recount(catalog: &mut Catalog) {
+    let mut refs: BTreeMap<u64, u32> = BTreeMap::new();
+    for i in &catalog.images {
+        for &c in &i.chunks {
+            *refs.entry(c).or_default() += 1;
+        }
+    }
+    catalog.chunks.retain_mut(|c| match refs.get(&c.id) {
+        Some(&n) => {
+            c.refs = n;
+            true
+        }
+        None => false,
+    });
+}
+
+/// The dedupe table without entries for chunks the catalog no longer has.
+pub(crate) fn keep_live(mut t: DedupeTable, catalog: &Catalog) -> DedupeTable {
+    let live: BTreeSet<u64> = catalog.chunks.iter().map(|c| c.id).collect();
+    t.chunks.retain(|(id, _)| live.contains(id));
+    t
+}
+
+pub(crate) fn read_extent<M: Medium>(
+    medium: &M,
+    sb: &Superblock,
+    e: Extent,
+    what: &str,
+) -> Result<Vec<u8>, StoreError> {
+    let end = e.clusters(sb.cluster_bytes()).end;
+    if e.cluster == 0 || end > sb.clusters {
+        return Err(StoreError::Corrupt(format!(
+            "the {what} lies outside the store (clusters {}..{end} of {})",
+            e.cluster, sb.clusters
+        )));
+    }
+    let len = usize::try_from(e.len)
+        .map_err(|_| StoreError::Corrupt(format!("the {what} is impossibly large")))?;
+    let mut b = vec![0u8; len];
+    medium
+        .read_at(&mut b, e.cluster * sb.cluster_bytes())
+        .map_err(StoreError::io(format!("reading the {what}")))?;
+    Ok(b)
+}

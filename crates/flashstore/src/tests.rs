@@ -1,0 +1,432 @@
+//! Store tests: round trips, named images, dedupe policies, hundreds of generations, injected
+//! power cuts at many points of commit, remove and gc, corruption.
+
+use crate::*;
+use std::collections::BTreeMap;
+
+const MIB: usize = 1 << 20;
+
+fn rng(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A "memory" of `n` pages: some zero, some repeated, most distinct and compressible.
+fn memory(n: usize, seed: u64) -> Vec<Page> {
+    let mut s = seed;
+    (0..n)
+        .map(|i| {
+            let mut p = [0u8; PAGE];
+            match rng(&mut s) % 10 {
+                0 | 1 => {}
+                2 => p[..16].copy_from_slice(b"a repeated page!"),
+                _ => {
+                    let v = rng(&mut s);
+                    for (j, b) in p.iter_mut().enumerate().step_by(64) {
+                        *b = (v >> (j % 8)) as u8 ^ i as u8;
+                    }
+                    p[8..16].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+/// Changes `frac_per_mille` of the pages (new content), as a re-capture after a small
+/// change would see them.
+fn mutate(mem: &mut [Page], per_mille: u64, seed: u64) {
+    let mut s = seed;
+    for p in mem.iter_mut() {
+        if rng(&mut s) % 1000 < per_mille {
+            let v = rng(&mut s);
+            p[100..108].copy_from_slice(&v.to_le_bytes());
+            p[0] |= 1;
+        }
+    }
+}
+
+/// Write options for the small test clusters: chunks of 8 pages.
+fn wo() -> WriteOptions {
+    WriteOptions {
+        chunk_pages: 8,
+        dedupe: Dedupe::Runs(2),
+        ..WriteOptions::default()
+    }
+}
+
+fn new_store(len: usize, cluster_blocks: u32) -> Store<MemMedium> {
+    Store::format(MemMedium::new(len), FormatOptions { cluster_blocks }).unwrap()
+}
+
+fn write<M: Medium>(
+    s: &mut Store<M>,
+    name: &str,
+    mem: &[Page],
+    opts: WriteOptions,
+) -> Result<Committed, StoreError> {
+    let mut w = s.writer(name, opts)?;
+    for p in mem {
+        w.push_page(p)?;
+    }
+    w.commit(name.as_bytes().to_vec())
+}
+
+fn read<M: Medium>(s: &Store<M>, name: &str) -> Result<Vec<Page>, StoreError> {
+    let mut r = s.reader(name)?;
+    assert_eq!(r.user(), name.as_bytes());
+    let mut out = Vec::new();
+    let mut p = [0u8; PAGE];
+    while r.next_page(&mut p)? {
+        out.push(p);
+    }
+    Ok(out)
+}
+
+fn assert_clean<M: Medium>(s: &Store<M>) {
+    let f = s.fsck();
+    assert!(f.clean(), "fsck: {:#?}", f.problems);
+}
+
+#[test]
+fn images_round_trip_and_survive_reopening() {
+    let mut s = new_store(8 * MIB, 16);
+    let a = memory(300, 1);
+    let c = write(&mut s, "current", &a, wo()).unwrap();
+    assert_eq!(c.image.stats.pages, 300);
+    assert_eq!(
+        c.image.stats.zero_pages
+            + c.image.stats.unique_pages
+            + (300 - c.image.stats.zero_pages - c.image.stats.unique_pages),
+        300
+    );
+    assert!(
+        c.image.stats.unique_pages < 300 - c.image.stats.zero_pages,
+        "memory dedupe"
+    );
+    assert_eq!(read(&s, "current").unwrap(), a);
+    let s = Store::open(s.into_medium()).unwrap();
+    assert_eq!(read(&s, "current").unwrap(), a);
+    assert_eq!(s.newest().unwrap().name, "current");
+    assert_clean(&s);
+}
+
+#[test]
+fn named_images_replace_pin_and_remove() {
+    let mut s = new_store(16 * MIB, 16);
+    let f = memory(200, 2);
+    let mut o = wo();
+    o.pin = true;
+    write(&mut s, "factory", &f, o).unwrap();
+    let mut cur = f.clone();
+    mutate(&mut cur, 100, 3);
+    write(&mut s, "current", &cur, wo()).unwrap();
+    assert_eq!(s.newest().unwrap().name, "current");
+    assert!(matches!(
+        write(&mut s, "factory", &cur, wo()),
+        Err(StoreError::Pinned(_))
+    ));
+    assert!(matches!(s.remove("factory"), Err(StoreError::Pinned(_))));
+    mutate(&mut cur, 100, 4);
+    write(&mut s, "current", &cur, wo()).unwrap();
+    assert_eq!(s.images().len(), 2);
+    assert_eq!(read(&s, "current").unwrap(), cur);
+    assert_eq!(read(&s, "factory").unwrap(), f);
+    s.remove("current").unwrap();
+    assert!(matches!(s.reader("current"), Err(StoreError::NoImage(_))));
+    s.pin("factory", false).unwrap();
+    s.remove("factory").unwrap();
+    assert!(s.catalog().chunks.is_empty(), "no image, no chunk");
+    assert!(matches!(s.writer("a/b", wo()), Err(StoreError::BadName(_))));
+    assert_clean(&s);
+}
+
+#[test]
+fn storage_dedupe_writes_only_what_changed() {
+    let base = memory(2000, 5);
+    let mut next = base.clone();
+    mutate(&mut next, 20, 6);
+    let mut written = BTreeMap::new();
+    for (label, dedupe) in [
+        ("off", Dedupe::Off),
+        ("full", Dedupe::Full),
+        ("runs", Dedupe::Runs(8)),
+    ] {
+        let mut s = new_store(64 * MIB, 64);
+        let o = WriteOptions {
+            dedupe,
+            chunk_pages: 32,
+            ..wo()
+        };
+        let first = write(&mut s, "a", &base, o).unwrap();
+        let second = write(&mut s, "b", &next, o).unwrap();
+        assert_eq!(read(&s, "a").unwrap(), base);
+        assert_eq!(read(&s, "b").unwrap(), next);
+        assert_clean(&s);
+        written.insert(
+            label,
+            (
+                first.image.stats.stored_bytes,
+                second.image.stats.stored_bytes,
+                second.image.stats.shared_pages,
+            ),
+        );
+    }
+    let (full_a, off_b, _) = written["off"];
+    let (_, full_b, full_shared) = written["full"];
+    let (_, runs_b, runs_shared) = written["runs"];
+    assert!(
+        off_b * 10 > full_a * 9,
+        "off stores everything again: {written:?}"
+    );
+    assert!(
+        full_b * 5 < full_a,
+        "full dedupe stores a fraction: {written:?}"
+    );
+    assert!(
+        runs_b >= full_b && runs_b < off_b,
+        "selective is in between: {written:?}"
+    );
+    assert!(full_shared >= runs_shared && runs_shared > 0, "{written:?}");
+}
+
+#[test]
+fn hundreds_of_generations_read_back_exactly_and_gc_leaves_no_leak() {
+    let mut s = new_store(48 * MIB, 16);
+    let mut live: BTreeMap<String, Vec<Page>> = BTreeMap::new();
+    let mut seed = 77u64;
+    for gen in 0..200u64 {
+        let r = rng(&mut seed);
+        let name = format!("img{}", r % 5);
+        match r % 7 {
+            0 if !live.is_empty() => {
+                let victim = live
+                    .keys()
+                    .nth((r as usize / 7) % live.len())
+                    .unwrap()
+                    .clone();
+                s.remove(&victim).unwrap();
+                live.remove(&victim);
+            }
+            _ => {
+                let mut mem = live.get(&name).cloned().unwrap_or_else(|| memory(150, r));
+                // Small and big changes, and sometimes a different size.
+                mutate(&mut mem, if r.is_multiple_of(3) { 500 } else { 15 }, r);
+                if r.is_multiple_of(11) {
+                    mem.truncate(100);
+                }
+                let dedupe = [Dedupe::Full, Dedupe::Runs(4), Dedupe::Off][(r % 3) as usize];
+                let o = WriteOptions {
+                    dedupe,
+                    chunk_pages: 4 + (r % 3) as u16 * 6,
+                    ..wo()
+                };
+                write(&mut s, &name, &mem, o).unwrap();
+                live.insert(name, mem);
+            }
+        }
+        if gen % 20 == 0 {
+            s.gc().unwrap();
+            let s2 = Store::open(s.medium().clone()).unwrap();
+            for (n, m) in &live {
+                assert_eq!(&read(&s2, n).unwrap(), m, "generation {gen}, image {n}");
+            }
+            assert_clean(&s2);
+        }
+    }
+    for (n, m) in &live {
+        assert_eq!(&read(&s, n).unwrap(), m);
+    }
+    s.gc().unwrap();
+    assert_clean(&s);
+    let u = s.usage();
+    assert_eq!(u.used + u.idle, u.clusters);
+}
+
+/// Everything committed before the cut reads back; the interrupted operation either took
+/// effect whole or not at all; fsck is clean.
+fn check_after_cut(
+    bytes: Vec<u8>,
+    before: &BTreeMap<String, Vec<Page>>,
+    after: &BTreeMap<String, Vec<Page>>,
+) {
+    let s = Store::open(MemMedium { bytes }).unwrap();
+    assert_clean(&s);
+    let names: BTreeMap<String, ()> = s.images().iter().map(|i| (i.name.clone(), ())).collect();
+    let expect = if names.keys().eq(after.keys())
+        && after
+            .iter()
+            .all(|(n, m)| read(&s, n).is_ok_and(|r| &r == m))
+    {
+        after
+    } else {
+        before
+    };
+    assert!(
+        names.keys().eq(expect.keys()),
+        "images {names:?} match neither side"
+    );
+    for (n, m) in expect {
+        assert_eq!(&read(&s, n).unwrap(), m, "image {n}");
+    }
+}
+
+#[test]
+fn power_cut_at_any_write_of_commit_remove_and_gc_loses_nothing_committed() {
+    let base = memory(400, 9);
+    let mut s = new_store(24 * MIB, 8);
+    write(&mut s, "factory", &base, WriteOptions { pin: true, ..wo() }).unwrap();
+    let mut cur = base.clone();
+    mutate(&mut cur, 50, 10);
+    write(&mut s, "current", &cur, wo()).unwrap();
+    s.remove("current").unwrap();
+    write(&mut s, "current", &cur, wo()).unwrap();
+    let committed = s.into_medium().bytes;
+    let before: BTreeMap<String, Vec<Page>> = [
+        ("factory".to_string(), base.clone()),
+        ("current".to_string(), cur.clone()),
+    ]
+    .into();
+    let mut next = cur.clone();
+    mutate(&mut next, 50, 11);
+
+    // How many writes each operation makes, uninterrupted.
+    let count = |op: &dyn Fn(&mut Store<FailingMedium<MemMedium>>)| {
+        let m = FailingMedium::new(
+            MemMedium {
+                bytes: committed.clone(),
+            },
+            u64::MAX,
+            0,
+        );
+        let mut s = Store::open(m).unwrap();
+        op(&mut s);
+        s.into_medium().writes
+    };
+    let commit_op = |s: &mut Store<FailingMedium<MemMedium>>| {
+        write(s, "current", &next, wo()).map(|_| ()).unwrap_or(())
+    };
+    let remove_op = |s: &mut Store<FailingMedium<MemMedium>>| s.remove("current").unwrap_or(());
+    let gc_op = |s: &mut Store<FailingMedium<MemMedium>>| {
+        let _ = s.gc();
+    };
+    let after_commit: BTreeMap<String, Vec<Page>> = [
+        ("factory".to_string(), base.clone()),
+        ("current".to_string(), next.clone()),
+    ]
+    .into();
+    let after_remove: BTreeMap<String, Vec<Page>> = [("factory".to_string(), base.clone())].into();
+    let mut points = 0;
+    let mut seed = 12345u64;
+    for (op, after) in [
+        (
+            &commit_op as &dyn Fn(&mut Store<FailingMedium<MemMedium>>),
+            &after_commit,
+        ),
+        (&remove_op, &after_remove),
+        (&gc_op, &before),
+    ] {
+        let n = count(op);
+        assert!(n > 0);
+        for budget in 0..=n {
+            // Every write point, each with a torn and an untorn variant.
+            let torn = if rng(&mut seed).is_multiple_of(2) {
+                0
+            } else {
+                (rng(&mut seed) % 4096) as usize + 1
+            };
+            let m = FailingMedium::new(
+                MemMedium {
+                    bytes: committed.clone(),
+                },
+                budget,
+                torn,
+            );
+            let mut s = Store::open(m).unwrap();
+            op(&mut s);
+            check_after_cut(s.into_medium().inner.bytes, &before, after);
+            points += 1;
+        }
+    }
+    assert!(points >= 50, "only {points} cut points");
+}
+
+#[test]
+fn a_full_store_refuses_and_keeps_what_it_had() {
+    let mut s = new_store(2 * MIB, 8);
+    let small = memory(20, 1);
+    write(&mut s, "small", &small, wo()).unwrap();
+    let mut st = 2u64;
+    let big: Vec<Page> = (0..600)
+        .map(|_| {
+            let mut p = [0u8; PAGE];
+            for w in p.chunks_exact_mut(8) {
+                w.copy_from_slice(&rng(&mut st).to_le_bytes());
+            }
+            p
+        })
+        .collect();
+    let err = write(&mut s, "big", &big, wo()).unwrap_err();
+    assert!(matches!(err, StoreError::Full { .. }), "{err}");
+    let s = Store::open(s.into_medium()).unwrap();
+    assert_eq!(read(&s, "small").unwrap(), small);
+    assert!(s.image("big").is_none());
+    assert_clean(&s);
+}
+
+#[test]
+fn damage_is_named_by_read_and_fsck() {
+    let mut s = new_store(8 * MIB, 16);
+    let a = memory(300, 3);
+    write(&mut s, "current", &a, wo()).unwrap();
+    let c = s.catalog().chunks[1];
+    let mut m = s.into_medium();
+    m.bytes[(c.cluster * 16 * BLOCK + u64::from(c.offset) + 7) as usize] ^= 0x40;
+    let s = Store::open(m).unwrap();
+    let err = read(&s, "current").unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("checksum mismatch in chunk {}", c.id)),
+        "{err}"
+    );
+    let f = s.fsck();
+    assert!(
+        f.problems.iter().any(|p| p.contains("checksum mismatch")),
+        "{f:?}"
+    );
+
+    // Both superblocks gone: no store, with both reasons.
+    let mut m = s.into_medium();
+    m.bytes[10] ^= 1;
+    m.bytes[BLOCK as usize + 10] ^= 1;
+    let err = Store::open(m).unwrap_err().to_string();
+    assert!(err.contains("slot 0") && err.contains("slot 1"), "{err}");
+}
+
+#[test]
+fn file_medium_discards_idle_clusters_as_holes() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("store");
+    let f = std::fs::File::create_new(&path).unwrap();
+    f.set_len(16 * MIB as u64).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut s = Store::format(f, FormatOptions { cluster_blocks: 16 }).unwrap();
+    let a = memory(1500, 4);
+    write(&mut s, "a", &a, WriteOptions { lz4: false, ..wo() }).unwrap();
+    let full = std::fs::metadata(&path).unwrap().blocks();
+    s.remove("a").unwrap();
+    let g = s.gc().unwrap();
+    assert!(g.discarded > 0);
+    let after = std::fs::metadata(&path).unwrap().blocks();
+    assert!(after < full / 2, "blocks {full} -> {after}");
+    // Only what gc's own commit freed (the previous catalog's cluster) is left to discard.
+    assert!(s.gc().unwrap().discarded <= 1, "discarded once");
+    assert_clean(&s);
+}

@@ -1,0 +1,349 @@
+//! Writing an image: pages arrive in stream order; zero pages cost nothing, a page already
+//! stored (in this image, or in another image when the dedupe policy allows) becomes a
+//! reference, the rest are packed into chunks appended to idle clusters, log-style. Commit
+//! writes the page list, the dedupe table and the catalog, then the superblock.
+//!
+//! Selective dedupe: referencing one page of another image's chunk means reading and
+//! decompressing that whole chunk at restore, and images that reference a little of many old
+//! chunks load slowly (seed 003). [`Dedupe::Runs`] references another image's pages only in
+//! runs of at least `min_run` consecutive pages that sit in consecutive slots of one chunk;
+//! shorter matches are stored again, contiguous with their neighbours.
+
+use crate::error::StoreError;
+use crate::layout::{
+    page_key, ChunkRec, DedupeTable, ImageMeta, ImageRec, ImageStats, Page, PageRef,
+    DEFAULT_CHUNK_PAGES, PAGE,
+};
+use crate::medium::Medium;
+use crate::store::{check_name, keep_live, recount, Store};
+use std::collections::{BTreeSet, HashMap};
+
+/// How much a new image may reference what other images stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dedupe {
+    /// Store every page this image needs (memory dedupe within the image still applies).
+    Off,
+    /// Reference any stored page with the same content.
+    Full,
+    /// Reference other images' pages only in runs of at least this many (see module docs).
+    Runs(u16),
+}
+
+/// How to write an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Pages per chunk (what one checksum and one decompression cover).
+    pub chunk_pages: u16,
+    /// Compress chunks with LZ4 (a chunk that does not shrink is stored raw).
+    pub lz4: bool,
+    /// Storage dedupe against the other images.
+    pub dedupe: Dedupe,
+    /// Pin the image (never replaced, removed or collected until unpinned).
+    pub pin: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            chunk_pages: DEFAULT_CHUNK_PAGES,
+            lz4: true,
+            dedupe: Dedupe::Runs(DEFAULT_CHUNK_PAGES / 4),
+            pin: false,
+        }
+    }
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The new image's record.
+    pub image: ImageRec,
+    /// Bytes the commit wrote: chunks, page list, dedupe table, catalog, superblock.
+    pub written_bytes: u64,
+}
+
+/// A match against another image's chunk, waiting to see whether its run is long enough.
+struct Pending {
+    page: Box<Page>,
+    key: [u8; 16],
+    chunk: u64,
+    slot: u16,
+}
+
+/// Writes one image; nothing is visible until [`ImageWriter::commit`].
+pub struct ImageWriter<'s, M: Medium> {
+    store: &'s mut Store<M>,
+    name: String,
+    opts: WriteOptions,
+    /// Page key → where that content is stored (old chunks and this image's).
+    known: HashMap<[u8; 16], (u64, u16)>,
+    /// Chunks other images wrote (dedupe against them follows the policy).
+    old: BTreeSet<u64>,
+    pages: Vec<PageRef>,
+    run: Vec<Pending>,
+    /// The chunk being filled: its id, pages and their keys.
+    open: (u64, Vec<u8>, Vec<[u8; 16]>),
+    new_chunks: Vec<ChunkRec>,
+    new_keys: Vec<(u64, Vec<[u8; 16]>)>,
+    referenced: BTreeSet<u64>,
+    /// Data clusters this image wrote; the cluster being filled and its fill.
+    taken: BTreeSet<u64>,
+    head: Option<(u64, u64)>,
+    stats: ImageStats,
+    next_chunk: u64,
+    table: DedupeTable,
+}
+
+impl<M: Medium> Store<M> {
+    /// Starts writing image `name`; it replaces an unpinned image of the same name at commit.
+    pub fn writer(
+        &mut self,
+        name: &str,
+        opts: WriteOptions,
+    ) -> Result<ImageWriter<'_, M>, StoreError> {
+        check_name(name)?;
+        if opts.chunk_pages == 0 || u64::from(opts.chunk_pages) * PAGE as u64 > self.cluster_bytes()
+        {
+            return Err(StoreError::Geometry(format!(
+                "{} pages per chunk do not fit a cluster of {} bytes",
+                opts.chunk_pages,
+                self.cluster_bytes()
+            )));
+        }
+        if self.image(name).is_some_and(|i| i.pinned) {
+            return Err(StoreError::Pinned(name.into()));
+        }
+        let table = self.dedupe_table()?;
+        let mut known = HashMap::new();
+        let mut old = BTreeSet::new();
+        if opts.dedupe != Dedupe::Off {
+            for (id, keys) in &table.chunks {
+                old.insert(*id);
+                for (slot, k) in keys.iter().enumerate() {
+                    known.entry(*k).or_insert((*id, slot as u16));
+                }
+            }
+        }
+        let next_chunk = self.catalog.next_chunk;
+        Ok(ImageWriter {
+            name: name.into(),
+            opts,
+            known,
+            old,
+            pages: Vec::new(),
+            run: Vec::new(),
+            open: (next_chunk, Vec::new(), Vec::new()),
+            new_chunks: Vec::new(),
+            new_keys: Vec::new(),
+            referenced: BTreeSet::new(),
+            taken: BTreeSet::new(),
+            head: None,
+            stats: ImageStats::default(),
+            next_chunk: next_chunk + 1,
+            table,
+            store: self,
+        })
+    }
+}
+
+impl<M: Medium> ImageWriter<'_, M> {
+    /// Adds the next page of the stream.
+    pub fn push_page(&mut self, page: &Page) -> Result<(), StoreError> {
+        self.stats.pages += 1;
+        if page.iter().all(|&b| b == 0) {
+            self.flush_run()?;
+            self.stats.zero_pages += 1;
+            self.pages.push(PageRef::Zero);
+            return Ok(());
+        }
+        let key = page_key(page);
+        match self.known.get(&key).copied() {
+            Some((chunk, slot)) if self.old.contains(&chunk) => {
+                let min = match self.opts.dedupe {
+                    Dedupe::Runs(n) => n.max(1),
+                    _ => 1,
+                };
+                let extends = self
+                    .run
+                    .last()
+                    .is_none_or(|p| p.chunk == chunk && p.slot + 1 == slot);
+                if !extends {
+                    self.flush_run()?;
+                }
+                self.run.push(Pending {
+                    page: Box::new(*page),
+                    key,
+                    chunk,
+                    slot,
+                });
+                if min == 1 {
+                    self.flush_run()?;
+                }
+                Ok(())
+            }
+            Some((chunk, slot)) => {
+                // Stored earlier by this image: memory dedupe.
+                self.flush_run()?;
+                self.pages.push(PageRef::At { chunk, slot });
+                self.referenced.insert(chunk);
+                Ok(())
+            }
+            None => {
+                self.flush_run()?;
+                self.store_page(page, key)
+            }
+        }
+    }
+
+    /// Resolves the pending run: long enough (or full dedupe) → references, else stored again.
+    fn flush_run(&mut self) -> Result<(), StoreError> {
+        if self.run.is_empty() {
+            return Ok(());
+        }
+        let run = std::mem::take(&mut self.run);
+        let long = match self.opts.dedupe {
+            Dedupe::Runs(n) => run.len() >= usize::from(n.max(1)),
+            Dedupe::Full => true,
+            Dedupe::Off => false,
+        };
+        for p in run {
+            if long {
+                self.stats.unique_pages += 1;
+                self.stats.shared_pages += 1;
+                self.pages.push(PageRef::At {
+                    chunk: p.chunk,
+                    slot: p.slot,
+                });
+                self.referenced.insert(p.chunk);
+            } else {
+                self.store_page(&p.page, p.key)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn store_page(&mut self, page: &Page, key: [u8; 16]) -> Result<(), StoreError> {
+        let (id, data, keys) = &mut self.open;
+        let slot = keys.len() as u16;
+        data.extend_from_slice(page);
+        keys.push(key);
+        let (id, full) = (*id, keys.len() == usize::from(self.opts.chunk_pages));
+        // Later copies of this content in this image refer here.
+        self.known.insert(key, (id, slot));
+        self.pages.push(PageRef::At { chunk: id, slot });
+        self.referenced.insert(id);
+        self.stats.unique_pages += 1;
+        self.stats.new_pages += 1;
+        if full {
+            self.close_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Compresses and appends the open chunk.
+    fn close_chunk(&mut self) -> Result<(), StoreError> {
+        if self.open.2.is_empty() {
+            return Ok(());
+        }
+        let next = (self.next_chunk, Vec::new(), Vec::new());
+        self.next_chunk += 1;
+        let (id, raw, keys) = std::mem::replace(&mut self.open, next);
+        let packed = lz4_flex::block::compress(&raw);
+        let (stored, lz4) = if self.opts.lz4 && packed.len() < raw.len() {
+            (packed, true)
+        } else {
+            (raw, false)
+        };
+        let (cluster, offset) = self.append(&stored)?;
+        self.stats.stored_bytes += stored.len() as u64;
+        self.new_chunks.push(ChunkRec {
+            id,
+            cluster,
+            offset: offset as u32,
+            stored_len: stored.len() as u32,
+            pages: keys.len() as u16,
+            lz4,
+            hash: *blake3::hash(&stored).as_bytes(),
+            refs: 0,
+        });
+        self.new_keys.push((id, keys));
+        Ok(())
+    }
+
+    /// Appends `bytes` at the log head: the open cluster if it fits, else the next idle one
+    /// (a chunk never straddles clusters).
+    fn append(&mut self, bytes: &[u8]) -> Result<(u64, u64), StoreError> {
+        let cb = self.store.cluster_bytes();
+        let len = bytes.len() as u64;
+        let (cluster, fill) = match self.head {
+            Some((c, fill)) if fill + len <= cb => (c, fill),
+            prev => {
+                let mut avoid = self.store.used_clusters();
+                avoid.extend(self.taken.iter().copied());
+                let from = prev.map_or(1, |(c, _)| c + 1);
+                let c = next_idle(from, self.store.sb.clusters, &avoid)
+                    .ok_or(StoreError::Full { needed: 1, idle: 0 })?;
+                self.taken.insert(c);
+                (c, 0)
+            }
+        };
+        self.store
+            .medium
+            .write_at(bytes, cluster * cb + fill)
+            .map_err(StoreError::io(format!(
+                "writing a chunk to cluster {cluster}"
+            )))?;
+        self.head = Some((cluster, fill + len.div_ceil(512) * 512));
+        Ok((cluster, fill))
+    }
+
+    /// Commits the image with `user` as its description. On error the store is as it was
+    /// (what was written lies in clusters nothing references).
+    pub fn commit(mut self, user: Vec<u8>) -> Result<Committed, StoreError> {
+        self.flush_run()?;
+        self.close_chunk()?;
+        let meta = ImageMeta {
+            name: self.name.clone(),
+            user,
+            pages: std::mem::take(&mut self.pages),
+        };
+        let bytes = crate::layout::encode(&meta, "page list")?;
+        let mut avoid = self.store.used_clusters();
+        avoid.extend(self.taken.iter().copied());
+        let at = self.store.place(&bytes, &mut avoid, "page list")?;
+        self.taken.extend(avoid.iter().copied());
+        let mut catalog = self.store.catalog.clone();
+        catalog.images.retain(|i| i.name != self.name);
+        catalog.chunks.extend(self.new_chunks.iter().copied());
+        catalog.next_chunk = self.next_chunk;
+        let generation = self.store.generation() + 1;
+        let rec = ImageRec {
+            name: self.name.clone(),
+            generation,
+            pinned: self.opts.pin,
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            meta: at,
+            meta_hash: *blake3::hash(&bytes).as_bytes(),
+            chunks: self.referenced.iter().copied().collect(),
+            stats: self.stats,
+        };
+        catalog.images.push(rec.clone());
+        recount(&mut catalog);
+        let mut table = std::mem::take(&mut self.table);
+        table.chunks.extend(std::mem::take(&mut self.new_keys));
+        let table = keep_live(table, &catalog);
+        let written = self.store.commit(catalog, Some(&table), &self.taken)?;
+        Ok(Committed {
+            written_bytes: self.stats.stored_bytes + bytes.len() as u64 + written,
+            image: rec,
+        })
+    }
+}
+
+fn next_idle(from: u64, clusters: u64, avoid: &BTreeSet<u64>) -> Option<u64> {
+    (from..clusters)
+        .chain(1..from.min(clusters))
+        .find(|c| !avoid.contains(c))
+}
