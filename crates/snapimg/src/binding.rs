@@ -176,7 +176,7 @@ impl Binding {
         }
         if a.files != b.files {
             diff(
-                "the initramfs's files".into(),
+                "the initramfs's file set".into(),
                 format!("{} in the image, {} now", short(&a.files), short(&b.files)),
             );
         }
