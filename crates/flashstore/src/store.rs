@@ -404,8 +404,6 @@ impl<M: Medium> Store<M> {
             .find(|i| i.name == name)
             .ok_or_else(|| StoreError::NoImage(name.into()))?;
         rec.pinned = pinned;
-        let dedupe = self.catalog.dedupe;
-        catalog.dedupe = dedupe;
         self.commit(catalog, None, &BTreeSet::new())?;
         Ok(())
     }

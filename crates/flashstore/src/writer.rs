@@ -86,7 +86,8 @@ pub struct ImageWriter<'s, M: Medium> {
     new_chunks: Vec<ChunkRec>,
     new_keys: Vec<(u64, Vec<[u8; 16]>)>,
     referenced: BTreeSet<u64>,
-    /// Data clusters this image wrote; the cluster being filled and its fill.
+    /// Clusters this image wrote, plus those the committed state uses (which cannot change
+    /// while the writer holds the store): never written again by this image.
     taken: BTreeSet<u64>,
     head: Option<(u64, u64)>,
     stats: ImageStats,
@@ -136,7 +137,7 @@ impl<M: Medium> Store<M> {
             new_chunks: Vec::new(),
             new_keys: Vec::new(),
             referenced: BTreeSet::new(),
-            taken: BTreeSet::new(),
+            taken: self.used_clusters(),
             head: None,
             stats: ImageStats::default(),
             next_chunk: next_chunk + 1,
@@ -278,10 +279,8 @@ impl<M: Medium> ImageWriter<'_, M> {
         let (cluster, fill) = match self.head {
             Some((c, fill)) if fill + len <= cb => (c, fill),
             prev => {
-                let mut avoid = self.store.used_clusters();
-                avoid.extend(self.taken.iter().copied());
                 let from = prev.map_or(1, |(c, _)| c + 1);
-                let c = next_idle(from, self.store.sb.clusters, &avoid)
+                let c = next_idle(from, self.store.sb.clusters, &self.taken)
                     .ok_or(StoreError::Full { needed: 1, idle: 0 })?;
                 self.taken.insert(c);
                 (c, 0)
@@ -308,10 +307,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             pages: std::mem::take(&mut self.pages),
         };
         let bytes = crate::layout::encode(&meta, "page list")?;
-        let mut avoid = self.store.used_clusters();
-        avoid.extend(self.taken.iter().copied());
-        let at = self.store.place(&bytes, &mut avoid, "page list")?;
-        self.taken.extend(avoid.iter().copied());
+        let at = self.store.place(&bytes, &mut self.taken, "page list")?;
         let mut catalog = self.store.catalog.clone();
         catalog.images.retain(|i| i.name != self.name);
         catalog.chunks.extend(self.new_chunks.iter().copied());
