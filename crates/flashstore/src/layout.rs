@@ -172,6 +172,9 @@ pub struct ImageRec {
     pub chunks: Vec<u64>,
     /// What it cost.
     pub stats: ImageStats,
+    /// A signature over [`crate::Store::signed_digest`] (empty: unsigned). The store does
+    /// not know the scheme; snapboot uses Ed25519.
+    pub signature: Vec<u8>,
 }
 
 /// The map of everything committed, rewritten (elsewhere) at every commit.

@@ -10,6 +10,7 @@ mod fsck;
 mod layout;
 mod medium;
 mod reader;
+mod sign;
 mod store;
 mod writer;
 

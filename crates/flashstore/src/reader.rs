@@ -7,6 +7,9 @@ use crate::medium::Medium;
 use crate::store::Store;
 use std::collections::HashMap;
 
+/// What a zero page reads as.
+static ZERO_PAGE: Page = [0; PAGE];
+
 /// Streams one image's pages.
 pub struct ImageReader<'s, M: Medium> {
     store: &'s Store<M>,
@@ -15,6 +18,9 @@ pub struct ImageReader<'s, M: Medium> {
     /// Uses still to come per chunk.
     uses: HashMap<u64, u32>,
     cache: HashMap<u64, Vec<u8>>,
+    /// Chunks the last run used for the last time: dropped at the next call, once the
+    /// caller no longer borrows them.
+    release: Vec<u64>,
     cur: usize,
     /// Chunks read (a chunk read twice counts twice) and their stored bytes.
     pub chunks_read: u64,
@@ -54,6 +60,7 @@ impl<M: Medium> Store<M> {
             chunks,
             uses,
             cache: HashMap::new(),
+            release: Vec::new(),
             cur: 0,
             chunks_read: 0,
             bytes_read: 0,
@@ -74,30 +81,58 @@ impl<M: Medium> ImageReader<'_, M> {
 
     /// Fills `buf` with the next page; `Ok(false)` at the end.
     pub fn next_page(&mut self, buf: &mut Page) -> Result<bool, StoreError> {
-        let Some(&r) = self.meta.pages.get(self.cur) else {
-            return Ok(false);
-        };
-        match r {
-            PageRef::Zero => buf.fill(0),
-            PageRef::At { chunk, slot } => {
+        let run = self.next_run(1)?;
+        match run.first() {
+            Some(p) => {
+                buf.copy_from_slice(&p[..]);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The next pages in stream order, at most `max`, borrowed from the reader's buffers
+    /// (every chunk among them already checked); empty at the end. A run stops before a page
+    /// whose chunk is not loaded yet, so each call reads at most one chunk.
+    pub fn next_run(&mut self, max: usize) -> Result<Vec<&Page>, StoreError> {
+        for id in self.release.drain(..) {
+            self.cache.remove(&id);
+        }
+        let start = self.cur;
+        let mut end = start;
+        while end < self.meta.pages.len() && end - start < max.max(1) {
+            if let PageRef::At { chunk, .. } = self.meta.pages[end] {
                 if !self.cache.contains_key(&chunk) {
+                    if end > start {
+                        break;
+                    }
                     let raw = self.load(chunk)?;
                     self.cache.insert(chunk, raw);
                 }
-                let raw = &self.cache[&chunk];
-                let at = usize::from(slot) * PAGE;
-                buf.copy_from_slice(&raw[at..at + PAGE]);
-                if let Some(n) = self.uses.get_mut(&chunk) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.uses.remove(&chunk);
-                        self.cache.remove(&chunk);
-                    }
+                let n = self.uses.get_mut(&chunk).ok_or_else(|| {
+                    StoreError::Corrupt(format!("chunk {chunk} used more often than counted"))
+                })?;
+                *n -= 1;
+                if *n == 0 {
+                    self.uses.remove(&chunk);
+                    self.release.push(chunk);
                 }
             }
+            end += 1;
         }
-        self.cur += 1;
-        Ok(true)
+        self.cur = end;
+        let cache = &self.cache;
+        Ok(self.meta.pages[start..end]
+            .iter()
+            .map(|r| match *r {
+                PageRef::Zero => &ZERO_PAGE,
+                PageRef::At { chunk, slot } => {
+                    let at = usize::from(slot) * PAGE;
+                    <&Page>::try_from(&cache[&chunk][at..at + PAGE])
+                        .expect("a loaded chunk holds every slot the page list names")
+                }
+            })
+            .collect())
     }
 
     /// Reads, checks and decompresses chunk `id`.

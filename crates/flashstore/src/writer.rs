@@ -324,6 +324,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             meta_hash: *blake3::hash(&bytes).as_bytes(),
             chunks: self.referenced.iter().copied().collect(),
             stats: self.stats,
+            signature: Vec::new(),
         };
         catalog.images.push(rec.clone());
         recount(&mut catalog);
