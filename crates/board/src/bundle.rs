@@ -19,6 +19,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Where the initramfs carries the public key of signed images (`ondevice::flash`'s
+/// `PUBLIC_KEY_FILE`, without the leading `/`).
+pub const IMAGE_PUBLIC_KEY: &str = "etc/snapboot/image.pub";
+
 /// Modules the board's initramfs loads: the virtio PCI transport and block device and the
 /// root filesystem's driver, and the virtio RNG (fresh entropy after a restore). Dependencies (virtio_ring, virtio, ...) are resolved in order.
 pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "virtio_rng"];
@@ -86,6 +90,9 @@ pub struct BuildOptions {
     pub rootfs_dir: Option<PathBuf>,
     /// The static snapboot binary to put in the initramfs.
     pub snapboot_bin: PathBuf,
+    /// A public key (`snapboot key gen`) to put in the initramfs: resume then restores
+    /// only images signed for it.
+    pub image_key: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
 }
@@ -241,6 +248,10 @@ impl Bundle {
             env: opts.workload.env.clone(),
         };
         ir.file("init", 0o755, script.render().into_bytes());
+        if let Some(k) = &opts.image_key {
+            let key = fs::read(k).map_err(io(k))?;
+            ir.file(IMAGE_PUBLIC_KEY, 0o644, key);
+        }
         // The kernel this bundle's images come from, for a restore kernel booting this same
         // initramfs (its own uname differs; ondevice::system::image_kernel reads this).
         let vmlinux = out.join("vmlinux");

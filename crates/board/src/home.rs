@@ -75,6 +75,7 @@ pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
         workload,
         rootfs_dir: None,
         snapboot_bin: std::env::current_exe().map_err(HomeError::Exe)?,
+        image_key: None,
         out: builtin_bundle_dir(name),
     })?)
 }

@@ -25,10 +25,15 @@
 //! snapboot.coldkernel=DEV   on a restore kernel: the kernel pack (stock kernel and
 //!                           initramfs) to hand a cold boot to when there is nothing to restore
 //! snapboot.handedover       this cold boot was handed over by a restore kernel: do not resume
+//! snapboot.image=N[,N...]   flash store: capture as image N (the first); at resume try
+//!                           these images in order, then the store's others, newest first
+//! snapboot.dedupe=D         flash store: off, full or runs:N (storage dedupe at capture)
+//! snapboot.pin              flash store: pin the captured image (gc and captures keep it)
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
 
+pub use flashstore::Dedupe;
 use snapimg::Compression;
 use thiserror::Error;
 
@@ -64,10 +69,16 @@ pub mod key {
     pub const COLDKERNEL: &str = "snapboot.coldkernel";
     /// This cold boot was handed over by a restore kernel, which already said why.
     pub const HANDEDOVER: &str = "snapboot.handedover";
+    /// Flash store: image names (capture's, then resume's order).
+    pub const IMAGE: &str = "snapboot.image";
+    /// Flash store: storage dedupe policy of a capture.
+    pub const DEDUPE: &str = "snapboot.dedupe";
+    /// Flash store: pin the captured image.
+    pub const PIN: &str = "snapboot.pin";
     /// Every key.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 18] = [
         STORE, CAPTURE, THEN, FORCE, NODROP, NOCOMPACT, COMPRESS, LAZY, SWAPSIZE, ONCE, THREADS,
-        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER,
+        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER, IMAGE, DEDUPE, PIN,
     ];
 }
 
@@ -147,6 +158,12 @@ pub struct BootParams {
     pub cold_kernel: Option<String>,
     /// `snapboot.handedover`.
     pub handed_over: bool,
+    /// `snapboot.image=N[,N...]` (empty: capture `current`, resume the newest first).
+    pub images: Vec<String>,
+    /// `snapboot.dedupe=D`; `None`: the store's default.
+    pub dedupe: Option<Dedupe>,
+    /// `snapboot.pin`.
+    pub pin: bool,
 }
 
 impl Default for BootParams {
@@ -167,8 +184,39 @@ impl Default for BootParams {
             kresume: None,
             cold_kernel: None,
             handed_over: false,
+            images: Vec::new(),
+            dedupe: None,
+            pin: false,
         }
     }
+}
+
+/// Parses `off`, `full` or `runs:N` (N ≥ 1).
+pub fn parse_dedupe(s: &str) -> Option<Dedupe> {
+    match s.split_once(':') {
+        None if s == "off" => Some(Dedupe::Off),
+        None if s == "full" => Some(Dedupe::Full),
+        Some(("runs", n)) => n.parse().ok().filter(|&n| n >= 1).map(Dedupe::Runs),
+        _ => None,
+    }
+}
+
+/// The word form of a dedupe policy, as [`parse_dedupe`] reads it.
+pub fn dedupe_word(d: Dedupe) -> String {
+    match d {
+        Dedupe::Off => "off".into(),
+        Dedupe::Full => "full".into(),
+        Dedupe::Runs(n) => format!("runs:{n}"),
+    }
+}
+
+/// Parses `NAME[,NAME...]`, each a valid image name.
+pub fn parse_images(s: &str) -> Option<Vec<String>> {
+    let names: Vec<String> = s.split(',').map(str::to_string).collect();
+    names
+        .iter()
+        .all(|n| flashstore::valid_name(n))
+        .then_some(names)
 }
 
 /// Parses `123`, `64K`, `96M`, `1G` (binary units) into bytes.
@@ -286,6 +334,17 @@ impl BootParams {
                 key::KRESUME => p.kresume = Some(text(value)?),
                 key::COLDKERNEL => p.cold_kernel = Some(text(value)?),
                 key::HANDEDOVER => p.handed_over = flag(value)?,
+                key::IMAGE => {
+                    p.images = value.and_then(parse_images).ok_or_else(|| {
+                        bad("expected image names such as current or current,factory \
+                             (each 1 to 64 of A-Z a-z 0-9 . _ -)")
+                    })?;
+                }
+                key::DEDUPE => {
+                    let d = value.and_then(parse_dedupe);
+                    p.dedupe = Some(d.ok_or_else(|| bad("expected off, full or runs:N"))?);
+                }
+                key::PIN => p.pin = flag(value)?,
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -319,6 +378,9 @@ impl BootParams {
             self.kresume.as_ref().map(|d| with(key::KRESUME, d)),
             self.cold_kernel.as_ref().map(|d| with(key::COLDKERNEL, d)),
             self.handed_over.then(|| key::HANDEDOVER.to_string()),
+            (!self.images.is_empty()).then(|| with(key::IMAGE, &self.images.join(","))),
+            self.dedupe.map(|d| with(key::DEDUPE, &dedupe_word(d))),
+            self.pin.then(|| key::PIN.to_string()),
         ];
         words.into_iter().flatten().collect()
     }

@@ -17,7 +17,8 @@ fn each_word_sets_its_field() {
          snapboot.force snapboot.nodrop snapboot.nocompact snapboot.compress=zstd:5 \
          snapboot.lazy=96M snapboot.swapsize=1G snapboot.once snapboot.threads=2 \
          snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
-         snapboot.coldkernel=/dev/vde snapboot.handedover",
+         snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
+         snapboot.dedupe=runs:4 snapboot.pin",
     )
     .unwrap();
     assert_eq!(
@@ -38,6 +39,9 @@ fn each_word_sets_its_field() {
             kresume: Some("/dev/vdd".into()),
             cold_kernel: Some("/dev/vde".into()),
             handed_over: true,
+            images: vec!["new".into(), "factory".into()],
+            dedupe: Some(Dedupe::Runs(4)),
+            pin: true,
         }
     );
 }
@@ -94,6 +98,16 @@ fn bad_words_are_named() {
             "snapboot.swapsize=1T",
             "snapboot.swapsize=1T: expected a size such as 96M",
         ),
+        (
+            "snapboot.dedupe=runs:0",
+            "snapboot.dedupe=runs:0: expected off, full or runs:N",
+        ),
+        (
+            "snapboot.image=a,,b",
+            "snapboot.image=a,,b: expected image names such as current or current,factory \
+             (each 1 to 64 of A-Z a-z 0-9 . _ -)",
+        ),
+        ("snapboot.pin=1", "snapboot.pin=1: takes no value"),
     ] {
         assert_eq!(BootParams::parse(line).unwrap_err().to_string(), want);
     }
@@ -155,6 +169,11 @@ prop_compose! {
         compression in compression(), lazy in reclaim(),
         swap_size in proptest::option::of(0u64..1 << 40),
         threads in proptest::option::of(0usize..64),
+        images in proptest::collection::vec("[A-Za-z0-9._-]{1,12}", 0..3),
+        dedupe in proptest::option::of(prop_oneof![
+            Just(Dedupe::Off), Just(Dedupe::Full), (1u16..100).prop_map(Dedupe::Runs)
+        ]),
+        pin in any::<bool>(),
     ) -> BootParams {
         BootParams {
             store,
@@ -172,6 +191,9 @@ prop_compose! {
             kresume,
             cold_kernel,
             handed_over: flags[5],
+            images,
+            dedupe,
+            pin,
         }
     }
 }

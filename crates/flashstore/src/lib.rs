@@ -18,11 +18,11 @@ pub use error::StoreError;
 pub use fsck::FsckReport;
 pub use layout::{
     page_key, Catalog, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
-    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, PAGE,
+    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
 pub use reader::ImageReader;
-pub use store::{FormatOptions, GcReport, Store, Usage};
+pub use store::{valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions};
 
 #[cfg(test)]

@@ -51,7 +51,12 @@ impl<M: Medium> Store<M> {
         self.image_meta(rec)?;
         let wanted: BTreeSet<u64> = rec.chunks.iter().copied().collect();
         let mut bytes = 0;
-        for c in self.catalog.chunks.iter().filter(|c| wanted.contains(&c.id)) {
+        for c in self
+            .catalog
+            .chunks
+            .iter()
+            .filter(|c| wanted.contains(&c.id))
+        {
             read_chunk(self, c)?;
             bytes += u64::from(c.stored_len);
         }

@@ -73,12 +73,16 @@ pub(crate) enum Owner {
     Chunks,
 }
 
-pub(crate) fn check_name(name: &str) -> Result<(), StoreError> {
-    let ok = (1..=64).contains(&name.len())
+/// Whether `name` can name an image: 1 to 64 characters of `[A-Za-z0-9._-]`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+pub(crate) fn check_name(name: &str) -> Result<(), StoreError> {
+    if valid_name(name) {
         Ok(())
     } else {
         Err(StoreError::BadName(name.into()))

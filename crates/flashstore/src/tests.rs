@@ -504,7 +504,10 @@ fn a_damaged_chunk_fails_verification_and_is_never_signed() {
     // The digest is computed from the catalog, so it is unchanged; reading is what fails,
     // and a signature is never attached to such an image.
     let e = s.verify_image("a").unwrap_err().to_string();
-    assert!(e.contains(&format!("checksum mismatch in chunk {}", c.id)), "{e}");
+    assert!(
+        e.contains(&format!("checksum mismatch in chunk {}", c.id)),
+        "{e}"
+    );
     let e = s.set_signature("a", vec![1; 64]).unwrap_err().to_string();
     assert!(e.contains("checksum mismatch"), "{e}");
     assert!(s.image("a").unwrap().signature.is_empty());

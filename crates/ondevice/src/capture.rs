@@ -6,12 +6,13 @@
 //! system restored from this image it returns `Restored`: capture thaws user space and tells
 //! its caller, so the application knows it was snapshot-booted.
 
+use crate::flash::FlashError;
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::system::{parse_mounts, running_identity, writable_block_mounts};
-use snapimg::{CaptureMeta, Compression, ImageError, ImageInfo, Store, WriteOptions, PAGE_SIZE};
+use snapimg::{CaptureMeta, Compression, ImageError, Store, WriteOptions, PAGE_SIZE};
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +36,14 @@ pub struct CaptureOptions {
     /// Lazy image: page user memory out to a swap region in the store first (see
     /// [`crate::lazy`]); `None` captures everything.
     pub lazy: Option<LazyOptions>,
+    /// Flash store: the image's name.
+    pub image: String,
+    /// Flash store: storage dedupe against the other images (`None`: the store's default).
+    pub dedupe: Option<flashstore::Dedupe>,
+    /// Flash store: pin the image.
+    pub pin: bool,
+    /// Flash store: sign the image with this secret key after committing it.
+    pub sign_key: Option<PathBuf>,
 }
 
 impl CaptureOptions {
@@ -48,6 +57,10 @@ impl CaptureOptions {
             compact: true,
             compression: Compression::Lz4,
             lazy: None,
+            image: crate::flash::DEFAULT_IMAGE.into(),
+            dedupe: None,
+            pin: false,
+            sign_key: None,
         }
     }
 }
@@ -83,13 +96,23 @@ pub enum CaptureError {
     /// Powering off failed.
     #[error("image written, but power-off failed")]
     PowerOff(#[source] std::io::Error),
+    /// The flash store could not take the image.
+    #[error("flash store {path}")]
+    Flash {
+        path: PathBuf,
+        #[source]
+        err: FlashError,
+    },
+    /// A setting the flash store does not support.
+    #[error("flash store {path}: {why}")]
+    FlashUnsupported { path: PathBuf, why: &'static str },
 }
 
 /// The result of a capture call.
 #[derive(Debug)]
 pub enum CaptureOutcome {
-    /// The image is on the store (only with [`Then::Continue`]).
-    Captured(Box<ImageInfo>),
+    /// The image is on the store (only with [`Then::Continue`]): its generation.
+    Captured(u64),
     /// This is the restored system; post-restore steps ran.
     Restored(RestoreReport),
 }
@@ -112,6 +135,34 @@ fn observe_binding() -> Result<snapimg::Binding, crate::binding::BindingError> {
         Path::new("/sys"),
         Path::new("/dev"),
     )
+}
+
+/// Where the image goes.
+enum Target {
+    /// The two-slot store of `snapimg`.
+    Slots(Store<std::fs::File>),
+    /// A flash store (seed 003).
+    Flash(flashstore::Store<std::fs::File>),
+}
+
+/// Opens the flash store for writing, refusing what it cannot hold yet.
+fn flash_target(o: &CaptureOptions) -> Result<flashstore::Store<std::fs::File>, CaptureError> {
+    let unsupported = |why| CaptureError::FlashUnsupported {
+        path: o.store.clone(),
+        why,
+    };
+    if o.lazy.is_some() {
+        return Err(unsupported(
+            "lazy images are not on flash stores yet: use a two-slot store (docs/store.md)",
+        ));
+    }
+    if matches!(o.compression, Compression::Zstd { .. }) {
+        return Err(unsupported("chunks are LZ4 or raw there, not zstd"));
+    }
+    crate::flash::open_store(&o.store, true).map_err(|err| CaptureError::Flash {
+        path: o.store.clone(),
+        err,
+    })
 }
 
 /// Runs a capture; see the module docs.
@@ -153,12 +204,19 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             .unwrap_or(0),
         binding: Some(binding),
     };
-    let mut store = Store::open(&o.store, true).map_err(store_err)?;
+    let mut store = if crate::flash::is_flash_store(&o.store) {
+        Target::Flash(flash_target(o)?)
+    } else {
+        Target::Slots(Store::open(&o.store, true).map_err(store_err)?)
+    };
     print_marker("capture-start", Some(&o.store.display().to_string()));
     let started = Instant::now();
     let swap = match &o.lazy {
         None => None,
         Some(l) => {
+            let Target::Slots(store) = &mut store else {
+                unreachable!("flash_target refuses lazy captures")
+            };
             let bytes = l
                 .region_bytes
                 .unwrap_or(store.area_capacity() / 2)
@@ -190,34 +248,75 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         crate::restore::flush_block_cache(&o.store);
         return Ok(CaptureOutcome::Restored(after_restore()));
     }
-    let info = {
-        let opts = WriteOptions {
-            compression: o.compression,
-            swap,
-            ..WriteOptions::default()
-        };
-        let mut w = store.writer_with(meta, opts).map_err(store_err)?;
-        let mut page = [0u8; PAGE_SIZE];
-        while dev.read_page(&mut page)? {
-            w.push_page(&page).map_err(store_err)?;
+    let (generation, stored) = match &mut store {
+        Target::Slots(store) => {
+            let opts = WriteOptions {
+                compression: o.compression,
+                swap,
+                ..WriteOptions::default()
+            };
+            let mut w = store.writer_with(meta, opts).map_err(store_err)?;
+            let mut page = [0u8; PAGE_SIZE];
+            while dev.read_page(&mut page)? {
+                w.push_page(&page).map_err(store_err)?;
+            }
+            let info = w.commit().map_err(store_err)?;
+            (info.generation, String::new())
         }
-        w.commit().map_err(store_err)?
+        Target::Flash(store) => {
+            let flash_err = |err| CaptureError::Flash {
+                path: o.store.clone(),
+                err,
+            };
+            let opts = flashstore::WriteOptions {
+                lz4: o.compression == Compression::Lz4,
+                dedupe: o
+                    .dedupe
+                    .unwrap_or(flashstore::WriteOptions::default().dedupe),
+                pin: o.pin,
+                ..flashstore::WriteOptions::default()
+            };
+            let c = crate::flash::write_image(&mut dev, store, &o.image, opts, &meta)
+                .map_err(flash_err)?;
+            let st = c.image.stats;
+            let mut text = format!(
+                ", image {}: {} zero, {} unique ({} shared with other images), \
+                 {:.1} MiB of new chunks, {:.1} MiB written",
+                o.image,
+                st.zero_pages,
+                st.unique_pages,
+                st.shared_pages,
+                st.stored_bytes as f64 / 1048576.0,
+                c.written_bytes as f64 / 1048576.0
+            );
+            if let Some(k) = &o.sign_key {
+                let key =
+                    imagekey::SecretKey::load(k).map_err(|e| flash_err(FlashError::Key(e)))?;
+                let digest = store
+                    .signed_digest(&c.image)
+                    .map_err(|e| flash_err(e.into()))?;
+                store
+                    .set_signature(&o.image, key.sign(&digest))
+                    .map_err(|e| flash_err(e.into()))?;
+                text.push_str(&format!(", signed with key {}", key.public().id()));
+            }
+            (c.image.generation, text)
+        }
     };
     let secs = started.elapsed().as_secs_f64();
     let bytes = dev.pages() * PAGE_SIZE as u64;
     print_marker(
         "capture-done",
         Some(&format!(
-            "{} pages ({:.1} MiB) in {secs:.2} s, generation {}",
+            "{} pages ({:.1} MiB) in {secs:.2} s, generation {generation}{stored}",
             dev.pages(),
             bytes as f64 / 1048576.0,
-            info.generation
         )),
     );
     match o.then {
         Then::Continue => {
             dev.unfreeze()?;
-            Ok(CaptureOutcome::Captured(Box::new(info)))
+            Ok(CaptureOutcome::Captured(generation))
         }
         Then::PowerOff => {
             print_marker("poweroff", Some("after capture"));

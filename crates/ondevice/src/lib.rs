@@ -9,6 +9,7 @@
 pub mod binding;
 pub mod capture;
 pub mod dm;
+pub mod flash;
 pub mod guest;
 pub mod handover;
 pub mod kernel_native;

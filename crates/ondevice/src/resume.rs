@@ -12,11 +12,14 @@
 use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
 };
+use crate::flash::{Description, FlashError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::system::running_identity;
+use boottrace::error_chain as chain;
 use snapimg::{
-    check_compat, BindingMismatch, BootSetup, ImageError, Incompat, ReadOptions, Store, PAGE_SIZE,
+    check_compat, check_identity_compat, BindingMismatch, BootSetup, ImageError, Incompat, Page,
+    ReadOptions, Store, PAGE_SIZE,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -39,6 +42,11 @@ pub struct ResumeOptions {
     pub threads: Option<usize>,
     /// This boot's setup, as [`observe_and_record_boot`] saw it (`None`: observe it here).
     pub boot_setup: Option<BootSetup>,
+    /// Flash store: images to try first, in order (then the others, newest first).
+    pub images: Vec<String>,
+    /// Flash store: the public key images must be signed for (`None`: look for
+    /// [`crate::flash::PUBLIC_KEY_FILE`]).
+    pub public_key: Option<PathBuf>,
 }
 
 /// Why the image was not restored. The cold boot continues in every case.
@@ -71,6 +79,18 @@ pub enum ResumeError {
     /// The kernel refused a step.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// A flash store or one of its images is unusable.
+    #[error(transparent)]
+    Flash(#[from] FlashError),
+    /// The configured public key cannot be read: no image is trusted.
+    #[error("the public key images must be signed for")]
+    Key(#[source] imagekey::KeyError),
+    /// The flash store has no image.
+    #[error("the store holds no image")]
+    NoImage,
+    /// Every image of the flash store was refused; each reason in turn.
+    #[error("no image on the store can be restored: {}", .0.join("; "))]
+    NoneRestorable(Vec<String>),
 }
 
 /// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
@@ -132,79 +152,190 @@ fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<
     Ok(())
 }
 
+/// A reader that hands out checked pages in stream order, in runs borrowed from its buffers.
+trait RunSource {
+    /// At most `max` pages; empty at the end.
+    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError>;
+    /// Where reading time went, for the `resume-loaded` marker.
+    fn stages(&self) -> String;
+}
+
+impl<D: snapimg::Device> RunSource for snapimg::Reader<'_, D> {
+    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError> {
+        Ok(self.next_run(max)?)
+    }
+    fn stages(&self) -> String {
+        let s = self.stage_times();
+        format!(
+            "{:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
+            s.bytes as f64 / 1048576.0,
+            s.read.as_secs_f64(),
+            s.check.as_secs_f64(),
+            s.decode.as_secs_f64()
+        )
+    }
+}
+
+impl<M: flashstore::Medium> RunSource for flashstore::ImageReader<'_, M> {
+    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError> {
+        self.next_run(max).map_err(|e| ResumeError::Flash(e.into()))
+    }
+    fn stages(&self) -> String {
+        format!(
+            "{} chunks, {:.1} MiB read",
+            self.chunks_read,
+            self.bytes_read as f64 / 1048576.0
+        )
+    }
+}
+
+/// Hands every page of `src` to a fresh `/dev/snapshot` and reports the `resume-loaded`
+/// marker. On error the device is closed, which discards what it was given.
+fn load(src: &mut impl RunSource, what: &str) -> Result<SnapshotDev, ResumeError> {
+    let started = Instant::now();
+    let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
+    let mut slowest = (Duration::ZERO, 0u64);
+    let mut dev = SnapshotDev::open_restore()?;
+    let mut t = Instant::now();
+    loop {
+        let run = src.run(RUN_PAGES)?;
+        let now = Instant::now();
+        read_time += now - t;
+        t = now;
+        if run.is_empty() {
+            break;
+        }
+        let first = dev.pages();
+        dev.write_pages(&run)?;
+        let now = Instant::now();
+        if now - t > slowest.0 {
+            slowest = (now - t, first);
+        }
+        write_time += now - t;
+        t = now;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    print_marker(
+        "resume-loaded",
+        Some(&format!(
+            "{what}{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s; \
+             {}; slowest kernel write {:.3} s at stream page {})",
+            dev.pages(),
+            (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
+            read_time.as_secs_f64(),
+            write_time.as_secs_f64(),
+            src.stages(),
+            slowest.0.as_secs_f64(),
+            slowest.1
+        )),
+    );
+    Ok(dev)
+}
+
+/// The image kernel this system's images must have been made by.
+fn expected_identity() -> snapimg::Identity {
+    let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
+    crate::system::image_kernel(running_identity(), record.as_deref())
+}
+
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     print_marker("resume-start", Some(&o.store.display().to_string()));
     if !wait_for_node(&o.store, o.wait) {
         return Err(ResumeError::NoDevice(o.store.clone()));
     }
-    let started = Instant::now();
-    let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
-    let stages;
-    let mut slowest = (Duration::ZERO, 0u64);
+    if crate::flash::is_flash_store(&o.store) {
+        return resume_flash(o);
+    }
     let mut store = Store::open(&o.store, o.once)?;
-    let mut dev = {
+    let dev = {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = o.threads.unwrap_or(if cpus == 1 { 0 } else { cpus });
         let mut reader = store.reader()?.with_options(ReadOptions {
             threads,
             ..ReadOptions::default()
         });
-        let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
-        check_compat(
-            reader.info(),
-            &crate::system::image_kernel(running_identity(), record.as_deref()),
-        )?;
+        check_compat(reader.info(), &expected_identity())?;
         check_binding(reader.info().binding.as_ref(), o)?;
         if let Some(s) = &reader.info().swap {
             crate::lazy::check_region(&o.store, &s.region()).map_err(ResumeError::SwapRegion)?;
         }
-        let mut dev = SnapshotDev::open_restore()?;
-        let mut t = Instant::now();
-        loop {
-            let run = reader.next_run(RUN_PAGES)?;
-            let now = Instant::now();
-            read_time += now - t;
-            t = now;
-            if run.is_empty() {
-                break;
-            }
-            let first = dev.pages();
-            dev.write_pages(&run)?;
-            let now = Instant::now();
-            if now - t > slowest.0 {
-                slowest = (now - t, first);
-            }
-            write_time += now - t;
-            t = now;
-        }
-        stages = reader.stage_times();
-        dev
+        load(&mut reader, "")?
     };
-    let secs = started.elapsed().as_secs_f64();
-    print_marker(
-        "resume-loaded",
-        Some(&format!(
-            "{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s; \
-             {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s; \
-             slowest kernel write {:.3} s at stream page {})",
-            dev.pages(),
-            (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
-            read_time.as_secs_f64(),
-            write_time.as_secs_f64(),
-            stages.bytes as f64 / 1048576.0,
-            stages.read.as_secs_f64(),
-            stages.check.as_secs_f64(),
-            stages.decode.as_secs_f64(),
-            slowest.0.as_secs_f64(),
-            slowest.1
-        )),
-    );
     if o.once {
         store.invalidate()?;
     }
     drop(store);
+    restore(dev)
+}
+
+/// Freezes and jumps into the loaded image; returns only if the kernel did not restore.
+fn restore(mut dev: SnapshotDev) -> Result<std::convert::Infallible, ResumeError> {
     dev.freeze()?;
     let err = dev.atomic_restore();
     let _ = dev.unfreeze();
     Err(err.into())
+}
+
+/// Resume from a flash store: the images in [`crate::flash::candidates`] order, each checked
+/// (signature when a key is configured, kernel, binding, every chunk as it is read) and the
+/// first that passes restored. Each refused image is named with its reason on the console.
+fn resume_flash(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
+    let key_path = o
+        .public_key
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::flash::PUBLIC_KEY_FILE));
+    let key = crate::flash::configured_key(&key_path).map_err(ResumeError::Key)?;
+    let mut store = crate::flash::open_store(&o.store, o.once)?;
+    let order = crate::flash::candidates(store.images(), &o.images);
+    if order.is_empty() {
+        return Err(ResumeError::NoImage);
+    }
+    let mut reasons = Vec::new();
+    for name in order {
+        match load_flash_image(&store, &name, key.as_ref(), o) {
+            Ok(dev) => {
+                if o.once {
+                    store.remove(&name).map_err(FlashError::from)?;
+                }
+                drop(store);
+                return restore(dev);
+            }
+            Err(e) => {
+                let why = format!("{name}: {}", chain(&e));
+                print_marker("image-refused", Some(&why));
+                reasons.push(why);
+            }
+        }
+    }
+    Err(ResumeError::NoneRestorable(reasons))
+}
+
+/// Checks image `name` and hands its pages to the kernel.
+fn load_flash_image(
+    store: &flashstore::Store<std::fs::File>,
+    name: &str,
+    key: Option<&imagekey::PublicKey>,
+    o: &ResumeOptions,
+) -> Result<SnapshotDev, ResumeError> {
+    let rec = store
+        .image(name)
+        .ok_or_else(|| FlashError::from(flashstore::StoreError::NoImage(name.into())))?;
+    if let Some(key) = key {
+        crate::flash::check_signature(store, rec, key)?;
+    }
+    let mut reader = store
+        .reader(name)
+        .map_err(|e| ResumeError::Flash(e.into()))?;
+    let d = Description::decode(reader.user())?;
+    check_identity_compat(&d.identity, &expected_identity())?;
+    check_binding(d.binding()?.as_ref(), o)?;
+    let signed = if key.is_some() {
+        ", signature checked"
+    } else {
+        ""
+    };
+    load(
+        &mut reader,
+        &format!("image {name} (generation {}{signed}): ", rec.generation),
+    )
 }

@@ -2,7 +2,8 @@
 
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
-use board::capture::{attach_store, capture_boot};
+use board::capture::{attach_store, capture_boot, store_size};
+use ondevice::flash::DEFAULT_IMAGE;
 use board::home;
 use board::qemu::run_probe;
 use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
@@ -78,6 +79,10 @@ pub struct BuildArgs {
     /// Guest memory in MiB (default: the workload's).
     #[arg(long)]
     mem: Option<u32>,
+    /// Put this public key (`snapboot key gen`) in the initramfs: the board then restores
+    /// only images on a flash store signed with its secret key.
+    #[arg(long, value_name = "PUBLIC_KEY")]
+    image_key: Option<PathBuf>,
     /// Output directory (default: .snapboot/bundles/NAME).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -103,6 +108,10 @@ pub struct RunArgs {
     /// Snapshot-boot from this store file (attached as /dev/vdb).
     #[arg(long)]
     store: Option<PathBuf>,
+    /// Flash store: the images to try first, in order (NAME[,NAME...]); then the others,
+    /// newest first.
+    #[arg(long, requires = "store")]
+    image: Option<String>,
     /// Write the console as stamped text (`seconds | line`), grabserial-style.
     #[arg(long)]
     log: Option<PathBuf>,
@@ -142,12 +151,16 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     let out = a
         .out
         .unwrap_or_else(|| home::builtin_bundle_dir(&workload.name));
+    if let Some(k) = &a.image_key {
+        imagekey::PublicKey::load(k)?;
+    }
     let t = std::time::Instant::now();
     let b = Bundle::build(&BuildOptions {
         kernel,
         workload,
         rootfs_dir,
         snapboot_bin: std::env::current_exe()?,
+        image_key: a.image_key.clone(),
         out,
     })?;
     println!(
@@ -180,6 +193,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let mut opts = a.board.to_run_options(&bundle)?;
     if let Some(store) = &a.store {
         attach_store(&mut opts, store, false)?;
+    }
+    if let Some(i) = &a.image {
+        opts.params.images = bootparams::parse_images(i)
+            .with_context(|| format!("--image {i}: names of 1 to 64 of A-Z a-z 0-9 . _ -"))?;
     }
     let Some(send) = a.probe else {
         return interactive(&bundle, &opts);
@@ -256,6 +273,23 @@ pub struct BoardCaptureArgs {
     /// the image holds only what stays resident (max, or how much to page out, e.g. 96M).
     #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
     pub lazy: Option<String>,
+    /// Create a missing store as a flash store (`snapboot store init`), the store of named
+    /// images with dedupe across them. An existing store is used as it is.
+    #[arg(long)]
+    pub flash: bool,
+    /// Flash store: the image's name (default: current).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Flash store: storage dedupe against the other images: off, full or runs:N.
+    #[arg(long)]
+    pub dedupe: Option<String>,
+    /// Flash store: pin the image.
+    #[arg(long)]
+    pub pin: bool,
+    /// Flash store: sign the image on the host after the capture, with this secret key (it
+    /// never enters the board).
+    #[arg(long, value_name = "SECRET_KEY")]
+    pub sign_key: Option<PathBuf>,
 }
 
 /// `snapboot board capture`.
@@ -268,14 +302,68 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
                 .with_context(|| format!("--lazy {l}: expected max or a size such as 96M"))?,
         ),
     };
+    let name = a.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
+    if !flashstore::valid_name(&name) {
+        bail!("--image {name}: 1 to 64 characters of A-Z a-z 0-9 . _ -");
+    }
+    let dedupe = match &a.dedupe {
+        None => None,
+        Some(d) => Some(
+            bootparams::parse_dedupe(d)
+                .with_context(|| format!("--dedupe {d}: expected off, full or runs:N"))?,
+        ),
+    };
+    let sign_key = match &a.sign_key {
+        None => None,
+        Some(k) => Some(imagekey::SecretKey::load(k)?),
+    };
     let bundle = home::resolve_bundle(&a.bundle)?;
     let mut opts = a.board.to_run_options(&bundle)?;
     opts.echo = a.console;
     opts.params.lazy = lazy;
+    if a.flash && !a.store.exists() {
+        create_flash_store(&a.store, store_size(opts.mem_mib))?;
+    }
+    let flash = ondevice::flash::is_flash_store(&a.store);
+    if flash {
+        opts.params.images = vec![name.clone()];
+        opts.params.dedupe = dedupe;
+        opts.params.pin = a.pin;
+    } else if a.image.is_some() || dedupe.is_some() || a.pin || sign_key.is_some() {
+        bail!(
+            "--image, --dedupe, --pin and --sign-key need a flash store: {} is not one \
+             (create one with --flash, or `snapboot store init`)",
+            a.store.display()
+        );
+    }
     let tl = capture_boot(&bundle, &opts, &a.store)?;
     println!("{}", tl.summary_text());
     if let Some(p) = &a.timeline {
         std::fs::write(p, serde_json::to_string_pretty(&tl)?)?;
+    }
+    if flash {
+        if let Some(k) = &sign_key {
+            ondevice::flash::sign_image(&a.store, &name, k)?;
+        }
+        let s = ondevice::flash::open_store(&a.store, false)?;
+        let r = s
+            .image(&name)
+            .with_context(|| format!("the capture did not leave image {name} on the store"))?;
+        let u = s.usage();
+        println!(
+            "image {name} generation {} on {}: {} pages, {} shared with other images, \
+             {:.1} MiB of new chunks{}{}; store {} of {} clusters used",
+            r.generation,
+            a.store.display(),
+            r.stats.pages,
+            r.stats.shared_pages,
+            r.stats.stored_bytes as f64 / 1048576.0,
+            if r.pinned { ", pinned" } else { "" },
+            if r.signature.is_empty() { "" } else { ", signed" },
+            u.used,
+            u.clusters
+        );
+        return Ok(ExitCode::SUCCESS);
     }
     let mut store = Store::open(&a.store, false)?;
     let info = store.newest()?;
@@ -288,4 +376,18 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
         info.identity.release
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Creates a sparse file of `bytes` and lays out an empty flash store on it.
+fn create_flash_store(path: &std::path::Path, bytes: u64) -> Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.set_len(bytes)?;
+    flashstore::Store::format(f, flashstore::FormatOptions::default())
+        .with_context(|| format!("formatting {}", path.display()))?;
+    Ok(())
 }

@@ -44,6 +44,12 @@ enum Cmd {
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// The flash store: named images, dedupe across images, gc, fsck, signatures.
+    #[command(subcommand)]
+    Store(crate::storecmd::StoreCmd),
+    /// Keys for signed images.
+    #[command(subcommand)]
+    Key(crate::storecmd::KeyCmd),
     /// Boot graph, phases, initcalls and the advisor's cheap wins, from boot logs.
     Analyze(crate::analyzecmd::AnalyzeArgs),
     /// Can snapshot boot work with this kernel? Which boot-time options are set?
@@ -104,6 +110,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Capture(a) => crate::guestcmd::capture_cmd(a),
         Cmd::Resume(a) => crate::guestcmd::resume_cmd(a),
         Cmd::Image(ImageCmd::Inspect(a)) => crate::guestcmd::inspect(a),
+        Cmd::Store(c) => crate::storecmd::store(c),
+        Cmd::Key(c) => crate::storecmd::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),
         Cmd::CheckKernel(a) => crate::analyzecmd::check_kernel(a),
         Cmd::Board(BoardCmd::Capture(a)) => crate::boardcmd::board_capture(a),

@@ -47,6 +47,19 @@ pub struct CaptureArgs {
     /// Size of the lazy image's swap region (default: half a store area).
     #[arg(long, value_name = "SIZE", requires = "lazy")]
     swap_size: Option<String>,
+    /// Flash store: the image's name.
+    #[arg(long, default_value = ondevice::flash::DEFAULT_IMAGE)]
+    name: String,
+    /// Flash store: storage dedupe against the store's other images: off, full or runs:N
+    /// (default: runs of a quarter chunk).
+    #[arg(long)]
+    dedupe: Option<String>,
+    /// Flash store: pin the image (captures and gc leave it alone until unpinned).
+    #[arg(long)]
+    pin: bool,
+    /// Flash store: sign the image with this secret key (`snapboot key gen`).
+    #[arg(long, value_name = "SECRET_KEY")]
+    sign_key: Option<PathBuf>,
 }
 
 /// `snapboot resume`.
@@ -133,6 +146,11 @@ fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
         reclaim,
         region_bytes: p.swap_size,
     });
+    if let Some(name) = p.images.first() {
+        o.image = name.clone();
+    }
+    o.dedupe = p.dedupe;
+    o.pin = p.pin;
     o
 }
 
@@ -163,8 +181,8 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
             println!("restored");
             Ok(ExitCode::SUCCESS)
         }
-        Ok(CaptureOutcome::Captured(info)) => {
-            println!("captured generation {}", info.generation);
+        Ok(CaptureOutcome::Captured(generation)) => {
+            println!("captured generation {generation}");
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -192,6 +210,20 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     if let Some(l) = &a.lazy {
         o.lazy = Some(lazy_options(l, a.swap_size.as_deref())?);
     }
+    anyhow::ensure!(
+        flashstore::valid_name(&a.name),
+        "--name {}: 1 to 64 characters of A-Z a-z 0-9 . _ -",
+        a.name
+    );
+    o.image = a.name;
+    if let Some(d) = &a.dedupe {
+        o.dedupe = Some(
+            bootparams::parse_dedupe(d)
+                .with_context(|| format!("--dedupe {d}: expected off, full or runs:N"))?,
+        );
+    }
+    o.pin = a.pin;
+    o.sign_key = a.sign_key;
     run_capture(&o)
 }
 
@@ -245,6 +277,7 @@ fn try_resume(
         Ok(p) => p,
         Err(e) => return Some(e.to_string()),
     };
+    let images = params.images.clone();
     let (store, once) = if a.from_cmdline {
         if params.handed_over {
             print_marker(
@@ -280,6 +313,8 @@ fn try_resume(
         wait: Duration::from_secs(2),
         threads: params.threads,
         boot_setup,
+        images,
+        public_key: None,
     });
     Some(chain(&err))
 }
@@ -303,6 +338,9 @@ fn hand_over(pack: &std::path::Path, cmdline: &str, why: &str) {
 
 /// `snapboot image inspect`.
 pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
+    if ondevice::flash::is_flash_store(&a.store) {
+        return inspect_flash(a);
+    }
     let mut store = Store::open(&a.store, false)?;
     let slots = store.slots()?;
     let mut reader = store.reader()?;
@@ -332,6 +370,85 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
         }
     }
     Ok(if verified.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `snapboot image inspect` on a flash store: every image, each read whole unless
+/// `--no-verify`.
+fn inspect_flash(a: InspectArgs) -> Result<ExitCode> {
+    let s = ondevice::flash::open_store(&a.store, false)?;
+    let mut all_ok = true;
+    let mut out = Vec::new();
+    for r in s.images() {
+        let verify = if a.no_verify {
+            "not verified (--no-verify)".to_string()
+        } else {
+            match s.verify_image(&r.name) {
+                Ok(bytes) => format!("all verified ({:.1} MiB read)", bytes as f64 / 1048576.0),
+                Err(e) => {
+                    all_ok = false;
+                    format!("FAILED: {}", chain(&e))
+                }
+            }
+        };
+        let d = s
+            .reader(&r.name)
+            .map_err(anyhow::Error::from)
+            .and_then(|rd| Ok(ondevice::flash::Description::decode(rd.user())?));
+        out.push((r.clone(), d.ok(), verify));
+    }
+    if a.json {
+        let v: Vec<_> = out
+            .iter()
+            .map(|(r, d, verify)| {
+                serde_json::json!({
+                    "name": r.name, "generation": r.generation, "pinned": r.pinned,
+                    "signed": !r.signature.is_empty(), "created_unix": r.created_unix,
+                    "identity": d.as_ref().map(|d| &d.identity),
+                    "stream_pages": d.as_ref().map(|d| d.stream_pages),
+                    "stats": {
+                        "pages": r.stats.pages, "zero_pages": r.stats.zero_pages,
+                        "unique_pages": r.stats.unique_pages, "new_pages": r.stats.new_pages,
+                        "shared_pages": r.stats.shared_pages,
+                        "stored_bytes": r.stats.stored_bytes,
+                    },
+                    "verify": verify,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "flash store {}, generation {}",
+            a.store.display(),
+            s.generation()
+        );
+        for (r, d, verify) in &out {
+            let kernel = d.as_ref().map_or("description unreadable".into(), |d| {
+                format!("{} {}", d.identity.release, d.identity.machine)
+            });
+            println!(
+                "image {} generation {}{}{}: {} pages ({} zero, {} shared), {:.1} MiB stored, \
+                 kernel {kernel}; checksums: {verify}",
+                r.name,
+                r.generation,
+                if r.pinned { ", pinned" } else { "" },
+                if r.signature.is_empty() {
+                    ""
+                } else {
+                    ", signed"
+                },
+                r.stats.pages,
+                r.stats.zero_pages,
+                r.stats.shared_pages,
+                r.stats.stored_bytes as f64 / 1048576.0
+            );
+        }
+    }
+    Ok(if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -8,6 +8,7 @@ mod boardopts;
 mod cli;
 mod guestcmd;
 mod output;
+mod storecmd;
 mod tracecmd;
 
 use clap::Parser;

@@ -1,7 +1,7 @@
 //! What an image is and what it belongs to, as callers see it: the identity recorded at
 //! capture, the report `snapboot image inspect` prints, and the state of a header slot.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 use crate::binding::Binding;
@@ -11,7 +11,7 @@ use crate::swap::{SwapRegion, UUID_LEN};
 
 /// The kernel and machine an image belongs to, as recorded at capture and as
 /// found at resume (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     /// `uname -r`.
     pub release: String,
@@ -37,7 +37,11 @@ pub struct CaptureMeta {
 
 /// Compare an image with the running system, naming the first field that differs.
 pub fn check_compat(image: &ImageInfo, running: &Identity) -> Result<(), Incompat> {
-    let im = &image.identity;
+    check_identity_compat(&image.identity, running)
+}
+
+/// Compare the identity an image records with the running system's (any store format).
+pub fn check_identity_compat(im: &Identity, running: &Identity) -> Result<(), Incompat> {
     for (field, a, b) in [
         ("release", &im.release, &running.release),
         ("version", &im.version, &running.version),

@@ -53,7 +53,8 @@ pub use codec::Compression;
 pub use error::{ImageError, Incompat};
 pub use index::{DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_PAGES, MAX_CHUNK_PAGES};
 pub use info::{
-    check_compat, CaptureMeta, Identity, ImageInfo, ImageStats, SlotState, StreamCounts, SwapInfo,
+    check_compat, check_identity_compat, CaptureMeta, Identity, ImageInfo, ImageStats, SlotState,
+    StreamCounts, SwapInfo,
 };
 pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,

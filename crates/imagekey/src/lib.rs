@@ -1,0 +1,260 @@
+//! Keys for signed images. A *secret key* signs the 32-byte digest a store computes over
+//! everything a restore of an image reads (`flashstore::Store::signed_digest`); the
+//! *public key*, built into the initramfs, checks it at resume. Ed25519 (`ed25519-dalek`,
+//! strict verification); keys are one line of text each:
+//!
+//! ```text
+//! snapboot-image-secret-key ed25519 <64 hex digits: the 32-byte seed>
+//! snapboot-image-public-key ed25519 <64 hex digits: the 32-byte public key>
+//! ```
+
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const SECRET_TAG: &str = "snapboot-image-secret-key";
+const PUBLIC_TAG: &str = "snapboot-image-public-key";
+const SCHEME: &str = "ed25519";
+
+/// What can go wrong with keys and signatures.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// A key file could not be read or written.
+    #[error("{what} {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A key file does not hold a key of the expected kind.
+    #[error("{path} is not a snapboot {kind} key: {why}")]
+    Format {
+        path: PathBuf,
+        kind: &'static str,
+        why: String,
+    },
+    /// The system's random source failed.
+    #[error("no randomness for a new key")]
+    Random(#[source] std::io::Error),
+    /// The image carries no signature.
+    #[error("the image is not signed (a public key is configured: only signed images restore)")]
+    Unsigned,
+    /// The signature does not match the image and this key.
+    #[error("the image's signature does not verify with public key {key}: it was altered after signing, or signed by another key")]
+    BadSignature { key: String },
+}
+
+/// A signing key. Its bytes are wiped when dropped (`zeroize`).
+pub struct SecretKey(SigningKey);
+
+/// A key that checks signatures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PublicKey(VerifyingKey);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (o, i) in out.iter_mut().zip((0..64).step_by(2)) {
+        *o = u8::from_str_radix(&s[i..i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Reads a key file: one line `TAG ed25519 HEX`.
+fn read_key(path: &Path, tag: &str, kind: &'static str) -> Result<[u8; 32], KeyError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+        what: "reading key",
+        path: path.into(),
+        source,
+    })?;
+    let bad = |why: String| KeyError::Format {
+        path: path.into(),
+        kind,
+        why,
+    };
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        [t, s, h] if *t == tag && *s == SCHEME => {
+            unhex32(h).ok_or_else(|| bad("the key is not 64 hex digits".into()))
+        }
+        [t, ..] if *t == SECRET_TAG || *t == PUBLIC_TAG => {
+            Err(bad(format!("it is a {t}, not a {tag}")))
+        }
+        _ => Err(bad(format!(
+            "expected one line `{tag} {SCHEME} <64 hex digits>`"
+        ))),
+    }
+}
+
+/// Writes `line` to a new file (never over an existing key), readable by its owner only
+/// when `private`.
+fn write_new(path: &Path, line: &str, private: bool) -> Result<(), KeyError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| KeyError::Io {
+        what: "writing key",
+        path: path.into(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if private { 0o600 } else { 0o644 })
+        .open(path)
+        .map_err(io)?;
+    f.write_all(line.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+impl SecretKey {
+    /// A new key from the kernel's random source.
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut seed = [0u8; 32];
+        let mut filled = 0;
+        while filled < seed.len() {
+            filled +=
+                rustix::rand::getrandom(&mut seed[filled..], rustix::rand::GetRandomFlags::empty())
+                    .map_err(|e| KeyError::Random(e.into()))?;
+        }
+        Ok(SecretKey(SigningKey::from_bytes(&seed)))
+    }
+
+    /// Reads a secret key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        Ok(SecretKey(SigningKey::from_bytes(&read_key(
+            path, SECRET_TAG, "secret",
+        )?)))
+    }
+
+    /// Writes the key to a new file, mode 0600.
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let line = format!("{SECRET_TAG} {SCHEME} {}\n", hex(self.0.as_bytes()));
+        write_new(path, &line, true)
+    }
+
+    /// Its public key.
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key())
+    }
+
+    /// The 64-byte signature of `digest`.
+    pub fn sign(&self, digest: &[u8; 32]) -> Vec<u8> {
+        self.0.sign(digest).to_bytes().to_vec()
+    }
+}
+
+impl PublicKey {
+    /// Reads a public key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let bytes = read_key(path, PUBLIC_TAG, "public")?;
+        VerifyingKey::from_bytes(&bytes)
+            .map(PublicKey)
+            .map_err(|e| KeyError::Format {
+                path: path.into(),
+                kind: "public",
+                why: format!("not a valid Ed25519 point: {e}"),
+            })
+    }
+
+    /// Writes the key to a new file.
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        write_new(
+            path,
+            &format!("{PUBLIC_TAG} {SCHEME} {}\n", hex(self.0.as_bytes())),
+            false,
+        )
+    }
+
+    /// A short name for messages: the first 16 hex digits of the key.
+    pub fn id(&self) -> String {
+        hex(&self.0.as_bytes()[..8])
+    }
+
+    /// Checks `signature` (empty: none) of `digest`.
+    pub fn verify(&self, digest: &[u8; 32], signature: &[u8]) -> Result<(), KeyError> {
+        if signature.is_empty() {
+            return Err(KeyError::Unsigned);
+        }
+        let bad = || KeyError::BadSignature { key: self.id() };
+        let sig = Signature::from_slice(signature).map_err(|_| bad())?;
+        self.0.verify_strict(digest, &sig).map_err(|_| bad())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_verifies_with_its_key_only_and_only_for_its_digest() {
+        let k = SecretKey::generate().unwrap();
+        let other = SecretKey::generate().unwrap();
+        assert_ne!(k.public(), other.public());
+        let d = [7u8; 32];
+        let sig = k.sign(&d);
+        assert_eq!(sig.len(), 64);
+        k.public().verify(&d, &sig).unwrap();
+        let mut d2 = d;
+        d2[31] ^= 1;
+        assert!(matches!(
+            k.public().verify(&d2, &sig),
+            Err(KeyError::BadSignature { .. })
+        ));
+        assert!(matches!(
+            other.public().verify(&d, &sig),
+            Err(KeyError::BadSignature { .. })
+        ));
+        let mut flipped = sig.clone();
+        flipped[10] ^= 4;
+        assert!(k.public().verify(&d, &flipped).is_err());
+        assert!(matches!(
+            k.public().verify(&d, &[]),
+            Err(KeyError::Unsigned)
+        ));
+        assert!(k.public().verify(&d, &sig[..63]).is_err());
+    }
+
+    #[test]
+    fn keys_round_trip_through_files_and_wrong_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sp, pp) = (dir.path().join("k.secret"), dir.path().join("k.pub"));
+        let k = SecretKey::generate().unwrap();
+        k.save(&sp).unwrap();
+        k.public().save(&pp).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&sp).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // Never over an existing key.
+        assert!(k.save(&sp).is_err());
+        let back = SecretKey::load(&sp).unwrap();
+        assert_eq!(back.public(), k.public());
+        assert_eq!(PublicKey::load(&pp).unwrap(), k.public());
+        let d = [1u8; 32];
+        PublicKey::load(&pp)
+            .unwrap()
+            .verify(&d, &back.sign(&d))
+            .unwrap();
+
+        let e = PublicKey::load(&sp).unwrap_err().to_string();
+        assert!(e.contains("it is a snapboot-image-secret-key"), "{e}");
+        std::fs::write(
+            dir.path().join("bad"),
+            "snapboot-image-public-key ed25519 abc\n",
+        )
+        .unwrap();
+        let e = PublicKey::load(&dir.path().join("bad"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not 64 hex digits"), "{e}");
+        let e = PublicKey::load(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(e, KeyError::Io { .. }));
+    }
+}

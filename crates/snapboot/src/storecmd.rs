@@ -1,0 +1,323 @@
+//! `snapboot store …` (the flash store of seed 003: images by name, dedupe across images,
+//! gc, fsck, signatures) and `snapboot key gen`.
+
+use anyhow::{bail, Context, Result};
+use bootparams::parse_size;
+use clap::{Args, Subcommand};
+use flashstore::{FormatOptions, ImageRec, Store, BLOCK};
+use imagekey::SecretKey;
+use ondevice::flash::{open_store, sign_image, Description};
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `snapboot store`.
+#[derive(Subcommand, Debug)]
+pub enum StoreCmd {
+    /// Lay out an empty flash store on a file (created, sparse) or a block device.
+    Init {
+        /// File or block device.
+        dev: PathBuf,
+        /// Size of a new file, e.g. 2G (block devices use their whole size).
+        #[arg(long)]
+        size: Option<String>,
+        /// Cluster size in KiB (a multiple of 4; the erase block of the flash is a good one).
+        #[arg(long, default_value_t = 256)]
+        cluster_kib: u32,
+        /// Replace a store that is already there (its images are lost).
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the images.
+    Ls(DevArgs),
+    /// Remove an image (not a pinned one); its chunks no other image uses are freed.
+    Rm { dev: PathBuf, name: String },
+    /// Pin an image: captures do not replace it, rm and gc leave it alone.
+    Pin { dev: PathBuf, name: String },
+    /// Unpin an image.
+    Unpin { dev: PathBuf, name: String },
+    /// Space: clusters used and idle, and per image the seed's A / B / C.
+    Stats(DevArgs),
+    /// Discard every idle cluster (punch holes in a file).
+    Gc { dev: PathBuf },
+    /// Check every structure and checksum; find leaked or doubly used clusters.
+    Fsck { dev: PathBuf },
+    /// Sign an image (read whole and checked first) with a secret key.
+    Sign {
+        dev: PathBuf,
+        name: String,
+        /// The secret key (`snapboot key gen`).
+        #[arg(long)]
+        key: PathBuf,
+    },
+}
+
+/// A store, and whether to print JSON.
+#[derive(Args, Debug)]
+pub struct DevArgs {
+    /// File or block device.
+    dev: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `snapboot key`.
+#[derive(Subcommand, Debug)]
+pub enum KeyCmd {
+    /// Make a new Ed25519 key pair: PREFIX.secret (mode 0600, for signing; keep it off the
+    /// device) and PREFIX.pub (goes into the initramfs as /etc/snapboot/image.pub).
+    Gen {
+        /// Path prefix of the two files.
+        prefix: PathBuf,
+    },
+}
+
+const MIB: f64 = 1048576.0;
+
+fn describe(rec: &ImageRec, user: Option<&[u8]>) -> serde_json::Value {
+    let st = rec.stats;
+    let page = flashstore::PAGE as u64;
+    let d = user.and_then(|u| Description::decode(u).ok());
+    serde_json::json!({
+        "name": rec.name,
+        "generation": rec.generation,
+        "pinned": rec.pinned,
+        "signed": !rec.signature.is_empty(),
+        "created_unix": rec.created_unix,
+        "kernel": d.as_ref().map(|d| d.identity.release.clone()),
+        "pages": st.pages,
+        "zero_pages": st.zero_pages,
+        "unique_pages": st.unique_pages,
+        "shared_pages": st.shared_pages,
+        "new_pages": st.new_pages,
+        "a_memory_dedupe_bytes": st.unique_pages * page,
+        "b_storage_dedupe_bytes": st.new_pages * page,
+        "c_stored_bytes": st.stored_bytes,
+        "chunks": rec.chunks.len(),
+    })
+}
+
+/// Runs a `snapboot store` command.
+pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
+    match cmd {
+        StoreCmd::Init {
+            dev,
+            size,
+            cluster_kib,
+            force,
+        } => {
+            if !force && ondevice::flash::is_flash_store(&dev) {
+                bail!(
+                    "{} already holds a flash store (--force replaces it, and its images are lost)",
+                    dev.display()
+                );
+            }
+            if cluster_kib == 0 || cluster_kib % 4 != 0 {
+                bail!("--cluster-kib {cluster_kib}: a positive multiple of 4");
+            }
+            let is_dev = dev.metadata().is_ok_and(|m| !m.is_file());
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(!is_dev)
+                .truncate(false)
+                .open(&dev)
+                .with_context(|| format!("opening {}", dev.display()))?;
+            if !is_dev {
+                let size = size
+                    .as_deref()
+                    .context("--size is needed for a file, e.g. --size 2G")?;
+                let bytes = parse_size(size)
+                    .with_context(|| format!("--size {size}: a size such as 2G"))?;
+                file.set_len(0)?;
+                file.set_len(bytes)?;
+            }
+            let s = Store::format(
+                file,
+                FormatOptions {
+                    cluster_blocks: cluster_kib * 1024 / BLOCK as u32,
+                },
+            )
+            .with_context(|| format!("formatting {}", dev.display()))?;
+            let u = s.usage();
+            println!(
+                "flash store on {}: {} clusters of {} KiB ({:.1} MiB)",
+                dev.display(),
+                u.clusters,
+                cluster_kib,
+                (u.clusters * s.cluster_bytes()) as f64 / MIB
+            );
+        }
+        StoreCmd::Ls(a) => {
+            let s = open_store(&a.dev, false)?;
+            let mut images: Vec<&ImageRec> = s.images().iter().collect();
+            images.sort_by(|x, y| y.generation.cmp(&x.generation));
+            if a.json {
+                let v: Vec<_> = images
+                    .iter()
+                    .map(|r| {
+                        describe(
+                            r,
+                            s.reader(&r.name)
+                                .ok()
+                                .map(|rd| rd.user().to_vec())
+                                .as_deref(),
+                        )
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
+                    "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
+                );
+                for r in images {
+                    let kernel = s
+                        .reader(&r.name)
+                        .ok()
+                        .and_then(|rd| Description::decode(rd.user()).ok())
+                        .map_or("(description unreadable)".to_string(), |d| {
+                            d.identity.release
+                        });
+                    println!(
+                        "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10.1}  {kernel}",
+                        r.name,
+                        r.generation,
+                        if r.pinned { "yes" } else { "no" },
+                        if r.signature.is_empty() { "no" } else { "yes" },
+                        r.stats.pages,
+                        r.stats.shared_pages,
+                        r.stats.stored_bytes as f64 / MIB
+                    );
+                }
+            }
+        }
+        StoreCmd::Rm { dev, name } => {
+            open_store(&dev, true)?.remove(&name)?;
+            println!("removed {name} (its space is idle; `snapboot store gc` discards it)");
+        }
+        StoreCmd::Pin { dev, name } => {
+            open_store(&dev, true)?.pin(&name, true)?;
+            println!("pinned {name}");
+        }
+        StoreCmd::Unpin { dev, name } => {
+            open_store(&dev, true)?.pin(&name, false)?;
+            println!("unpinned {name}");
+        }
+        StoreCmd::Stats(a) => {
+            let s = open_store(&a.dev, false)?;
+            let u = s.usage();
+            let cb = s.cluster_bytes();
+            if a.json {
+                let images: Vec<_> = s.images().iter().map(|r| describe(r, None)).collect();
+                let v = serde_json::json!({
+                    "generation": s.generation(),
+                    "cluster_bytes": cb,
+                    "clusters": u.clusters,
+                    "used_clusters": u.used,
+                    "idle_clusters": u.idle,
+                    "chunks": u.chunks,
+                    "chunk_bytes": u.chunk_bytes,
+                    "images": images,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), {} idle; \
+                     {} chunks, {:.1} MiB",
+                    s.generation(),
+                    u.used,
+                    u.clusters,
+                    (u.used * cb) as f64 / MIB,
+                    (u.clusters * cb) as f64 / MIB,
+                    u.idle,
+                    u.chunks,
+                    u.chunk_bytes as f64 / MIB
+                );
+                println!(
+                    "{:<16} {:>10} {:>10} {:>10} {:>10}",
+                    "IMAGE", "RAW MiB", "A MiB", "B MiB", "C MiB"
+                );
+                for r in s.images() {
+                    let st = r.stats;
+                    let mib = |pages: u64| (pages * flashstore::PAGE as u64) as f64 / MIB;
+                    println!(
+                        "{:<16} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                        r.name,
+                        mib(st.pages),
+                        mib(st.unique_pages),
+                        mib(st.new_pages),
+                        st.stored_bytes as f64 / MIB
+                    );
+                }
+                println!(
+                    "A: after zero pages and memory dedupe; B: after storage dedupe (pages this \
+                     image stored itself); C: B compressed, as written"
+                );
+            }
+        }
+        StoreCmd::Gc { dev } => {
+            let r = open_store(&dev, true)?.gc()?;
+            println!("discarded {} cluster(s); {} idle", r.discarded, r.idle);
+        }
+        StoreCmd::Fsck { dev } => {
+            let s = open_store(&dev, false)?;
+            let r = s.fsck();
+            for p in &r.problems {
+                println!("problem: {p}");
+            }
+            println!(
+                "{}: {} image(s), {} chunk(s), {} cluster(s) in use: {}",
+                dev.display(),
+                r.images,
+                r.chunks,
+                r.used_clusters,
+                if r.clean() {
+                    "clean".to_string()
+                } else {
+                    format!("{} problem(s)", r.problems.len())
+                }
+            );
+            return Ok(if r.clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        StoreCmd::Sign { dev, name, key } => {
+            let k = SecretKey::load(&key)?;
+            let rec = sign_image(&dev, &name, &k)?;
+            println!(
+                "signed {name} (generation {}) with key {}",
+                rec.generation,
+                k.public().id()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a `snapboot key` command.
+pub fn key(cmd: KeyCmd) -> Result<ExitCode> {
+    match cmd {
+        KeyCmd::Gen { prefix } => {
+            let with = |ext: &str| {
+                let mut p = prefix.clone().into_os_string();
+                p.push(ext);
+                PathBuf::from(p)
+            };
+            let (sp, pp) = (with(".secret"), with(".pub"));
+            let k = SecretKey::generate()?;
+            k.save(&sp)?;
+            k.public().save(&pp)?;
+            println!(
+                "key {}: secret {} (keep it off the device), public {}",
+                k.public().id(),
+                sp.display(),
+                pp.display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
