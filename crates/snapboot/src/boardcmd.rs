@@ -3,12 +3,12 @@
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
 use board::capture::{attach_store, capture_boot, store_size};
-use ondevice::flash::DEFAULT_IMAGE;
 use board::home;
 use board::qemu::run_probe;
 use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
 use bootparams::parse_reclaim;
 use clap::Args;
+use ondevice::flash::DEFAULT_IMAGE;
 use snapimg::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -359,7 +359,11 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
             r.stats.shared_pages,
             r.stats.stored_bytes as f64 / 1048576.0,
             if r.pinned { ", pinned" } else { "" },
-            if r.signature.is_empty() { "" } else { ", signed" },
+            if r.signature.is_empty() {
+                ""
+            } else {
+                ", signed"
+            },
             u.used,
             u.clusters
         );

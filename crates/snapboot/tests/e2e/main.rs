@@ -7,6 +7,7 @@ mod binding;
 mod board;
 mod cli;
 mod common;
+mod flash;
 mod restore_kernel;
 mod snapshot;
 mod trace;

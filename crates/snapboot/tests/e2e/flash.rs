@@ -1,0 +1,240 @@
+//! The flash store on the real board: two named images on one store, each restored on
+//! request; a damaged image falls back to the other with the reason on the console; signed
+//! stores refuse unsigned and tampered images; a capture killed mid-write leaves the store
+//! consistent and its newest committed image bootable.
+//!
+//! The images tell themselves apart by their kernel command line: a restored system's
+//! `/proc/cmdline` is the one it was captured with, and `loglevel=` is not part of what an
+//! image is bound to.
+
+use crate::common::{bundle, run, snapboot};
+use crate::snapshot::{ask, copy_store, flip};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// `board capture BUNDLE --store STORE` with `args`; asserts success, returns stdout.
+fn capture(bundle: &Path, store: &Path, args: &[&str]) -> String {
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle)
+        .arg("--store")
+        .arg(store)
+        .args(args);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture {args:?} failed:\n{so}\n{se}");
+    so
+}
+
+/// The shell workload's flash store with image `a` (captured at `loglevel=4`) and then `b`
+/// (`loglevel=5`, deduped against `a`), made once per test binary.
+fn two_images() -> PathBuf {
+    static STORE: OnceLock<Mutex<Option<PathBuf>>> = OnceLock::new();
+    let mut g = STORE
+        .get_or_init(|| Mutex::new(None))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = &*g {
+        return p.clone();
+    }
+    let b = bundle("shell");
+    let store = crate::common::home().join("test-flash-two.store");
+    let _ = std::fs::remove_file(&store);
+    let so = capture(
+        &b,
+        &store,
+        &["--flash", "--image", "a", "--cmdline", "loglevel=4"],
+    );
+    assert!(so.contains("image a generation 2"), "{so}");
+    let so = capture(&b, &store, &["--image", "b", "--cmdline", "loglevel=5"]);
+    assert!(so.contains("image b generation 3"), "{so}");
+    *g = Some(store.clone());
+    store
+}
+
+fn store_cmd(args: &[&str], store: &Path) -> (bool, String) {
+    let mut c = snapboot();
+    c.arg("store").args(args).arg(store);
+    let (out, so, se) = run(c);
+    (out.status.success(), format!("{so}{se}"))
+}
+
+fn images(store: &Path) -> Vec<serde_json::Value> {
+    let (ok, text) = store_cmd(&["ls", "--json"], store);
+    assert!(ok, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Boots `bundle` with `store` and `extra` words, waits for the restore and returns the
+/// restored system's `loglevel=` word, and the console up to the restore.
+fn restored_loglevel(bundle: &Path, store: &Path, extra: &[&str]) -> (String, Vec<String>) {
+    let mut s = crate::common::store_session(bundle, store, extra);
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("no restore with {extra:?}: {e}"));
+    let console: Vec<String> = s.timeline().lines.iter().map(|l| l.text.clone()).collect();
+    let line = ask(
+        &mut s,
+        "for w in $(cat /proc/cmdline); do case $w in loglevel=*) echo got-$w;; esac; done",
+        "^got-loglevel=",
+    );
+    s.finish(boottrace::Outcome::Answered);
+    (line.trim_start_matches("got-").to_string(), console)
+}
+
+#[test]
+fn two_named_images_restore_on_request_and_a_damaged_one_falls_back_to_the_other() {
+    let store = copy_store(&two_images(), "test-flash-damage.store");
+    let b = bundle("shell");
+    let list = images(&store);
+    assert_eq!(list.len(), 2, "{list:?}");
+    let rec = |n: &str| list.iter().find(|i| i["name"] == n).unwrap().clone();
+    // b shares what did not change with a (storage dedupe) and stores much less.
+    assert!(rec("b")["shared_pages"].as_u64().unwrap() > 0, "{list:?}");
+    assert!(
+        rec("b")["c_stored_bytes"].as_u64().unwrap() * 2
+            < rec("a")["c_stored_bytes"].as_u64().unwrap(),
+        "{list:?}"
+    );
+    let (ok, text) = store_cmd(&["fsck"], &store);
+    assert!(ok && text.contains("clean"), "{text}");
+
+    assert_eq!(
+        restored_loglevel(&b, &store, &["snapboot.image=a"]).0,
+        "loglevel=4"
+    );
+    assert_eq!(
+        restored_loglevel(&b, &store, &["snapboot.image=b"]).0,
+        "loglevel=5"
+    );
+    // Without a choice, the newest.
+    assert_eq!(restored_loglevel(&b, &store, &[]).0, "loglevel=5");
+
+    // Damage a chunk only b uses: b is refused, naming the chunk, and a restores.
+    let s = ondevice::flash::open_store(&store, false).unwrap();
+    let ia = s.image("a").unwrap().chunks.clone();
+    let ib = s.image("b").unwrap();
+    let own = *ib.chunks.iter().rev().find(|c| !ia.contains(c)).unwrap();
+    let c = *s.catalog().chunks.iter().find(|c| c.id == own).unwrap();
+    flip(
+        &store,
+        c.cluster * s.cluster_bytes() + u64::from(c.offset) + 10,
+    );
+    drop(s);
+    let (level, console) = restored_loglevel(&b, &store, &["snapboot.image=b"]);
+    assert_eq!(level, "loglevel=4");
+    let refused = console
+        .iter()
+        .find(|l| l.contains("@image-refused"))
+        .unwrap_or_else(|| panic!("no refusal on the console: {console:#?}"));
+    assert!(
+        refused.contains(&format!(
+            "b: store is damaged: checksum mismatch in chunk {own}"
+        )),
+        "{refused}"
+    );
+    let (ok, text) = store_cmd(&["fsck"], &store);
+    assert!(!ok && text.contains(&format!("chunk {own}")), "{text}");
+}
+
+#[test]
+fn a_signed_store_refuses_unsigned_and_tampered_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let mut c = snapboot();
+    c.args(["key", "gen"]).arg(&key);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+    let (secret, public) = (dir.path().join("k.secret"), dir.path().join("k.pub"));
+    bundle("shell"); // the kernel is fetched
+    let signed_bundle = dir.path().join("bundle");
+    let mut c = snapboot();
+    c.args(["board", "build", "--workload", "shell", "--image-key"])
+        .arg(&public)
+        .arg("--out")
+        .arg(&signed_bundle);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+
+    let store = dir.path().join("signed.store");
+    let so = capture(
+        &signed_bundle,
+        &store,
+        &[
+            "--flash",
+            "--image",
+            "good",
+            "--sign-key",
+            secret.to_str().unwrap(),
+            "--cmdline",
+            "loglevel=4",
+        ],
+    );
+    assert!(so.contains(", signed;"), "{so}");
+    capture(
+        &signed_bundle,
+        &store,
+        &["--image", "mine", "--cmdline", "loglevel=5"],
+    );
+
+    // Unsigned: refused, and the signed image restores.
+    let (level, console) = restored_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
+    assert_eq!(level, "loglevel=4");
+    assert!(
+        console
+            .iter()
+            .any(|l| l.contains("@image-refused") && l.contains("mine: the image is not signed")),
+        "{console:#?}"
+    );
+
+    // Tampered: the good image's signature grafted onto the other one.
+    let mut s = ondevice::flash::open_store(&store, true).unwrap();
+    let sig = s.image("good").unwrap().signature.clone();
+    assert_eq!(sig.len(), 64);
+    s.set_signature("mine", sig).unwrap();
+    drop(s);
+    let (level, console) = restored_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
+    assert_eq!(level, "loglevel=4");
+    assert!(
+        console.iter().any(|l| l.contains("@image-refused")
+            && l.contains("mine: the image's signature does not verify")),
+        "{console:#?}"
+    );
+}
+
+/// The power is cut (QEMU killed) as soon as the new image's first bytes reach the store
+/// file, observed by its allocated blocks growing: the store stays consistent, the image
+/// being written is not there, and the newest committed one restores.
+#[test]
+fn a_capture_killed_mid_write_leaves_a_clean_store_and_the_last_image_boots() {
+    let store = copy_store(&two_images(), "test-flash-killed.store");
+    let b = bundle("shell");
+    use std::os::unix::fs::MetadataExt;
+    let blocks = || std::fs::metadata(&store).unwrap().blocks();
+    let before = blocks();
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.capture", "snapboot.image=c"]);
+    let started = Regex::new(r"snapboot: @capture-start").unwrap();
+    s.wait_for(&started, "capture start", Duration::from_secs(120))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while blocks() == before {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the new image never reached the store"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let tl = s.finish(boottrace::Outcome::Exited {
+        reason: "power cut".into(),
+    });
+    assert!(
+        tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
+        "the capture finished before the power cut"
+    );
+    let (ok, text) = store_cmd(&["fsck"], &store);
+    assert!(ok && text.contains("2 image(s)"), "{text}");
+    let names: Vec<_> = images(&store).iter().map(|i| i["name"].clone()).collect();
+    assert_eq!(names, ["b", "a"]);
+    assert_eq!(restored_loglevel(&b, &store, &[]).0, "loglevel=5");
+}
