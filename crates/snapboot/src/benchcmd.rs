@@ -55,6 +55,118 @@ pub struct CompareArgs {
     board: BoardOpts,
 }
 
+/// Arguments of `snapboot bench recapture`.
+#[derive(Args, Debug)]
+pub struct RecaptureArgs {
+    /// Built-in workload name or bundle directory.
+    #[arg(long, default_value = "app")]
+    workload: String,
+    /// Captures, each from its own cold boot (the first becomes the pinned factory image).
+    #[arg(long, default_value_t = 10)]
+    captures: usize,
+    /// Restores of the last image from each store.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the report (restores and every capture's cost) as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    board: BoardOpts,
+}
+
+/// `snapboot bench recapture`: bytes written per re-capture under each dedupe policy, and
+/// the restore time of the last image from each store against a fresh store.
+pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
+    if a.runs == 0 || a.captures == 0 {
+        bail!(board::BenchError::NoRuns);
+    }
+    let bundle = bundle_or_build(&a.workload)?;
+    let opts = a.board.to_run_options(&bundle)?;
+    let work = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| board::home::home().join("bench"));
+    let pb = progress(bench::recapture_steps(a.captures, a.runs), "recapture");
+    let r = bench::recapture(&bundle, &opts, &work, a.captures, a.runs, &mut || pb.inc(1));
+    pb.finish_and_clear();
+    let r = r?;
+    let mib = |b: u64| b as f64 / 1048576.0;
+    // A full image's stored bytes: the first capture with dedupe off.
+    let full = r
+        .costs
+        .iter()
+        .find(|c| c.capture == 1 && c.policy == "off")
+        .map_or(1, |c| c.chunk_bytes.max(1));
+    println!(
+        "bytes written per capture (MiB; % of a full image's {:.1} MiB of chunks)",
+        mib(full)
+    );
+    println!(
+        "{:>7}  {:>22} {:>22} {:>22}",
+        "capture", "full", "selective", "off"
+    );
+    for i in 1..=a.captures {
+        let cell = |p: &str| {
+            r.costs
+                .iter()
+                .find(|c| c.capture == i && c.policy == p)
+                .map_or(String::new(), |c| {
+                    format!(
+                        "{:.1} ({:.1}%, {} shared)",
+                        mib(c.written_bytes),
+                        100.0 * c.written_bytes as f64 / full as f64,
+                        c.shared_pages
+                    )
+                })
+        };
+        println!(
+            "{i:>7}  {:>22} {:>22} {:>22}",
+            cell("full"),
+            cell("selective"),
+            cell("off")
+        );
+    }
+    for p in ["full", "selective", "off"] {
+        let mut re: Vec<f64> = r
+            .costs
+            .iter()
+            .filter(|c| c.policy == p && c.capture > 1)
+            .map(|c| 100.0 * c.written_bytes as f64 / full as f64)
+            .collect();
+        re.sort_by(f64::total_cmp);
+        let chunks: u64 = r
+            .costs
+            .iter()
+            .filter(|c| c.policy == p)
+            .map(|c| c.chunk_bytes)
+            .sum();
+        let written: u64 = r
+            .costs
+            .iter()
+            .filter(|c| c.policy == p)
+            .map(|c| c.written_bytes)
+            .sum();
+        if let (Some(lo), Some(hi)) = (re.first(), re.last()) {
+            println!(
+                "{p:>9}: a re-capture writes {:.1}% of a full image (median; {lo:.1}..{hi:.1}%); \
+                 metadata adds {:.1}% to the chunk bytes written",
+                re[re.len() / 2],
+                100.0 * written.saturating_sub(chunks) as f64 / chunks.max(1) as f64
+            );
+        }
+    }
+    let methods: Vec<_> = r.methods.iter().map(MethodRuns::summary).collect();
+    let report = publish("recapture", &bundle, &opts, a.runs, methods, None)?;
+    if let Some(p) = &a.json {
+        let v = serde_json::json!({ "restores": report, "captures": r.costs });
+        std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `snapboot bench cold`: N cold boots with the workload's probe.
 pub fn cold(a: ColdArgs) -> Result<ExitCode> {
     if a.runs == 0 {

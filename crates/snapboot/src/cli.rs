@@ -91,6 +91,9 @@ enum BenchCmd {
     Cold(crate::benchcmd::ColdArgs),
     /// Cold boot vs kernel-native hibernation resume vs snapboot, N boots each.
     Compare(crate::benchcmd::CompareArgs),
+    /// Re-captures onto a flash store: bytes written per capture with full, selective and
+    /// no storage dedupe, and restore time of the last image against a fresh store.
+    Recapture(crate::benchcmd::RecaptureArgs),
 }
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -102,6 +105,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Trace(a) => crate::tracecmd::trace(a),
         Cmd::Bench(BenchCmd::Cold(a)) => crate::benchcmd::cold(a),
         Cmd::Bench(BenchCmd::Compare(a)) => crate::benchcmd::compare(a),
+        Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
         Cmd::Start { env, cmd } => {
             let code = ondevice::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))

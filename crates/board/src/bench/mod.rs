@@ -23,6 +23,9 @@ use boottrace::report::{summarize, BenchReport, MethodResult};
 use boottrace::{MilestoneKind, Timeline};
 use snapimg::{ImageError, Store};
 
+mod recapture;
+pub use recapture::{recapture, recapture_steps, CaptureCost, Recapture, RECAPTURE_METHODS};
+
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
@@ -86,6 +89,15 @@ pub enum BenchError {
     /// The kernel-native baseline could not be set up.
     #[error(transparent)]
     Native(#[from] NativeError),
+    /// A flash store of the benchmark failed.
+    #[error("{what}")]
+    FlashStore {
+        /// What was being done.
+        what: String,
+        /// Why.
+        #[source]
+        source: flashstore::StoreError,
+    },
     /// A file of the work directory could not be made or read.
     #[error("{what} {}", path.display())]
     WorkFile {

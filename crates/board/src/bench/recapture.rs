@@ -1,0 +1,236 @@
+//! `bench recapture`: seed 003's question on the board. A device re-captures (after an
+//! update, a new app version, a calibration) and keeps a pinned factory image besides its
+//! current one. How much does each re-capture write with storage dedupe, and does dedupe
+//! slow the restore down?
+//!
+//! The workload is captured `captures` times, each from its own cold boot (a new boot's
+//! memory differs a little from the last: what a re-capture after a small change sees). Each
+//! image is replayed page by page, as it came from the kernel, into three stores that differ
+//! only in their dedupe policy (full, selective: the default, off); the first capture
+//! becomes the pinned `factory` image, every later one replaces `current`. Every commit's
+//! bytes written are recorded. Then the last image is restored `runs` times from each
+//! store, and from a fresh store holding only that image (the layout dedupe cannot spoil),
+//! the stores taking turns so drift hits all of them alike.
+
+use super::{measured_boot, BenchError, MethodRuns};
+use crate::bundle::Bundle;
+use crate::capture::{attach_store, capture_boot, store_size};
+use crate::qemu::RunOptions;
+use flashstore::{Dedupe, FormatOptions, Store, StoreError, WriteOptions};
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+/// The stores `recapture` restores from, the baseline (fresh) first.
+pub const RECAPTURE_METHODS: [&str; 3] = ["fresh", "selective", "full"];
+
+/// The policies the captures are replayed with.
+const POLICIES: [(&str, Option<Dedupe>); 3] = [
+    ("full", Some(Dedupe::Full)),
+    ("selective", None),
+    ("off", Some(Dedupe::Off)),
+];
+
+/// What one capture cost under one policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaptureCost {
+    /// Capture number, from 1.
+    pub capture: usize,
+    /// `full`, `selective` or `off`.
+    pub policy: &'static str,
+    /// `factory` or `current`.
+    pub image: &'static str,
+    /// Pages of the kernel's stream.
+    pub pages: u64,
+    /// Pages referenced in chunks other images wrote.
+    pub shared_pages: u64,
+    /// Bytes of new chunks (compressed).
+    pub chunk_bytes: u64,
+    /// Every byte the commit wrote: chunks, page list, dedupe table, catalog, superblock.
+    pub written_bytes: u64,
+}
+
+/// What `recapture` measured.
+#[derive(Debug)]
+pub struct Recapture {
+    /// Every capture under every policy.
+    pub costs: Vec<CaptureCost>,
+    /// Restores of the last image, per [`RECAPTURE_METHODS`].
+    pub methods: Vec<MethodRuns>,
+}
+
+/// How many times `recapture` calls `tick`: every capture and every restore.
+pub fn recapture_steps(captures: usize, runs: usize) -> u64 {
+    (captures + RECAPTURE_METHODS.len() * runs) as u64
+}
+
+fn store_err(what: String) -> impl FnOnce(StoreError) -> BenchError {
+    move |source| BenchError::FlashStore { what, source }
+}
+
+/// A fresh flash store file of `bytes` (sparse).
+fn new_store(path: &Path, bytes: u64) -> Result<Store<File>, BenchError> {
+    let _ = std::fs::remove_file(path);
+    let io = |source| BenchError::WorkFile {
+        what: "creating",
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io)?;
+    f.set_len(bytes).map_err(io)?;
+    Store::format(f, FormatOptions::default())
+        .map_err(store_err(format!("formatting {}", path.display())))
+}
+
+fn open(path: &Path) -> Result<Store<File>, BenchError> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|source| BenchError::WorkFile {
+            what: "opening",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Store::open(f).map_err(store_err(format!("opening {}", path.display())))
+}
+
+/// Copies image `from` of `src` into `dst` as `name`, page by page, with `opts`.
+fn replay(
+    src: &Store<File>,
+    from: &str,
+    dst: &mut Store<File>,
+    name: &str,
+    opts: WriteOptions,
+) -> Result<flashstore::Committed, StoreError> {
+    let mut r = src.reader(from)?;
+    let user = r.user().to_vec();
+    let mut w = dst.writer(name, opts)?;
+    loop {
+        let run = r.next_run(256)?;
+        if run.is_empty() {
+            break;
+        }
+        for p in run {
+            w.push_page(p)?;
+        }
+    }
+    w.commit(user)
+}
+
+/// Runs the benchmark (see the module docs) with its stores under `work`.
+pub fn recapture(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    captures: usize,
+    runs: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<Recapture, BenchError> {
+    if runs == 0 || captures == 0 {
+        return Err(BenchError::NoRuns);
+    }
+    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
+        what: "creating",
+        path: work.to_path_buf(),
+        source,
+    })?;
+    let size = store_size(opts.mem_mib);
+    let path = |n: &str| work.join(format!("recapture-{n}.store"));
+    let source = path("source");
+    let mut stores: Vec<PathBuf> = Vec::new();
+    for (policy, _) in POLICIES {
+        // Room for the factory image, the current one and the one replacing it.
+        new_store(&path(policy), 2 * size)?;
+        stores.push(path(policy));
+    }
+    let mut costs = Vec::new();
+    for i in 1..=captures {
+        new_store(&source, size)?;
+        let mut o = opts.clone();
+        o.params.images = vec!["src".into()];
+        capture_boot(bundle, &o, &source).map_err(|source| BenchError::Capture {
+            method: "recapture",
+            source,
+        })?;
+        let src = open(&source)?;
+        let image = if i == 1 { "factory" } else { "current" };
+        for ((policy, dedupe), store) in POLICIES.iter().zip(&stores) {
+            let mut dst = open(store)?;
+            let wo = WriteOptions {
+                dedupe: dedupe.unwrap_or(WriteOptions::default().dedupe),
+                pin: i == 1,
+                ..WriteOptions::default()
+            };
+            let c = replay(&src, "src", &mut dst, image, wo)
+                .map_err(store_err(format!("capture {i} into the {policy} store")))?;
+            costs.push(CaptureCost {
+                capture: i,
+                policy,
+                image,
+                pages: c.image.stats.pages,
+                shared_pages: c.image.stats.shared_pages,
+                chunk_bytes: c.image.stats.stored_bytes,
+                written_bytes: c.written_bytes,
+            });
+        }
+        if i == captures {
+            let mut fresh = new_store(&path("fresh"), size)?;
+            replay(&src, "src", &mut fresh, "current", WriteOptions::default())
+                .map_err(store_err("the last capture into a fresh store".into()))?;
+        }
+        tick();
+    }
+    // fresh, selective, full: the order of RECAPTURE_METHODS.
+    let restore_from = [path("fresh"), path("selective"), path("full")];
+    let mut timelines: Vec<Vec<boottrace::Timeline>> = vec![Vec::new(); restore_from.len()];
+    for _ in 0..runs {
+        for (k, store) in restore_from.iter().enumerate() {
+            let mut o = opts.clone();
+            attach_store(&mut o, store, false)?;
+            o.params.images = vec!["current".into()];
+            let method = RECAPTURE_METHODS[k];
+            timelines[k].push(measured_boot(bundle, &o, true).map_err(|source| {
+                BenchError::Boot {
+                    what: format!("restore from the {method} store"),
+                    source,
+                }
+            })?);
+            tick();
+        }
+    }
+    let methods = timelines
+        .into_iter()
+        .zip(RECAPTURE_METHODS)
+        .zip(&restore_from)
+        .map(|((timelines, method), store)| {
+            // What a restore of `current` reads: every chunk it references, whole.
+            let (raw, read) = open(store)
+                .ok()
+                .and_then(|s| {
+                    let r = s.image("current")?;
+                    let read = s
+                        .catalog()
+                        .chunks
+                        .iter()
+                        .filter(|c| r.chunks.binary_search(&c.id).is_ok())
+                        .map(|c| u64::from(c.stored_len))
+                        .sum();
+                    Some((r.stats.pages * flashstore::PAGE as u64, read))
+                })
+                .unzip();
+            MethodRuns {
+                method,
+                timelines,
+                image_bytes: raw,
+                stored_bytes: read,
+            }
+        })
+        .collect();
+    Ok(Recapture { costs, methods })
+}
