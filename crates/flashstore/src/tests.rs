@@ -513,3 +513,50 @@ fn a_damaged_chunk_fails_verification_and_is_never_signed() {
     assert!(s.image("a").unwrap().signature.is_empty());
     assert_eq!(rec, *s.image("a").unwrap());
 }
+
+/// On a block device gc issues BLKDISCARD: through a loop device, the backing file gets its
+/// holes back. Needs root and a free loop device; says so and checks nothing without them.
+#[test]
+fn block_device_medium_discards_with_blkdiscard() {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir().unwrap();
+    let backing = d.path().join("backing");
+    std::fs::File::create_new(&backing)
+        .unwrap()
+        .set_len(16 * MIB as u64)
+        .unwrap();
+    let out = std::process::Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&backing)
+        .output();
+    let loopdev = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        other => {
+            eprintln!("no loop device here ({other:?}): BLKDISCARD not exercised");
+            return;
+        }
+    };
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", &self.0])
+                .status();
+        }
+    }
+    let _detach = Detach(loopdev.clone());
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&loopdev)
+        .unwrap();
+    let mut s = Store::format(f, FormatOptions { cluster_blocks: 16 }).unwrap();
+    write(&mut s, "a", &memory(1500, 5), WriteOptions { lz4: false, ..wo() }).unwrap();
+    s.medium().sync_all().unwrap();
+    let full = std::fs::metadata(&backing).unwrap().blocks();
+    s.remove("a").unwrap();
+    assert!(s.gc().unwrap().discarded > 0);
+    let after = std::fs::metadata(&backing).unwrap().blocks();
+    assert!(after < full / 2, "backing file blocks {full} -> {after}");
+    assert_clean(&s);
+}

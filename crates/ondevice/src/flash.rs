@@ -193,7 +193,7 @@ pub fn candidates(images: &[ImageRec], wanted: &[String]) -> Vec<String> {
         }
     }
     let mut rest: Vec<&ImageRec> = images.iter().filter(|i| !out.contains(&i.name)).collect();
-    rest.sort_by(|a, b| b.generation.cmp(&a.generation));
+    rest.sort_by_key(|i| std::cmp::Reverse(i.generation));
     out.extend(rest.into_iter().map(|i| i.name.clone()));
     out
 }

@@ -152,7 +152,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
         StoreCmd::Ls(a) => {
             let s = open_store(&a.dev, false)?;
             let mut images: Vec<&ImageRec> = s.images().iter().collect();
-            images.sort_by(|x, y| y.generation.cmp(&x.generation));
+            images.sort_by_key(|i| std::cmp::Reverse(i.generation));
             if a.json {
                 let v: Vec<_> = images
                     .iter()

@@ -238,3 +238,86 @@ fn a_capture_killed_mid_write_leaves_a_clean_store_and_the_last_image_boots() {
     assert_eq!(names, ["b", "a"]);
     assert_eq!(restored_loglevel(&b, &store, &[]).0, "loglevel=5");
 }
+
+/// The `store` and `key` commands on a file, with images written through the library (no
+/// board): every command's effect is checked through another command.
+#[test]
+fn store_commands_manage_images_on_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s.store");
+    let st = |args: &[&str]| store_cmd(args, &store);
+    let (ok, text) = st(&["init", "--size", "32M"]);
+    assert!(ok && text.contains("128 clusters of 256 KiB"), "{text}");
+    let (ok, text) = st(&["init", "--size", "32M"]);
+    assert!(
+        !ok && text.contains("already holds a flash store"),
+        "{text}"
+    );
+
+    // Two images, the second sharing most pages with the first.
+    let mut s = ondevice::flash::open_store(&store, true).unwrap();
+    let page = |i: u64, v: u8| {
+        let mut p = [v; 4096];
+        p[..8].copy_from_slice(&i.to_le_bytes());
+        p
+    };
+    for (name, changed) in [("factory", 0u64), ("current", 40)] {
+        let mut w = s.writer(name, flashstore::WriteOptions::default()).unwrap();
+        for i in 0..400u64 {
+            w.push_page(&page(i, if i < changed { 2 } else { 1 }))
+                .unwrap();
+        }
+        w.commit(b"not a description".to_vec()).unwrap();
+    }
+    drop(s);
+    let list = images(&store);
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["name"], "current", "newest first: {list:?}");
+    assert!(list[0]["shared_pages"].as_u64().unwrap() >= 300, "{list:?}");
+    let (ok, text) = st(&["stats"]);
+    assert!(
+        ok && text.contains("factory") && text.contains("A MiB"),
+        "{text}"
+    );
+
+    let (ok, text) = st(&["pin"]);
+    assert!(!ok && text.contains("<NAME>"), "pin needs a name: {text}");
+    let run_named = |args: &[&str]| {
+        let mut c = snapboot();
+        c.arg("store").arg(args[0]).arg(&store).args(&args[1..]);
+        let (out, so, se) = run(c);
+        (out.status.success(), format!("{so}{se}"))
+    };
+    assert!(run_named(&["pin", "factory"]).0);
+    let (ok, text) = run_named(&["rm", "factory"]);
+    assert!(!ok && text.contains("image `factory` is pinned"), "{text}");
+    assert!(run_named(&["unpin", "factory"]).0);
+
+    // Signing, seen by ls and inspect.
+    let mut c = snapboot();
+    c.args(["key", "gen"]).arg(dir.path().join("k"));
+    assert!(run(c).0.status.success());
+    let key = dir.path().join("k.secret");
+    let (ok, text) = run_named(&["sign", "current", "--key", key.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert_eq!(images(&store)[0]["signed"], true);
+    let mut c = snapboot();
+    c.args(["image", "inspect"]).arg(&store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+    assert!(so.contains("image current generation 3, signed"), "{so}");
+    assert!(so.contains("checksums: all verified"), "{so}");
+
+    // rm, then gc discards what only the removed image used; fsck stays clean.
+    let (ok, text) = run_named(&["rm", "factory"]);
+    assert!(ok, "{text}");
+    let (ok, text) = st(&["gc"]);
+    assert!(ok && text.contains("discarded"), "{text}");
+    let (ok, text) = st(&["fsck"]);
+    assert!(
+        ok && text.contains("1 image(s)") && text.contains("clean"),
+        "{text}"
+    );
+    let (ok, text) = run_named(&["rm", "factory"]);
+    assert!(!ok && text.contains("no image named `factory`"), "{text}");
+}
