@@ -175,6 +175,9 @@ pub struct ImageRec {
     /// A signature over [`crate::Store::signed_digest`] (empty: unsigned). The store does
     /// not know the scheme; snapboot uses Ed25519.
     pub signature: Vec<u8>,
+    /// A raw region the image owns besides its chunks (a lazy image's swap area): written
+    /// by the caller before the commit, never moved, freed with the image.
+    pub raw: Option<Extent>,
 }
 
 /// The map of everything committed, rewritten (elsewhere) at every commit.

@@ -25,6 +25,13 @@ impl<M: Medium> Store<M> {
         h.update(&(rec.name.len() as u64).to_le_bytes());
         h.update(rec.name.as_bytes());
         h.update(&rec.meta_hash);
+        match rec.raw {
+            None => h.update(&[0]),
+            Some(e) => h
+                .update(&[1])
+                .update(&e.cluster.to_le_bytes())
+                .update(&e.len.to_le_bytes()),
+        };
         h.update(&(rec.chunks.len() as u64).to_le_bytes());
         for id in &rec.chunks {
             let c = chunks.get(id).ok_or_else(|| {

@@ -70,6 +70,7 @@ pub(crate) enum Owner {
     Catalog,
     Dedupe,
     Meta(String),
+    Raw(String),
     Chunks,
 }
 
@@ -232,6 +233,9 @@ impl<M: Medium> Store<M> {
             for c in i.meta.clusters(cb) {
                 map.entry(c).or_default().push(Owner::Meta(i.name.clone()));
             }
+            for c in i.raw.iter().flat_map(|e| e.clusters(cb)) {
+                map.entry(c).or_default().push(Owner::Raw(i.name.clone()));
+            }
         }
         for ch in &self.catalog.chunks {
             let v = map.entry(ch.cluster).or_default();
@@ -367,6 +371,27 @@ impl<M: Medium> Store<M> {
         Err(StoreError::Full { needed: need, idle })
     }
 
+    /// Finds `len` bytes of contiguous idle clusters for a raw region (a lazy image's swap
+    /// area) that the caller fills directly, at byte [`Store::raw_offset`]. Nothing is
+    /// recorded: the region belongs to the image whose writer is given it
+    /// ([`crate::ImageWriter::attach_raw`]), and is idle again if that image never commits.
+    pub fn reserve_raw(&self, len: u64) -> Result<Extent, StoreError> {
+        if len == 0 {
+            return Err(StoreError::Geometry("a raw region of 0 bytes".into()));
+        }
+        self.find_run(len, &self.used_clusters())
+    }
+
+    /// Byte offset of an extent on the medium.
+    pub fn raw_offset(&self, e: Extent) -> u64 {
+        e.cluster * self.sb.cluster_bytes()
+    }
+
+    /// Idle bytes (clusters the committed state does not use).
+    pub fn idle_bytes(&self) -> u64 {
+        self.usage().idle * self.sb.cluster_bytes()
+    }
+
     /// Writes `bytes` into a fresh run of idle clusters and marks them taken.
     pub(crate) fn place(
         &mut self,
@@ -458,6 +483,9 @@ pub(crate) fn state_clusters(catalog_at: Extent, catalog: &Catalog, cb: u64) -> 
     }
     for i in &catalog.images {
         s.extend(i.meta.clusters(cb));
+        if let Some(r) = i.raw {
+            s.extend(r.clusters(cb));
+        }
     }
     s.extend(catalog.chunks.iter().map(|c| c.cluster));
     s

@@ -551,12 +551,77 @@ fn block_device_medium_discards_with_blkdiscard() {
         .open(&loopdev)
         .unwrap();
     let mut s = Store::format(f, FormatOptions { cluster_blocks: 16 }).unwrap();
-    write(&mut s, "a", &memory(1500, 5), WriteOptions { lz4: false, ..wo() }).unwrap();
+    write(
+        &mut s,
+        "a",
+        &memory(1500, 5),
+        WriteOptions { lz4: false, ..wo() },
+    )
+    .unwrap();
     s.medium().sync_all().unwrap();
     let full = std::fs::metadata(&backing).unwrap().blocks();
     s.remove("a").unwrap();
     assert!(s.gc().unwrap().discarded > 0);
     let after = std::fs::metadata(&backing).unwrap().blocks();
     assert!(after < full / 2, "backing file blocks {full} -> {after}");
+    assert_clean(&s);
+}
+
+#[test]
+fn a_raw_region_belongs_to_its_image_until_the_image_goes() {
+    let mut s = new_store(8 * MIB, 16);
+    let cb = s.cluster_bytes();
+    let e = s.reserve_raw(3 * cb - 100).unwrap();
+    let at = s.raw_offset(e);
+    let fill = vec![0xabu8; e.len as usize];
+    s.medium.write_at(&fill, at).unwrap();
+    let mem = memory(400, 51);
+    let mut w = s.writer("lazy", wo()).unwrap();
+    w.attach_raw(e).unwrap();
+    assert!(w.attach_raw(e).is_err(), "attached twice");
+    for p in &mem {
+        w.push_page(p).unwrap();
+    }
+    w.commit(b"lazy".to_vec()).unwrap();
+    assert_eq!(s.image("lazy").unwrap().raw, Some(e));
+    // Later images never write into it; its bytes stay as the caller left them.
+    for g in 0..5 {
+        write(&mut s, "other", &memory(300, 60 + g), wo()).unwrap();
+        s.gc().unwrap();
+    }
+    let mut back = vec![0u8; e.len as usize];
+    s.medium.read_at(&mut back, at).unwrap();
+    assert!(back == fill, "raw region changed");
+    assert_eq!(read(&s, "lazy").unwrap(), mem);
+    assert_clean(&s);
+    // The signed digest covers where the region is.
+    let rec = s.image("lazy").unwrap().clone();
+    let mut moved = rec.clone();
+    moved.raw = Some(Extent {
+        cluster: e.cluster + 1,
+        len: e.len,
+    });
+    assert_ne!(
+        s.signed_digest(&rec).unwrap(),
+        s.signed_digest(&moved).unwrap()
+    );
+
+    // A region overlapping what is in use is refused.
+    let used = s.catalog().chunks[0].cluster;
+    let mut w = s.writer("x", wo()).unwrap();
+    let e2 = w
+        .attach_raw(Extent {
+            cluster: used,
+            len: cb,
+        })
+        .unwrap_err();
+    assert!(e2.to_string().contains("in use"), "{e2}");
+    drop(w);
+
+    // Gone with its image: gc discards it.
+    s.remove("lazy").unwrap();
+    s.gc().unwrap();
+    s.medium.read_at(&mut back, at).unwrap();
+    assert!(back.iter().all(|&b| b == 0), "raw region not discarded");
     assert_clean(&s);
 }

@@ -93,6 +93,7 @@ pub struct ImageWriter<'s, M: Medium> {
     stats: ImageStats,
     next_chunk: u64,
     table: DedupeTable,
+    raw: Option<crate::layout::Extent>,
 }
 
 impl<M: Medium> Store<M> {
@@ -142,12 +143,40 @@ impl<M: Medium> Store<M> {
             stats: ImageStats::default(),
             next_chunk: next_chunk + 1,
             table,
+            raw: None,
             store: self,
         })
     }
 }
 
 impl<M: Medium> ImageWriter<'_, M> {
+    /// Gives the image the raw region `e` (from [`Store::reserve_raw`], already filled by
+    /// the caller): chunks are never written there, and the commit records it. Call before
+    /// the first page.
+    pub fn attach_raw(&mut self, e: crate::layout::Extent) -> Result<(), StoreError> {
+        let cb = self.store.cluster_bytes();
+        if self.raw.is_some() || self.stats.pages > 0 {
+            return Err(StoreError::Geometry(
+                "a raw region is attached once, before the first page".into(),
+            ));
+        }
+        if e.cluster == 0 || e.clusters(cb).end > self.store.sb.clusters {
+            return Err(StoreError::Geometry(format!(
+                "raw region at cluster {} of {} bytes lies outside the store",
+                e.cluster, e.len
+            )));
+        }
+        if let Some(c) = e.clusters(cb).find(|c| self.taken.contains(c)) {
+            return Err(StoreError::Corrupt(format!(
+                "raw region at cluster {} overlaps cluster {c}, which is in use",
+                e.cluster
+            )));
+        }
+        self.taken.extend(e.clusters(cb));
+        self.raw = Some(e);
+        Ok(())
+    }
+
     /// Adds the next page of the stream.
     pub fn push_page(&mut self, page: &Page) -> Result<(), StoreError> {
         self.stats.pages += 1;
@@ -325,6 +354,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             chunks: self.referenced.iter().copied().collect(),
             stats: self.stats,
             signature: Vec::new(),
+            raw: self.raw,
         };
         catalog.images.push(rec.clone());
         recount(&mut catalog);

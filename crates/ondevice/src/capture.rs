@@ -151,11 +151,6 @@ fn flash_target(o: &CaptureOptions) -> Result<flashstore::Store<std::fs::File>, 
         path: o.store.clone(),
         why,
     };
-    if o.lazy.is_some() {
-        return Err(unsupported(
-            "lazy images are not on flash stores yet: use a two-slot store (docs/store.md)",
-        ));
-    }
     if matches!(o.compression, Compression::Zstd { .. }) {
         return Err(unsupported("chunks are LZ4 or raw there, not zstd"));
     }
@@ -211,18 +206,35 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     };
     print_marker("capture-start", Some(&o.store.display().to_string()));
     let started = Instant::now();
+    let mut raw = None;
     let swap = match &o.lazy {
         None => None,
         Some(l) => {
-            let Target::Slots(store) = &mut store else {
-                unreachable!("flash_target refuses lazy captures")
+            let place = match &mut store {
+                Target::Slots(store) => {
+                    let bytes = l
+                        .region_bytes
+                        .unwrap_or(store.area_capacity() / 2)
+                        .min(store.area_capacity());
+                    lazy::RegionPlace::from(&store.plan_swap(bytes).map_err(store_err)?)
+                }
+                Target::Flash(store) => {
+                    let page = PAGE_SIZE as u64;
+                    let bytes = l.region_bytes.unwrap_or(store.idle_bytes() / 2) / page * page;
+                    let e = store
+                        .reserve_raw(bytes)
+                        .map_err(|err| CaptureError::Flash {
+                            path: o.store.clone(),
+                            err: err.into(),
+                        })?;
+                    raw = Some(e);
+                    lazy::RegionPlace {
+                        offset: store.raw_offset(e),
+                        bytes,
+                    }
+                }
             };
-            let bytes = l
-                .region_bytes
-                .unwrap_or(store.area_capacity() / 2)
-                .min(store.area_capacity());
-            let plan = store.plan_swap(bytes).map_err(store_err)?;
-            let p = lazy::prepare(&o.store, &plan, l).map_err(CaptureError::Lazy)?;
+            let p = lazy::prepare(&o.store, place, l).map_err(CaptureError::Lazy)?;
             print_marker(
                 "lazy",
                 Some(&format!(
@@ -276,7 +288,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                 pin: o.pin,
                 ..flashstore::WriteOptions::default()
             };
-            let c = crate::flash::write_image(&mut dev, store, &o.image, opts, &meta)
+            let c = crate::flash::write_image(&mut dev, store, &o.image, opts, &meta, raw, swap)
                 .map_err(flash_err)?;
             let st = c.image.stats;
             let mut text = format!(

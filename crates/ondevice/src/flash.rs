@@ -6,7 +6,7 @@ use crate::snapshot::{SnapshotDev, SnapshotError};
 use flashstore::{Committed, ImageRec, Store, StoreError, WriteOptions};
 use imagekey::{KeyError, PublicKey, SecretKey};
 use serde::{Deserialize, Serialize};
-use snapimg::{Binding, CaptureMeta, Identity, PAGE_SIZE};
+use snapimg::{Binding, CaptureMeta, Identity, SwapRegion, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -60,11 +60,65 @@ pub struct Description {
     pub binding: Vec<u8>,
     /// Pages of the kernel's stream.
     pub stream_pages: u64,
+    /// A lazy image's swap region (in the image's raw region of the store).
+    pub swap: Option<SwapDesc>,
+}
+
+/// A lazy image's swap region, as the description records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwapDesc {
+    /// Byte offset on the store device.
+    pub offset: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Pages swapped out into it at capture.
+    pub used_pages: u64,
+    /// UUID in its swap header.
+    pub uuid: [u8; 16],
+}
+
+impl From<&SwapRegion> for SwapDesc {
+    fn from(r: &SwapRegion) -> Self {
+        SwapDesc {
+            offset: r.offset,
+            bytes: r.bytes,
+            used_pages: r.used_pages,
+            uuid: r.uuid,
+        }
+    }
+}
+
+impl SwapDesc {
+    /// As the lazy module takes it.
+    pub fn region(&self) -> SwapRegion {
+        SwapRegion {
+            offset: self.offset,
+            bytes: self.bytes,
+            used_pages: self.used_pages,
+            uuid: self.uuid,
+        }
+    }
+
+    /// Whether the region lies in the raw region the store gave the image.
+    pub fn inside(&self, store: &Store<File>, raw: Option<flashstore::Extent>) -> bool {
+        raw.is_some_and(|e| {
+            let at = store.raw_offset(e);
+            self.offset >= at
+                && self
+                    .offset
+                    .checked_add(self.bytes)
+                    .is_some_and(|end| end <= at + e.len)
+        })
+    }
 }
 
 impl Description {
     /// The description of a capture.
-    pub fn new(meta: &CaptureMeta, stream_pages: u64) -> Result<Self, FlashError> {
+    pub fn new(
+        meta: &CaptureMeta,
+        stream_pages: u64,
+        swap: Option<&SwapRegion>,
+    ) -> Result<Self, FlashError> {
         let binding = match &meta.binding {
             Some(b) => b.encode(BINDING_ROOM).map_err(FlashError::Binding)?,
             None => Vec::new(),
@@ -75,6 +129,7 @@ impl Description {
             created_unix: meta.created_unix,
             binding,
             stream_pages,
+            swap: swap.map(SwapDesc::from),
         })
     }
 
@@ -141,15 +196,20 @@ pub fn write_image(
     name: &str,
     opts: WriteOptions,
     meta: &CaptureMeta,
+    raw: Option<flashstore::Extent>,
+    swap: Option<SwapRegion>,
 ) -> Result<Committed, FlashError> {
     let mut w = store.writer(name, opts)?;
+    if let Some(e) = raw {
+        w.attach_raw(e)?;
+    }
     let mut page = [0u8; PAGE_SIZE];
     let mut pages = 0u64;
     while dev.read_page(&mut page)? {
         w.push_page(&page)?;
         pages += 1;
     }
-    let description = Description::new(meta, pages)?;
+    let description = Description::new(meta, pages, swap.as_ref())?;
     Ok(w.commit(description.encode())?)
 }
 
@@ -213,6 +273,7 @@ mod tests {
             chunks: Vec::new(),
             stats: Default::default(),
             signature: Vec::new(),
+            raw: None,
         }
     }
 
@@ -243,7 +304,7 @@ mod tests {
             created_unix: 1_700_000_000,
             binding: None,
         };
-        let d = Description::new(&meta, 1234).unwrap();
+        let d = Description::new(&meta, 1234, None).unwrap();
         let back = Description::decode(&d.encode()).unwrap();
         assert_eq!(back, d);
         assert_eq!(back.binding().unwrap(), None);

@@ -212,9 +212,28 @@ pub struct Prepared {
     pub cow: String,
 }
 
-/// Builds the swap stack on the region `plan` reserved, pages user memory out into it, then
+/// Where a lazy image's swap region goes on the store device: reserved by the store (the
+/// end of a two-slot store's next area, or clusters of a flash store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionPlace {
+    /// Byte offset on the store device (a multiple of 4096).
+    pub offset: u64,
+    /// Bytes (a multiple of 4096).
+    pub bytes: u64,
+}
+
+impl From<&SwapPlan> for RegionPlace {
+    fn from(p: &SwapPlan) -> Self {
+        RegionPlace {
+            offset: p.offset,
+            bytes: p.bytes,
+        }
+    }
+}
+
+/// Builds the swap stack on the region at `plan`, pages user memory out into it, then
 /// switches the stack to its write-protecting snapshot table. On error everything is undone.
-pub fn prepare(store: &Path, plan: &SwapPlan, opts: &LazyOptions) -> Result<Prepared, LazyError> {
+pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Prepared, LazyError> {
     let store_dev = DevNum::of_path(store).map_err(|err| LazyError::NotBlock {
         path: store.to_path_buf(),
         err,

@@ -329,6 +329,15 @@ fn load_flash_image(
     let d = Description::decode(reader.user())?;
     check_identity_compat(&d.identity, &expected_identity())?;
     check_binding(d.binding()?.as_ref(), o)?;
+    if let Some(sw) = &d.swap {
+        if !sw.inside(store, rec.raw) {
+            return Err(ResumeError::SwapRegion(format!(
+                "swap region at byte {} ({} bytes) is not the image's own region of the store",
+                sw.offset, sw.bytes
+            )));
+        }
+        crate::lazy::check_region(&o.store, &sw.region()).map_err(ResumeError::SwapRegion)?;
+    }
     let signed = if key.is_some() {
         ", signature checked"
     } else {

@@ -75,7 +75,7 @@ pub enum KeyCmd {
 
 const MIB: f64 = 1048576.0;
 
-fn describe(rec: &ImageRec, user: Option<&[u8]>) -> serde_json::Value {
+fn describe(s: &Store<std::fs::File>, rec: &ImageRec, user: Option<&[u8]>) -> serde_json::Value {
     let st = rec.stats;
     let page = flashstore::PAGE as u64;
     let d = user.and_then(|u| Description::decode(u).ok());
@@ -95,6 +95,12 @@ fn describe(rec: &ImageRec, user: Option<&[u8]>) -> serde_json::Value {
         "b_storage_dedupe_bytes": st.new_pages * page,
         "c_stored_bytes": st.stored_bytes,
         "chunks": rec.chunks.len(),
+        "raw_region": rec.raw.map(|e| serde_json::json!({
+            "offset": s.raw_offset(e), "bytes": e.len,
+        })),
+        "swap": d.as_ref().and_then(|d| d.swap).map(|w| serde_json::json!({
+            "offset": w.offset, "bytes": w.bytes, "used_pages": w.used_pages,
+        })),
     })
 }
 
@@ -158,6 +164,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     .iter()
                     .map(|r| {
                         describe(
+                            &s,
                             r,
                             s.reader(&r.name)
                                 .ok()
@@ -210,7 +217,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             let u = s.usage();
             let cb = s.cluster_bytes();
             if a.json {
-                let images: Vec<_> = s.images().iter().map(|r| describe(r, None)).collect();
+                let images: Vec<_> = s.images().iter().map(|r| describe(&s, r, None)).collect();
                 let v = serde_json::json!({
                     "generation": s.generation(),
                     "cluster_bytes": cb,

@@ -379,7 +379,7 @@ fn inspect(store: &Path) -> serde_json::Value {
 }
 
 /// BLAKE3 of `len` bytes of `path` from `offset`.
-fn region_hash(path: &Path, offset: u64, len: u64) -> String {
+pub(crate) fn region_hash(path: &Path, offset: u64, len: u64) -> String {
     use std::io::{Read, Seek};
     let mut f = std::fs::File::open(path).unwrap();
     f.seek(std::io::SeekFrom::Start(offset)).unwrap();
