@@ -64,6 +64,9 @@ pub enum MilestoneKind {
     Restored,
     /// Resume was abandoned for a cold boot (marker `fallback`, detail = reason).
     ResumeFallback,
+    /// One image of a flash store was refused and the next is tried (marker
+    /// `image-refused`, detail = name and reason).
+    ImageRefused,
     /// Snapshot capture began (marker `capture-start`).
     CaptureStart,
     /// Snapshot capture finished (marker `capture-done`).
@@ -76,7 +79,7 @@ pub enum MilestoneKind {
 
 impl MilestoneKind {
     /// Every kind, in declaration order.
-    pub const ALL: [MilestoneKind; 16] = [
+    pub const ALL: [MilestoneKind; 17] = [
         Self::KernelStart,
         Self::LinuxVersion,
         Self::InitStart,
@@ -89,6 +92,7 @@ impl MilestoneKind {
         Self::ResumeLoaded,
         Self::Restored,
         Self::ResumeFallback,
+        Self::ImageRefused,
         Self::CaptureStart,
         Self::CaptureDone,
         Self::KernelPanic,
@@ -110,6 +114,7 @@ impl MilestoneKind {
             Self::ResumeLoaded => "resume_loaded",
             Self::Restored => "restored",
             Self::ResumeFallback => "resume_fallback",
+            Self::ImageRefused => "image_refused",
             Self::CaptureStart => "capture_start",
             Self::CaptureDone => "capture_done",
             Self::KernelPanic => "kernel_panic",
@@ -133,6 +138,7 @@ impl MilestoneKind {
             Self::ResumeLoaded => "resume-loaded",
             Self::Restored => "restored",
             Self::ResumeFallback => "fallback",
+            Self::ImageRefused => "image-refused",
             Self::CaptureStart => "capture-start",
             Self::CaptureDone => "capture-done",
             Self::PowerOff => "poweroff",
