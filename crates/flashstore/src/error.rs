@@ -30,6 +30,12 @@ pub enum StoreError {
     /// The image is pinned and may not be replaced or removed.
     #[error("image `{0}` is pinned (unpin it first)")]
     Pinned(String),
+    /// Images on a store whose chunk checksums are not cryptographic cannot be signed.
+    #[error(
+        "this store checksums chunks with {0}, which a forger can match: signed images need a \
+         store made with BLAKE3 chunk checksums (`snapboot store init --checksum blake3`)"
+    )]
+    NotSignable(&'static str),
     /// A name that cannot be stored.
     #[error("bad image name `{0}`: 1 to 64 characters of [A-Za-z0-9._-]")]
     BadName(String),

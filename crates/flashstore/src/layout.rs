@@ -193,6 +193,42 @@ pub struct Catalog {
     pub dedupe: Option<(Extent, [u8; 32])>,
     /// Idle clusters already discarded (sorted): gc does not discard them again.
     pub trimmed: Vec<u64>,
+    /// How every chunk is checksummed.
+    pub check: ChunkCheck,
+}
+
+/// How chunks are checksummed (chosen when the store is formatted, the same for every chunk).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ChunkCheck {
+    /// XXH3-128: catches corruption at memory speed, but is no defence against a deliberate
+    /// change; stores with it cannot sign images.
+    #[default]
+    Xxh3,
+    /// BLAKE3: cryptographic, so a signature over the chunk checksums covers the data.
+    /// Several times slower to check than XXH3 (much more so in an emulator).
+    Blake3,
+}
+
+impl ChunkCheck {
+    /// The checksum of `b` (XXH3-128 fills the first 16 bytes).
+    pub fn digest(self, b: &[u8]) -> [u8; 32] {
+        match self {
+            ChunkCheck::Blake3 => *blake3::hash(b).as_bytes(),
+            ChunkCheck::Xxh3 => {
+                let mut out = [0u8; 32];
+                out[..16].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(b).to_le_bytes());
+                out
+            }
+        }
+    }
+
+    /// `xxh3` or `blake3`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChunkCheck::Xxh3 => "xxh3",
+            ChunkCheck::Blake3 => "blake3",
+        }
+    }
 }
 
 /// Where a page of an image is.

@@ -17,11 +17,11 @@ mod writer;
 pub use error::StoreError;
 pub use fsck::FsckReport;
 pub use layout::{
-    page_key, Catalog, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
+    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
     DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
-pub use reader::ImageReader;
+pub use reader::{ChunkTimes, ImageReader};
 pub use store::{valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions};
 

@@ -3,10 +3,11 @@
 //! page list with the caller's description, and the checksum, size and encoding of every
 //! chunk it references), and stores whatever signature bytes the caller computed over it.
 //! A signed image whose page list or any referenced chunk changes no longer matches its
-//! digest; the chunk and page-list checksums tie the bytes on the medium to the digest.
+//! digest; the chunk and page-list checksums tie the bytes on the medium to the digest, which
+//! is why only stores whose chunks carry BLAKE3 ([`ChunkCheck::Blake3`]) can sign.
 
 use crate::error::StoreError;
-use crate::layout::{ChunkRec, ImageRec};
+use crate::layout::{ChunkCheck, ChunkRec, ImageRec};
 use crate::medium::Medium;
 use crate::reader::read_chunk;
 use crate::store::Store;
@@ -19,6 +20,9 @@ impl<M: Medium> Store<M> {
     /// The digest a signature of `rec` covers. Fails when `rec` refers to a chunk the
     /// catalog does not have.
     pub fn signed_digest(&self, rec: &ImageRec) -> Result<[u8; 32], StoreError> {
+        if self.catalog.check != ChunkCheck::Blake3 {
+            return Err(StoreError::NotSignable(self.catalog.check.name()));
+        }
         let chunks: HashMap<u64, &ChunkRec> =
             self.catalog.chunks.iter().map(|c| (c.id, c)).collect();
         let mut h = blake3::Hasher::new_derive_key(CONTEXT);

@@ -10,8 +10,8 @@
 
 use crate::error::StoreError;
 use crate::layout::{
-    decode, encode, Catalog, DedupeTable, Extent, ImageMeta, ImageRec, Superblock, BLOCK,
-    DEFAULT_CLUSTER_BLOCKS,
+    decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
+    BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,12 +21,15 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct FormatOptions {
     /// Blocks (4 KiB) per cluster; match the flash's erase block where known.
     pub cluster_blocks: u32,
+    /// Chunk checksums ([`ChunkCheck::Blake3`] for a store of signed images).
+    pub check: ChunkCheck,
 }
 
 impl Default for FormatOptions {
     fn default() -> Self {
         FormatOptions {
             cluster_blocks: DEFAULT_CLUSTER_BLOCKS,
+            check: ChunkCheck::default(),
         }
     }
 }
@@ -117,7 +120,10 @@ impl<M: Medium> Store<M> {
         medium
             .write_at(&vec![0u8; 2 * BLOCK as usize], 0)
             .map_err(StoreError::io("clearing the superblocks"))?;
-        let catalog = Catalog::default();
+        let catalog = Catalog {
+            check: opts.check,
+            ..Catalog::default()
+        };
         let bytes = encode(&catalog, "catalog")?;
         sb.catalog = Extent {
             cluster: 1,
@@ -380,6 +386,11 @@ impl<M: Medium> Store<M> {
             return Err(StoreError::Geometry("a raw region of 0 bytes".into()));
         }
         self.find_run(len, &self.used_clusters())
+    }
+
+    /// How chunks are checksummed on this store.
+    pub fn chunk_check(&self) -> ChunkCheck {
+        self.catalog.check
     }
 
     /// Byte offset of an extent on the medium.

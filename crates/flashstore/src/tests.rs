@@ -59,7 +59,14 @@ fn wo() -> WriteOptions {
 }
 
 fn new_store(len: usize, cluster_blocks: u32) -> Store<MemMedium> {
-    Store::format(MemMedium::new(len), FormatOptions { cluster_blocks }).unwrap()
+    Store::format(
+        MemMedium::new(len),
+        FormatOptions {
+            cluster_blocks,
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap()
 }
 
 fn write<M: Medium>(
@@ -73,6 +80,15 @@ fn write<M: Medium>(
         w.push_page(p)?;
     }
     w.commit(name.as_bytes().to_vec())
+}
+
+/// A store whose chunks carry BLAKE3, so its images can be signed.
+fn signable_store() -> Store<MemMedium> {
+    let opts = FormatOptions {
+        cluster_blocks: 16,
+        check: ChunkCheck::Blake3,
+    };
+    Store::format(MemMedium::new(8 * MIB), opts).unwrap()
 }
 
 fn read<M: Medium>(s: &Store<M>, name: &str) -> Result<Vec<Page>, StoreError> {
@@ -417,7 +433,14 @@ fn file_medium_discards_idle_clusters_as_holes() {
         .write(true)
         .open(&path)
         .unwrap();
-    let mut s = Store::format(f, FormatOptions { cluster_blocks: 16 }).unwrap();
+    let mut s = Store::format(
+        f,
+        FormatOptions {
+            cluster_blocks: 16,
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
     let a = memory(1500, 4);
     write(&mut s, "a", &a, WriteOptions { lz4: false, ..wo() }).unwrap();
     let full = std::fs::metadata(&path).unwrap().blocks();
@@ -456,7 +479,7 @@ fn runs_hand_out_the_same_stream_as_pages() {
 
 #[test]
 fn the_signed_digest_covers_what_a_restore_reads_and_survives_pinning() {
-    let mut s = new_store(8 * MIB, 16);
+    let mut s = signable_store();
     let mem = memory(300, 43);
     write(&mut s, "a", &mem, wo()).unwrap();
     write(&mut s, "b", &memory(300, 44), wo()).unwrap();
@@ -493,7 +516,7 @@ fn the_signed_digest_covers_what_a_restore_reads_and_survives_pinning() {
 
 #[test]
 fn a_damaged_chunk_fails_verification_and_is_never_signed() {
-    let mut s = new_store(8 * MIB, 16);
+    let mut s = signable_store();
     write(&mut s, "a", &memory(300, 45), wo()).unwrap();
     let rec = s.image("a").unwrap().clone();
     let c = s.catalog().chunks[0];
@@ -550,7 +573,14 @@ fn block_device_medium_discards_with_blkdiscard() {
         .write(true)
         .open(&loopdev)
         .unwrap();
-    let mut s = Store::format(f, FormatOptions { cluster_blocks: 16 }).unwrap();
+    let mut s = Store::format(
+        f,
+        FormatOptions {
+            cluster_blocks: 16,
+            ..FormatOptions::default()
+        },
+    )
+    .unwrap();
     write(
         &mut s,
         "a",
@@ -569,7 +599,7 @@ fn block_device_medium_discards_with_blkdiscard() {
 
 #[test]
 fn a_raw_region_belongs_to_its_image_until_the_image_goes() {
-    let mut s = new_store(8 * MIB, 16);
+    let mut s = signable_store();
     let cb = s.cluster_bytes();
     let e = s.reserve_raw(3 * cb - 100).unwrap();
     let at = s.raw_offset(e);
@@ -624,4 +654,36 @@ fn a_raw_region_belongs_to_its_image_until_the_image_goes() {
     s.medium.read_at(&mut back, at).unwrap();
     assert!(back.iter().all(|&b| b == 0), "raw region not discarded");
     assert_clean(&s);
+}
+
+#[test]
+fn both_checksums_catch_damage_and_only_blake3_stores_sign() {
+    for check in [ChunkCheck::Xxh3, ChunkCheck::Blake3] {
+        let opts = FormatOptions {
+            cluster_blocks: 16,
+            check,
+        };
+        let mut s = Store::format(MemMedium::new(8 * MIB), opts).unwrap();
+        let mem = memory(300, 70);
+        write(&mut s, "a", &mem, wo()).unwrap();
+        let mut s = Store::open(s.into_medium()).unwrap();
+        assert_eq!(s.chunk_check(), check);
+        assert_eq!(read(&s, "a").unwrap(), mem);
+        let rec = s.image("a").unwrap().clone();
+        match check {
+            ChunkCheck::Blake3 => assert!(s.signed_digest(&rec).is_ok()),
+            ChunkCheck::Xxh3 => {
+                let e = s.signed_digest(&rec).unwrap_err().to_string();
+                assert!(e.contains("store init --checksum blake3"), "{e}");
+            }
+        }
+        let c = s.catalog().chunks[2];
+        let cb = s.cluster_bytes() as usize;
+        s.medium.bytes[c.cluster as usize * cb + c.offset as usize + 1] ^= 2;
+        let e = read(&s, "a").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("checksum mismatch in chunk {}", c.id)),
+            "{check:?}: {e}"
+        );
+    }
 }

@@ -293,7 +293,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             stored_len: stored.len() as u32,
             pages: keys.len() as u16,
             lz4,
-            hash: *blake3::hash(&stored).as_bytes(),
+            hash: self.store.catalog.check.digest(&stored),
             refs: 0,
         });
         self.new_keys.push((id, keys));

@@ -142,7 +142,7 @@ enum Target {
     /// The two-slot store of `snapimg`.
     Slots(Store<std::fs::File>),
     /// A flash store (seed 003).
-    Flash(flashstore::Store<std::fs::File>),
+    Flash(Box<flashstore::Store<std::fs::File>>),
 }
 
 /// Opens the flash store for writing, refusing what it cannot hold yet.
@@ -200,7 +200,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         binding: Some(binding),
     };
     let mut store = if crate::flash::is_flash_store(&o.store) {
-        Target::Flash(flash_target(o)?)
+        Target::Flash(Box::new(flash_target(o)?))
     } else {
         Target::Slots(Store::open(&o.store, true).map_err(store_err)?)
     };

@@ -181,10 +181,14 @@ impl<M: flashstore::Medium> RunSource for flashstore::ImageReader<'_, M> {
         self.next_run(max).map_err(|e| ResumeError::Flash(e.into()))
     }
     fn stages(&self) -> String {
+        let t = self.times;
         format!(
-            "{} chunks, {:.1} MiB read",
+            "{} chunks, {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
             self.chunks_read,
-            self.bytes_read as f64 / 1048576.0
+            self.bytes_read as f64 / 1048576.0,
+            t.read.as_secs_f64(),
+            t.check.as_secs_f64(),
+            t.decode.as_secs_f64()
         )
     }
 }

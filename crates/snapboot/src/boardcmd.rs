@@ -274,7 +274,8 @@ pub struct BoardCaptureArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
     pub lazy: Option<String>,
     /// Create a missing store as a flash store (`snapboot store init`), the store of named
-    /// images with dedupe across them. An existing store is used as it is.
+    /// images with dedupe across them (BLAKE3 chunk checksums with --sign-key, XXH3
+    /// otherwise). An existing store is used as it is.
     #[arg(long)]
     pub flash: bool,
     /// Flash store: the image's name (default: current).
@@ -322,7 +323,13 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     opts.echo = a.console;
     opts.params.lazy = lazy;
     if a.flash && !a.store.exists() {
-        create_flash_store(&a.store, store_size(opts.mem_mib))?;
+        // Signed images need cryptographic chunk checksums; others get the fast ones.
+        let check = if sign_key.is_some() {
+            flashstore::ChunkCheck::Blake3
+        } else {
+            flashstore::ChunkCheck::Xxh3
+        };
+        create_flash_store(&a.store, store_size(opts.mem_mib), check)?;
     }
     let flash = ondevice::flash::is_flash_store(&a.store);
     if flash {
@@ -383,7 +390,11 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
 }
 
 /// Creates a sparse file of `bytes` and lays out an empty flash store on it.
-fn create_flash_store(path: &std::path::Path, bytes: u64) -> Result<()> {
+fn create_flash_store(
+    path: &std::path::Path,
+    bytes: u64,
+    check: flashstore::ChunkCheck,
+) -> Result<()> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -391,7 +402,10 @@ fn create_flash_store(path: &std::path::Path, bytes: u64) -> Result<()> {
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
     f.set_len(bytes)?;
-    flashstore::Store::format(f, flashstore::FormatOptions::default())
-        .with_context(|| format!("formatting {}", path.display()))?;
+    let opts = flashstore::FormatOptions {
+        check,
+        ..flashstore::FormatOptions::default()
+    };
+    flashstore::Store::format(f, opts).with_context(|| format!("formatting {}", path.display()))?;
     Ok(())
 }

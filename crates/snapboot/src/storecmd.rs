@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use bootparams::parse_size;
 use clap::{Args, Subcommand};
-use flashstore::{FormatOptions, ImageRec, Store, BLOCK};
+use flashstore::{ChunkCheck, FormatOptions, ImageRec, Store, BLOCK};
 use imagekey::SecretKey;
 use ondevice::flash::{open_store, sign_image, Description};
 use std::fs::OpenOptions;
@@ -27,6 +27,9 @@ pub enum StoreCmd {
         /// Replace a store that is already there (its images are lost).
         #[arg(long)]
         force: bool,
+        /// Chunk checksums: xxh3 (fast) or blake3 (needed to sign images).
+        #[arg(long, value_enum, default_value = "xxh3")]
+        checksum: CheckArg,
     },
     /// List the images.
     Ls(DevArgs),
@@ -50,6 +53,15 @@ pub enum StoreCmd {
         #[arg(long)]
         key: PathBuf,
     },
+}
+
+/// Chunk checksum choice.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum CheckArg {
+    /// XXH3-128.
+    Xxh3,
+    /// BLAKE3 (signable).
+    Blake3,
 }
 
 /// A store, and whether to print JSON.
@@ -112,6 +124,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             size,
             cluster_kib,
             force,
+            checksum,
         } => {
             if !force && ondevice::flash::is_flash_store(&dev) {
                 bail!(
@@ -143,16 +156,21 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                 file,
                 FormatOptions {
                     cluster_blocks: cluster_kib * 1024 / BLOCK as u32,
+                    check: match checksum {
+                        CheckArg::Xxh3 => ChunkCheck::Xxh3,
+                        CheckArg::Blake3 => ChunkCheck::Blake3,
+                    },
                 },
             )
             .with_context(|| format!("formatting {}", dev.display()))?;
             let u = s.usage();
             println!(
-                "flash store on {}: {} clusters of {} KiB ({:.1} MiB)",
+                "flash store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
                 dev.display(),
                 u.clusters,
                 cluster_kib,
-                (u.clusters * s.cluster_bytes()) as f64 / MIB
+                (u.clusters * s.cluster_bytes()) as f64 / MIB,
+                s.chunk_check().name()
             );
         }
         StoreCmd::Ls(a) => {
@@ -226,13 +244,14 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     "idle_clusters": u.idle,
                     "chunks": u.chunks,
                     "chunk_bytes": u.chunk_bytes,
+                    "chunk_checksum": s.chunk_check().name(),
                     "images": images,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!(
                     "generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), {} idle; \
-                     {} chunks, {:.1} MiB",
+                     {} chunks, {:.1} MiB, {} checksums",
                     s.generation(),
                     u.used,
                     u.clusters,
@@ -240,7 +259,8 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     (u.clusters * cb) as f64 / MIB,
                     u.idle,
                     u.chunks,
-                    u.chunk_bytes as f64 / MIB
+                    u.chunk_bytes as f64 / MIB,
+                    s.chunk_check().name()
                 );
                 println!(
                     "{:<16} {:>10} {:>10} {:>10} {:>10}",

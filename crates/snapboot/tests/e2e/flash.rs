@@ -246,8 +246,11 @@ fn store_commands_manage_images_on_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s.store");
     let st = |args: &[&str]| store_cmd(args, &store);
-    let (ok, text) = st(&["init", "--size", "32M"]);
-    assert!(ok && text.contains("128 clusters of 256 KiB"), "{text}");
+    let (ok, text) = st(&["init", "--size", "32M", "--checksum", "blake3"]);
+    assert!(
+        ok && text.contains("128 clusters of 256 KiB (32.0 MiB), blake3 chunk checksums"),
+        "{text}"
+    );
     let (ok, text) = st(&["init", "--size", "32M"]);
     assert!(
         !ok && text.contains("already holds a flash store"),
