@@ -78,14 +78,6 @@ impl<M: Medium> Store<M> {
     /// read whole first: a signature is never attached to bytes that do not check out.
     pub fn set_signature(&mut self, name: &str, signature: Vec<u8>) -> Result<(), StoreError> {
         self.verify_image(name)?;
-        let mut catalog = self.catalog.clone();
-        let rec = catalog
-            .images
-            .iter_mut()
-            .find(|i| i.name == name)
-            .ok_or_else(|| StoreError::NoImage(name.into()))?;
-        rec.signature = signature;
-        self.commit(catalog, None, &BTreeSet::new())?;
-        Ok(())
+        self.update_image(name, |rec| rec.signature = signature)
     }
 }

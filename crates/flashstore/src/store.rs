@@ -437,13 +437,22 @@ impl<M: Medium> Store<M> {
 
     /// Pins or unpins the image `name`.
     pub fn pin(&mut self, name: &str, pinned: bool) -> Result<(), StoreError> {
+        self.update_image(name, |rec| rec.pinned = pinned)
+    }
+
+    /// Changes the record of image `name` (nothing it references) in one commit.
+    pub(crate) fn update_image(
+        &mut self,
+        name: &str,
+        change: impl FnOnce(&mut ImageRec),
+    ) -> Result<(), StoreError> {
         let mut catalog = self.catalog.clone();
         let rec = catalog
             .images
             .iter_mut()
             .find(|i| i.name == name)
             .ok_or_else(|| StoreError::NoImage(name.into()))?;
-        rec.pinned = pinned;
+        change(rec);
         self.commit(catalog, None, &BTreeSet::new())?;
         Ok(())
     }
