@@ -82,6 +82,15 @@ fn write<M: Medium>(
     w.commit(name.as_bytes().to_vec())
 }
 
+/// A store of 64 KiB clusters on a file or block device.
+fn store_on(f: std::fs::File) -> Store<std::fs::File> {
+    let opts = FormatOptions {
+        cluster_blocks: 16,
+        ..FormatOptions::default()
+    };
+    Store::format(f, opts).unwrap()
+}
+
 /// A store whose chunks carry BLAKE3, so its images can be signed.
 fn signable_store() -> Store<MemMedium> {
     let opts = FormatOptions {
@@ -433,14 +442,7 @@ fn file_medium_discards_idle_clusters_as_holes() {
         .write(true)
         .open(&path)
         .unwrap();
-    let mut s = Store::format(
-        f,
-        FormatOptions {
-            cluster_blocks: 16,
-            ..FormatOptions::default()
-        },
-    )
-    .unwrap();
+    let mut s = store_on(f);
     let a = memory(1500, 4);
     write(&mut s, "a", &a, WriteOptions { lz4: false, ..wo() }).unwrap();
     let full = std::fs::metadata(&path).unwrap().blocks();
@@ -573,14 +575,7 @@ fn block_device_medium_discards_with_blkdiscard() {
         .write(true)
         .open(&loopdev)
         .unwrap();
-    let mut s = Store::format(
-        f,
-        FormatOptions {
-            cluster_blocks: 16,
-            ..FormatOptions::default()
-        },
-    )
-    .unwrap();
+    let mut s = store_on(f);
     write(
         &mut s,
         "a",

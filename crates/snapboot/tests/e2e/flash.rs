@@ -213,24 +213,9 @@ fn a_capture_killed_mid_write_leaves_a_clean_store_and_the_last_image_boots() {
     use std::os::unix::fs::MetadataExt;
     let blocks = || std::fs::metadata(&store).unwrap().blocks();
     let before = blocks();
-    let mut s = crate::common::store_session(&b, &store, &["snapboot.capture", "snapboot.image=c"]);
-    let started = Regex::new(r"snapboot: @capture-start").unwrap();
-    s.wait_for(&started, "capture start", Duration::from_secs(120))
-        .unwrap();
-    let t = std::time::Instant::now();
-    while blocks() == before {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "the new image never reached the store"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let tl = s.finish(boottrace::Outcome::Exited {
-        reason: "power cut".into(),
-    });
-    assert!(
-        tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
-        "the capture finished before the power cut"
+    crate::snapshot::cut_power_mid_capture(
+        crate::common::store_session(&b, &store, &["snapboot.capture", "snapboot.image=c"]),
+        || blocks() != before,
     );
     let (ok, text) = store_cmd(&["fsck"], &store);
     assert!(ok && text.contains("2 image(s)"), "{text}");

@@ -293,6 +293,29 @@ pub(crate) fn flip(path: &Path, at: u64) {
     f.write_all(&b).unwrap();
 }
 
+/// Cuts the power (kills QEMU) of a capture boot as soon as `written` says the new image's
+/// first bytes reached the store, and checks the capture had not finished by then.
+pub(crate) fn cut_power_mid_capture(mut s: board::qemu::Session, written: impl Fn() -> bool) {
+    let started = Regex::new(r"snapboot: @capture-start").unwrap();
+    s.wait_for(&started, "capture start", Duration::from_secs(120))
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !written() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the new image never reached the store"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let tl = s.finish(boottrace::Outcome::Exited {
+        reason: "power cut".into(),
+    });
+    assert!(
+        tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
+        "the capture finished before the power cut"
+    );
+}
+
 /// Power cut in the middle of writing a new image: the previous image still boots. The cut
 /// is event-driven: power goes off as soon as the first bytes of the new image reach the
 /// store's other area, so it always lands between the first data write and the commit.
@@ -311,24 +334,9 @@ fn capture_killed_mid_write_leaves_previous_image_bootable() {
         b.iter().any(|&x| x != 0)
     };
     assert!(!area_b_has_data(), "area B of a one-image store is empty");
-    let mut s = board_session("shell", &store, &["snapboot.capture"]);
-    let started = Regex::new(r"snapboot: @capture-start").unwrap();
-    s.wait_for(&started, "capture start", Duration::from_secs(120))
-        .unwrap();
-    let t = std::time::Instant::now();
-    while !area_b_has_data() {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "the new image never reached the store"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let tl = s.finish(boottrace::Outcome::Exited {
-        reason: "power cut".into(),
-    });
-    assert!(
-        tl.first(boottrace::MilestoneKind::CaptureDone).is_none(),
-        "the capture finished before the power cut"
+    cut_power_mid_capture(
+        board_session("shell", &store, &["snapboot.capture"]),
+        area_b_has_data,
     );
     assert!(area_b_has_data(), "the cut landed mid-write");
     let mut inspect = snapboot();
