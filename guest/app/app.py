@@ -413,6 +413,24 @@ def run_ready_cmd():
         say("app: restored from snapshot")
 
 
+def update_records(st, count, seed):
+    """Changes `count` records (deterministic for a given seed): the amount moves by a few
+    cents, in the dict, the JSON cache and sqlite alike. A small change to the state, as a
+    calibration or a configuration update makes before a device re-captures."""
+    rng = random.Random(seed)
+    ids = sorted(st.records)
+    changed = 0
+    with st.db:
+        for _ in range(count):
+            rid = ids[rng.randrange(len(ids))]
+            rec = st.records[rid]
+            rec["amount"] += decimal.Decimal(rng.randrange(1, 100)).scaleb(-2)
+            st.json_cache[rid] = record_json(rec)
+            st.db.execute("UPDATE records SET cents = ? WHERE id = ?", (int(rec["amount"] * 100), rid))
+            changed += 1
+    return changed
+
+
 def serve(st):
     """Answers one line per query until EOF on stdin."""
     served = 0
@@ -458,6 +476,17 @@ def serve(st):
                 buf = b"\x01" * (mib << 20)
                 out = f"squeezed {len(buf) >> 20}"
                 del buf
+            elif cmd == "update" and arg:
+                # `update N`: change N records; the seed is the query counter, so a replayed
+                # session makes the same change.
+                out = f"updated {update_records(st, int(arg), served)}"
+            elif cmd == "recapture" and not arg:
+                # Take a new snapshot of the running (e.g. restored and since changed) system:
+                # the ready command captures again with the boot's capture settings. The
+                # answer comes once the command returns: after a power-off that is in the
+                # system restored from the new image.
+                run_ready_cmd()
+                out = "recaptured"
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

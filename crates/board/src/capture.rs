@@ -37,6 +37,9 @@ pub enum CaptureBootError {
     /// The device reported a failed capture.
     #[error("capture failed in the guest: {0}")]
     Guest(String),
+    /// A re-capture needs a restored system, but the board cold-booted.
+    #[error("the image was not restored, so there is nothing to re-capture: {0}")]
+    NotRestored(String),
     /// The image was written, but the board kept running.
     #[error("image written, but the board did not power off")]
     NoPowerOff(#[source] RunError),
@@ -89,8 +92,18 @@ pub fn capture_boot(
     attach_store(&mut opts, store, true)?;
     let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
     let done = Regex::new(r"snapboot: @capture-(done|failed)").expect("a valid regex");
-    let (line, _) = match s.wait_for(&done, "the capture to finish", opts.timeout) {
-        Ok(v) => v,
+    let res = s.wait_for(&done, "the capture to finish", opts.timeout);
+    end_capture(s, res)
+}
+
+/// Ends a capture boot from the console line that decided it: the device's capture result,
+/// or (re-capture) a cold-boot fallback. Waits for the power-off after a written image.
+fn end_capture(
+    mut s: Session,
+    decided: Result<(String, f64), RunError>,
+) -> Result<Timeline, CaptureBootError> {
+    let line = match decided {
+        Ok((line, _)) => line,
         Err(e) => {
             s.finish(Outcome::Exited {
                 reason: e.to_string(),
@@ -98,16 +111,53 @@ pub fn capture_boot(
             return Err(CaptureBootError::Boot(e));
         }
     };
-    if line.contains("@capture-failed") {
+    if line.contains("@fallback") || line.contains("@capture-failed") {
         s.finish(Outcome::Exited {
             reason: line.clone(),
         });
-        return Err(CaptureBootError::Guest(line));
+        return Err(if line.contains("@fallback") {
+            CaptureBootError::NotRestored(line)
+        } else {
+            CaptureBootError::Guest(line)
+        });
     }
     let powered_off = s.wait_exit(Duration::from_secs(60));
     let tl = s.finish(Outcome::PoweredOff);
     powered_off.map_err(CaptureBootError::NoPowerOff)?;
     Ok(tl)
+}
+
+/// Snapshot-boots the image in `store` (the boot parameters name it), changes the restored
+/// application's state with `change` (a console query, answered by a line matching
+/// `answer`), then has the application re-capture (`recapture`, for the `app` workload) and
+/// waits for the new image and the power-off. The restored system keeps the capture boot's
+/// settings (its kernel command line is the captured one), so the new image goes to the
+/// same store under the same name. This is a device re-capturing after a small change
+/// without a cold boot.
+pub fn recapture_boot(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    store: &Path,
+    change: &str,
+    answer: &Regex,
+) -> Result<Timeline, CaptureBootError> {
+    let mut opts = opts.clone();
+    attach_store(&mut opts, store, false)?;
+    let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
+    let restored = Regex::new(r"snapboot: @(restored|fallback)\b").expect("a valid regex");
+    let done = Regex::new(r"snapboot: @capture-(done|failed)").expect("a valid regex");
+    let res = s
+        .wait_for(&restored, "the restored marker", opts.timeout)
+        .and_then(|(line, t)| {
+            if line.contains("@fallback") {
+                return Ok((line, t));
+            }
+            s.send(change)?;
+            s.wait_for(answer, "the answer to the change", opts.timeout)?;
+            s.send("recapture")?;
+            s.wait_for(&done, "the re-capture to finish", opts.timeout)
+        });
+    end_capture(s, res)
 }
 
 #[cfg(test)]

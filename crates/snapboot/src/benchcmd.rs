@@ -61,9 +61,16 @@ pub struct RecaptureArgs {
     /// Built-in workload name or bundle directory.
     #[arg(long, default_value = "app")]
     workload: String,
-    /// Captures, each from its own cold boot (the first becomes the pinned factory image).
+    /// Captures (the first, a cold boot's, becomes the pinned factory image).
     #[arg(long, default_value_t = 10)]
     captures: usize,
+    /// Where re-captures come from: `restored` (snapshot-boot the last image, change the
+    /// state with --change-records, re-capture) or `cold` (each from its own cold boot).
+    #[arg(long, value_parser = ["restored", "cold"], default_value = "restored")]
+    from: String,
+    /// Records the `app` workload changes (`update N`) before each re-capture.
+    #[arg(long, default_value_t = 100)]
+    change_records: u32,
     /// Restores of the last image from each store.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -89,8 +96,27 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         .workdir
         .clone()
         .unwrap_or_else(|| board::home::home().join("bench"));
+    let from = match a.from.as_str() {
+        "cold" => bench::RecaptureSource::Cold,
+        _ => {
+            anyhow::ensure!(
+                bundle.workload.name == "app",
+                "--from restored needs a workload that changes its state on request (`app`); \
+                 use --from cold"
+            );
+            bench::RecaptureSource::app_update(a.change_records)
+        }
+    };
     let pb = progress(bench::recapture_steps(a.captures, a.runs), "recapture");
-    let r = bench::recapture(&bundle, &opts, &work, a.captures, a.runs, &mut || pb.inc(1));
+    let r = bench::recapture(
+        &bundle,
+        &opts,
+        &work,
+        a.captures,
+        a.runs,
+        &from,
+        &mut || pb.inc(1),
+    );
     pb.finish_and_clear();
     let r = r?;
     let mib = |b: u64| b as f64 / 1048576.0;
@@ -100,6 +126,12 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         .iter()
         .find(|c| c.capture == 1 && c.policy == "off")
         .map_or(1, |c| c.chunk_bytes.max(1));
+    match &from {
+        bench::RecaptureSource::Cold => println!("re-captures: each from its own cold boot"),
+        bench::RecaptureSource::Restored { change, .. } => println!(
+            "re-captures: in the system restored from the previous image, after `{change}`"
+        ),
+    }
     println!(
         "bytes written per capture (MiB; % of a full image's {:.1} MiB of chunks)",
         mib(full)

@@ -24,7 +24,10 @@ use boottrace::{MilestoneKind, Timeline};
 use snapimg::{ImageError, Store};
 
 mod recapture;
-pub use recapture::{recapture, recapture_steps, CaptureCost, Recapture, RECAPTURE_METHODS};
+pub use recapture::{
+    recapture, recapture_steps, CaptureCost, Recapture, Source as RecaptureSource,
+    RECAPTURE_METHODS,
+};
 
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot, CaptureBootError};
@@ -98,6 +101,9 @@ pub enum BenchError {
         #[source]
         source: flashstore::StoreError,
     },
+    /// A regex the benchmark waits for is invalid.
+    #[error("invalid regex {0:?}: {1}")]
+    BadRegex(String, String),
     /// A file of the work directory could not be made or read.
     #[error("{what} {}", path.display())]
     WorkFile {

@@ -3,8 +3,11 @@
 //! current one. How much does each re-capture write with storage dedupe, and does dedupe
 //! slow the restore down?
 //!
-//! The workload is captured `captures` times, each from its own cold boot (a new boot's
-//! memory differs a little from the last: what a re-capture after a small change sees). Each
+//! The workload is captured `captures` times. The first capture is a cold boot's. Every
+//! later one comes either from a restored system ([`Source::Restored`], the default): the
+//! last image is snapshot-booted, a small change is made to the application's state, and the
+//! application re-captures; or from its own cold boot ([`Source::Cold`]: a new boot's memory
+//! layout differs from the last one even when its contents do not). Each
 //! image is replayed page by page, as it came from the kernel, into three stores that differ
 //! only in their dedupe policy (full, selective: the default, off); the first capture
 //! becomes the pinned `factory` image, every later one replaces `current`. Every commit's
@@ -14,7 +17,7 @@
 
 use super::{measured_boot, BenchError, MethodRuns};
 use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, store_size};
+use crate::capture::{attach_store, capture_boot, recapture_boot, store_size};
 use crate::qemu::RunOptions;
 use flashstore::{Dedupe, FormatOptions, Store, StoreError, WriteOptions};
 use serde::Serialize;
@@ -30,6 +33,32 @@ const POLICIES: [(&str, Option<Dedupe>); 3] = [
     ("selective", None),
     ("off", Some(Dedupe::Off)),
 ];
+
+/// Where the re-captures come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// Each capture is a cold boot's.
+    Cold,
+    /// Each re-capture is taken in the system restored from the previous image, after the
+    /// application received this console query (for `app`: `update N`), answered by a line
+    /// matching `answer`.
+    Restored {
+        /// The change, typed on the console.
+        change: String,
+        /// Regex of its answer.
+        answer: String,
+    },
+}
+
+impl Source {
+    /// The default change for the `app` workload: `update N` records.
+    pub fn app_update(records: u32) -> Self {
+        Self::Restored {
+            change: format!("update {records}"),
+            answer: format!("^updated {records}$"),
+        }
+    }
+}
 
 /// What one capture cost under one policy.
 #[derive(Debug, Clone, Serialize)]
@@ -130,11 +159,19 @@ pub fn recapture(
     work: &Path,
     captures: usize,
     runs: usize,
+    from: &Source,
     tick: &mut dyn FnMut(),
 ) -> Result<Recapture, BenchError> {
     if runs == 0 || captures == 0 {
         return Err(BenchError::NoRuns);
     }
+    let answer = match from {
+        Source::Cold => None,
+        Source::Restored { answer, .. } => Some(
+            regex::Regex::new(answer)
+                .map_err(|e| BenchError::BadRegex(answer.clone(), e.to_string()))?,
+        ),
+    };
     std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
         what: "creating",
         path: work.to_path_buf(),
@@ -151,10 +188,20 @@ pub fn recapture(
     }
     let mut costs = Vec::new();
     for i in 1..=captures {
-        new_store(&source, size)?;
         let mut o = opts.clone();
         o.params.images = vec!["src".into()];
-        capture_boot(bundle, &o, &source).map_err(|source| BenchError::Capture {
+        let captured = match (from, &answer) {
+            (Source::Restored { change, .. }, Some(answer)) if i > 1 => {
+                // The source store keeps the last image until the new one commits.
+                recapture_boot(bundle, &o, &source, change, answer)
+            }
+            _ => {
+                // Room for the image and the re-capture replacing it.
+                new_store(&source, 2 * size)?;
+                capture_boot(bundle, &o, &source)
+            }
+        };
+        captured.map_err(|source| BenchError::Capture {
             method: "recapture",
             source,
         })?;
