@@ -5,6 +5,7 @@
 //! selective by default so restores stay sequential; usage counts, GC with discard, fsck.
 //! docs/store.md draws the layout.
 
+mod compact;
 mod error;
 mod fsck;
 mod layout;
@@ -14,6 +15,7 @@ mod sign;
 mod store;
 mod writer;
 
+pub use compact::CompactReport;
 pub use error::StoreError;
 pub use fsck::FsckReport;
 pub use layout::{

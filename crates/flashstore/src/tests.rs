@@ -271,6 +271,18 @@ fn hundreds_of_generations_read_back_exactly_and_gc_leaves_no_leak() {
     assert_eq!(u.used + u.idle, u.clusters);
 }
 
+/// A store on a copy of `bytes` that loses power after `budget` writes (see [`FailingMedium`]).
+fn cut_store(bytes: &[u8], budget: u64, torn: usize) -> Store<FailingMedium<MemMedium>> {
+    let m = FailingMedium::new(
+        MemMedium {
+            bytes: bytes.to_vec(),
+        },
+        budget,
+        torn,
+    );
+    Store::open(m).unwrap()
+}
+
 /// Everything committed before the cut reads back; the interrupted operation either took
 /// effect whole or not at all; fsck is clean.
 fn check_after_cut(
@@ -320,14 +332,7 @@ fn power_cut_at_any_write_of_commit_remove_and_gc_loses_nothing_committed() {
 
     // How many writes each operation makes, uninterrupted.
     let count = |op: &dyn Fn(&mut Store<FailingMedium<MemMedium>>)| {
-        let m = FailingMedium::new(
-            MemMedium {
-                bytes: committed.clone(),
-            },
-            u64::MAX,
-            0,
-        );
-        let mut s = Store::open(m).unwrap();
+        let mut s = cut_store(&committed, u64::MAX, 0);
         op(&mut s);
         s.into_medium().writes
     };
@@ -363,14 +368,7 @@ fn power_cut_at_any_write_of_commit_remove_and_gc_loses_nothing_committed() {
             } else {
                 (rng(&mut seed) % 4096) as usize + 1
             };
-            let m = FailingMedium::new(
-                MemMedium {
-                    bytes: committed.clone(),
-                },
-                budget,
-                torn,
-            );
-            let mut s = Store::open(m).unwrap();
+            let mut s = cut_store(&committed, budget, torn);
             op(&mut s);
             check_after_cut(s.into_medium().inner.bytes, &before, after);
             points += 1;
@@ -681,4 +679,116 @@ fn both_checksums_catch_damage_and_only_blake3_stores_sign() {
             "{check:?}: {e}"
         );
     }
+}
+
+/// `n` distinct pages, each with 1 KiB of noise (so a chunk of 8 compresses to about 8 KiB
+/// and a 64 KiB cluster holds several chunks).
+fn noisy(n: usize, seed: u64) -> Vec<Page> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            let mut p = [0u8; PAGE];
+            for w in p[..1024].chunks_exact_mut(8) {
+                w.copy_from_slice(&rng(&mut s).to_le_bytes());
+            }
+            p
+        })
+        .collect()
+}
+
+/// A signable store where image `b` keeps every other chunk of the removed image `a`: the
+/// clusters `a` wrote are left partly live. Returns the store and `b`'s pages.
+fn store_with_holes() -> (Store<MemMedium>, Vec<Page>) {
+    let mut s = signable_store();
+    let a = noisy(320, 31);
+    let opts = WriteOptions {
+        dedupe: Dedupe::Full,
+        ..wo()
+    };
+    write(&mut s, "a", &a, opts).unwrap();
+    let fresh = noisy(320, 32);
+    let b: Vec<Page> = a
+        .chunks(8)
+        .zip(fresh.chunks(8))
+        .enumerate()
+        .flat_map(|(i, (old, new))| if i % 2 == 0 { old } else { new }.to_vec())
+        .collect();
+    let c = write(&mut s, "b", &b, opts).unwrap();
+    assert_eq!(c.image.stats.shared_pages, 160);
+    s.remove("a").unwrap();
+    (s, b)
+}
+
+#[test]
+fn compaction_frees_partly_live_clusters_and_keeps_images_and_signatures() {
+    let (mut s, b) = store_with_holes();
+    let cb = s.cluster_bytes();
+    let sparse = s.cluster_fill().values().filter(|&&f| f < cb / 2).count();
+    assert!(sparse >= 3, "only {sparse} half-empty clusters");
+    let used = s.usage().used;
+    let digest = s.signed_digest(s.image("b").unwrap()).unwrap();
+    let r = s.compact(60).unwrap();
+    assert!(r.gained() >= 2 && r.commits >= 1, "{r:?}");
+    assert_eq!(s.usage().used, used - r.gained());
+    assert!(s.cluster_fill().values().filter(|&&f| f < cb / 2).count() <= 1);
+    // Reopened: the same image, byte for byte, under the same signed digest.
+    let mut s = Store::open(s.into_medium()).unwrap();
+    assert_clean(&s);
+    assert_eq!(read(&s, "b").unwrap(), b);
+    assert_eq!(s.signed_digest(s.image("b").unwrap()).unwrap(), digest);
+    // Nothing left to gain; the emptied clusters are gc's to discard.
+    assert_eq!(s.compact(60).unwrap(), CompactReport::default());
+    assert!(s.gc().unwrap().discarded >= r.gained());
+    assert_clean(&s);
+}
+
+#[test]
+fn compaction_reclaims_room_for_an_image_a_full_store_refused() {
+    let (s, b) = store_with_holes();
+    let bytes = s.into_medium().bytes;
+    let mut s = Store::open(MemMedium { bytes }).unwrap();
+    // Small images of noise until the store refuses one: it is then full.
+    let mut fillers = Vec::new();
+    loop {
+        let f = noisy(16, 100 + fillers.len() as u64);
+        match write(&mut s, &format!("f{}", fillers.len()), &f, wo()) {
+            Ok(_) => fillers.push(f),
+            Err(StoreError::Full { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(!fillers.is_empty());
+    let c = noisy(40, 34);
+    let err = write(&mut s, "c", &c, wo()).unwrap_err();
+    assert!(matches!(err, StoreError::Full { .. }), "{err}");
+    let r = s.compact(60).unwrap();
+    assert!(r.gained() >= 2, "{r:?}");
+    write(&mut s, "c", &c, wo()).unwrap();
+    let s = Store::open(s.into_medium()).unwrap();
+    assert_clean(&s);
+    assert_eq!(read(&s, "b").unwrap(), b);
+    for (k, f) in fillers.iter().enumerate() {
+        assert_eq!(&read(&s, &format!("f{k}")).unwrap(), f);
+    }
+    assert_eq!(read(&s, "c").unwrap(), c);
+}
+
+#[test]
+fn power_cut_at_any_write_of_compaction_loses_nothing() {
+    let (s, b) = store_with_holes();
+    let committed = s.into_medium().bytes;
+    let before: BTreeMap<String, Vec<Page>> = [("b".to_string(), b)].into();
+    let writes = {
+        let mut s = cut_store(&committed, u64::MAX, 0);
+        assert!(s.compact(60).unwrap().gained() > 0);
+        s.into_medium().writes
+    };
+    let mut seed = 777u64;
+    for budget in 0..=writes {
+        let torn = (rng(&mut seed) % 4096) as usize;
+        let mut s = cut_store(&committed, budget, torn);
+        let _ = s.compact(60);
+        check_after_cut(s.into_medium().inner.bytes, &before, &before);
+    }
+    assert!(writes >= 10, "only {writes} write points");
 }

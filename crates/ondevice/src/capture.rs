@@ -204,6 +204,26 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     } else {
         Target::Slots(Store::open(&o.store, true).map_err(store_err)?)
     };
+    if let Target::Flash(store) = &mut store {
+        // The image can take at most the memory in use, uncompressed, plus its swap region.
+        let need = crate::system::used_memory()
+            .unwrap_or(u64::MAX)
+            .saturating_add(o.lazy.as_ref().and_then(|l| l.region_bytes).unwrap_or(0));
+        let reclaimed =
+            crate::flash::reclaim_if_low(store, need).map_err(|err| CaptureError::Flash {
+                path: o.store.clone(),
+                err,
+            })?;
+        if let Some(r) = reclaimed {
+            println!(
+                "snapboot: store low on idle space: compaction emptied {} cluster(s) into {} ({} chunks, {:.1} MiB moved)",
+                r.emptied,
+                r.filled,
+                r.chunks,
+                r.bytes as f64 / 1048576.0
+            );
+        }
+    }
     print_marker("capture-start", Some(&o.store.display().to_string()));
     let started = Instant::now();
     let mut raw = None;

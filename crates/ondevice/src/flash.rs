@@ -213,6 +213,23 @@ pub fn write_image(
     Ok(w.commit(description.encode())?)
 }
 
+/// Clusters filled less than this are compacted when a capture finds the store low on idle
+/// space (and by `snapboot store gc`).
+pub const RECLAIM_BELOW_PERCENT: u8 = 50;
+
+/// Before a capture: when fewer idle bytes are left than `need` (the most the new image can
+/// take), reclaims partly dead clusters by compaction. Returns what it did, `None` when
+/// there was room. Never runs on the resume path.
+pub fn reclaim_if_low(
+    store: &mut Store<File>,
+    need: u64,
+) -> Result<Option<flashstore::CompactReport>, FlashError> {
+    if store.idle_bytes() >= need {
+        return Ok(None);
+    }
+    Ok(Some(store.compact(RECLAIM_BELOW_PERCENT)?))
+}
+
 /// Signs image `name` on the store at `path` with `key` (after reading it whole).
 pub fn sign_image(path: &Path, name: &str, key: &SecretKey) -> Result<ImageRec, FlashError> {
     let mut store = open_store(path, true)?;

@@ -68,16 +68,26 @@ pub fn system_ram_bytes(iomem: &str) -> u64 {
 }
 
 fn meminfo_total() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = m
+    meminfo_bytes(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal")
+}
+
+/// A `/proc/meminfo` field (`MemTotal`, `MemFree`, ...) in bytes.
+pub fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
+    let kb: u64 = meminfo
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()
         .parse()
         .ok()?;
     Some(kb * 1024)
+}
+
+/// Memory in use (`MemTotal` less `MemFree`): what a hibernation image can hold at most.
+pub fn used_memory() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    Some(meminfo_bytes(&m, "MemTotal")?.saturating_sub(meminfo_bytes(&m, "MemFree")?))
 }
 
 /// The running kernel's command line.
@@ -127,6 +137,15 @@ pub fn writable_block_mounts(mounts: &[Mount]) -> Vec<Mount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meminfo_fields_are_read_in_bytes() {
+        let m = "MemTotal:        1004412 kB\nMemFree:          812000 kB\nMemAvailable:  900 kB\n";
+        assert_eq!(meminfo_bytes(m, "MemTotal"), Some(1004412 * 1024));
+        assert_eq!(meminfo_bytes(m, "MemFree"), Some(812000 * 1024));
+        assert_eq!(meminfo_bytes(m, "Mem"), None);
+        assert_eq!(meminfo_bytes(m, "SwapTotal"), None);
+    }
 
     #[test]
     fn a_restore_kernel_restores_the_recorded_image_kernel() {

@@ -41,8 +41,15 @@ pub enum StoreCmd {
     Unpin { dev: PathBuf, name: String },
     /// Space: clusters used and idle, and per image the seed's A / B / C.
     Stats(DevArgs),
-    /// Discard every idle cluster (punch holes in a file).
-    Gc { dev: PathBuf },
+    /// Compact partly dead clusters, then discard every idle cluster (punch holes in a file).
+    Gc {
+        dev: PathBuf,
+        /// Compact clusters whose live chunks fill less than this percentage (0: do not
+        /// compact, only discard).
+        #[arg(long, default_value_t = ondevice::flash::RECLAIM_BELOW_PERCENT,
+              value_parser = clap::value_parser!(u8).range(0..=100))]
+        compact_below: u8,
+    },
     /// Check every structure and checksum; find leaked or doubly used clusters.
     Fsck { dev: PathBuf },
     /// Sign an image (read whole and checked first) with a secret key.
@@ -234,6 +241,12 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             let s = open_store(&a.dev, false)?;
             let u = s.usage();
             let cb = s.cluster_bytes();
+            let fill = s.cluster_fill();
+            let live: u64 = fill.values().sum();
+            let sparse = fill
+                .values()
+                .filter(|&&f| f * 100 < cb * u64::from(ondevice::flash::RECLAIM_BELOW_PERCENT))
+                .count();
             if a.json {
                 let images: Vec<_> = s.images().iter().map(|r| describe(&s, r, None)).collect();
                 let v = serde_json::json!({
@@ -245,6 +258,9 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     "chunks": u.chunks,
                     "chunk_bytes": u.chunk_bytes,
                     "chunk_checksum": s.chunk_check().name(),
+                    "chunk_clusters": fill.len(),
+                    "chunk_clusters_live_bytes": live,
+                    "sparse_chunk_clusters": sparse,
                     "images": images,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -261,6 +277,12 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     u.chunks,
                     u.chunk_bytes as f64 / MIB,
                     s.chunk_check().name()
+                );
+                println!(
+                    "chunks fill {} cluster(s), {:.0}% of their bytes live; {sparse} under {}% (`store gc` compacts those)",
+                    fill.len(),
+                    100.0 * live as f64 / (fill.len() as u64 * cb).max(1) as f64,
+                    ondevice::flash::RECLAIM_BELOW_PERCENT
                 );
                 println!(
                     "{:<16} {:>10} {:>10} {:>10} {:>10}",
@@ -284,8 +306,20 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                 );
             }
         }
-        StoreCmd::Gc { dev } => {
-            let r = open_store(&dev, true)?.gc()?;
+        StoreCmd::Gc { dev, compact_below } => {
+            let mut s = open_store(&dev, true)?;
+            if compact_below > 0 {
+                let c = s.compact(compact_below)?;
+                println!(
+                    "compacted: {} partly live cluster(s) emptied into {} ({} chunk(s), {:.1} MiB moved, {} commit(s))",
+                    c.emptied,
+                    c.filled,
+                    c.chunks,
+                    c.bytes as f64 / 1048576.0,
+                    c.commits
+                );
+            }
+            let r = s.gc()?;
             println!("discarded {} cluster(s); {} idle", r.discarded, r.idle);
         }
         StoreCmd::Fsck { dev } => {

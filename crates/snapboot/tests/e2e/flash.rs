@@ -299,8 +299,29 @@ fn store_commands_manage_images_on_a_file() {
     // rm, then gc discards what only the removed image used; fsck stays clean.
     let (ok, text) = run_named(&["rm", "factory"]);
     assert!(ok, "{text}");
+    // Both images wrote a cluster of chunks; with `factory` gone, `current` keeps a few of
+    // each, which gc compacts into one (the signature stays valid: only locations change).
+    let (ok, text) = st(&["stats"]);
+    assert!(
+        ok && text.contains("chunks fill 2 cluster(s)") && text.contains("2 under 50%"),
+        "{text}"
+    );
     let (ok, text) = st(&["gc"]);
-    assert!(ok && text.contains("discarded"), "{text}");
+    assert!(
+        ok && text.contains("compacted: 2 partly live cluster(s) emptied into 1")
+            && text.contains("discarded"),
+        "{text}"
+    );
+    let (ok, text) = st(&["stats"]);
+    assert!(ok && text.contains("chunks fill 1 cluster(s)"), "{text}");
+    let mut c = snapboot();
+    c.args(["image", "inspect"]).arg(&store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+    assert!(
+        so.contains("signed") && so.contains("checksums: all verified"),
+        "{so}"
+    );
     let (ok, text) = st(&["fsck"]);
     assert!(
         ok && text.contains("1 image(s)") && text.contains("clean"),
