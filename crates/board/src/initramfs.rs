@@ -98,9 +98,16 @@ impl Initramfs {
         self.entries.keys().map(String::as_str)
     }
 
-    /// Writes the archive. Directories sort before their contents because of the `BTreeMap`
-    /// order of paths ("a" < "a/b").
-    pub fn write_to<W: Write>(&self, mut w: W) -> std::io::Result<W> {
+    /// Writes the archive, zero-padded to whole pages. Directories sort before their
+    /// contents because of the `BTreeMap` order of paths ("a" < "a/b").
+    ///
+    /// Why pages: QEMU puts the initrd right below the ACPI tables at the top of low memory,
+    /// so an archive that ends inside a page ends in a page the e820 map reserves; the kernel
+    /// then copies the whole initrd elsewhere before it can use it (`Move RAMDISK` in the
+    /// log: 0.1 s for 11 MB under TCG). A whole number of pages ends right at the reserved
+    /// area. The kernel's unpacker skips zeros after the trailer.
+    pub fn write_to<W: Write>(&self, w: W) -> std::io::Result<W> {
+        let mut w = Counted { inner: w, n: 0 };
         for (ino, (path, entry)) in self.entries.iter().enumerate() {
             let b = cpio::newc::Builder::new(path)
                 .ino(ino as u32 + 1)
@@ -119,7 +126,30 @@ impl Initramfs {
             fw.write_all(data)?;
             fw.finish()?;
         }
-        cpio::newc::trailer(w)
+        let mut w = cpio::newc::trailer(w)?;
+        let pad = (PAGE - w.n % PAGE) % PAGE;
+        w.write_all(&vec![0u8; pad as usize])?;
+        Ok(w.inner)
+    }
+}
+
+/// Page size the archive is padded to.
+const PAGE: u64 = 4096;
+
+/// A writer that counts the bytes written through it.
+struct Counted<W> {
+    inner: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -255,6 +285,11 @@ mod tests {
         }
         assert!(names.contains(&("init".to_string(), 0o100755, 10)));
         assert!(names.contains(&("dev/console".to_string(), 0o020600, 0)));
+        // Whole pages, and nothing but zeros after the trailer.
+        assert_eq!(bytes.len() % 4096, 0, "{} bytes", bytes.len());
+        let r = cpio::NewcReader::new(rest).unwrap();
+        let after = r.finish().unwrap();
+        assert!(after.iter().all(|&b| b == 0));
     }
 
     #[test]

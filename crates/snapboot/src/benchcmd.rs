@@ -71,6 +71,10 @@ pub struct RecaptureArgs {
     /// Records the `app` workload changes (`update N`) before each re-capture.
     #[arg(long, default_value_t = 100)]
     change_records: u32,
+    /// Pages per chunk in the stores (selective dedupe references runs of a quarter of it).
+    #[arg(long, default_value_t = flashstore::DEFAULT_CHUNK_PAGES,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    chunk_pages: u16,
     /// Restores of the last image from each store.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -108,15 +112,13 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         }
     };
     let pb = progress(bench::recapture_steps(a.captures, a.runs), "recapture");
-    let r = bench::recapture(
-        &bundle,
-        &opts,
-        &work,
-        a.captures,
-        a.runs,
-        &from,
-        &mut || pb.inc(1),
-    );
+    let plan = bench::RecapturePlan {
+        captures: a.captures,
+        runs: a.runs,
+        from: from.clone(),
+        chunk_pages: a.chunk_pages,
+    };
+    let r = bench::recapture(&bundle, &opts, &work, &plan, &mut || pb.inc(1));
     pb.finish_and_clear();
     let r = r?;
     let mib = |b: u64| b as f64 / 1048576.0;
@@ -132,6 +134,11 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
             "re-captures: in the system restored from the previous image, after `{change}`"
         ),
     }
+    println!(
+        "chunks of {} pages; selective dedupe references runs of {} or more",
+        a.chunk_pages,
+        (a.chunk_pages / 4).max(1)
+    );
     println!(
         "bytes written per capture (MiB; % of a full image's {:.1} MiB of chunks)",
         mib(full)

@@ -25,7 +25,8 @@ use snapimg::{ImageError, Store};
 
 mod recapture;
 pub use recapture::{
-    recapture, recapture_steps, CaptureCost, Recapture, Source as RecaptureSource,
+    recapture, recapture_steps, CaptureCost, Plan as RecapturePlan, Recapture,
+    Source as RecaptureSource,
     RECAPTURE_METHODS,
 };
 

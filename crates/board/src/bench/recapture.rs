@@ -60,6 +60,20 @@ impl Source {
     }
 }
 
+/// What `recapture` does.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Captures (the first is a cold boot's and becomes the pinned factory image).
+    pub captures: usize,
+    /// Restores of the last image from each store.
+    pub runs: usize,
+    /// Where re-captures come from.
+    pub from: Source,
+    /// Pages per chunk in the stores (the selective policy references runs of a quarter of
+    /// that).
+    pub chunk_pages: u16,
+}
+
 /// What one capture cost under one policy.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaptureCost {
@@ -157,11 +171,15 @@ pub fn recapture(
     bundle: &Bundle,
     opts: &RunOptions,
     work: &Path,
-    captures: usize,
-    runs: usize,
-    from: &Source,
+    plan: &Plan,
     tick: &mut dyn FnMut(),
 ) -> Result<Recapture, BenchError> {
+    let (captures, runs, from) = (plan.captures, plan.runs, &plan.from);
+    let base = WriteOptions {
+        chunk_pages: plan.chunk_pages,
+        dedupe: Dedupe::Runs((plan.chunk_pages / 4).max(1)),
+        ..WriteOptions::default()
+    };
     if runs == 0 || captures == 0 {
         return Err(BenchError::NoRuns);
     }
@@ -210,9 +228,9 @@ pub fn recapture(
         for ((policy, dedupe), store) in POLICIES.iter().zip(&stores) {
             let mut dst = open(store)?;
             let wo = WriteOptions {
-                dedupe: dedupe.unwrap_or(WriteOptions::default().dedupe),
+                dedupe: dedupe.unwrap_or(base.dedupe),
                 pin: i == 1,
-                ..WriteOptions::default()
+                ..base
             };
             let c = replay(&src, "src", &mut dst, image, wo)
                 .map_err(store_err(format!("capture {i} into the {policy} store")))?;
@@ -228,7 +246,7 @@ pub fn recapture(
         }
         if i == captures {
             let mut fresh = new_store(&path("fresh"), size)?;
-            replay(&src, "src", &mut fresh, "current", WriteOptions::default())
+            replay(&src, "src", &mut fresh, "current", base)
                 .map_err(store_err("the last capture into a fresh store".into()))?;
         }
         tick();
