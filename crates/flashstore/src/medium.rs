@@ -18,6 +18,9 @@ pub trait Medium {
     fn size(&self) -> io::Result<u64>;
     /// Says `len` bytes at `at` hold nothing any more; reads may then return zeros.
     fn discard(&mut self, at: u64, len: u64) -> io::Result<()>;
+    /// Says `len` bytes at `at` will be read soon: a medium that can start reading them in
+    /// the background does (advice only; nothing depends on it).
+    fn will_need(&self, _at: u64, _len: u64) {}
 }
 
 impl Medium for File {
@@ -56,6 +59,11 @@ impl Medium for File {
             len,
         )
         .map_err(io::Error::from)
+    }
+    fn will_need(&self, at: u64, len: u64) {
+        // The kernel queues the reads and returns; on a board the device (or QEMU's I/O
+        // thread) then fetches while the CPU checks and decompresses earlier chunks.
+        let _ = rustix::fs::fadvise(self, at, len, rustix::fs::Advice::WillNeed);
     }
 }
 

@@ -7,6 +7,9 @@ use crate::medium::Medium;
 use crate::store::Store;
 use std::collections::HashMap;
 
+/// Stored bytes the reader asks the medium to fetch ahead of the chunk it is loading.
+const READ_AHEAD: u64 = 8 << 20;
+
 /// What a zero page reads as.
 static ZERO_PAGE: Page = [0; PAGE];
 
@@ -17,6 +20,11 @@ pub struct ImageReader<'s, M: Medium> {
     chunks: HashMap<u64, ChunkRec>,
     /// Uses still to come per chunk.
     uses: HashMap<u64, u32>,
+    /// Chunks in the order the stream first needs them, and how far read-ahead advice has
+    /// been given ([`Medium::will_need`]).
+    order: Vec<u64>,
+    advised: usize,
+    loaded: usize,
     cache: HashMap<u64, Vec<u8>>,
     /// Chunks the last run used for the last time: dropped at the next call, once the
     /// caller no longer borrows them.
@@ -51,6 +59,7 @@ impl<M: Medium> Store<M> {
         let chunks: HashMap<u64, ChunkRec> =
             self.catalog.chunks.iter().map(|c| (c.id, *c)).collect();
         let mut uses: HashMap<u64, u32> = HashMap::new();
+        let mut order = Vec::new();
         for p in &meta.pages {
             if let PageRef::At { chunk, slot } = *p {
                 let c = chunks.get(&chunk).ok_or_else(|| {
@@ -64,7 +73,11 @@ impl<M: Medium> Store<M> {
                         c.pages
                     )));
                 }
-                *uses.entry(chunk).or_default() += 1;
+                let n = uses.entry(chunk).or_default();
+                if *n == 0 {
+                    order.push(chunk);
+                }
+                *n += 1;
             }
         }
         Ok(ImageReader {
@@ -72,6 +85,9 @@ impl<M: Medium> Store<M> {
             meta,
             chunks,
             uses,
+            order,
+            advised: 0,
+            loaded: 0,
             cache: HashMap::new(),
             release: Vec::new(),
             cur: 0,
@@ -149,8 +165,46 @@ impl<M: Medium> ImageReader<'_, M> {
             .collect())
     }
 
-    /// Reads, checks and decompresses chunk `id`.
+    /// Keeps read-ahead advice about [`READ_AHEAD`] stored bytes ahead of the chunks loaded
+    /// so far, topped up once less than half of that is left; chunks adjacent on the medium
+    /// are advised as one range.
+    fn advise_ahead(&mut self) {
+        let start = self.advised.max(self.loaded);
+        let mut pending: u64 = self.order[self.loaded.min(start)..start]
+            .iter()
+            .map(|id| u64::from(self.chunks[id].stored_len))
+            .sum();
+        if pending >= READ_AHEAD / 2 {
+            return;
+        }
+        let cb = self.store.cluster_bytes();
+        let mut range: Option<(u64, u64)> = None;
+        self.advised = start;
+        while self.advised < self.order.len() && pending < READ_AHEAD {
+            let c = self.chunks[&self.order[self.advised]];
+            let at = c.cluster * cb + u64::from(c.offset);
+            let end = at + u64::from(c.stored_len);
+            range = match range {
+                Some((s, e)) if (e..=e.next_multiple_of(512)).contains(&at) => Some((s, end)),
+                Some((s, e)) => {
+                    self.store.medium.will_need(s, e - s);
+                    Some((at, end))
+                }
+                None => Some((at, end)),
+            };
+            pending += u64::from(c.stored_len);
+            self.advised += 1;
+        }
+        if let Some((s, e)) = range {
+            self.store.medium.will_need(s, e - s);
+        }
+    }
+
+    /// Reads, checks and decompresses chunk `id` (the next in first-use order), after
+    /// advising the medium of the chunks that follow it.
     fn load(&mut self, id: u64) -> Result<Vec<u8>, StoreError> {
+        self.loaded += 1;
+        self.advise_ahead();
         let c = self.chunks[&id];
         let raw = read_chunk_timed(self.store, &c, &mut self.times)?;
         self.chunks_read += 1;

@@ -792,3 +792,86 @@ fn power_cut_at_any_write_of_compaction_loses_nothing() {
     }
     assert!(writes >= 10, "only {writes} write points");
 }
+
+/// A medium that records the read-ahead advice it gets.
+struct Advised {
+    inner: MemMedium,
+    advice: std::cell::RefCell<Vec<(u64, u64)>>,
+}
+
+impl Medium for Advised {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, at)
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, at)
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn size(&self) -> std::io::Result<u64> {
+        self.inner.size()
+    }
+    fn discard(&mut self, at: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(at, len)
+    }
+    fn will_need(&self, at: u64, len: u64) {
+        self.advice.borrow_mut().push((at, len));
+    }
+}
+
+#[test]
+fn the_reader_advises_every_chunk_after_the_first_once_in_merged_ranges() {
+    let (s, b) = store_with_holes();
+    let mut s = Store::open(Advised {
+        inner: s.into_medium(),
+        advice: Default::default(),
+    })
+    .unwrap();
+    // A second image, so `b`'s chunks are not the only ones on the store.
+    write(&mut s, "other", &noisy(64, 41), wo()).unwrap();
+    s.medium().advice.borrow_mut().clear();
+    assert_eq!(read(&s, "b").unwrap(), b);
+    let advice = s.medium().advice.borrow().clone();
+    let cb = s.cluster_bytes();
+    let used = &s.image("b").unwrap().chunks;
+    let chunks: Vec<ChunkRec> = s
+        .catalog()
+        .chunks
+        .iter()
+        .filter(|c| used.binary_search(&c.id).is_ok())
+        .copied()
+        .collect();
+    let covered = |c: &ChunkRec| {
+        let (at, end) = (
+            c.cluster * cb + u64::from(c.offset),
+            c.cluster * cb + u64::from(c.offset) + u64::from(c.stored_len),
+        );
+        advice
+            .iter()
+            .filter(|&&(a, l)| a <= at && end <= a + l)
+            .count()
+    };
+    // The stream's first chunk is read at once; every other one is advised exactly once.
+    let first = chunks.iter().filter(|c| covered(c) == 0).count();
+    assert_eq!(first, 1, "advice {advice:?}");
+    assert!(chunks.iter().all(|c| covered(c) <= 1), "advice {advice:?}");
+    // Nothing outside the image's chunks.
+    for &(a, l) in &advice {
+        assert!(
+            chunks
+                .iter()
+                .any(|c| c.cluster * cb + u64::from(c.offset) == a),
+            "range at {a}+{l} starts at no chunk of the image"
+        );
+    }
+    // An image written in one go lies in a few runs: chunks next to each other on the
+    // medium share a range.
+    let fresh = noisy(400, 42);
+    write(&mut s, "fresh", &fresh, wo()).unwrap();
+    s.medium().advice.borrow_mut().clear();
+    assert_eq!(read(&s, "fresh").unwrap(), fresh);
+    let n = s.image("fresh").unwrap().chunks.len();
+    let ranges = s.medium().advice.borrow().len();
+    assert!(ranges * 4 <= n, "{ranges} ranges for {n} chunks");
+}

@@ -26,8 +26,7 @@ use snapimg::{ImageError, Store};
 mod recapture;
 pub use recapture::{
     recapture, recapture_steps, CaptureCost, Plan as RecapturePlan, Recapture,
-    Source as RecaptureSource,
-    RECAPTURE_METHODS,
+    Source as RecaptureSource, RECAPTURE_METHODS,
 };
 
 use crate::bundle::Bundle;
