@@ -121,3 +121,19 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Board(BoardCmd::Capture(a)) => crate::boardcmd::board_capture(a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `main` takes a shortcut for `/init`'s call; it must mean what clap would parse.
+    #[test]
+    fn the_init_shortcut_means_what_the_command_line_says() {
+        let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
+        match cli.cmd {
+            Cmd::Resume(a) => assert_eq!(a, crate::guestcmd::ResumeArgs::from_cmdline()),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

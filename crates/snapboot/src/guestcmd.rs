@@ -63,7 +63,7 @@ pub struct CaptureArgs {
 }
 
 /// `snapboot resume`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, PartialEq)]
 pub struct ResumeArgs {
     /// Store device holding the image.
     #[arg(long, required_unless_present = "from_cmdline")]
@@ -75,6 +75,17 @@ pub struct ResumeArgs {
     /// does nothing when snapboot.capture is set.
     #[arg(long)]
     from_cmdline: bool,
+}
+
+impl ResumeArgs {
+    /// `snapboot resume --from-cmdline`, what the board's `/init` runs.
+    pub fn from_cmdline() -> Self {
+        Self {
+            store: None,
+            once: false,
+            from_cmdline: true,
+        }
+    }
 }
 
 use boottrace::error_chain as chain;
