@@ -244,6 +244,13 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     }
     let bundle = bundle_or_build(&a.workload)?;
     let opts = a.board.to_run_options(&bundle)?;
+    // With --restore-kernel every boot would start on the restore kernel: the cold baseline
+    // would be a hand-over to the stock kernel, and no method would use the stock kernel.
+    anyhow::ensure!(
+        !matches!(opts.kernel, board::qemu::KernelImage::Restore(_)),
+        "bench compare measures the restore kernel as methods of its own (restore-kernel, \
+         restore-kernel-lazy) beside the stock kernel's; drop --restore-kernel"
+    );
     let work = a
         .workdir
         .clone()
