@@ -6,7 +6,7 @@
 //!
 //! The `/init` is where snapshot resume runs: before any filesystem is mounted.
 
-use bootparams::RESTORE_KERNEL_SUFFIX;
+use bootparams::{EARLY_ENV, RESTORE_KERNEL_SUFFIX};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -183,12 +183,16 @@ impl InitScript {
         let mut s = String::new();
         s.push_str("#!/bin/sh\n# Written by snapboot: first stage of the board's boot.\n");
         s.push_str("export PATH=/bin\n");
+        s.push_str("fail() { echo \"snapboot: init: $*\"; exec sh; }\n");
+        // With `rdinit=/bin/snapboot` (restore kernels on the board) snapboot ran first: it
+        // mounted these, printed the init marker and ran resume, then started this script
+        // with SNAPBOOT_EARLY set.
+        s.push_str(&format!("if [ -z \"${EARLY_ENV}\" ]; then\n"));
         s.push_str("mount -t devtmpfs devtmpfs /dev\nmount -t proc proc /proc\nmount -t sysfs sysfs /sys\n");
         // /run is a tmpfs from the start: `snapboot resume` records the boot setup there for
         // a capture later in this boot, and the same tmpfs moves into the root.
         s.push_str("mount -t tmpfs -o mode=0755,size=32m tmpfs /run\n");
-        s.push_str(&format!("echo \"{}\"\n", m("init")));
-        s.push_str("fail() { echo \"snapboot: init: $*\"; exec sh; }\n");
+        s.push_str(&format!("echo \"{}\"\nfi\n", m("init")));
         // A restore kernel has its drivers built in and cannot load the stock kernel's
         // modules: it goes straight to resume (store discovery needs no module).
         s.push_str(&format!(
@@ -202,7 +206,9 @@ impl InitScript {
         }
         s.push_str(";; esac\n");
         s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
-        s.push_str("/bin/snapboot resume --from-cmdline\n");
+        s.push_str(&format!(
+            "[ -n \"${EARLY_ENV}\" ] || /bin/snapboot resume --from-cmdline\n"
+        ));
         s.push_str(&format!(
             "n=0; while [ ! -b {dev} ] && [ $n -lt 500 ]; do sleep 0.01; n=$((n+1)); done\n\
              mount -t {fs} -o ro {dev} /newroot || fail \"cannot mount root {dev} ({fs})\"\n",

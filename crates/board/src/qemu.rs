@@ -183,6 +183,10 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
         params.cold_kernel = Some(format!("/dev/vd{letter}"));
     }
     let mut cmdline = BASE_CMDLINE.to_string();
+    if matches!(opts.kernel, KernelImage::Restore(_)) {
+        // snapboot itself is the restore kernel's first process: no shell before resume.
+        cmdline.push_str(" rdinit=/bin/snapboot");
+    }
     for w in params.render().iter().chain(&opts.cmdline) {
         cmdline.push(' ');
         cmdline.push_str(w);
@@ -619,6 +623,7 @@ mod tests {
                 restore,
                 "{append}"
             );
+            assert_eq!(append.contains("rdinit=/bin/snapboot"), restore, "{append}");
         }
     }
 

@@ -82,6 +82,11 @@ pub mod key {
     ];
 }
 
+/// Environment variable snapboot sets when it ran as the kernel's first process
+/// (`rdinit=/bin/snapboot`) and then starts the `/init` script: the filesystems are mounted,
+/// the init marker is printed and resume has run.
+pub const EARLY_ENV: &str = "SNAPBOOT_EARLY";
+
 /// How a restore kernel's release ends (`CONFIG_LOCALVERSION` in the board's
 /// `kernel/restore.config`): the initramfs and `snapboot resume` tell by it that the running
 /// kernel is a restore kernel, not the one that made the image.

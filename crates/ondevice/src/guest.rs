@@ -105,6 +105,26 @@ fn mount_run_fs() {
     }
 }
 
+/// What the board's `/init` script mounts first, done without a shell: devtmpfs on
+/// `/dev`, proc, sysfs, and a tmpfs on `/run` (the boot setup record goes there and moves
+/// into the root later). A mount that fails is named; the boot goes on (resume then says
+/// what it is missing).
+pub fn early_mounts() -> Vec<String> {
+    use rustix::mount::{mount, MountFlags};
+    let mut failed = Vec::new();
+    for (src, dir, fs, data) in [
+        ("devtmpfs", "/dev", "devtmpfs", ""),
+        ("proc", "/proc", "proc", ""),
+        ("sysfs", "/sys", "sysfs", ""),
+        ("tmpfs", "/run", "tmpfs", "mode=0755,size=32m"),
+    ] {
+        if let Err(e) = mount(src, dir, fs, MountFlags::empty(), data) {
+            failed.push(format!("{fs} on {dir}: {e}"));
+        }
+    }
+    failed
+}
+
 /// Reaps every child until `main` exits; returns its exit code.
 fn reap_until(main: u32) -> i32 {
     use rustix::process::{wait, WaitOptions};

@@ -98,12 +98,17 @@ impl Loaded {
 }
 
 /// The stock kernel's command line: this boot's, without the words that point a restore
-/// kernel at the pack, plus `snapboot.handedover`.
+/// kernel at the pack or start snapboot as its first process (the stock kernel runs
+/// `/init`, which loads its modules), plus `snapboot.handedover`.
 pub fn cold_cmdline(current: &str) -> String {
     let prefix = format!("{}=", bootparams::key::COLDKERNEL);
     let mut words: Vec<&str> = current
         .split_whitespace()
-        .filter(|w| !w.starts_with(&prefix) && *w != bootparams::key::HANDEDOVER)
+        .filter(|w| {
+            !w.starts_with(&prefix)
+                && !w.starts_with("rdinit=")
+                && *w != bootparams::key::HANDEDOVER
+        })
         .collect();
     words.push(bootparams::key::HANDEDOVER);
     words.join(" ")
@@ -171,7 +176,7 @@ mod tests {
     #[test]
     fn the_stock_kernel_is_told_it_was_handed_over_and_not_where_the_pack_is() {
         let c = cold_cmdline(
-            "console=ttyS0 snapboot.store=/dev/vdb snapboot.coldkernel=/dev/vdc root=/dev/vda",
+            "console=ttyS0 rdinit=/bin/snapboot snapboot.store=/dev/vdb snapboot.coldkernel=/dev/vdc root=/dev/vda",
         );
         assert_eq!(
             c,

@@ -19,6 +19,10 @@ fn main() -> ExitCode {
     // building the whole command line (clap constructs every subcommand and its help first,
     // which costs 0.05-0.1 s of an emulated CPU translating code that runs once).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if argv.is_empty() && std::process::id() == 1 {
+        // Started by the kernel as its first process (`rdinit=/bin/snapboot`).
+        guestcmd::early_init();
+    }
     let result = if argv == ["resume", "--from-cmdline"] {
         guestcmd::resume_cmd(guestcmd::ResumeArgs::from_cmdline())
     } else {

@@ -44,6 +44,8 @@ pub const UNBOUND_PARAMS: &[&str] = &[
     "printk.time",
     "no_console_suspend",
     "initcall_debug",
+    // Which program of the initramfs runs first (a restore kernel starts snapboot directly).
+    "rdinit",
 ];
 
 /// Whether a command-line token takes part in the binding (see [`UNBOUND_PARAMS`]).
@@ -413,6 +415,17 @@ mod tests {
                 digest: [3; 32],
             }],
         }
+    }
+
+    #[test]
+    fn boot_steering_words_are_not_bound() {
+        assert_eq!(
+            bound_cmdline(
+                "console=ttyS0 rdinit=/bin/snapboot quiet snapboot.coldkernel=/dev/vdc \
+                 loglevel=3 initcall_debug root=/dev/vda ro"
+            ),
+            ["console=ttyS0", "root=/dev/vda", "ro"]
+        );
     }
 
     #[test]
