@@ -596,3 +596,100 @@ proptest! {
         prop_assert_eq!(read_with(&mut store, 1).unwrap(), stream);
     }
 }
+
+/// A device whose `pread` handle records the read-ahead advice it gets.
+struct Advised {
+    cur: Mem,
+    shared: std::sync::Arc<AdviceLog>,
+}
+
+struct AdviceLog {
+    bytes: Vec<u8>,
+    advice: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+impl crate::store::ReadAt for AdviceLog {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let at = offset as usize;
+        let src = self
+            .bytes
+            .get(at..at + buf.len())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn will_need(&self, offset: u64, len: u64) {
+        self.advice.lock().unwrap().push((offset, len));
+    }
+}
+
+impl std::io::Read for Advised {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.cur.read(buf)
+    }
+}
+impl std::io::Write for Advised {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.cur.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+impl std::io::Seek for Advised {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.cur.seek(pos)
+    }
+}
+impl Device for Advised {
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn shared_reader(&self) -> Option<std::sync::Arc<dyn crate::store::ReadAt>> {
+        Some(self.shared.clone())
+    }
+}
+
+#[test]
+fn streaming_advises_the_image_data_once_in_order_in_windows() {
+    // 6000 pages of noise: about 23 MiB of chunks, three windows of advice.
+    let mut st = 7u64;
+    let pages: Vec<Page> = (0..6000)
+        .map(|_| {
+            let mut p = [0u8; PAGE_SIZE];
+            for w in p.chunks_exact_mut(8) {
+                w.copy_from_slice(&splitmix(&mut st).to_le_bytes());
+            }
+            p
+        })
+        .collect();
+    let stream = stream_of(&pages);
+    let mut store = mem_store(64 * MIB);
+    write_with(&mut store, &stream, opts(Compression::Lz4, 32, 0)).unwrap();
+    let bytes = store.into_inner().into_inner();
+    let shared = std::sync::Arc::new(AdviceLog {
+        bytes: bytes.clone(),
+        advice: Default::default(),
+    });
+    let mut store = Store::new(Advised {
+        cur: Cursor::new(bytes),
+        shared: shared.clone(),
+    })
+    .unwrap();
+    assert_eq!(read_with(&mut store, 1).unwrap(), stream);
+    // Two passes (verify_all, then the stream), each advising the same ranges.
+    let advice = shared.advice.lock().unwrap().clone();
+    let (first, second) = advice.split_at(advice.len() / 2);
+    assert_eq!(first, second, "{advice:?}");
+    assert!(first.len() >= 3, "{advice:?}");
+    // Back to back, each range starting where the last ended: every byte advised once,
+    // from the first chunk to the end of the last.
+    for w in first.windows(2) {
+        assert_eq!(w[0].0 + w[0].1, w[1].0, "{advice:?}");
+    }
+    let advised: u64 = first.iter().map(|a| a.1).sum();
+    assert!(
+        advised > 20 * MIB && advised < 32 * MIB,
+        "{advised} bytes advised"
+    );
+}
