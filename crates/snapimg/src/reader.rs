@@ -97,9 +97,6 @@ struct Job {
 }
 
 /// Why a chunk could not be produced.
-/// Bytes of the image the device is told to fetch ahead of the chunks being read.
-const ADVISE_AHEAD: u64 = 8 << 20;
-
 enum Fault {
     Read(std::io::Error),
     Checksum,
@@ -161,8 +158,6 @@ fn run_job(job: Job, dec: &mut Decoder) -> Done {
 struct Stream {
     pool: Pool<Job, Done>,
     next_submit: u64,
-    /// Device bytes up to which read-ahead advice was given.
-    advised_to: u64,
     current: Option<(u64, Vec<u8>)>,
     /// Remaining duplicate references per unique page still to be streamed.
     refs: HashMap<u64, u32>,
@@ -433,7 +428,6 @@ impl<'s, D: Device> Reader<'s, D> {
         Stream {
             pool,
             next_submit: 0,
-            advised_to: 0,
             current: None,
             refs: self.dup_refs.clone(),
             cache: HashMap::new(),
@@ -442,22 +436,8 @@ impl<'s, D: Device> Reader<'s, D> {
         }
     }
 
-    /// Keep the read-ahead window full: chunks in flight, and the device advised of the
-    /// next [`ADVISE_AHEAD`] bytes (topped up when half of that is left), so it reads while
-    /// the CPU checks and decompresses.
+    /// Keep the read-ahead window full.
     fn fill(&mut self, st: &mut Stream) -> Result<(), ImageError> {
-        if let (Some(dev), Some(next)) = (&self.shared, self.chunks.get(st.next_submit as usize)) {
-            let from = (self.data_start + next.offset).max(st.advised_to);
-            let end = self
-                .chunks
-                .last()
-                .map_or(0, |c| self.data_start + c.offset + u64::from(c.stored_len));
-            let want = (self.data_start + next.offset + ADVISE_AHEAD).min(end);
-            if want > from && st.advised_to < want.saturating_sub(ADVISE_AHEAD / 2) {
-                dev.will_need(from, want - from);
-                st.advised_to = want;
-            }
-        }
         let max = 2 * st.pool.threads().max(1) as u64;
         while st.next_submit < self.chunks.len() as u64 && st.pool.in_flight() < max {
             let job = self.job(st.next_submit, st.pool.threads() > 0)?;

@@ -32,17 +32,11 @@ use crate::swap::{SwapPlan, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
 pub trait ReadAt: Send + Sync {
     /// Fill `buf` from byte `offset`, or fail (`UnexpectedEof` past the end).
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
-    /// Says `len` bytes at `offset` will be read soon, so a device that can fetch them in
-    /// the background starts now (advice only).
-    fn will_need(&self, _offset: u64, _len: u64) {}
 }
 
 impl ReadAt for File {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-    fn will_need(&self, offset: u64, len: u64) {
-        let _ = rustix::fs::fadvise(self, offset, len, rustix::fs::Advice::WillNeed);
     }
 }
 
