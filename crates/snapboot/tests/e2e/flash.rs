@@ -375,3 +375,57 @@ fn a_lazy_image_on_a_flash_store_pages_in_from_its_own_clusters() {
     let (ok, text) = store_cmd(&["fsck"], &store);
     assert!(ok && text.contains("clean"), "{text}");
 }
+
+/// Re-capture without a cold boot: a system restored from image `cur` changes its state
+/// and captures itself again (the restored system keeps the capture boot's command line, so
+/// `snapboot ready` captures to the same store and name). The new image replaces `cur`,
+/// shares most pages with the one it replaces, and the next power-on restores the change.
+#[test]
+fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
+    let b = bundle("shell");
+    let store = crate::common::home().join("test-flash-recapture.store");
+    let _ = std::fs::remove_file(&store);
+    let so = capture(&b, &store, &["--flash", "--image", "cur"]);
+    assert!(so.contains("image cur generation 2"), "{so}");
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap();
+    ask(
+        &mut s,
+        "echo changed-after-restore > /run/mark; echo marked",
+        "^marked$",
+    );
+    s.send("/run/snapboot/bin/snapboot ready").unwrap();
+    let done = Regex::new(r"snapboot: @capture-(done|failed)").unwrap();
+    let (line, _) = s
+        .wait_for(&done, "the re-capture", Duration::from_secs(120))
+        .unwrap();
+    assert!(
+        line.contains("@capture-done") && line.contains("image cur"),
+        "{line}"
+    );
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+
+    let list = images(&store);
+    assert_eq!(list.len(), 1, "the new image replaced the old: {list:?}");
+    assert_eq!(list[0]["generation"], 3, "{list:?}");
+    let (pages, shared) = (
+        list[0]["pages"].as_u64().unwrap(),
+        list[0]["shared_pages"].as_u64().unwrap(),
+    );
+    assert!(
+        shared * 2 > pages,
+        "only {shared} of {pages} pages shared: {list:?}"
+    );
+
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap();
+    ask(&mut s, "cat /run/mark", "^changed-after-restore$");
+    s.finish(boottrace::Outcome::Answered);
+    let (ok, text) = store_cmd(&["fsck"], &store);
+    assert!(ok && text.contains("clean"), "{text}");
+}
