@@ -294,6 +294,64 @@ mod tests {
         }
     }
 
+    /// A file store holding image `b`, which kept every other chunk of the removed image
+    /// `a`: the clusters `a` wrote are partly live.
+    fn store_with_holes(dir: &Path) -> Store<File> {
+        let path = dir.join("s.store");
+        let f = File::create(&path).unwrap();
+        f.set_len(16 << 20).unwrap();
+        drop(f);
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let fmt = flashstore::FormatOptions {
+            cluster_blocks: 16,
+            ..Default::default()
+        };
+        let mut s = Store::format(f, fmt).unwrap();
+        let noisy = |i: u64, seed: u64| {
+            let mut p = [0u8; PAGE_SIZE];
+            for (j, w) in p[..1024].chunks_exact_mut(8).enumerate() {
+                w.copy_from_slice(&(i.wrapping_mul(0x9E37_79B9) ^ seed ^ j as u64).to_le_bytes());
+            }
+            p
+        };
+        let opts = WriteOptions {
+            chunk_pages: 8,
+            dedupe: flashstore::Dedupe::Full,
+            ..WriteOptions::default()
+        };
+        let mut w = s.writer("a", opts).unwrap();
+        for i in 0..256 {
+            w.push_page(&noisy(i, 1)).unwrap();
+        }
+        w.commit(Vec::new()).unwrap();
+        let mut w = s.writer("b", opts).unwrap();
+        for i in 0..256 {
+            let seed = if (i / 8) % 2 == 0 { 1 } else { 2 };
+            w.push_page(&noisy(i, seed)).unwrap();
+        }
+        w.commit(Vec::new()).unwrap();
+        s.remove("a").unwrap();
+        s
+    }
+
+    #[test]
+    fn reclaim_compacts_only_when_idle_space_runs_low() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = store_with_holes(dir.path());
+        let used = s.usage().used;
+        assert_eq!(reclaim_if_low(&mut s, 0).unwrap(), None);
+        assert_eq!(s.usage().used, used, "room enough: nothing moved");
+        let need = s.idle_bytes() + 1;
+        let r = reclaim_if_low(&mut s, need).unwrap().expect("compacted");
+        assert!(r.gained() > 0, "{r:?}");
+        assert_eq!(s.usage().used, used - r.gained());
+        assert!(s.fsck().clean());
+    }
+
     #[test]
     fn wanted_images_come_first_then_the_newest() {
         let images = [rec("factory", 2), rec("current", 9), rec("old", 5)];
