@@ -56,6 +56,23 @@ pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInf
     KernelInfo::load(&kernel_record()).map_err(HomeError::NoKernel)
 }
 
+/// The snapboot binary the board puts on the device: `snapboot-device` beside the running
+/// binary (`cargo build -p snapboot` builds both), a fraction of the full tool's size; else
+/// the running binary itself, which has the device's commands too.
+pub fn device_binary() -> Result<PathBuf, HomeError> {
+    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
+    Ok(device_binary_beside(&exe))
+}
+
+fn device_binary_beside(exe: &Path) -> PathBuf {
+    let device = exe.with_file_name("snapboot-device");
+    if exe.file_name() != device.file_name() && device.is_file() {
+        device
+    } else {
+        exe.to_path_buf()
+    }
+}
+
 /// Where restore kernels are built and cached.
 pub fn restore_kernel_cache() -> PathBuf {
     home().join("restore-kernels")
@@ -74,7 +91,7 @@ pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
         kernel,
         workload,
         rootfs_dir: None,
-        snapboot_bin: std::env::current_exe().map_err(HomeError::Exe)?,
+        snapboot_bin: device_binary()?,
         image_key: None,
         out: builtin_bundle_dir(name),
     })?)
@@ -97,7 +114,7 @@ pub fn bundle_dir(arg: &str) -> PathBuf {
 pub fn resolve_bundle(arg: &str) -> Result<Bundle, HomeError> {
     let dir = bundle_dir(arg);
     let b = Bundle::load(&dir)?;
-    if let Ok(exe) = std::env::current_exe() {
+    if let Ok(exe) = device_binary() {
         if !b.carries(&exe) {
             if is_builtin_name(arg) {
                 eprintln!("snapboot: bundle `{arg}` was built by another snapboot; rebuilding it");
@@ -137,6 +154,18 @@ mod tests {
         assert!(is_builtin_name("shell") && is_builtin_name("app"));
         assert!(!is_builtin_name("./shell") && !is_builtin_name("mine"));
         assert_eq!(bundle_dir("out/mine"), PathBuf::from("out/mine"));
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("snapboot");
+        assert_eq!(
+            device_binary_beside(&exe),
+            exe,
+            "no device binary: the running one"
+        );
+        std::fs::write(dir.path().join("snapboot-device"), b"").unwrap();
+        assert_eq!(
+            device_binary_beside(&exe),
+            dir.path().join("snapboot-device")
+        );
         assert!(bundle_dir("shell").ends_with("bundles/shell"));
         assert!(home().is_absolute());
     }

@@ -159,7 +159,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         kernel,
         workload,
         rootfs_dir,
-        snapboot_bin: std::env::current_exe()?,
+        snapboot_bin: board::home::device_binary()?,
         image_key: a.image_key.clone(),
         out,
     })?;

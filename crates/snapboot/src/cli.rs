@@ -24,42 +24,15 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// (guest) Second-stage init: start the application as PID 1's child.
-    Start {
-        /// Environment for the application, KEY=VALUE.
-        #[arg(long)]
-        env: Vec<String>,
-        /// The application's start command.
-        #[arg(last = true, required = true)]
-        cmd: Vec<String>,
-    },
-    /// (guest) The application is ready: print the ready marker, capture if the kernel
-    /// command line asks for it (snapboot.capture snapboot.store=DEV).
-    Ready,
-    /// (device) Freeze, create the hibernation image and write it to the store.
-    Capture(crate::guestcmd::CaptureArgs),
-    /// (device, initramfs) Validate the store's image and restore it; on any failure print
-    /// the reason and return so the cold boot continues.
-    Resume(crate::guestcmd::ResumeArgs),
-    /// Images on a store.
-    #[command(subcommand)]
-    Image(ImageCmd),
-    /// The flash store: named images, dedupe across images, gc, fsck, signatures.
-    #[command(subcommand)]
-    Store(crate::storecmd::StoreCmd),
+    #[command(flatten)]
+    Device(snapboot::device::DeviceCmd),
     /// Keys for signed images.
     #[command(subcommand)]
-    Key(crate::storecmd::KeyCmd),
+    Key(snapboot::storecmd::KeyCmd),
     /// Boot graph, phases, initcalls and the advisor's cheap wins, from boot logs.
     Analyze(crate::analyzecmd::AnalyzeArgs),
     /// Can snapshot boot work with this kernel? Which boot-time options are set?
     CheckKernel(crate::analyzecmd::CheckKernelArgs),
-}
-
-#[derive(Subcommand, Debug)]
-enum ImageCmd {
-    /// Show an image: identity, counts, checksums verified.
-    Inspect(crate::guestcmd::InspectArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,16 +79,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Cold(a)) => crate::benchcmd::cold(a),
         Cmd::Bench(BenchCmd::Compare(a)) => crate::benchcmd::compare(a),
         Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
-        Cmd::Start { env, cmd } => {
-            let code = ondevice::guest::start(&cmd.join(" "), &env)?;
-            Ok(ExitCode::from(code.clamp(0, 255) as u8))
-        }
-        Cmd::Ready => crate::guestcmd::ready(),
-        Cmd::Capture(a) => crate::guestcmd::capture_cmd(a),
-        Cmd::Resume(a) => crate::guestcmd::resume_cmd(a),
-        Cmd::Image(ImageCmd::Inspect(a)) => crate::guestcmd::inspect(a),
-        Cmd::Store(c) => crate::storecmd::store(c),
-        Cmd::Key(c) => crate::storecmd::key(c),
+        Cmd::Device(c) => snapboot::device::dispatch(c),
+        Cmd::Key(c) => snapboot::storecmd::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),
         Cmd::CheckKernel(a) => crate::analyzecmd::check_kernel(a),
         Cmd::Board(BoardCmd::Capture(a)) => crate::boardcmd::board_capture(a),
@@ -127,13 +92,17 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    /// `main` takes a shortcut for `/init`'s call; it must mean what clap would parse.
+    /// The host tool parses the device's commands as the device binary does.
     #[test]
-    fn the_init_shortcut_means_what_the_command_line_says() {
+    fn the_device_commands_are_part_of_the_host_tool() {
         let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
         match cli.cmd {
-            Cmd::Resume(a) => assert_eq!(a, crate::guestcmd::ResumeArgs::from_cmdline()),
+            Cmd::Device(snapboot::device::DeviceCmd::Resume(a)) => {
+                assert_eq!(a, snapboot::guestcmd::ResumeArgs::from_cmdline())
+            }
             other => panic!("parsed as {other:?}"),
         }
+        assert!(Cli::try_parse_from(["snapboot", "store", "ls", "/dev/null"]).is_ok());
+        assert!(Cli::try_parse_from(["snapboot", "key", "gen", "/tmp/k"]).is_ok());
     }
 }

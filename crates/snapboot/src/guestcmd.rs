@@ -194,10 +194,7 @@ fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
 
 /// Lazy-capture settings from the `--lazy` and `--swap-size` flags (the same values as
 /// `snapboot.lazy` and `snapboot.swapsize`).
-pub(crate) fn lazy_options(
-    reclaim: &str,
-    region: Option<&str>,
-) -> Result<ondevice::lazy::LazyOptions> {
+pub fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<ondevice::lazy::LazyOptions> {
     let reclaim = parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
     let region_bytes = match region {

@@ -1,0 +1,24 @@
+//! `snapboot-device`: the device's half of snapboot, as the small static binary the board
+//! installs as `/bin/snapboot` in the initramfs (and every image carries). It has the
+//! commands that run on the device and nothing of the host's board, bench or analysis, so
+//! the kernel unpacks, and the restore path maps, a fraction of the full tool.
+
+use clap::Parser;
+use snapboot::device::{dispatch, exit, fast_path, DeviceCmd};
+use std::process::ExitCode;
+
+/// Snapshot boot for Linux, the device's commands.
+#[derive(Parser, Debug)]
+#[command(name = "snapboot", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: DeviceCmd,
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(result) = fast_path(&argv) {
+        return exit(result);
+    }
+    exit(dispatch(Cli::parse().cmd))
+}

@@ -1,0 +1,112 @@
+//! The device's commands (`start`, `ready`, `capture`, `resume`, `image`, `store`) and the
+//! fast paths taken before any command line is parsed.
+
+use anyhow::Result;
+use clap::Subcommand;
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use crate::guestcmd;
+
+/// Commands that run on the device (and, for `image` and `store`, on the host too).
+#[derive(Subcommand, Debug)]
+pub enum DeviceCmd {
+    /// (guest) Second-stage init: start the application as PID 1's child.
+    Start {
+        /// Environment for the application, KEY=VALUE.
+        #[arg(long)]
+        env: Vec<String>,
+        /// The application's start command.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// (guest) The application is ready: print the ready marker, capture if the kernel
+    /// command line asks for it (snapboot.capture snapboot.store=DEV).
+    Ready,
+    /// (device) Freeze, create the hibernation image and write it to the store.
+    Capture(guestcmd::CaptureArgs),
+    /// (device, initramfs) Validate the store's image and restore it; on any failure print
+    /// the reason and return so the cold boot continues.
+    Resume(guestcmd::ResumeArgs),
+    /// Images on a store.
+    #[command(subcommand)]
+    Image(ImageCmd),
+    /// The flash store: named images, dedupe across images, gc, fsck, signatures.
+    #[command(subcommand)]
+    Store(crate::storecmd::StoreCmd),
+}
+
+/// `snapboot image`.
+#[derive(Subcommand, Debug)]
+pub enum ImageCmd {
+    /// Show an image: identity, counts, checksums verified.
+    Inspect(guestcmd::InspectArgs),
+}
+
+/// Runs a device command.
+pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
+    match cmd {
+        DeviceCmd::Start { env, cmd } => {
+            let code = ondevice::guest::start(&cmd.join(" "), &env)?;
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
+        DeviceCmd::Ready => guestcmd::ready(),
+        DeviceCmd::Capture(a) => guestcmd::capture_cmd(a),
+        DeviceCmd::Resume(a) => guestcmd::resume_cmd(a),
+        DeviceCmd::Image(ImageCmd::Inspect(a)) => guestcmd::inspect(a),
+        DeviceCmd::Store(c) => crate::storecmd::store(c),
+    }
+}
+
+/// What the boot path runs, taken before clap builds the command line (clap constructs
+/// every subcommand and its help first, which costs 0.05-0.1 s of an emulated CPU
+/// translating code that runs once). `argv` is without the program name. Returns `None`
+/// for everything else.
+pub fn fast_path(argv: &[OsString]) -> Option<Result<ExitCode>> {
+    if argv.is_empty() && std::process::id() == 1 {
+        // Started by the kernel as its first process (`rdinit=/bin/snapboot`).
+        guestcmd::early_init();
+    }
+    if argv == ["resume", "--from-cmdline"] {
+        return Some(guestcmd::resume_cmd(guestcmd::ResumeArgs::from_cmdline()));
+    }
+    None
+}
+
+/// The exit code for a command's result: 1 with the reason on stderr for an error.
+pub fn exit(result: Result<ExitCode>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("snapboot: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: DeviceCmd,
+    }
+
+    /// The fast path for `/init`'s call must mean what clap would parse.
+    #[test]
+    fn the_init_fast_path_means_what_the_command_line_says() {
+        let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
+        match cli.cmd {
+            DeviceCmd::Resume(a) => assert_eq!(a, guestcmd::ResumeArgs::from_cmdline()),
+            other => panic!("parsed as {other:?}"),
+        }
+        let argv: Vec<OsString> = vec!["image".into(), "inspect".into()];
+        assert!(
+            fast_path(&argv).is_none(),
+            "only the boot path is taken early"
+        );
+    }
+}
