@@ -180,6 +180,8 @@ pub struct Analysis {
     pub phases: Vec<Phase>,
     /// Initcalls, sorted by start.
     pub initcalls: Vec<Initcall>,
+    /// Device PM callbacks the kernel timed (`pm_print_times`), in log order.
+    pub device_pm: Vec<crate::devpm::DeviceCallback>,
     /// Silent stretches of at least the gap threshold, sorted by time.
     pub gaps: Vec<Gap>,
     /// The gap threshold used, seconds.
@@ -270,6 +272,10 @@ impl Analysis {
             parser.feed(l.t, &l.message);
         }
         let initcalls = parser.finish();
+        let device_pm = lines
+            .iter()
+            .filter_map(|l| crate::devpm::parse(l.t, l.kernel_ts, &l.message))
+            .collect();
 
         let end = lines
             .iter()
@@ -299,6 +305,7 @@ impl Analysis {
             init_exec,
             phases: Vec::new(),
             initcalls,
+            device_pm,
             gaps: Vec::new(),
             gap_threshold: opts.gap_threshold,
             console: None,

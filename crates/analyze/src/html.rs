@@ -264,6 +264,21 @@ fn run_section(h: &mut String, run: &HtmlRun<'_>, name: &str) {
         }
         h.push_str("</table>\n");
     }
+    let restores = crate::devpm::restore_by_device(&a.device_pm);
+    if !restores.is_empty() {
+        h.push_str("<table><tr><th>slowest device restores (pm_print_times)</th><th>ms</th><th>callbacks</th></tr>\n");
+        for d in restores.iter().take(10) {
+            let _ = writeln!(
+                h,
+                "<tr><td><code>{}</code></td><td class=\"num\">{:.3}</td><td><code>{}</code>{}</td></tr>",
+                esc(&d.who),
+                d.duration * 1e3,
+                esc(&d.callbacks.join(" ")),
+                d.failed.map_or_else(String::new, |r| format!(" (returned {r})"))
+            );
+        }
+        h.push_str("</table>\n");
+    }
     if run.findings.is_empty() {
         h.push_str("<p>The advisor found nothing to suggest for this boot.</p>\n");
         return;

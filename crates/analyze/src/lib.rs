@@ -7,6 +7,7 @@
 pub mod advisor;
 pub mod analysis;
 pub mod console;
+pub mod devpm;
 pub mod error;
 pub mod html;
 pub mod initcall;
@@ -18,6 +19,7 @@ pub use advisor::{advise, run_rule, total_saving, Finding, RULES};
 pub use analysis::{Analysis, AnalysisOptions, Gap, Line, Mark, Phase, PhaseKind};
 pub use boottrace::{MilestoneKind, Timeline};
 pub use console::{Cmdline, ConsoleCost, SerialConsole};
+pub use devpm::{restore_by_device, CallbackKind, DeviceCallback, DeviceRestore};
 pub use error::AnalyzeError;
 pub use initcall::{Initcall, InitcallParser};
 pub use kconfig::{

@@ -222,6 +222,31 @@ fn run_text(out: &mut String, r: &RunReport) {
             "no initcall_debug output (boot with initcall_debug to time every initcall)"
         );
     }
+    let restores = crate::devpm::restore_by_device(&a.device_pm);
+    if !restores.is_empty() {
+        let total: f64 = restores.iter().map(|d| d.duration).sum();
+        let span = crate::devpm::restore_span(&a.device_pm).map_or_else(String::new, |s| {
+            format!(", {:.3} ms from first to last", s * 1e3)
+        });
+        let _ = writeln!(
+            out,
+            "device restore (pm_print_times): {} devices, {:.3} ms in their callbacks{span}; slowest:",
+            restores.len(),
+            total * 1e3
+        );
+        for d in restores.iter().take(5) {
+            let failed = d
+                .failed
+                .map_or_else(String::new, |r| format!(", returned {r}"));
+            let _ = writeln!(
+                out,
+                "  {:<28} {:>9.3} ms  {}{failed}",
+                d.who,
+                d.duration * 1e3,
+                d.callbacks.join(" ")
+            );
+        }
+    }
     if let Some(g) = a
         .gaps
         .iter()

@@ -27,8 +27,11 @@
 //! snapboot.handedover       this cold boot was handed over by a restore kernel: do not resume
 //! snapboot.image=N[,N...]   flash store: capture as image N (the first); at resume try
 //!                           these images in order, then the store's others, newest first
-//! snapboot.dedupe=D         flash store: off, full or runs:N (storage dedupe at capture)
+//! snapboot.dedupe=D         flash store: storage dedupe at capture: off, full, selective
+//!                           (the default: selective:90), selective:USE or selective:USE:RUN
 //! snapboot.pin              flash store: pin the captured image (gc and captures keep it)
+//! snapboot.pmtimes          the image times each device's restore (pm_print_times), for
+//!                           `snapboot analyze` to name the slowest devices
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -75,10 +78,12 @@ pub mod key {
     pub const DEDUPE: &str = "snapboot.dedupe";
     /// Flash store: pin the captured image.
     pub const PIN: &str = "snapboot.pin";
+    /// Capture an image that times every device's restore callback.
+    pub const PMTIMES: &str = "snapboot.pmtimes";
     /// Every key.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         STORE, CAPTURE, THEN, FORCE, NODROP, NOCOMPACT, COMPRESS, LAZY, SWAPSIZE, ONCE, THREADS,
-        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER, IMAGE, DEDUPE, PIN,
+        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER, IMAGE, DEDUPE, PIN, PMTIMES,
     ];
 }
 
@@ -169,6 +174,8 @@ pub struct BootParams {
     pub dedupe: Option<Dedupe>,
     /// `snapboot.pin`.
     pub pin: bool,
+    /// `snapboot.pmtimes`.
+    pub pm_times: bool,
 }
 
 impl Default for BootParams {
@@ -192,16 +199,43 @@ impl Default for BootParams {
             images: Vec::new(),
             dedupe: None,
             pin: false,
+            pm_times: false,
         }
     }
 }
 
-/// Parses `off`, `full` or `runs:N` (N ≥ 1).
+/// What a dedupe word may be.
+pub const DEDUPE_WORDS: &str = "off, full, selective, selective:USE% or selective:USE%:RUN";
+
+/// Parses `off`, `full`, `selective` (the default policy), `selective:USE` (reference an
+/// old chunk only when the image uses at least USE percent of it, 0-100),
+/// `selective:USE:RUN` (and only runs of at least RUN ≥ 1 pages), or `runs:N` (the same as
+/// `selective:0:N`).
 pub fn parse_dedupe(s: &str) -> Option<Dedupe> {
-    match s.split_once(':') {
-        None if s == "off" => Some(Dedupe::Off),
-        None if s == "full" => Some(Dedupe::Full),
-        Some(("runs", n)) => n.parse().ok().filter(|&n| n >= 1).map(Dedupe::Runs),
+    let percent = |u: &str| {
+        u.trim_end_matches('%')
+            .parse::<u8>()
+            .ok()
+            .filter(|&u| u <= 100)
+    };
+    let run = |n: &str| n.parse::<u16>().ok().filter(|&n| n >= 1);
+    let parts: Vec<&str> = s.split(':').collect();
+    match parts.as_slice() {
+        ["off"] => Some(Dedupe::Off),
+        ["full"] => Some(Dedupe::Full),
+        ["selective"] => Some(Dedupe::SELECTIVE),
+        ["selective", u] => Some(Dedupe::Selective {
+            min_use: percent(u)?,
+            min_run: 1,
+        }),
+        ["selective", u, n] => Some(Dedupe::Selective {
+            min_use: percent(u)?,
+            min_run: run(n)?,
+        }),
+        ["runs", n] => Some(Dedupe::Selective {
+            min_use: 0,
+            min_run: run(n)?,
+        }),
         _ => None,
     }
 }
@@ -211,7 +245,11 @@ pub fn dedupe_word(d: Dedupe) -> String {
     match d {
         Dedupe::Off => "off".into(),
         Dedupe::Full => "full".into(),
-        Dedupe::Runs(n) => format!("runs:{n}"),
+        Dedupe::Selective {
+            min_use,
+            min_run: 1,
+        } => format!("selective:{min_use}"),
+        Dedupe::Selective { min_use, min_run } => format!("selective:{min_use}:{min_run}"),
     }
 }
 
@@ -347,9 +385,12 @@ impl BootParams {
                 }
                 key::DEDUPE => {
                     let d = value.and_then(parse_dedupe);
-                    p.dedupe = Some(d.ok_or_else(|| bad("expected off, full or runs:N"))?);
+                    p.dedupe = Some(d.ok_or_else(|| {
+                        bad("expected off, full, selective, selective:USE or selective:USE:RUN")
+                    })?);
                 }
                 key::PIN => p.pin = flag(value)?,
+                key::PMTIMES => p.pm_times = flag(value)?,
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -386,6 +427,7 @@ impl BootParams {
             (!self.images.is_empty()).then(|| with(key::IMAGE, &self.images.join(","))),
             self.dedupe.map(|d| with(key::DEDUPE, &dedupe_word(d))),
             self.pin.then(|| key::PIN.to_string()),
+            self.pm_times.then(|| key::PMTIMES.to_string()),
         ];
         words.into_iter().flatten().collect()
     }

@@ -18,7 +18,7 @@ fn each_word_sets_its_field() {
          snapboot.lazy=96M snapboot.swapsize=1G snapboot.once snapboot.threads=2 \
          snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
-         snapboot.dedupe=runs:4 snapboot.pin",
+         snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes",
     )
     .unwrap();
     assert_eq!(
@@ -40,10 +40,45 @@ fn each_word_sets_its_field() {
             cold_kernel: Some("/dev/vde".into()),
             handed_over: true,
             images: vec!["new".into(), "factory".into()],
-            dedupe: Some(Dedupe::Runs(4)),
+            dedupe: Some(Dedupe::Selective {
+                min_use: 0,
+                min_run: 4,
+            }),
             pin: true,
+            pm_times: true,
         }
     );
+}
+
+#[test]
+fn dedupe_words() {
+    use crate::{dedupe_word, parse_dedupe};
+    assert_eq!(parse_dedupe("selective"), Some(Dedupe::SELECTIVE));
+    assert_eq!(
+        parse_dedupe("selective:75%"),
+        Some(Dedupe::Selective {
+            min_use: 75,
+            min_run: 1
+        })
+    );
+    assert_eq!(
+        parse_dedupe("runs:8"),
+        Some(Dedupe::Selective {
+            min_use: 0,
+            min_run: 8
+        })
+    );
+    assert_eq!(dedupe_word(Dedupe::SELECTIVE), "selective:90");
+    for bad in [
+        "selective:",
+        "selective:90:0",
+        "runs:",
+        "full:1",
+        "selective:x",
+        "on",
+    ] {
+        assert_eq!(parse_dedupe(bad), None, "{bad}");
+    }
 }
 
 #[test]
@@ -100,7 +135,7 @@ fn bad_words_are_named() {
         ),
         (
             "snapboot.dedupe=runs:0",
-            "snapboot.dedupe=runs:0: expected off, full or runs:N",
+            "snapboot.dedupe=runs:0: expected off, full, selective, selective:USE or selective:USE:RUN",
         ),
         (
             "snapboot.image=a,,b",
@@ -108,6 +143,14 @@ fn bad_words_are_named() {
              (each 1 to 64 of A-Z a-z 0-9 . _ -)",
         ),
         ("snapboot.pin=1", "snapboot.pin=1: takes no value"),
+        (
+            "snapboot.dedupe=selective:101",
+            "snapboot.dedupe=selective:101: expected off, full, selective, selective:USE or selective:USE:RUN",
+        ),
+        (
+            "snapboot.pmtimes=yes",
+            "snapboot.pmtimes=yes: takes no value",
+        ),
     ] {
         assert_eq!(BootParams::parse(line).unwrap_err().to_string(), want);
     }
@@ -171,9 +214,11 @@ prop_compose! {
         threads in proptest::option::of(0usize..64),
         images in proptest::collection::vec("[A-Za-z0-9._-]{1,12}", 0..3),
         dedupe in proptest::option::of(prop_oneof![
-            Just(Dedupe::Off), Just(Dedupe::Full), (1u16..100).prop_map(Dedupe::Runs)
+            Just(Dedupe::Off), Just(Dedupe::Full),
+            (0u8..=100, 1u16..100).prop_map(|(min_use, min_run)| Dedupe::Selective { min_use, min_run })
         ]),
         pin in any::<bool>(),
+        pm_times in any::<bool>(),
     ) -> BootParams {
         BootParams {
             store,
@@ -194,6 +239,7 @@ prop_compose! {
             images,
             dedupe,
             pin,
+            pm_times,
         }
     }
 }

@@ -25,7 +25,7 @@ pub use layout::{
 pub use medium::{FailingMedium, Medium, MemMedium};
 pub use reader::{ChunkTimes, ImageReader};
 pub use store::{valid_name, FormatOptions, GcReport, Store, Usage};
-pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions};
+pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 
 #[cfg(test)]
 mod tests;

@@ -53,7 +53,10 @@ fn mutate(mem: &mut [Page], per_mille: u64, seed: u64) {
 fn wo() -> WriteOptions {
     WriteOptions {
         chunk_pages: 8,
-        dedupe: Dedupe::Runs(2),
+        dedupe: Dedupe::Selective {
+            min_use: 50,
+            min_run: 2,
+        },
         ..WriteOptions::default()
     }
 }
@@ -178,7 +181,13 @@ fn storage_dedupe_writes_only_what_changed() {
     for (label, dedupe) in [
         ("off", Dedupe::Off),
         ("full", Dedupe::Full),
-        ("runs", Dedupe::Runs(8)),
+        (
+            "runs",
+            Dedupe::Selective {
+                min_use: 0,
+                min_run: 8,
+            },
+        ),
     ] {
         let mut s = new_store(64 * MIB, 64);
         let o = WriteOptions {
@@ -218,6 +227,69 @@ fn storage_dedupe_writes_only_what_changed() {
     assert!(full_shared >= runs_shared && runs_shared > 0, "{written:?}");
 }
 
+/// Distinct, incompressible-enough pages: no two alike, none zero.
+fn distinct(n: usize, seed: u64) -> Vec<Page> {
+    let mut st = seed;
+    (0..n)
+        .map(|_| {
+            let mut p = [0u8; PAGE];
+            for w in p.chunks_mut(8).take(64) {
+                w.copy_from_slice(&rng(&mut st).to_le_bytes());
+            }
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn selective_dedupe_stores_again_what_a_sparsely_used_chunk_gives() {
+    // `a`: four chunks of 8 pages. `b` keeps a run of 3 pages (37 %) of chunk 0, all of
+    // chunk 1, 6 pages (75 %) of chunk 2 and nothing of chunk 3.
+    let a = distinct(32, 1);
+    let fresh = distinct(40, 2);
+    let mut b: Vec<Page> = Vec::new();
+    b.extend_from_slice(&a[2..5]);
+    b.extend_from_slice(&fresh[..10]);
+    b.extend_from_slice(&a[8..16]);
+    b.extend_from_slice(&fresh[10..20]);
+    b.extend_from_slice(&a[16..22]);
+    b.extend_from_slice(&a[2..5]); // the same pages again: memory dedupe
+    for (floor, kept, new) in [(0u8, 3usize, 20u64), (50, 2, 23), (80, 1, 29)] {
+        let mut s = new_store(8 * MIB, 16);
+        let o = WriteOptions {
+            dedupe: Dedupe::Selective {
+                min_use: floor,
+                min_run: 2,
+            },
+            lz4: false,
+            ..wo()
+        };
+        let ca = write(&mut s, "a", &a, o).unwrap();
+        let cb = write(&mut s, "b", &b, o).unwrap();
+        assert_eq!(read(&s, "a").unwrap(), a, "floor {floor}");
+        assert_eq!(read(&s, "b").unwrap(), b, "floor {floor}");
+        assert_clean(&s);
+        let old: Vec<u64> = ca.image.chunks.clone();
+        let shared_chunks = cb.image.chunks.iter().filter(|c| old.contains(c)).count();
+        assert_eq!(shared_chunks, kept, "floor {floor}: {:?}", cb.image.chunks);
+        // Every distinct page of `b` is either a reference into `a` or stored by `b`.
+        let st = cb.image.stats;
+        assert_eq!(st.unique_pages, 37, "floor {floor}: {st:?}");
+        assert_eq!(
+            (st.new_pages, st.shared_pages),
+            (new, 37 - new),
+            "floor {floor}: {st:?}"
+        );
+        let reopened = Store::open(s.medium().clone()).unwrap();
+        assert_eq!(read(&reopened, "b").unwrap(), b);
+        // Removing `a` leaves `b` whole.
+        s.remove("a").unwrap();
+        s.gc().unwrap();
+        assert_eq!(read(&s, "b").unwrap(), b, "floor {floor}, after gc");
+        assert_clean(&s);
+    }
+}
+
 #[test]
 fn hundreds_of_generations_read_back_exactly_and_gc_leaves_no_leak() {
     let mut s = new_store(48 * MIB, 16);
@@ -243,7 +315,14 @@ fn hundreds_of_generations_read_back_exactly_and_gc_leaves_no_leak() {
                 if r.is_multiple_of(11) {
                     mem.truncate(100);
                 }
-                let dedupe = [Dedupe::Full, Dedupe::Runs(4), Dedupe::Off][(r % 3) as usize];
+                let dedupe = [
+                    Dedupe::Full,
+                    Dedupe::Selective {
+                        min_use: (r % 4 * 30) as u8,
+                        min_run: (r % 5 + 1) as u16,
+                    },
+                    Dedupe::Off,
+                ][(r % 3) as usize];
                 let o = WriteOptions {
                     dedupe,
                     chunk_pages: 4 + (r % 3) as u16 * 6,

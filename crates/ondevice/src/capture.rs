@@ -44,6 +44,9 @@ pub struct CaptureOptions {
     pub pin: bool,
     /// Flash store: sign the image with this secret key after committing it.
     pub sign_key: Option<PathBuf>,
+    /// Turn the kernel's device PM timing on before the image is taken, so every restore of
+    /// it prints how long each device's restore callback ran (`snapboot analyze` reads it).
+    pub pm_times: bool,
 }
 
 impl CaptureOptions {
@@ -61,6 +64,7 @@ impl CaptureOptions {
             dedupe: None,
             pin: false,
             sign_key: None,
+            pm_times: false,
         }
     }
 }
@@ -160,6 +164,18 @@ fn flash_target(o: &CaptureOptions) -> Result<flashstore::Store<std::fs::File>, 
     })
 }
 
+/// The kernel's switch for timing every device PM callback (`CONFIG_PM_SLEEP_DEBUG`); the
+/// lines are `KERN_INFO`, on the console at the default log level.
+const PM_PRINT_TIMES: &str = "/sys/power/pm_print_times";
+
+/// Turns device PM timing on in the running kernel; the image keeps it on. An error says
+/// why it could not, and that the capture goes on without it.
+fn enable_pm_times() -> Result<(), String> {
+    std::fs::write(PM_PRINT_TIMES, "1\n").map_err(|e| {
+        format!("cannot write {PM_PRINT_TIMES} ({e}): a kernel without CONFIG_PM_SLEEP_DEBUG; capturing without device timing")
+    })
+}
+
 /// Runs a capture; see the module docs.
 pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     if !o.force {
@@ -190,6 +206,15 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     rustix::fs::sync();
     if o.drop_caches {
         let _ = std::fs::write("/proc/sys/vm/drop_caches", "3\n");
+    }
+    if o.pm_times {
+        match enable_pm_times() {
+            Ok(()) => print_marker(
+                "pm-times",
+                Some("every restore of this image times its devices"),
+            ),
+            Err(why) => print_marker("pm-times", Some(&why)),
+        }
     }
     let meta = CaptureMeta {
         identity: running_identity(),

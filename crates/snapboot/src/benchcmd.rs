@@ -71,7 +71,7 @@ pub struct RecaptureArgs {
     /// Records the `app` workload changes (`update N`) before each re-capture.
     #[arg(long, default_value_t = 100)]
     change_records: u32,
-    /// Pages per chunk in the stores (selective dedupe references runs of a quarter of it).
+    /// Pages per chunk in the stores.
     #[arg(long, default_value_t = flashstore::DEFAULT_CHUNK_PAGES,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     chunk_pages: u16,

@@ -281,7 +281,7 @@ pub struct BoardCaptureArgs {
     /// Flash store: the image's name (default: current).
     #[arg(long)]
     pub image: Option<String>,
-    /// Flash store: storage dedupe against the other images: off, full or runs:N.
+    /// Flash store: storage dedupe against the other images: off, full, selective, selective:USE or selective:USE:RUN.
     #[arg(long)]
     pub dedupe: Option<String>,
     /// Flash store: pin the image.
@@ -291,6 +291,10 @@ pub struct BoardCaptureArgs {
     /// never enters the board).
     #[arg(long, value_name = "SECRET_KEY")]
     pub sign_key: Option<PathBuf>,
+    /// Every restore of the image prints how long each device's restore took (the kernel's
+    /// pm_print_times): `board run --analyze` then names the slowest devices.
+    #[arg(long)]
+    pub pm_times: bool,
 }
 
 /// `snapboot board capture`.
@@ -309,10 +313,11 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     }
     let dedupe = match &a.dedupe {
         None => None,
-        Some(d) => Some(
-            bootparams::parse_dedupe(d)
-                .with_context(|| format!("--dedupe {d}: expected off, full or runs:N"))?,
-        ),
+        Some(d) => Some(bootparams::parse_dedupe(d).with_context(|| {
+            format!(
+                "--dedupe {d}: expected off, full, selective, selective:USE or selective:USE:RUN"
+            )
+        })?),
     };
     let sign_key = match &a.sign_key {
         None => None,
@@ -322,6 +327,7 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     let mut opts = a.board.to_run_options(&bundle)?;
     opts.echo = a.console;
     opts.params.lazy = lazy;
+    opts.params.pm_times = a.pm_times;
     if a.flash && !a.store.exists() {
         // Signed images need cryptographic chunk checksums; others get the fast ones.
         let check = if sign_key.is_some() {

@@ -50,8 +50,9 @@ pub struct CaptureArgs {
     /// Flash store: the image's name.
     #[arg(long, default_value = ondevice::flash::DEFAULT_IMAGE)]
     name: String,
-    /// Flash store: storage dedupe against the store's other images: off, full or runs:N
-    /// (default: runs of a quarter chunk).
+    /// Flash store: storage dedupe against the store's other images: off, full, selective,
+    /// selective:USE or selective:USE:RUN (default: selective, which references an old chunk
+    /// only when the image uses 90 % of it).
     #[arg(long)]
     dedupe: Option<String>,
     /// Flash store: pin the image (captures and gc leave it alone until unpinned).
@@ -60,6 +61,10 @@ pub struct CaptureArgs {
     /// Flash store: sign the image with this secret key (`snapboot key gen`).
     #[arg(long, value_name = "SECRET_KEY")]
     sign_key: Option<PathBuf>,
+    /// Every restore of the image prints how long each device's restore took (the kernel's
+    /// pm_print_times), for `snapboot analyze`.
+    #[arg(long)]
+    pm_times: bool,
 }
 
 /// `snapboot resume`.
@@ -189,6 +194,7 @@ fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
     }
     o.dedupe = p.dedupe;
     o.pin = p.pin;
+    o.pm_times = p.pm_times;
     o
 }
 
@@ -252,13 +258,15 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     );
     o.image = a.name;
     if let Some(d) = &a.dedupe {
-        o.dedupe = Some(
-            bootparams::parse_dedupe(d)
-                .with_context(|| format!("--dedupe {d}: expected off, full or runs:N"))?,
-        );
+        o.dedupe = Some(bootparams::parse_dedupe(d).with_context(|| {
+            format!(
+                "--dedupe {d}: expected off, full, selective, selective:USE or selective:USE:RUN"
+            )
+        })?);
     }
     o.pin = a.pin;
     o.sign_key = a.sign_key;
+    o.pm_times = a.pm_times;
     run_capture(&o)
 }
 

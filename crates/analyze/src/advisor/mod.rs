@@ -49,11 +49,12 @@ const ALL: &[(&str, Rule)] = &[
     ("kernel_compression", rules::kernel_compression),
     ("snapshot_gain", rules::snapshot_gain),
     ("restore_kernel", rules::restore_kernel),
+    ("slow_device_restore", rules::slow_device_restore),
     ("handover", rules::handover),
 ];
 
 /// The names of all rules.
-pub const RULES: [&str; 13] = [
+pub const RULES: [&str; 14] = [
     "lpj",
     "quiet",
     "ip_autoconfig",
@@ -66,6 +67,7 @@ pub const RULES: [&str; 13] = [
     "kernel_compression",
     "snapshot_gain",
     "restore_kernel",
+    "slow_device_restore",
     "handover",
 ];
 

@@ -35,6 +35,11 @@ const DEFAULT_IMAGE_MB: f64 = 64.0;
 const RESTORE_KERNEL_SHARE: f64 = 0.33;
 /// A restore kernel is worth suggesting from this saving (seconds).
 const RESTORE_KERNEL_MIN_GAIN_S: f64 = 0.3;
+/// Device restore callbacks worth naming: together at least this long (seconds) ...
+const SLOW_DEVICE_RESTORE_S: f64 = 0.01;
+/// ... the devices at least this long (seconds), at most this many.
+const SLOW_DEVICE_S: f64 = 0.002;
+const TOP_DEVICES: usize = 3;
 
 fn finding(
     rule: &str,
@@ -510,5 +515,53 @@ pub(super) fn handover(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding
         timed(a).then_some(spent),
         format!("@fallback {reason}"),
         "fix what the reason names, or capture a new image (a boot with `snapboot.capture`): until then every power-on pays the restore kernel and the kexec on top of a cold boot",
+    ))
+}
+
+/// Device restore callbacks (`pm_print_times`, see `snapboot.pmtimes`) that take a visible
+/// part of a snapshot boot, with the slowest devices named.
+pub(super) fn slow_device_restore(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding> {
+    let by = crate::devpm::restore_by_device(&a.device_pm);
+    let total: f64 = by.iter().map(|d| d.duration).sum();
+    if total < SLOW_DEVICE_RESTORE_S {
+        return None;
+    }
+    let slow: Vec<_> = by
+        .iter()
+        .filter(|d| d.duration >= SLOW_DEVICE_S)
+        .take(TOP_DEVICES)
+        .collect();
+    if slow.is_empty() {
+        return None;
+    }
+    let named: f64 = slow.iter().map(|d| d.duration).sum();
+    // Callbacks of different devices overlap where the kernel runs them asynchronously: no
+    // fix saves more than the restore's wall time.
+    let span = crate::devpm::restore_span(&a.device_pm);
+    let saving = span.map_or(named, |s| named.min(s));
+    let evidence: Vec<String> = slow
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {:.1} ms ({})",
+                d.who,
+                d.duration * 1e3,
+                d.callbacks.join(", ")
+            )
+        })
+        .collect();
+    Some(finding(
+        "slow_device_restore",
+        format!(
+            "Restoring {} devices took {}{:.1} ms of callbacks; the slowest {} took {:.1} ms",
+            by.len(),
+            span.map_or_else(String::new, |s| format!("{:.1} ms, ", s * 1e3)),
+            total * 1e3,
+            slow.len(),
+            named * 1e3
+        ),
+        Some(saving),
+        evidence.join("; "),
+        "every device in the image is restored at every boot: leave devices the application does not use off the board or unbind their drivers before the capture; for one it needs, look for a slow reset in its driver's restore callback (virtio: one queue set-up per virtqueue)",
     ))
 }

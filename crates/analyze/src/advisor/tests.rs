@@ -19,6 +19,7 @@ const HOST: &str = log!("tests/data/host-dmesg.log");
 const RESTORE_STOCK: &str = log!("tests/data/shell-restore-stock-kernel.log");
 const RESTORE_RK: &str = log!("tests/data/shell-restore-restore-kernel.log");
 const HANDOVER: &str = log!("tests/data/shell-handover.log");
+const PM_TIMES: &str = log!("tests/data/shell-restore-pm-times.log");
 
 fn analyse(text: &str) -> Analysis {
     match Timeline::parse(text) {
@@ -271,4 +272,33 @@ fn handover_names_the_reason_and_the_time_lost() {
     assert!(near(f.saving_s.unwrap(), 8.739, 0.01), "{f:?}");
     assert_eq!(fires("handover", RESTORE_RK, None), None);
     assert_eq!(fires("handover", SHELL_COLD, None), None);
+}
+
+#[test]
+fn slow_device_restore_names_the_slowest_devices_of_a_pm_times_image() {
+    // A restore-kernel boot of an image captured with `snapboot.pmtimes`.
+    let a = analyse(PM_TIMES);
+    let by = crate::devpm::restore_by_device(&a.device_pm);
+    assert_eq!(by.len(), 28, "{by:?}");
+    assert_eq!(by[0].who, "virtio-pci 0000:00:01.0");
+    assert_eq!(by[0].callbacks, ["pci_pm_restore_noirq", "pci_pm_restore"]);
+    assert!(near(by[0].duration, 0.078644, 1e-6), "{:?}", by[0]);
+    // The capture's freeze lines, still in the image's log buffer, are not the restore.
+    assert!(a.device_pm.iter().any(|c| c.callback == "pci_pm_freeze"));
+    assert!(by
+        .iter()
+        .all(|d| d.callbacks.iter().all(|c| !c.contains("freeze"))));
+    let f = fires("slow_device_restore", PM_TIMES, None).expect("fires");
+    assert!(
+        f.evidence.starts_with("virtio-pci 0000:00:01.0 78.6 ms"),
+        "{}",
+        f.evidence
+    );
+    // The callbacks overlap: the saving is bounded by the restore's first-to-last span.
+    let span = crate::devpm::restore_span(&a.device_pm).unwrap();
+    assert!(near(span, 0.141826, 1e-5), "{span}");
+    assert!(near(saving(&Some(f)), span, 1e-9));
+    // Silent without pm_print_times lines.
+    assert_eq!(fires("slow_device_restore", RESTORE_RK, None), None);
+    assert_eq!(fires("slow_device_restore", SHELL_COLD, None), None);
 }

@@ -69,8 +69,7 @@ pub struct Plan {
     pub runs: usize,
     /// Where re-captures come from.
     pub from: Source,
-    /// Pages per chunk in the stores (the selective policy references runs of a quarter of
-    /// that).
+    /// Pages per chunk in the stores.
     pub chunk_pages: u16,
 }
 
@@ -177,7 +176,7 @@ pub fn recapture(
     let (captures, runs, from) = (plan.captures, plan.runs, &plan.from);
     let base = WriteOptions {
         chunk_pages: plan.chunk_pages,
-        dedupe: Dedupe::Runs((plan.chunk_pages / 4).max(1)),
+        dedupe: Dedupe::SELECTIVE,
         ..WriteOptions::default()
     };
     if runs == 0 || captures == 0 {
