@@ -135,9 +135,10 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         ),
     }
     println!(
-        "chunks of {} pages; selective dedupe references runs of {} or more",
+        "chunks of {} pages; selective dedupe ({}) references an old chunk only when the image uses {} % of it",
         a.chunk_pages,
-        (a.chunk_pages / 4).max(1)
+        bootparams::dedupe_word(flashstore::Dedupe::SELECTIVE),
+        flashstore::DEFAULT_MIN_USE
     );
     println!(
         "bytes written per capture (MiB; % of a full image's {:.1} MiB of chunks)",

@@ -13,7 +13,8 @@
 //! becomes the pinned `factory` image, every later one replaces `current`. Every commit's
 //! bytes written are recorded. Then the last image is restored `runs` times from each
 //! store, and from a fresh store holding only that image (the layout dedupe cannot spoil),
-//! the stores taking turns so drift hits all of them alike.
+//! the stores taking turns, each round starting with the next one, so drift and the
+//! position in a round hit all of them alike.
 
 use super::{measured_boot, BenchError, MethodRuns};
 use crate::bundle::Bundle;
@@ -253,8 +254,11 @@ pub fn recapture(
     // fresh, selective, full: the order of RECAPTURE_METHODS.
     let restore_from = [path("fresh"), path("selective"), path("full")];
     let mut timelines: Vec<Vec<boottrace::Timeline>> = vec![Vec::new(); restore_from.len()];
-    for _ in 0..runs {
-        for (k, store) in restore_from.iter().enumerate() {
+    for round in 0..runs {
+        // Each round starts with another store, so no store always follows the same one.
+        for j in 0..restore_from.len() {
+            let k = (round + j) % restore_from.len();
+            let store = &restore_from[k];
             let mut o = opts.clone();
             attach_store(&mut o, store, false)?;
             o.params.images = vec!["current".into()];

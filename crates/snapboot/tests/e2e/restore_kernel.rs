@@ -132,3 +132,51 @@ fn restore_kernel_hands_another_kernels_image_to_a_cold_boot_of_the_stock_kernel
     crate::snapshot::rename_release(&bad);
     expect_handover(&bad, 0, "kernel release differs");
 }
+
+/// An image captured with `--pm-times` times every device's restore at each restore, and
+/// `snapboot analyze` names the devices from the console log.
+#[test]
+fn a_pm_times_image_shows_its_device_restores_to_analyze() {
+    let b = bundle("shell");
+    restore_kernel();
+    let store = crate::common::home().join("test-rk-pm-times.store");
+    let log = crate::common::home().join("test-rk-pm-times.log");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b)
+        .arg("--store")
+        .arg(&store)
+        .args(["--pm-times", "--console"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    assert!(
+        so.contains("@pm-times every restore of this image times its devices"),
+        "the capture says it turned timing on:\n{so}"
+    );
+    let mut c = snapboot();
+    c.args(["board", "run"])
+        .arg(&b)
+        .args(["--restore-kernel", "--probe", "--store"])
+        .arg(&store)
+        .arg("--log")
+        .arg(&log);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "restore failed:\n{so}\n{se}");
+    let mut c = snapboot();
+    c.arg("analyze").arg(&log);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "analyze failed:\n{so}\n{se}");
+    let re = Regex::new(r"device restore \(pm_print_times\): (\d+) devices, [0-9.]+ ms in their callbacks, [0-9.]+ ms from first to last").unwrap();
+    let devices: u32 = re
+        .captures(&so)
+        .unwrap_or_else(|| panic!("no device restore summary in:\n{so}"))[1]
+        .parse()
+        .unwrap();
+    // Four virtio functions (root, store, kernel pack, RNG), the PCI host bridge, serial...
+    assert!(devices >= 6, "{devices} devices:\n{so}");
+    assert!(
+        so.contains("virtio-pci 0000:00:0"),
+        "virtio disks named:\n{so}"
+    );
+}
