@@ -238,12 +238,10 @@ pub fn compare(
         })
     };
 
-    let mut cold = Vec::new();
-    for _ in 0..runs {
-        cold.push(boot(opts, false, "cold boot")?);
-        tick();
-    }
-
+    // First every image: the kernel's own hibernation to swap, a snapboot image and a lazy
+    // one. Then the boots, in rounds of one boot per method, each round starting with the
+    // next method: the host's drift (this one is shared and noisy) and the position after
+    // another method's boot hit every method alike.
     let swap_saved = work.join("kernel-native.swap");
     let swap = work.join("kernel-native.swap.run");
     native::make_swap(&swap, opts.mem_mib)?;
@@ -257,55 +255,59 @@ pub fn compare(
             source,
         })?;
     tick();
-    let mut resumed = Vec::new();
-    for _ in 0..runs {
-        native::sparse_copy(&swap_saved, &swap)?;
-        let o = native::with_swap(opts, &swap, false);
-        resumed.push(boot(&o, true, "kernel-native resume")?);
-        tick();
-    }
+    let snap = snapboot_image(bundle, opts, work, false)?;
+    tick();
+    let lazy = snapboot_image(bundle, opts, work, true)?;
+    tick();
 
-    let (snap, snap_store) = snapboot_method(bundle, opts, work, false, runs, tick)?;
-    let (lazy, lazy_store) = snapboot_method(bundle, opts, work, true, runs, tick)?;
-    let mut restored_by_rk = Vec::new();
-    if let Some(vmlinux) = restore_kernel {
+    let rk_opts = restore_kernel.map(|vmlinux| {
         let mut o = opts.clone();
         o.kernel = KernelImage::Restore(vmlinux.to_path_buf());
-        for (i, (from, store)) in [(&snap, &snap_store), (&lazy, &lazy_store)]
-            .into_iter()
-            .enumerate()
-        {
-            let method = RESTORE_KERNEL_METHODS[i];
-            let mut timelines = Vec::new();
-            for _ in 0..runs {
-                timelines.push(resume_boot(bundle, &o, store, method)?);
-                tick();
-            }
-            restored_by_rk.push(MethodRuns {
-                method,
-                timelines,
-                image_bytes: from.image_bytes,
-                stored_bytes: from.stored_bytes,
-            });
-        }
-    }
+        o
+    });
     let mut methods = vec![
         MethodRuns {
             method: COMPARE_METHODS[0],
-            timelines: cold,
+            timelines: Vec::new(),
             image_bytes: None,
             stored_bytes: None,
         },
         MethodRuns {
             method: COMPARE_METHODS[1],
-            timelines: resumed,
+            timelines: Vec::new(),
             image_bytes: Some(native_raw),
             stored_bytes: Some(native_disk),
         },
-        snap,
-        lazy,
+        snap.runs(COMPARE_METHODS[2]),
+        lazy.runs(COMPARE_METHODS[3]),
     ];
-    methods.extend(restored_by_rk);
+    if rk_opts.is_some() {
+        methods.push(snap.runs(RESTORE_KERNEL_METHODS[0]));
+        methods.push(lazy.runs(RESTORE_KERNEL_METHODS[1]));
+    }
+    let n = methods.len();
+    for round in 0..runs {
+        for j in 0..n {
+            let k = (round + j) % n;
+            let t = match k {
+                0 => boot(opts, false, "cold boot")?,
+                1 => {
+                    native::sparse_copy(&swap_saved, &swap)?;
+                    let o = native::with_swap(opts, &swap, false);
+                    boot(&o, true, "kernel-native resume")?
+                }
+                2 => resume_boot(bundle, opts, &snap.store, methods[k].method)?,
+                3 => resume_boot(bundle, opts, &lazy.store, methods[k].method)?,
+                _ => {
+                    let o = rk_opts.as_ref().unwrap_or(opts);
+                    let store = if k == 4 { &snap.store } else { &lazy.store };
+                    resume_boot(bundle, o, store, methods[k].method)?
+                }
+            };
+            methods[k].timelines.push(t);
+            tick();
+        }
+    }
     Ok(methods)
 }
 
@@ -324,16 +326,32 @@ fn resume_boot(
     })
 }
 
-/// Captures one snapboot image (full or lazy) into its own store under `work`, then boots
-/// it `runs` times. Returns the boots and the store.
-fn snapboot_method(
+/// A snapboot image captured for `compare`: its store and sizes.
+struct Captured {
+    store: PathBuf,
+    raw: u64,
+    stored: u64,
+}
+
+impl Captured {
+    /// An empty run list for `method`, restoring this image.
+    fn runs(&self, method: &'static str) -> MethodRuns {
+        MethodRuns {
+            method,
+            timelines: Vec::new(),
+            image_bytes: Some(self.raw),
+            stored_bytes: Some(self.stored),
+        }
+    }
+}
+
+/// Captures one snapboot image (full or lazy) into its own store under `work`.
+fn snapboot_image(
     bundle: &Bundle,
     opts: &RunOptions,
     work: &Path,
     lazy: bool,
-    runs: usize,
-    tick: &mut dyn FnMut(),
-) -> Result<(MethodRuns, PathBuf), BenchError> {
+) -> Result<Captured, BenchError> {
     let method = if lazy {
         COMPARE_METHODS[3]
     } else {
@@ -346,19 +364,11 @@ fn snapboot_method(
     capture_boot(bundle, &capture_opts, &store)
         .map_err(|source| BenchError::Capture { method, source })?;
     let info = Store::open(&store, false)?.newest()?;
-    tick();
-    let mut timelines = Vec::new();
-    for _ in 0..runs {
-        timelines.push(resume_boot(bundle, opts, &store, method)?);
-        tick();
-    }
-    let runs = MethodRuns {
-        method,
-        timelines,
-        image_bytes: Some(info.stats.raw_bytes),
-        stored_bytes: Some(info.image_bytes),
-    };
-    Ok((runs, store))
+    Ok(Captured {
+        store,
+        raw: info.stats.raw_bytes,
+        stored: info.image_bytes,
+    })
 }
 
 /// The report of a benchmark run of `bundle` with `opts`, finished now.
