@@ -23,7 +23,7 @@ pub use layout::{
     DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
-pub use reader::{ChunkTimes, ImageReader};
+pub use reader::{ChunkTimes, ImageReader, ReadCost};
 pub use store::{valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 

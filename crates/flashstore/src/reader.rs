@@ -213,6 +213,56 @@ impl<M: Medium> ImageReader<'_, M> {
     }
 }
 
+/// What a restore of one image reads: every chunk it references, whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReadCost {
+    /// Chunks the image references.
+    pub chunks: u64,
+    /// Their stored bytes: what the restore reads, checks and decompresses.
+    pub chunk_bytes: u64,
+    /// The share of those bytes that holds pages the image uses (each chunk's stored bytes
+    /// times the share of its slots the image references).
+    pub used_bytes: f64,
+}
+
+impl ReadCost {
+    /// Stored bytes read per stored byte used (1.0: every chunk is used whole).
+    pub fn amplification(&self) -> f64 {
+        if self.used_bytes > 0.0 {
+            self.chunk_bytes as f64 / self.used_bytes
+        } else {
+            1.0
+        }
+    }
+}
+
+impl<M: Medium> Store<M> {
+    /// What restoring `rec` reads, from its page list (the dedupe policy's effect on the
+    /// restore: chunks shared with other images that this one only partly uses).
+    pub fn read_cost(&self, rec: &crate::layout::ImageRec) -> Result<ReadCost, StoreError> {
+        let meta = self.image_meta(rec)?;
+        let mut used: HashMap<u64, std::collections::HashSet<u16>> = HashMap::new();
+        for p in &meta.pages {
+            if let PageRef::At { chunk, slot } = *p {
+                used.entry(chunk).or_default().insert(slot);
+            }
+        }
+        let mut cost = ReadCost::default();
+        for c in self
+            .catalog
+            .chunks
+            .iter()
+            .filter(|c| used.contains_key(&c.id))
+        {
+            cost.chunks += 1;
+            cost.chunk_bytes += u64::from(c.stored_len);
+            cost.used_bytes +=
+                f64::from(c.stored_len) * used[&c.id].len() as f64 / f64::from(c.pages.max(1));
+        }
+        Ok(cost)
+    }
+}
+
 /// A chunk's pages, checked: BLAKE3 of the stored bytes, then the decompressed size.
 pub(crate) fn read_chunk<M: Medium>(store: &Store<M>, c: &ChunkRec) -> Result<Vec<u8>, StoreError> {
     read_chunk_timed(store, c, &mut ChunkTimes::default())

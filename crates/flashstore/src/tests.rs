@@ -280,6 +280,20 @@ fn selective_dedupe_stores_again_what_a_sparsely_used_chunk_gives() {
             (new, 37 - new),
             "floor {floor}: {st:?}"
         );
+        // What its restore reads (raw chunks, so bytes are pages): with no floor, all of
+        // `a`'s chunks 0 (3 of 8 pages used), 1 and 2 (6 of 8) and its own 20 pages; the
+        // floors re-pack chunk 0, then chunk 2, so nothing unused is read.
+        let cost = s.read_cost(s.image("b").unwrap()).unwrap();
+        let read_pages = [44.0, 39.0, 37.0][usize::from(floor > 0) + usize::from(floor > 50)];
+        assert_eq!(
+            cost.chunk_bytes,
+            read_pages as u64 * PAGE as u64,
+            "{cost:?}"
+        );
+        assert!(
+            (cost.amplification() - read_pages / 37.0).abs() < 1e-9,
+            "{cost:?}"
+        );
         let reopened = Store::open(s.medium().clone()).unwrap();
         assert_eq!(read(&reopened, "b").unwrap(), b);
         // Removing `a` leaves `b` whole.

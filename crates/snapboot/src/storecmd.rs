@@ -247,8 +247,23 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                 .values()
                 .filter(|&&f| f * 100 < cb * u64::from(ondevice::flash::RECLAIM_BELOW_PERCENT))
                 .count();
+            let costs = s
+                .images()
+                .iter()
+                .map(|r| s.read_cost(r))
+                .collect::<Result<Vec<_>, _>>()?;
             if a.json {
-                let images: Vec<_> = s.images().iter().map(|r| describe(&s, r, None)).collect();
+                let images: Vec<_> = s
+                    .images()
+                    .iter()
+                    .zip(&costs)
+                    .map(|(r, c)| {
+                        let mut v = describe(&s, r, None);
+                        v["restore_read_bytes"] = c.chunk_bytes.into();
+                        v["restore_read_amplification"] = c.amplification().into();
+                        v
+                    })
+                    .collect();
                 let v = serde_json::json!({
                     "generation": s.generation(),
                     "cluster_bytes": cb,
@@ -285,24 +300,27 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     ondevice::flash::RECLAIM_BELOW_PERCENT
                 );
                 println!(
-                    "{:<16} {:>10} {:>10} {:>10} {:>10}",
-                    "IMAGE", "RAW MiB", "A MiB", "B MiB", "C MiB"
+                    "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
+                    "IMAGE", "RAW MiB", "A MiB", "B MiB", "C MiB", "READ MiB", "×USED"
                 );
-                for r in s.images() {
+                for (r, c) in s.images().iter().zip(&costs) {
                     let st = r.stats;
                     let mib = |pages: u64| (pages * flashstore::PAGE as u64) as f64 / MIB;
                     println!(
-                        "{:<16} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                        "{:<16} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.3}",
                         r.name,
                         mib(st.pages),
                         mib(st.unique_pages),
                         mib(st.new_pages),
-                        st.stored_bytes as f64 / MIB
+                        st.stored_bytes as f64 / MIB,
+                        c.chunk_bytes as f64 / MIB,
+                        c.amplification()
                     );
                 }
                 println!(
                     "A: after zero pages and memory dedupe; B: after storage dedupe (pages this \
-                     image stored itself); C: B compressed, as written"
+                     image stored itself); C: B compressed, as written; READ: the chunks a \
+                     restore reads, whole; ×USED: READ over the part of it the image uses"
                 );
             }
         }
