@@ -71,6 +71,10 @@ pub struct RecaptureArgs {
     /// Records the `app` workload changes (`update N`) before each re-capture.
     #[arg(long, default_value_t = 100)]
     change_records: u32,
+    /// The selective store's policy: selective:USE or selective:USE:RUN (default: selective,
+    /// i.e. selective:90).
+    #[arg(long, value_name = "POLICY")]
+    selective: Option<String>,
     /// Pages per chunk in the stores.
     #[arg(long, default_value_t = flashstore::DEFAULT_CHUNK_PAGES,
           value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -94,6 +98,15 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
     if a.runs == 0 || a.captures == 0 {
         bail!(board::BenchError::NoRuns);
     }
+    let selective = match &a.selective {
+        None => flashstore::Dedupe::SELECTIVE,
+        Some(w) => match bootparams::parse_dedupe(w) {
+            Some(d @ flashstore::Dedupe::Selective { .. }) => d,
+            _ => anyhow::bail!(
+                "--selective {w}: expected selective, selective:USE or selective:USE:RUN (or runs:N)"
+            ),
+        },
+    };
     let bundle = bundle_or_build(&a.workload)?;
     let opts = a.board.to_run_options(&bundle)?;
     let work = a
@@ -117,6 +130,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         runs: a.runs,
         from: from.clone(),
         chunk_pages: a.chunk_pages,
+        selective,
     };
     let r = bench::recapture(&bundle, &opts, &work, &plan, &mut || pb.inc(1));
     pb.finish_and_clear();
@@ -134,12 +148,18 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
             "re-captures: in the system restored from the previous image, after `{change}`"
         ),
     }
-    println!(
-        "chunks of {} pages; selective dedupe ({}) references an old chunk only when the image uses {} % of it",
-        a.chunk_pages,
-        bootparams::dedupe_word(flashstore::Dedupe::SELECTIVE),
-        flashstore::DEFAULT_MIN_USE
-    );
+    match selective {
+        flashstore::Dedupe::Selective { min_use, min_run } => println!(
+            "chunks of {} pages; selective dedupe ({}) references an old chunk only when the \
+             image uses {min_use} % of it, in runs of {min_run} page(s) or more",
+            a.chunk_pages,
+            bootparams::dedupe_word(selective),
+        ),
+        other => println!(
+            "chunks of {} pages; selective store: {other:?}",
+            a.chunk_pages
+        ),
+    }
     println!(
         "bytes written per capture (MiB; % of a full image's {:.1} MiB of chunks)",
         mib(full)

@@ -72,6 +72,9 @@ pub struct Plan {
     pub from: Source,
     /// Pages per chunk in the stores.
     pub chunk_pages: u16,
+    /// The policy of the `selective` store ([`Dedupe::SELECTIVE`] by default): compare
+    /// floors and run lengths on a workload of one's own.
+    pub selective: Dedupe,
 }
 
 /// What one capture cost under one policy.
@@ -177,7 +180,7 @@ pub fn recapture(
     let (captures, runs, from) = (plan.captures, plan.runs, &plan.from);
     let base = WriteOptions {
         chunk_pages: plan.chunk_pages,
-        dedupe: Dedupe::SELECTIVE,
+        dedupe: plan.selective,
         ..WriteOptions::default()
     };
     if runs == 0 || captures == 0 {
