@@ -27,10 +27,11 @@ pub const IMAGE_PUBLIC_KEY: &str = "etc/snapboot/image.pub";
 /// root filesystem's driver, and the virtio RNG (fresh entropy after a restore). Dependencies (virtio_ring, virtio, ...) are resolved in order.
 pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "virtio_rng"];
 
-/// Modules a lazy capture needs (device-mapper snapshot over the swap region, zram for its
-/// copy-on-write store and zram's default compressor, built in on some kernels and a module on
-/// others); `/init` loads them only when the command line has `snapboot.lazy`.
-pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "zram", "lzo_rle"];
+/// Modules a lazy capture needs (device-mapper snapshot over the swap region, dm-verity
+/// checking every page read back from it, zram for the snapshot's copy-on-write store and
+/// zram's default compressor, built in on some kernels and a module on others); `/init`
+/// loads them only when the command line has `snapboot.lazy`.
+pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "dm_verity", "zram", "lzo_rle"];
 
 /// Where the initramfs records the kernel its images come from (`release=`, `version=`,
 /// `machine=` lines).

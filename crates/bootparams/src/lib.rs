@@ -18,6 +18,13 @@
 //! snapboot.compress=C       none, lz4, zstd or zstd:LEVEL
 //! snapboot.lazy[=SIZE]      lazy image: page out as much as possible, or about SIZE
 //! snapboot.swapsize=SIZE    lazy image: size of the swap region
+//! snapboot.noverity         lazy image: no dm-verity tree (page-ins are not verified)
+//! snapboot.profile=P        lazy re-capture from a restored lazy system: what to do with
+//!                           the pages touched since the restore: eager (default: keep them
+//!                           in the image), prefetch (first in the swap region, read back
+//!                           right after restore) or off
+//! snapboot.profilecheck     after each restore of a lazy image with a profile, print how
+//!                           much of the profile and of the rest is in memory (tests)
 //! snapboot.once             restore the image once, then invalidate it
 //! snapboot.threads=N        decompression threads at resume
 //! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV
@@ -80,10 +87,36 @@ pub mod key {
     pub const PIN: &str = "snapboot.pin";
     /// Capture an image that times every device's restore callback.
     pub const PMTIMES: &str = "snapboot.pmtimes";
+    /// Lazy image without a dm-verity tree.
+    pub const NOVERITY: &str = "snapboot.noverity";
+    /// Lazy re-capture: what to do with the working-set profile.
+    pub const PROFILE: &str = "snapboot.profile";
+    /// Report the profile's residency after each restore.
+    pub const PROFILECHECK: &str = "snapboot.profilecheck";
     /// Every key.
-    pub const ALL: [&str; 19] = [
-        STORE, CAPTURE, THEN, FORCE, NODROP, NOCOMPACT, COMPRESS, LAZY, SWAPSIZE, ONCE, THREADS,
-        KHIBERNATE, KRESUME, COLDKERNEL, HANDEDOVER, IMAGE, DEDUPE, PIN, PMTIMES,
+    pub const ALL: [&str; 22] = [
+        STORE,
+        CAPTURE,
+        THEN,
+        FORCE,
+        NODROP,
+        NOCOMPACT,
+        COMPRESS,
+        LAZY,
+        SWAPSIZE,
+        NOVERITY,
+        PROFILE,
+        PROFILECHECK,
+        ONCE,
+        THREADS,
+        KHIBERNATE,
+        KRESUME,
+        COLDKERNEL,
+        HANDEDOVER,
+        IMAGE,
+        DEDUPE,
+        PIN,
+        PMTIMES,
     ];
 }
 
@@ -156,6 +189,12 @@ pub struct BootParams {
     pub lazy: Option<Reclaim>,
     /// `snapboot.swapsize=SIZE`.
     pub swap_size: Option<u64>,
+    /// Not `snapboot.noverity`.
+    pub verity: bool,
+    /// `snapboot.profile=P`.
+    pub profile: ProfileMode,
+    /// `snapboot.profilecheck`.
+    pub profile_check: bool,
     /// `snapboot.once`.
     pub once: bool,
     /// `snapboot.threads=N`.
@@ -189,6 +228,9 @@ impl Default for BootParams {
             compact: true,
             compression: None,
             lazy: None,
+            verity: true,
+            profile: ProfileMode::Eager,
+            profile_check: false,
             swap_size: None,
             once: false,
             threads: None,
@@ -272,6 +314,38 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// What a lazy re-capture does with the pages the restored system touched since its
+/// restore (its working set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProfileMode {
+    /// Keep them in the eager image.
+    #[default]
+    Eager,
+    /// Page them out first (to the front of the swap region) and read them back in right
+    /// after each restore, beside the application.
+    Prefetch,
+    /// Ignore them: the kernel's LRU decides, as for a first capture.
+    Off,
+}
+
+impl ProfileMode {
+    /// The word, as `snapboot.profile=` takes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Eager => "eager",
+            Self::Prefetch => "prefetch",
+            Self::Off => "off",
+        }
+    }
+
+    /// Parses [`ProfileMode::word`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Eager, Self::Prefetch, Self::Off]
+            .into_iter()
+            .find(|m| m.word() == s)
+    }
 }
 
 /// Parses a lazy capture's amount: empty or `max`, or a size like `96M`.
@@ -369,6 +443,13 @@ impl BootParams {
                 key::SWAPSIZE => {
                     p.swap_size = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
                 }
+                key::NOVERITY => p.verity = !flag(value)?,
+                key::PROFILECHECK => p.profile_check = flag(value)?,
+                key::PROFILE => {
+                    p.profile = value
+                        .and_then(ProfileMode::parse)
+                        .ok_or_else(|| bad("expected eager, prefetch or off"))?;
+                }
                 key::THREADS => {
                     let n = value.and_then(|v| v.parse().ok());
                     p.threads = Some(n.ok_or_else(|| bad("expected a number of threads"))?);
@@ -418,6 +499,9 @@ impl BootParams {
                 Reclaim::Bytes(b) => with(key::LAZY, &b),
             }),
             self.swap_size.map(|s| with(key::SWAPSIZE, &s)),
+            (!self.verity).then(|| key::NOVERITY.to_string()),
+            (self.profile != ProfileMode::Eager).then(|| with(key::PROFILE, &self.profile.word())),
+            self.profile_check.then(|| key::PROFILECHECK.to_string()),
             self.once.then(|| key::ONCE.to_string()),
             self.threads.map(|t| with(key::THREADS, &t)),
             self.khibernate.as_ref().map(|d| with(key::KHIBERNATE, d)),

@@ -18,7 +18,8 @@ fn each_word_sets_its_field() {
          snapboot.lazy=96M snapboot.swapsize=1G snapboot.once snapboot.threads=2 \
          snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
-         snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes",
+         snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
+         snapboot.profile=prefetch snapboot.profilecheck",
     )
     .unwrap();
     assert_eq!(
@@ -32,6 +33,9 @@ fn each_word_sets_its_field() {
             compact: false,
             compression: Some(Compression::Zstd { level: 5 }),
             lazy: Some(Reclaim::Bytes(96 << 20)),
+            verity: false,
+            profile: ProfileMode::Prefetch,
+            profile_check: true,
             swap_size: Some(1 << 30),
             once: true,
             threads: Some(2),
@@ -108,6 +112,14 @@ fn bad_words_are_named() {
         (
             "ro snapboot.lazy=garbage",
             "snapboot.lazy=garbage: expected max or a size such as 96M",
+        ),
+        (
+            "snapboot.profile=lru",
+            "snapboot.profile=lru: expected eager, prefetch or off",
+        ),
+        (
+            "snapboot.noverity=1",
+            "snapboot.noverity=1: takes no value",
         ),
         (
             "snapboot.compress=lzo",
@@ -219,6 +231,9 @@ prop_compose! {
         ]),
         pin in any::<bool>(),
         pm_times in any::<bool>(),
+        verity in any::<bool>(),
+        profile_check in any::<bool>(),
+        profile in prop_oneof![Just(ProfileMode::Eager), Just(ProfileMode::Prefetch), Just(ProfileMode::Off)],
     ) -> BootParams {
         BootParams {
             store,
@@ -229,6 +244,9 @@ prop_compose! {
             compact: flags[3],
             compression,
             lazy,
+            verity,
+            profile,
+            profile_check,
             swap_size,
             once: flags[4],
             threads,

@@ -196,6 +196,18 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     // An image must not refer to pages in a swap area that the running system goes on
     // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
     // earlier capture or restore (a lazy capture builds a fresh one in the new area).
+    // A lazy re-capture from a restored lazy system: what was touched since the restore is
+    // visible only now, before swapoff reads everything back in.
+    let profile = match &o.lazy {
+        Some(l) if l.profile != lazy::ProfileMode::Off => match crate::profile::for_capture() {
+            Ok(p) => p,
+            Err(e) => {
+                print_marker("profile", Some(&format!("not used: {e}")));
+                None
+            }
+        },
+        _ => None,
+    };
     let swapped_off = lazy::swapoff_all().map_err(CaptureError::SwapOff)?;
     if !swapped_off.is_empty() {
         print_marker("swapoff", Some(&swapped_off.join(" ")));
@@ -279,17 +291,39 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                     }
                 }
             };
-            let p = lazy::prepare(&o.store, place, l).map_err(CaptureError::Lazy)?;
-            print_marker(
-                "lazy",
-                Some(&format!(
-                    "{} pages ({:.1} MiB) paged out to the swap region in {:.2} s; writes after restore go to {}",
-                    p.region.used_pages,
-                    (p.region.used_pages * PAGE_SIZE as u64) as f64 / 1048576.0,
-                    p.reclaim_secs,
-                    p.cow
-                )),
+            let p =
+                lazy::prepare(&o.store, place, l, profile.as_ref()).map_err(CaptureError::Lazy)?;
+            let mib = |pages: u64| (pages * PAGE_SIZE as u64) as f64 / 1048576.0;
+            let mut text = format!(
+                "{} pages ({:.1} MiB) paged out to the swap region in {:.2} s; writes after restore go to {}",
+                p.region.used_pages,
+                mib(p.region.used_pages),
+                p.reclaim_secs,
+                p.cow
             );
+            match &p.region.verity {
+                Some(v) => text += &format!("; verity tree over {} pages", v.data_blocks),
+                None => text += "; page-ins not verified (snapboot.noverity)",
+            }
+            print_marker("lazy", Some(&text));
+            if let Some(pr) = &profile {
+                let what = match (l.profile, p.kept) {
+                    (lazy::ProfileMode::Eager, Some(k)) => {
+                        format!("{} of its pages kept in memory (eager)", k.present)
+                    }
+                    _ => "paged out first, read back after each restore (prefetch)".into(),
+                };
+                print_marker(
+                    "profile",
+                    Some(&format!(
+                        "{} pages ({:.1} MiB) touched since the restore, {} processes, {} ranges: {what}",
+                        pr.pages(),
+                        mib(pr.pages()),
+                        pr.processes(),
+                        pr.ranges()
+                    )),
+                );
+            }
             Some(p.region)
         }
     };

@@ -75,6 +75,8 @@ pub struct SwapDesc {
     pub used_pages: u64,
     /// UUID in its swap header.
     pub uuid: [u8; 16],
+    /// The dm-verity tree page-ins are checked against.
+    pub verity: Option<snapimg::SwapVerity>,
 }
 
 impl From<&SwapRegion> for SwapDesc {
@@ -84,6 +86,7 @@ impl From<&SwapRegion> for SwapDesc {
             bytes: r.bytes,
             used_pages: r.used_pages,
             uuid: r.uuid,
+            verity: r.verity,
         }
     }
 }
@@ -96,6 +99,7 @@ impl SwapDesc {
             bytes: self.bytes,
             used_pages: self.used_pages,
             uuid: self.uuid,
+            verity: self.verity,
         }
     }
 

@@ -26,9 +26,10 @@
 //! the previous image, in the other area, stays intact until the new one is committed.
 
 use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
+use crate::profile::{self, PageSet};
 use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
 use crate::sys::MemoryLock;
-use snapimg::{SwapPlan, SwapRegion, PAGE_SIZE};
+use snapimg::{verity, SwapPlan, SwapRegion, SwapVerity, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -38,9 +39,14 @@ use std::time::Instant;
 pub const ORIGIN_NAME: &str = "snapboot-swap-origin";
 /// Name of the swap device (linear, then a snapshot of the origin).
 pub const SWAP_NAME: &str = "snapboot-swap";
+/// Name of the verified view of the origin's written part (verity).
+pub const VERITY_NAME: &str = "snapboot-swap-verity";
+/// Name of the swap area's verified view: linear onto the verity device, then `error`
+/// past the written part (a verity table takes no other targets beside it).
+pub const CHECKED_NAME: &str = "snapboot-swap-checked";
 const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
 
-pub use bootparams::Reclaim;
+pub use bootparams::{ProfileMode, Reclaim};
 
 /// Settings of a lazy capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +55,10 @@ pub struct LazyOptions {
     pub reclaim: Reclaim,
     /// Size of the swap region; `None`: half of a store area.
     pub region_bytes: Option<u64>,
+    /// Build a dm-verity tree so every page-in is checked.
+    pub verity: bool,
+    /// What a re-capture does with the pages touched since the restore.
+    pub profile: ProfileMode,
 }
 
 /// Errors of the lazy-capture steps; each says which step failed.
@@ -147,7 +157,7 @@ pub fn teardown() -> Result<(), LazyError> {
     let Ok(ctl) = Control::open() else {
         return Ok(()); // no device-mapper: nothing of ours can exist
     };
-    for name in [SWAP_NAME, ORIGIN_NAME] {
+    for name in [SWAP_NAME, CHECKED_NAME, VERITY_NAME, ORIGIN_NAME] {
         if ctl.find(name)?.is_some() {
             ctl.remove(name)?;
         }
@@ -198,6 +208,23 @@ pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), String> {
             region.offset
         ));
     }
+    if let Some(v) = &region.verity {
+        // The tree's top block (for a one-block area, the block itself) must hash to the
+        // root the header carries; every other block is checked as it is paged in.
+        let top = if verity::levels(v.data_blocks) == 0 {
+            0
+        } else {
+            v.hash_start
+        };
+        let at = region.offset + top * PAGE_SIZE as u64;
+        f.read_exact_at(&mut page, at)
+            .map_err(|e| format!("verity tree at byte {at}: {e}"))?;
+        if !verity::top_matches(v, &page) {
+            return Err(format!(
+                "the verity tree at byte {at} does not hash to the image's root (the swap region was overwritten or damaged)"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -210,6 +237,10 @@ pub struct Prepared {
     pub reclaim_secs: f64,
     /// The COW device that takes writes after a restore.
     pub cow: String,
+    /// The profile's pages read back in (eager mode).
+    pub kept: Option<profile::BringIn>,
+    /// Pages of the map later profiles are taken against.
+    pub map_pages: u64,
 }
 
 /// Where a lazy image's swap region goes on the store device: reserved by the store (the
@@ -231,19 +262,35 @@ impl From<&SwapPlan> for RegionPlace {
     }
 }
 
-/// Builds the swap stack on the region at `plan`, pages user memory out into it, then
-/// switches the stack to its write-protecting snapshot table. On error everything is undone.
-pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Prepared, LazyError> {
+/// Builds the swap stack on the region at `plan`, pages user memory out into it (the
+/// `profile`'s pages first, so they lie together at the front), keeps the profile in memory
+/// when its mode says so, builds the verity tree, then switches the stack to its
+/// write-protecting snapshot table. On error everything is undone.
+pub fn prepare(
+    store: &Path,
+    plan: RegionPlace,
+    opts: &LazyOptions,
+    profile: Option<&PageSet>,
+) -> Result<Prepared, LazyError> {
     let store_dev = DevNum::of_path(store).map_err(|err| LazyError::NotBlock {
         path: store.to_path_buf(),
         err,
     })?;
     let ctl = Control::open()?;
-    let pages = plan.bytes / PAGE_SIZE as u64;
+    let region_pages = plan.bytes / PAGE_SIZE as u64;
+    // With a tree, the swap area leaves room for it at the region's end.
+    let pages = if opts.verity {
+        verity::data_blocks_fitting(region_pages)
+    } else {
+        region_pages
+    };
+    if pages < snapimg::MIN_SWAP_PAGES {
+        return Err(LazyError::Missing(format!(
+            "a swap region of {region_pages} pages is too small"
+        )));
+    }
     let mut uuid = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut uuid))
-        .map_err(io_err("random swap UUID", Path::new("/dev/urandom")))?;
+    random_bytes(&mut uuid)?;
     {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -254,24 +301,26 @@ pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Pr
             .and_then(|()| f.sync_all())
             .map_err(io_err("write swap header", store))?;
     }
-    let sectors = plan.bytes / SECTOR;
     let (origin, _) = ctl.create_with(
         ORIGIN_NAME,
         &[Target {
             start: 0,
-            length: sectors,
+            length: region_pages * SECTORS_PER_PAGE,
             kind: "linear".into(),
             params: format!("{store_dev} {}", plan.offset / SECTOR),
         }],
     )?;
     let undo_origin = |ctl: &Control| {
+        let _ = ctl.remove(CHECKED_NAME);
+        let _ = ctl.remove(VERITY_NAME);
         let _ = ctl.remove(ORIGIN_NAME);
     };
+    let swap_sectors = pages * SECTORS_PER_PAGE;
     let swap_node = match ctl.create_with(
         SWAP_NAME,
         &[Target {
             start: 0,
-            length: sectors,
+            length: swap_sectors,
             kind: "linear".into(),
             params: format!("{origin} 0"),
         }],
@@ -292,7 +341,20 @@ pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Pr
     };
     // zswap would keep "swapped" pages compressed in RAM, i.e. in the image.
     let _ = std::fs::write("/sys/module/zswap/parameters/enabled", "N\n");
+    // Which parts of the region swap writes to, so the tree covers exactly those.
+    let written = if opts.verity {
+        match crate::dm::Stats::create(&ctl, ORIGIN_NAME, STATS_AREAS) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                undo_all(&ctl, false);
+                return Err(e.into());
+            }
+        }
+    } else {
+        None
+    };
     if let Err(err) = swapon(&swap_node, Some(MAX_PRIORITY)) {
+        drop(written);
         undo_all(&ctl, false);
         return Err(LazyError::Io {
             step: "swapon",
@@ -307,21 +369,74 @@ pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Pr
     // the capture goes on without it rather than being refused.
     let lock = MemoryLock::new().ok();
     let started = Instant::now();
-    let result = reclaim(opts.reclaim).and_then(|()| {
+    let mut kept = None;
+    let mut verity_root = None;
+    let result = (|| {
+        if let Some(p) = profile {
+            profile::page_out_first(p);
+        }
+        reclaim(opts.reclaim)?;
+        if let Some(p) = profile {
+            if opts.profile == ProfileMode::Eager {
+                kept = Some(profile::bring_in(p, true));
+            }
+            p.save(Path::new(profile::APPLIED_PATH))
+                .map_err(|e| LazyError::Missing(e.to_string()))?;
+            if opts.profile == ProfileMode::Prefetch {
+                let _ = std::fs::write(profile::PREFETCH_PATH, "");
+            } else {
+                let _ = std::fs::remove_file(profile::PREFETCH_PATH);
+            }
+        } else {
+            let _ = std::fs::remove_file(profile::APPLIED_PATH);
+            let _ = std::fs::remove_file(profile::PREFETCH_PATH);
+        }
+        // A recorded profile is used once.
+        let _ = std::fs::remove_file(profile::PROFILE_PATH);
+        let used_pages = used_pages(&swap_node, pages);
         let cow = zram_cow(plan.bytes + (16 << 20))?;
-        ctl.reload(
-            SWAP_NAME,
-            &[Target {
-                start: 0,
-                length: sectors,
-                kind: "snapshot".into(),
-                params: format!("{origin} {} N 8", cow.1),
-            }],
-        )?;
-        Ok(cow)
-    });
+        ctl.suspend(SWAP_NAME)?;
+        let switched = (|| {
+            let origin_for_snapshot = match &written {
+                None => origin,
+                Some(stats) => {
+                    let hi = written_pages(&stats.areas()?, pages).max(used_pages + 1);
+                    let v = build_tree(store, plan, pages, hi)?;
+                    let (verified, _) = ctl.create_readonly(
+                        VERITY_NAME,
+                        &[Target {
+                            start: 0,
+                            length: v.data_blocks * SECTORS_PER_PAGE,
+                            kind: "verity".into(),
+                            params: v.table_params(&origin.to_string()),
+                        }],
+                    )?;
+                    let (dev, _) =
+                        ctl.create_with(CHECKED_NAME, &checked_table(&v, verified, pages))?;
+                    verity_root = Some(v);
+                    dev
+                }
+            };
+            ctl.load(
+                SWAP_NAME,
+                &[Target {
+                    start: 0,
+                    length: swap_sectors,
+                    kind: "snapshot".into(),
+                    params: format!("{origin_for_snapshot} {} N 8", cow.1),
+                }],
+            )?;
+            Ok::<(), LazyError>(())
+        })();
+        // Resume either way: with the snapshot table when it loaded, else the linear one.
+        let resumed = ctl.resume(SWAP_NAME);
+        switched?;
+        resumed?;
+        Ok((cow, used_pages))
+    })();
     drop(lock);
-    let (cow_name, _) = match result {
+    drop(written);
+    let ((cow_name, _), used_pages) = match result {
         Ok(c) => c,
         Err(e) => {
             undo_all(&ctl, true);
@@ -329,21 +444,124 @@ pub fn prepare(store: &Path, plan: RegionPlace, opts: &LazyOptions) -> Result<Pr
         }
     };
     let reclaim_secs = started.elapsed().as_secs_f64();
-    let used_kib = active_swaps()
-        .into_iter()
-        .find(|a| Path::new(&a.path) == swap_node)
-        .map(|a| a.used_kib)
-        .unwrap_or(0);
+    let map_pages = profile::record_map().unwrap_or(0);
     Ok(Prepared {
         region: SwapRegion {
             offset: plan.offset,
             bytes: plan.bytes,
-            used_pages: (used_kib / 4).min(pages.saturating_sub(1)),
+            used_pages,
             uuid,
+            verity: verity_root,
         },
         reclaim_secs,
         cow: cow_name,
+        kept,
+        map_pages,
     })
+}
+
+/// Pages in use on our swap device, by `/proc/swaps` (at most `pages - 1`).
+fn used_pages(node: &Path, pages: u64) -> u64 {
+    let used_kib = active_swaps()
+        .into_iter()
+        .find(|a| Path::new(&a.path) == node)
+        .map(|a| a.used_kib)
+        .unwrap_or(0);
+    (used_kib / 4).min(pages.saturating_sub(1))
+}
+
+/// Areas the device-mapper statistics split the origin into while paging out.
+const STATS_AREAS: u32 = 512;
+const SECTORS_PER_PAGE: u64 = PAGE_SIZE as u64 / SECTOR;
+
+/// The end, in pages, of the last area of the swap area that was written (at least the
+/// header page), capped at `pages`.
+fn written_pages(areas: &[crate::dm::AreaCounters], pages: u64) -> u64 {
+    let end_sector = areas
+        .iter()
+        .filter(|a| a.write_sectors > 0)
+        .map(|a| a.start + a.len)
+        .max()
+        .unwrap_or(0);
+    end_sector.div_ceil(SECTORS_PER_PAGE).clamp(1, pages)
+}
+
+/// The checked view's table: the verity device for the written part, then an `error`
+/// target for the rest of the swap area, which nothing was paged out to (swap reads a slot
+/// only after writing it, and after the switch such writes land in the copy-on-write store).
+fn checked_table(v: &SwapVerity, verified: DevNum, pages: u64) -> Vec<Target> {
+    let mut t = vec![Target {
+        start: 0,
+        length: v.data_blocks * SECTORS_PER_PAGE,
+        kind: "linear".into(),
+        params: format!("{verified} 0"),
+    }];
+    if v.data_blocks < pages {
+        t.push(Target {
+            start: v.data_blocks * SECTORS_PER_PAGE,
+            length: (pages - v.data_blocks) * SECTORS_PER_PAGE,
+            kind: "error".into(),
+            params: String::new(),
+        });
+    }
+    t
+}
+
+/// Reads the first `data_blocks` pages of the region from the store (not from any cache),
+/// builds their verity tree and writes it at page `pages` of the region, synced.
+fn build_tree(
+    store: &Path,
+    plan: RegionPlace,
+    pages: u64,
+    data_blocks: u64,
+) -> Result<SwapVerity, LazyError> {
+    let mut salt = [0u8; 32];
+    random_bytes(&mut salt)?;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(store)
+        .map_err(io_err("open the store for the verity tree", store))?;
+    let page = PAGE_SIZE as u64;
+    let drop_cache = |f: &std::fs::File, at: u64, len: u64| {
+        let _ = rustix::fs::fadvise(f, at, len, rustix::fs::Advice::DontNeed);
+    };
+    // Swap wrote below the page cache; drop whatever the cache holds of the region.
+    drop_cache(&f, plan.offset, data_blocks * page);
+    const BATCH: u64 = 256;
+    let mut buf = vec![0u8; (BATCH * page) as usize];
+    let mut have = (u64::MAX, 0u64);
+    let (tree, root) = verity::build(data_blocks, &salt, |i, out| {
+        if !(have.0..have.0.saturating_add(have.1)).contains(&i) {
+            let n = (data_blocks - i).min(BATCH);
+            let at = plan.offset + i * page;
+            f.read_exact_at(&mut buf[..(n * page) as usize], at)?;
+            drop_cache(&f, at, n * page);
+            have = (i, n);
+        }
+        let o = ((i - have.0) * page) as usize;
+        out.copy_from_slice(&buf[o..o + PAGE_SIZE]);
+        Ok::<(), std::io::Error>(())
+    })
+    .map_err(io_err("read the swap region for its verity tree", store))?;
+    let at = plan.offset + pages * page;
+    f.write_all_at(&tree, at)
+        .and_then(|()| f.flush())
+        .and_then(|()| f.sync_all())
+        .map_err(io_err("write the verity tree", store))?;
+    drop_cache(&f, at, tree.len() as u64);
+    Ok(SwapVerity {
+        data_blocks,
+        hash_start: pages,
+        root,
+        salt,
+    })
+}
+
+fn random_bytes(out: &mut [u8]) -> Result<(), LazyError> {
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(out))
+        .map_err(io_err("random bytes", Path::new("/dev/urandom")))
 }
 
 /// The cgroup v2 root's `memory.reclaim`, mounting cgroup2 under /run if it is not mounted.
@@ -488,6 +706,7 @@ mod tests {
             bytes: 2 * 4096,
             used_pages: 0,
             uuid,
+            verity: None,
         };
         assert_eq!(check_region(&path, &region), Ok(()));
         let other = SwapRegion {

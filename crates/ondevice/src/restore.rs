@@ -33,6 +33,13 @@ pub fn after_restore() -> RestoreReport {
         hooks: Vec::new(),
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
+    let check = std::fs::read_to_string("/proc/cmdline")
+        .ok()
+        .and_then(|c| bootparams::BootParams::parse(&c).ok())
+        .is_some_and(|p| p.profile_check);
+    if check {
+        crate::profile::check_after_restore();
+    }
     print_marker(
         "restored",
         Some(&format!(
@@ -42,6 +49,7 @@ pub fn after_restore() -> RestoreReport {
             r.hooks.len()
         )),
     );
+    crate::profile::start_prefetch();
     r
 }
 

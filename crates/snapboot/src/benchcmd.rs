@@ -55,6 +55,53 @@ pub struct CompareArgs {
     board: BoardOpts,
 }
 
+/// Arguments of `snapboot bench lazy`.
+#[derive(Args, Debug)]
+pub struct LazyArgs {
+    /// Built-in workload name or bundle directory.
+    #[arg(long, default_value = "app")]
+    workload: String,
+    /// How much each lazy capture pages out (as `--lazy` takes it), comma separated.
+    #[arg(long, default_value = "64M,128M,max", value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// Restores per image.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    board: BoardOpts,
+}
+
+/// `snapboot bench lazy`: a lazy image per size and its profiled re-capture, restored in
+/// turn (on the restore kernel with `--restore-kernel`).
+pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
+    let sizes = a
+        .sizes
+        .iter()
+        .map(|w| {
+            bootparams::parse_reclaim(w)
+                .ok_or_else(|| anyhow::anyhow!("--sizes {w}: expected max or a size such as 96M"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bundle = bundle_or_build(&a.workload)?;
+    let opts = a.board.to_run_options(&bundle)?;
+    let work = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| board::home::home().join("bench"));
+    let pb = progress(bench::lazy_steps(sizes.len(), a.runs), "lazy");
+    let methods = bench::lazy_sizes(&bundle, &opts, &work, &sizes, a.runs, &mut || pb.inc(1));
+    pb.finish_and_clear();
+    let methods = methods?.iter().map(MethodRuns::summary).collect();
+    publish("lazy", &bundle, &opts, a.runs, methods, a.json.as_deref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Arguments of `snapboot bench recapture`.
 #[derive(Args, Debug)]
 pub struct RecaptureArgs {

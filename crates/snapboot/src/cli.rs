@@ -67,6 +67,9 @@ enum BenchCmd {
     /// Re-captures onto a flash store: bytes written per capture with full, selective and
     /// no storage dedupe, and restore time of the last image against a fresh store.
     Recapture(crate::benchcmd::RecaptureArgs),
+    /// Lazy images by how much they page out (`--lazy SIZE`), each also re-captured with
+    /// its working-set profile: TTI and first request of each, restored in turn.
+    Lazy(crate::benchcmd::LazyArgs),
 }
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -79,6 +82,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Cold(a)) => crate::benchcmd::cold(a),
         Cmd::Bench(BenchCmd::Compare(a)) => crate::benchcmd::compare(a),
         Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
+        Cmd::Bench(BenchCmd::Lazy(a)) => crate::benchcmd::lazy(a),
         Cmd::Device(c) => snapboot::device::dispatch(c),
         Cmd::Key(c) => snapboot::storecmd::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),

@@ -34,6 +34,28 @@ pub enum DeviceCmd {
     /// The flash store: named images, dedupe across images, gc, fsck, signatures.
     #[command(subcommand)]
     Store(crate::storecmd::StoreCmd),
+    /// (device, restored from a lazy image) The application's working set: record which
+    /// swapped-out pages it touched since the restore, for the next capture.
+    #[command(subcommand)]
+    Profile(ProfileCmd),
+}
+
+/// `snapboot profile`.
+#[derive(Subcommand, Debug)]
+pub enum ProfileCmd {
+    /// Record the pages touched since the restore (after waiting SECS), for the next
+    /// capture; without it the next capture takes what was touched until it runs.
+    Record {
+        /// Seconds to wait first: the window in which the application serves its first
+        /// requests.
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
+    },
+    /// How much of the image's profile, and of the rest of its swapped-out memory, is in
+    /// memory now.
+    Status,
+    /// Read the image's profile back in (what a prefetch-mode image does after restore).
+    Prefetch,
 }
 
 /// `snapboot image`.
@@ -55,6 +77,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Resume(a) => guestcmd::resume_cmd(a),
         DeviceCmd::Image(ImageCmd::Inspect(a)) => guestcmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
+        DeviceCmd::Profile(c) => guestcmd::profile(c),
     }
 }
 

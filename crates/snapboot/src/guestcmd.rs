@@ -47,6 +47,14 @@ pub struct CaptureArgs {
     /// Size of the lazy image's swap region (default: half a store area).
     #[arg(long, value_name = "SIZE", requires = "lazy")]
     swap_size: Option<String>,
+    /// Lazy image without a dm-verity tree: page-ins are not verified.
+    #[arg(long, requires = "lazy")]
+    no_verity: bool,
+    /// Re-capture from a restored lazy system: eager keeps the pages touched since the
+    /// restore in the image, prefetch reads them back right after each restore, off ignores
+    /// them.
+    #[arg(long, value_name = "MODE", default_value = "eager", requires = "lazy")]
+    profile: String,
     /// Flash store: the image's name.
     #[arg(long, default_value = ondevice::flash::DEFAULT_IMAGE)]
     name: String,
@@ -188,6 +196,8 @@ fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
     o.lazy = p.lazy.map(|reclaim| ondevice::lazy::LazyOptions {
         reclaim,
         region_bytes: p.swap_size,
+        verity: p.verity,
+        profile: p.profile,
     });
     if let Some(name) = p.images.first() {
         o.image = name.clone();
@@ -200,7 +210,12 @@ fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
 
 /// Lazy-capture settings from the `--lazy` and `--swap-size` flags (the same values as
 /// `snapboot.lazy` and `snapboot.swapsize`).
-pub fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<ondevice::lazy::LazyOptions> {
+pub fn lazy_options(
+    reclaim: &str,
+    region: Option<&str>,
+    verity: bool,
+    profile: &str,
+) -> Result<ondevice::lazy::LazyOptions> {
     let reclaim = parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
     let region_bytes = match region {
@@ -210,9 +225,13 @@ pub fn lazy_options(reclaim: &str, region: Option<&str>) -> Result<ondevice::laz
                 .with_context(|| format!("swap size {r}: expected a size such as 512M"))?,
         ),
     };
+    let profile = bootparams::ProfileMode::parse(profile)
+        .with_context(|| format!("--profile {profile}: expected eager, prefetch or off"))?;
     Ok(ondevice::lazy::LazyOptions {
         reclaim,
         region_bytes,
+        verity,
+        profile,
     })
 }
 
@@ -249,7 +268,12 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
         )
     })?;
     if let Some(l) = &a.lazy {
-        o.lazy = Some(lazy_options(l, a.swap_size.as_deref())?);
+        o.lazy = Some(lazy_options(
+            l,
+            a.swap_size.as_deref(),
+            !a.no_verity,
+            &a.profile,
+        )?);
     }
     anyhow::ensure!(
         flashstore::valid_name(&a.name),
@@ -496,4 +520,39 @@ fn inspect_flash(a: InspectArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `snapboot profile`.
+pub fn profile(c: crate::device::ProfileCmd) -> Result<ExitCode> {
+    use crate::device::ProfileCmd;
+    use ondevice::profile;
+    let mib = |pages: u64| pages as f64 * 4096.0 / 1048576.0;
+    match c {
+        ProfileCmd::Record { wait } => {
+            anyhow::ensure!(
+                wait.is_finite() && wait >= 0.0,
+                "--wait {wait}: expected seconds"
+            );
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+            let p = profile::touched_since_restore()?;
+            p.save(std::path::Path::new(profile::PROFILE_PATH))?;
+            println!(
+                "profile: {} pages ({:.1} MiB) touched since the restore, {} processes, {} ranges -> {} (the next capture uses it)",
+                p.pages(),
+                mib(p.pages()),
+                p.processes(),
+                p.ranges(),
+                profile::PROFILE_PATH
+            );
+        }
+        ProfileCmd::Status => match profile::residency()? {
+            None => println!("this image was captured without a profile"),
+            Some(r) => println!("{}", profile::residency_text(&r)),
+        },
+        ProfileCmd::Prefetch => {
+            let b = profile::prefetch()?;
+            println!("prefetch: {} of {} pages in memory", b.present, b.pages);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,7 @@ use crate::layout::{
     SLOT_SIZE,
 };
 use crate::swap::{SwapRegion, UUID_LEN};
+use crate::verity::SwapVerity;
 
 /// Field offsets inside a header slot (see docs/image-format.md).
 pub(crate) mod off {
@@ -63,6 +64,12 @@ pub(crate) mod off {
     // The image's binding (crate::binding), length then record; 0 = none.
     pub const BINDING_LEN: usize = 0x1F8;
     pub const BINDING: usize = 0x200;
+    // A lazy image's dm-verity tree (crate::verity; all zero: page-ins are not verified).
+    pub const VERITY_DATA_BLOCKS: usize = 0xF80;
+    pub const VERITY_HASH_START: usize = 0xF88;
+    pub const VERITY_ROOT: usize = 0xF90;
+    pub const VERITY_SALT: usize = 0xFB0;
+    // 0xFD0..0xFE0 reserved (zero).
     pub const CHECKSUM: usize = 0xFE0;
 }
 
@@ -76,9 +83,11 @@ const _: () = assert!(off::SWAP_BYTES + 8 == off::SWAP_USED_PAGES);
 const _: () = assert!(off::SWAP_USED_PAGES + 8 == off::SWAP_UUID);
 const _: () = assert!(off::SWAP_UUID + UUID_LEN == off::BINDING_LEN);
 const _: () = assert!(off::CHECKSUM + HASH_LEN == SLOT_SIZE as usize);
-const _: () = assert!(off::BINDING_LEN + 4 <= off::BINDING && off::BINDING < off::CHECKSUM);
+const _: () =
+    assert!(off::BINDING_LEN + 4 <= off::BINDING && off::BINDING < off::VERITY_DATA_BLOCKS);
+const _: () = assert!(off::VERITY_SALT + 32 <= off::CHECKSUM);
 /// Bytes the header slot has for the binding record.
-pub(crate) const BINDING_ROOM: usize = off::CHECKSUM - off::BINDING;
+pub(crate) const BINDING_ROOM: usize = off::VERITY_DATA_BLOCKS - off::BINDING;
 const _: () = assert!(off::STRING_LEN > MAX_IDENTITY_LEN);
 
 /// A decoded, validated header.
@@ -165,6 +174,7 @@ impl Header {
             bytes: 0,
             used_pages: 0,
             uuid: [0; UUID_LEN],
+            verity: None,
         });
         for (o, v) in [
             (off::GENERATION, self.generation),
@@ -204,6 +214,14 @@ impl Header {
         }
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
         b[off::SWAP_UUID..off::SWAP_UUID + UUID_LEN].copy_from_slice(&swap.uuid);
+        if let Some(v) = &swap.verity {
+            b[off::VERITY_DATA_BLOCKS..off::VERITY_DATA_BLOCKS + 8]
+                .copy_from_slice(&v.data_blocks.to_le_bytes());
+            b[off::VERITY_HASH_START..off::VERITY_HASH_START + 8]
+                .copy_from_slice(&v.hash_start.to_le_bytes());
+            b[off::VERITY_ROOT..off::VERITY_ROOT + 32].copy_from_slice(&v.root);
+            b[off::VERITY_SALT..off::VERITY_SALT + 32].copy_from_slice(&v.salt);
+        }
         if let Some(binding) = &self.binding {
             let rec = binding
                 .encode(BINDING_ROOM)
@@ -465,6 +483,18 @@ impl Header {
     }
 }
 
+/// The verity fields: `None` when all are zero.
+fn decode_verity(b: &[u8]) -> Option<SwapVerity> {
+    let v = SwapVerity {
+        data_blocks: get_u64(b, off::VERITY_DATA_BLOCKS),
+        hash_start: get_u64(b, off::VERITY_HASH_START),
+        root: get_array(b, off::VERITY_ROOT),
+        salt: get_array(b, off::VERITY_SALT),
+    };
+    let zero = v.data_blocks == 0 && v.hash_start == 0 && v.root == [0; 32] && v.salt == [0; 32];
+    (!zero).then_some(v)
+}
+
 /// The swap fields: all zero for a full image, else a region that passes
 /// [`SwapRegion::problem`].
 fn decode_swap(b: &[u8]) -> Result<Option<SwapRegion>, ImageError> {
@@ -473,9 +503,14 @@ fn decode_swap(b: &[u8]) -> Result<Option<SwapRegion>, ImageError> {
         bytes: get_u64(b, off::SWAP_BYTES),
         used_pages: get_u64(b, off::SWAP_USED_PAGES),
         uuid: get_array(b, off::SWAP_UUID),
+        verity: decode_verity(b),
     };
     if region.bytes == 0 {
-        if region.offset != 0 || region.used_pages != 0 || region.uuid != [0; UUID_LEN] {
+        if region.offset != 0
+            || region.used_pages != 0
+            || region.uuid != [0; UUID_LEN]
+            || region.verity.is_some()
+        {
             return Err(inconsistent(format!(
                 "swap_bytes is 0 (full image) but swap_offset {}, swap_used_pages {} \
                  or swap_uuid {} is not zero",

@@ -180,6 +180,21 @@ pub struct SwapInfo {
     /// UUID written into the region's swap header page, in the standard
     /// 8-4-4-4-12 form (lowercase hex, bytes in order, as `blkid` shows it).
     pub uuid: String,
+    /// The dm-verity tree page-ins are checked against; `None`: not verified.
+    pub verity: Option<VerityInfo>,
+}
+
+/// A lazy image's dm-verity tree, as [`ImageInfo`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerityInfo {
+    /// Data blocks (pages) covered from the start of the swap area.
+    pub data_blocks: u64,
+    /// First block of the tree in the region.
+    pub hash_start: u64,
+    /// Root digest (SHA-256), hex.
+    pub root: String,
+    /// Salt, hex.
+    pub salt: String,
 }
 
 impl From<&SwapRegion> for SwapInfo {
@@ -189,8 +204,26 @@ impl From<&SwapRegion> for SwapInfo {
             bytes: r.bytes,
             used_pages: r.used_pages,
             uuid: format_uuid(&r.uuid),
+            verity: r.verity.as_ref().map(|v| VerityInfo {
+                data_blocks: v.data_blocks,
+                hash_start: v.hash_start,
+                root: crate::binding::hex(&v.root),
+                salt: crate::binding::hex(&v.salt),
+            }),
         }
     }
+}
+
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 || !b.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
 }
 
 impl SwapInfo {
@@ -207,6 +240,14 @@ impl SwapInfo {
             bytes: self.bytes,
             used_pages: self.used_pages,
             uuid: self.uuid_bytes(),
+            verity: self.verity.as_ref().and_then(|v| {
+                Some(crate::verity::SwapVerity {
+                    data_blocks: v.data_blocks,
+                    hash_start: v.hash_start,
+                    root: unhex32(&v.root)?,
+                    salt: unhex32(&v.salt)?,
+                })
+            }),
         }
     }
 }

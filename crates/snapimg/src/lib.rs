@@ -41,6 +41,7 @@ mod reader;
 mod store;
 mod summary;
 mod swap;
+pub mod verity;
 mod writer;
 
 #[cfg(test)]
@@ -54,7 +55,7 @@ pub use error::{ImageError, Incompat};
 pub use index::{DEFAULT_CACHE_BYTES, DEFAULT_CHUNK_PAGES, MAX_CHUNK_PAGES};
 pub use info::{
     check_compat, check_identity_compat, CaptureMeta, Identity, ImageInfo, ImageStats, SlotState,
-    StreamCounts, SwapInfo,
+    StreamCounts, SwapInfo, VerityInfo,
 };
 pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
@@ -68,4 +69,5 @@ pub use pool::default_threads;
 pub use reader::{ReadOptions, Reader, StageTimes};
 pub use store::{Device, ReadAt, Store};
 pub use swap::{SwapPlan, SwapRegion, MIN_SWAP_PAGES, SWAP_IMAGE_RESERVE_PAGES};
+pub use verity::SwapVerity;
 pub use writer::{WriteOptions, Writer};

@@ -4,6 +4,7 @@
 use crate::error::ImageError;
 use crate::kstream::PAGE_SIZE;
 use crate::layout::Slot;
+use crate::verity::SwapVerity;
 
 /// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
 pub const MIN_SWAP_PAGES: u64 = 10;
@@ -26,6 +27,9 @@ pub struct SwapRegion {
     pub used_pages: u64,
     /// The UUID written into the region's swap header page.
     pub uuid: [u8; UUID_LEN],
+    /// The dm-verity tree every page-in is checked against; `None`: page-ins are not
+    /// verified (an image made with `snapboot.noverity` or by an older snapboot).
+    pub verity: Option<SwapVerity>,
 }
 
 impl SwapRegion {
@@ -73,6 +77,24 @@ impl SwapRegion {
                 self.offset, self.bytes
             ));
         }
+        if let Some(v) = &self.verity {
+            let end = v
+                .hash_start
+                .checked_add(v.tree_blocks())
+                .filter(|&e| e <= pages);
+            if v.data_blocks == 0 || v.data_blocks > v.hash_start || end.is_none() {
+                return Some(format!(
+                    "verity tree over {} blocks at block {} does not fit a region of {pages} pages after its data",
+                    v.data_blocks, v.hash_start
+                ));
+            }
+            if v.data_blocks <= self.used_pages {
+                return Some(format!(
+                    "verity covers {} blocks, fewer than the {} used pages and the header",
+                    v.data_blocks, self.used_pages
+                ));
+            }
+        }
         None
     }
 }
@@ -100,6 +122,7 @@ mod tests {
             bytes,
             used_pages,
             uuid: [1; UUID_LEN],
+            verity: None,
         }
     }
 
@@ -111,6 +134,30 @@ mod tests {
             (
                 region(100, 16 * page, 0),
                 "offset 100 and size 65536 must be",
+            ),
+            (
+                SwapRegion {
+                    verity: Some(SwapVerity {
+                        data_blocks: 10,
+                        hash_start: 16,
+                        root: [0; 32],
+                        salt: [0; 32],
+                    }),
+                    ..region(page, 16 * page, 3)
+                },
+                "verity tree over 10 blocks at block 16 does not fit a region of 16 pages",
+            ),
+            (
+                SwapRegion {
+                    verity: Some(SwapVerity {
+                        data_blocks: 3,
+                        hash_start: 10,
+                        root: [0; 32],
+                        salt: [0; 32],
+                    }),
+                    ..region(page, 16 * page, 3)
+                },
+                "verity covers 3 blocks, fewer than the 3 used pages",
             ),
             (
                 region(page, 9 * page, 0),

@@ -309,6 +309,10 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
             "the snapshot target keeps the swap area unchanged after restore",
         ),
         ("ZRAM", "zram holds the snapshot's copy-on-write data"),
+        (
+            "DM_VERITY",
+            "dm-verity checks every page read back from the swap region (without it: --no-verity)",
+        ),
     ] {
         let verdict = if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
             Ok

@@ -30,7 +30,7 @@ pub use recapture::{
 };
 
 use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, CaptureBootError};
+use crate::capture::{attach_store, capture_boot, recapture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
 use crate::qemu::{run_probe, KernelImage, RunError, RunOptions};
 
@@ -118,17 +118,27 @@ pub enum BenchError {
 }
 
 /// The methods `compare` measures, the baseline first.
-pub const COMPARE_METHODS: [&str; 4] = ["cold", "kernel-resume", "snapboot", "snapboot-lazy"];
+pub const COMPARE_METHODS: [&str; 5] = [
+    "cold",
+    "kernel-resume",
+    "snapboot",
+    "snapboot-lazy",
+    "snapboot-lazy-profiled",
+];
 
-/// The methods `compare` adds with a restore kernel: the `snapboot` and `snapboot-lazy`
-/// images, restored by it.
-pub const RESTORE_KERNEL_METHODS: [&str; 2] = ["restore-kernel", "restore-kernel-lazy"];
+/// The methods `compare` adds with a restore kernel: the `snapboot`, `snapboot-lazy` and
+/// `snapboot-lazy-profiled` images, restored by it.
+pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
+    "restore-kernel",
+    "restore-kernel-lazy",
+    "restore-kernel-lazy-profiled",
+];
 
 /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus the
-/// three image captures.
+/// four image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
 pub fn compare_steps(runs: usize, with_restore_kernel: bool) -> u64 {
-    let methods = if with_restore_kernel { 6 } else { 4 };
-    methods * runs as u64 + 3
+    let methods = if with_restore_kernel { 8 } else { 5 };
+    methods * runs as u64 + 4
 }
 
 /// One method's boots, and the size of its image where it has one.
@@ -259,56 +269,93 @@ pub fn compare(
     tick();
     let lazy = snapboot_image(bundle, opts, work, true)?;
     tick();
+    let profiled = profiled_image(bundle, opts, work, &lazy, COMPARE_METHODS[4])?;
+    tick();
 
     let rk_opts = restore_kernel.map(|vmlinux| {
         let mut o = opts.clone();
         o.kernel = KernelImage::Restore(vmlinux.to_path_buf());
         o
     });
+    // Each method, and the image it restores with which kernel (none: a boot of its own).
     let mut methods = vec![
-        MethodRuns {
-            method: COMPARE_METHODS[0],
-            timelines: Vec::new(),
-            image_bytes: None,
-            stored_bytes: None,
-        },
-        MethodRuns {
-            method: COMPARE_METHODS[1],
-            timelines: Vec::new(),
-            image_bytes: Some(native_raw),
-            stored_bytes: Some(native_disk),
-        },
-        snap.runs(COMPARE_METHODS[2]),
-        lazy.runs(COMPARE_METHODS[3]),
+        (
+            MethodRuns {
+                method: COMPARE_METHODS[0],
+                timelines: Vec::new(),
+                image_bytes: None,
+                stored_bytes: None,
+            },
+            None,
+        ),
+        (
+            MethodRuns {
+                method: COMPARE_METHODS[1],
+                timelines: Vec::new(),
+                image_bytes: Some(native_raw),
+                stored_bytes: Some(native_disk),
+            },
+            None,
+        ),
+        (snap.runs(COMPARE_METHODS[2]), Some((&snap.store, opts))),
+        (lazy.runs(COMPARE_METHODS[3]), Some((&lazy.store, opts))),
+        (
+            profiled.runs(COMPARE_METHODS[4]),
+            Some((&profiled.store, opts)),
+        ),
     ];
-    if rk_opts.is_some() {
-        methods.push(snap.runs(RESTORE_KERNEL_METHODS[0]));
-        methods.push(lazy.runs(RESTORE_KERNEL_METHODS[1]));
+    if let Some(rk) = rk_opts.as_ref() {
+        for (image, name) in [&snap, &lazy, &profiled]
+            .into_iter()
+            .zip(RESTORE_KERNEL_METHODS)
+        {
+            methods.push((image.runs(name), Some((&image.store, rk))));
+        }
     }
     let n = methods.len();
     for round in 0..runs {
         for j in 0..n {
             let k = (round + j) % n;
-            let t = match k {
-                0 => boot(opts, false, "cold boot")?,
-                1 => {
+            let t = match (k, methods[k].1) {
+                (_, Some((store, o))) => resume_boot(bundle, o, store, methods[k].0.method)?,
+                (0, None) => boot(opts, false, "cold boot")?,
+                _ => {
                     native::sparse_copy(&swap_saved, &swap)?;
                     let o = native::with_swap(opts, &swap, false);
                     boot(&o, true, "kernel-native resume")?
                 }
-                2 => resume_boot(bundle, opts, &snap.store, methods[k].method)?,
-                3 => resume_boot(bundle, opts, &lazy.store, methods[k].method)?,
-                _ => {
-                    let o = rk_opts.as_ref().unwrap_or(opts);
-                    let store = if k == 4 { &snap.store } else { &lazy.store };
-                    resume_boot(bundle, o, store, methods[k].method)?
-                }
             };
-            methods[k].timelines.push(t);
+            methods[k].0.timelines.push(t);
             tick();
         }
     }
-    Ok(methods)
+    Ok(methods.into_iter().map(|(m, _)| m).collect())
+}
+
+/// The profiled lazy image: a copy of the `lazy` image's store, restored once; the
+/// workload's probe is its first request (what it touches is the working set), then the
+/// restored system re-captures itself with that profile (`snapboot.profile=eager`, the
+/// default).
+fn profiled_image(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    lazy: &Captured,
+    method: &'static str,
+) -> Result<Captured, BenchError> {
+    let store = work.join(format!("{method}.store"));
+    native::sparse_copy(&lazy.store, &store)?;
+    let probe = &bundle.workload.probe;
+    let answer = regex::Regex::new(&probe.expect)
+        .map_err(|e| BenchError::BadRegex(probe.expect.clone(), e.to_string()))?;
+    recapture_boot(bundle, opts, &store, &probe.send, &answer)
+        .map_err(|source| BenchError::Capture { method, source })?;
+    let info = Store::open(&store, false)?.newest()?;
+    Ok(Captured {
+        store,
+        raw: info.stats.raw_bytes,
+        stored: info.image_bytes,
+    })
 }
 
 /// One measured snapshot boot of the image in `store`.
@@ -419,3 +466,6 @@ pub fn write_json(report: &BenchReport, path: &Path) -> Result<(), BenchError> {
 
 #[cfg(test)]
 mod tests;
+
+mod lazy;
+pub use lazy::{lazy_sizes, lazy_steps, size_word};

@@ -67,9 +67,9 @@ fn zero_runs_are_refused_before_anything_boots() {
 
 #[test]
 fn compare_ticks_once_per_boot_and_capture() {
-    assert_eq!(compare_steps(1, false), 7);
-    assert_eq!(compare_steps(3, false), 15);
-    assert_eq!(compare_steps(3, true), 21);
+    assert_eq!(compare_steps(1, false), 9);
+    assert_eq!(compare_steps(3, false), 19);
+    assert_eq!(compare_steps(3, true), 28);
 }
 
 #[test]

@@ -35,6 +35,10 @@ const DM_IOCTL_TYPE: u8 = 0xfd;
 pub const DM_SUSPEND_FLAG: u32 = 1 << 1;
 /// `DM_BUFFER_FULL_FLAG`: the reply did not fit (with [`Cmd::DevStatus`]: no such device).
 pub const DM_BUFFER_FULL_FLAG: u32 = 1 << 8;
+/// `DM_READONLY_FLAG`: load the table read-only (a `verity` target requires it).
+pub const DM_READONLY_FLAG: u32 = 1 << 0;
+/// The reply carries a string at `data_start` (a target message's answer).
+pub const DM_DATA_OUT_FLAG: u32 = 1 << 16;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -93,6 +97,7 @@ dm_ioctl!(dm_dev_remove, 4, "DM_DEV_REMOVE");
 dm_ioctl!(dm_dev_suspend, 6, "DM_DEV_SUSPEND");
 dm_ioctl!(dm_dev_status, 7, "DM_DEV_STATUS");
 dm_ioctl!(dm_table_load, 9, "DM_TABLE_LOAD");
+dm_ioctl!(dm_target_msg, 14, "DM_TARGET_MSG");
 
 /// The device-mapper commands snapboot uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +114,9 @@ pub enum Cmd {
     DevStatus,
     /// `DM_TABLE_LOAD`: the payload is the table (see [`encode_table`]).
     TableLoad,
+    /// `DM_TARGET_MSG`: the payload is [`target_msg_payload`]; the answer, if any, comes
+    /// back at `data_start` ([`Request::data_out`]).
+    TargetMsg,
 }
 
 /// What the kernel wrote back into the request's header.
@@ -120,6 +128,15 @@ pub struct Reply {
     pub dev: DevNum,
 }
 
+/// The payload of `DM_TARGET_MSG`: `struct dm_target_msg` (the sector, then the message,
+/// NUL-terminated).
+pub fn target_msg_payload(sector: u64, message: &str) -> Vec<u8> {
+    let mut p = sector.to_ne_bytes().to_vec();
+    p.extend_from_slice(message.as_bytes());
+    p.push(0);
+    p
+}
+
 /// An ioctl buffer: `struct dm_ioctl` followed by a payload, 8-byte aligned.
 pub struct Request {
     words: Vec<u64>,
@@ -128,6 +145,11 @@ pub struct Request {
 impl Request {
     /// A request for the device `name` carrying `payload` after the header.
     pub fn new(name: &str, payload: &[u8]) -> Result<Self, DmError> {
+        Self::with_room(name, payload, 16 * 1024)
+    }
+
+    /// A request whose buffer has at least `room` bytes (for answers longer than 16 KiB).
+    pub fn with_room(name: &str, payload: &[u8], room: usize) -> Result<Self, DmError> {
         if name.is_empty() || name.len() >= DM_NAME_LEN || name.contains('/') {
             return Err(DmError::TooLong {
                 what: "name",
@@ -135,9 +157,7 @@ impl Request {
             });
         }
         // Room for replies (status, version) even when we send nothing.
-        let size = (IOCTL_SIZE + payload.len())
-            .max(16 * 1024)
-            .next_multiple_of(8);
+        let size = (IOCTL_SIZE + payload.len()).max(room).next_multiple_of(8);
         let data_size = u32::try_from(size).map_err(|_| DmError::TooLong {
             what: "table",
             value: format!("{} bytes", payload.len()),
@@ -173,6 +193,19 @@ impl Request {
     /// Sets `dm_ioctl.target_count` (how many target specs the payload holds).
     pub fn set_target_count(&mut self, n: u32) {
         self.head_mut().target_count = n;
+    }
+
+    /// The string the kernel put at `data_start`, when the reply says it did.
+    pub fn data_out(&mut self) -> Option<String> {
+        let h = *self.head_mut();
+        if h.flags & DM_DATA_OUT_FLAG == 0 {
+            return None;
+        }
+        let start = h.data_start as usize;
+        let bytes = self.bytes_mut();
+        let tail = bytes.get(start..)?;
+        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+        Some(String::from_utf8_lossy(&tail[..end]).into_owned())
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
@@ -248,6 +281,7 @@ impl ControlFd {
                 Cmd::DevSuspend => dm_dev_suspend(fd, head),
                 Cmd::DevStatus => dm_dev_status(fd, head),
                 Cmd::TableLoad => dm_table_load(fd, head),
+                Cmd::TargetMsg => dm_target_msg(fd, head),
             }
         }?;
         let h = *req.head_mut();

@@ -11,6 +11,7 @@
 //! | [`swap`]     | `swapon(2)`, `swapoff(2)`; `mlockall(2)` as the [`MemoryLock`] guard |
 //! | [`devnum`]   | `MAJOR:MINOR` device numbers: encoding, decoding, `mknod(2)`        |
 //! | [`kexec`]    | `kexec_file_load(2)`, `reboot(LINUX_REBOOT_CMD_KEXEC)`              |
+//! | [`mm`]       | `pidfd_open(2)`, `process_madvise(2)`, `process_vm_readv(2)`        |
 //!
 //! Each wrapper that issues an ioctl takes a handle it opened itself (on the device node the
 //! ioctl belongs to), so a request code can never reach a driver that reads it differently.
@@ -20,6 +21,7 @@ pub mod block;
 pub mod devnum;
 pub mod dm;
 pub mod kexec;
+pub mod mm;
 pub mod random;
 pub mod snapshot;
 pub mod swap;

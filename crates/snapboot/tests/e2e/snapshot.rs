@@ -455,3 +455,161 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
         );
     }
 }
+
+/// The swap region's pages, as `inspect` shows the image: (offset, bytes, used pages).
+fn swap_of(store: &Path) -> (u64, u64, u64) {
+    let swap = inspect(store)["swap"].clone();
+    (
+        swap["offset"].as_u64().unwrap(),
+        swap["bytes"].as_u64().unwrap(),
+        swap["used_pages"].as_u64().unwrap(),
+    )
+}
+
+/// Working-set profile, then verified page-ins. A lazy image is restored, answers a ping
+/// (its working set is paged in) and re-captures itself: the new image keeps exactly what
+/// the restored system touched. Right after its restore those pages are in memory and the
+/// rest of what was paged out is not (pagemap, reported by `snapboot.profilecheck`). Then
+/// bytes of its swap region are flipped on the host: dm-verity fails the page-ins loudly,
+/// no wrong checksum is ever answered, and the next power-on behaves the same (the store
+/// was not modified).
+#[test]
+fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_loudly() {
+    let store = crate::common::home().join("test-app-profile.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle("app"))
+        .arg("--store")
+        .arg(&store)
+        .args(["--lazy", "--cmdline", "snapboot.profilecheck"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    let first = inspect(&store);
+    assert!(
+        first["swap"]["verity"]["root"]
+            .as_str()
+            .is_some_and(|r| r.len() == 64),
+        "no verity root in the header: {first}"
+    );
+    let expected = host_checksum();
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+
+    // Restore, serve the first request, re-capture from the restored system.
+    let mut s = board_session("app", &store, &[]);
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap();
+    ask(&mut s, "ping", "^pong ");
+    s.send("recapture").unwrap();
+    let done = Regex::new(r"snapboot: @(capture-done|capture-failed).*").unwrap();
+    let profile = Regex::new(r"snapboot: @profile (\d+) pages .* (\d+) of its pages kept").unwrap();
+    let (line, _) = s
+        .wait_for(
+            &profile,
+            "the profile of the re-capture",
+            Duration::from_secs(180),
+        )
+        .unwrap();
+    eprintln!("re-capture: {line}");
+    let caps = profile.captures(&line).unwrap();
+    let (touched, kept): (u64, u64) = (caps[1].parse().unwrap(), caps[2].parse().unwrap());
+    assert!(
+        touched > 50,
+        "the ping touched only {touched} swapped pages: {line}"
+    );
+    assert!(kept * 100 >= touched * 95, "{line}");
+    let (line, _) = s
+        .wait_for(&done, "the re-capture", Duration::from_secs(180))
+        .unwrap();
+    assert!(line.contains("@capture-done"), "{line}");
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+
+    // Right after the restore: the profile is resident, the rest is not.
+    let mut s = board_session("app", &store, &[]);
+    let resident = Regex::new(
+        r"@profile-resident (\d+) of (\d+) profiled pages in memory; (\d+) of (\d+) other",
+    )
+    .unwrap();
+    let (line, _) = s
+        .wait_for(&resident, "profile residency", Duration::from_secs(120))
+        .unwrap();
+    eprintln!("restored: {line}");
+    let n: Vec<u64> = resident
+        .captures(&line)
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|m| m.unwrap().as_str().parse().unwrap())
+        .collect();
+    let (p_in, p_all, o_in, o_all) = (n[0], n[1], n[2], n[3]);
+    assert!(p_all >= touched && p_in * 100 >= p_all * 95, "{line}");
+    assert!(o_all > 10_000 && o_in * 100 <= o_all, "{line}");
+    s.wait_for(&restored, "restored marker", Duration::from_secs(60))
+        .unwrap();
+    check_restored_app(&mut s, 1, &expected);
+    s.finish(boottrace::Outcome::Answered);
+
+    // Damage: one byte in every 16th used page of the swap region.
+    let (off, len, used) = swap_of(&store);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&store)
+            .unwrap();
+        for slot in (1..=used).step_by(16) {
+            let at = off + slot * 4096 + 1000;
+            let mut b = [0u8];
+            f.read_exact_at(&mut b, at).unwrap();
+            f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+        }
+    }
+    let damaged = region_hash(&store, off, len);
+    let outcome = Regex::new(
+        r"^checksum [0-9a-f]{64}$|verity: .*data block \d+ is corrupted|@poweroff|Kernel panic",
+    )
+    .unwrap();
+    let corrupted = Regex::new(r"verity: .*data block \d+ is corrupted").unwrap();
+    let sum = Regex::new(r"^checksum [0-9a-f]{64}$").unwrap();
+    for boot in 0..2 {
+        let mut s = board_session("app", &store, &[]);
+        s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("damaged boot {boot}: {e}"));
+        s.send("checksum").unwrap();
+        let (line, _) = s
+            .wait_for(
+                &outcome,
+                "checksum or a loud failure",
+                Duration::from_secs(180),
+            )
+            .unwrap_or_else(|e| panic!("damaged boot {boot}: {e}"));
+        eprintln!("damaged boot {boot}: {line}");
+        assert!(
+            !line.starts_with("checksum "),
+            "damaged boot {boot} answered a checksum ({}) from a damaged swap region",
+            if line == expected {
+                "the right one, so no damaged page was read"
+            } else {
+                "a WRONG one"
+            }
+        );
+        // The kernel names the bad block, and the checksum never comes.
+        if !corrupted.is_match(&line) {
+            s.wait_for(&corrupted, "dm-verity's report", Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("damaged boot {boot}: {e}"));
+        }
+        assert!(
+            s.wait_for(&sum, "a checksum", Duration::from_secs(20))
+                .is_err(),
+            "damaged boot {boot} answered a checksum after the verity error"
+        );
+        s.finish(boottrace::Outcome::Answered);
+        assert_eq!(
+            region_hash(&store, off, len),
+            damaged,
+            "damaged boot {boot} modified the swap region"
+        );
+    }
+}

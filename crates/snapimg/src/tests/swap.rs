@@ -17,6 +17,7 @@ fn region(plan: &SwapPlan, used_pages: u64) -> SwapRegion {
         bytes: plan.bytes,
         used_pages,
         uuid: UUID,
+        verity: None,
     }
 }
 
@@ -270,13 +271,27 @@ fn lazy_image_commits_and_reports_its_region() {
 
     let plan = store.plan_swap(2 * MIB).unwrap();
     assert_eq!(plan.slot, Slot::B);
-    let swap = region(&plan, 300);
+    let swap = SwapRegion {
+        verity: Some(crate::SwapVerity {
+            data_blocks: 400,
+            hash_start: 500,
+            root: [3; 32],
+            salt: [4; 32],
+        }),
+        ..region(&plan, 300)
+    };
     let info = write_with(&mut store, &s2, lazy(swap)).unwrap();
     let want = SwapInfo {
         offset: plan.offset,
         bytes: 2 * MIB,
         used_pages: 300,
         uuid: UUID_STR.into(),
+        verity: Some(crate::VerityInfo {
+            data_blocks: 400,
+            hash_start: 500,
+            root: "03".repeat(32),
+            salt: "04".repeat(32),
+        }),
     };
     assert_eq!((info.slot, info.generation), (Slot::B, 2));
     assert_eq!(info.swap.as_ref(), Some(&want));
@@ -350,6 +365,7 @@ fn image_outgrowing_the_room_before_the_region_fails_and_keeps_the_previous() {
         bytes: cap - PAGE,
         used_pages: 0,
         uuid: UUID,
+        verity: None,
     });
     let err = write_with(&mut store, &big, o).unwrap_err();
     assert!(
@@ -383,6 +399,7 @@ fn swap_region_outside_the_target_area_is_refused() {
         bytes,
         used_pages,
         uuid: UUID,
+        verity: None,
     };
     let cases = [
         // In area A, but the next image goes to B.

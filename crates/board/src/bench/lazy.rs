@@ -1,0 +1,94 @@
+//! `bench lazy`: how much a lazy capture should page out (`--lazy SIZE`). One lazy image
+//! per size, each also re-captured with its working-set profile, then rounds of one
+//! restore of each, every round starting with the next image. TTI and the first request
+//! (the `probe` phase) per image say which size to default to.
+
+use super::{profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use crate::bundle::Bundle;
+use crate::capture::capture_boot;
+use crate::qemu::RunOptions;
+use bootparams::Reclaim;
+use snapimg::Store;
+use std::path::Path;
+
+/// How many times [`lazy_sizes`] calls `tick`: two captures per size, then every boot.
+pub fn lazy_steps(sizes: usize, runs: usize) -> u64 {
+    (2 * sizes + 2 * sizes * runs) as u64
+}
+
+/// The word for a size, as `--lazy` takes it.
+pub fn size_word(r: Reclaim) -> String {
+    match r {
+        Reclaim::Max => "max".into(),
+        Reclaim::Bytes(b) if b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        Reclaim::Bytes(b) => b.to_string(),
+    }
+}
+
+/// `bench lazy`: for every size a lazy image and its profiled re-capture, `runs` restores
+/// each with `opts` (the kernel the caller chose), interleaved.
+pub fn lazy_sizes(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    work: &Path,
+    sizes: &[Reclaim],
+    runs: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<Vec<MethodRuns>, BenchError> {
+    if runs == 0 || sizes.is_empty() {
+        return Err(BenchError::NoRuns);
+    }
+    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
+        what: "creating",
+        path: work.to_path_buf(),
+        source,
+    })?;
+    let mut images: Vec<(MethodRuns, Captured)> = Vec::new();
+    for &size in sizes {
+        // Method names live as long as the process: a handful of short strings.
+        let name: &'static str = Box::leak(format!("lazy-{}", size_word(size)).into_boxed_str());
+        let store = work.join(format!("{name}.store"));
+        let _ = std::fs::remove_file(&store);
+        let mut o = opts.clone();
+        o.params.lazy = Some(size);
+        capture_boot(bundle, &o, &store).map_err(|source| BenchError::Capture {
+            method: name,
+            source,
+        })?;
+        let info = Store::open(&store, false)?.newest()?;
+        let plain = Captured {
+            store,
+            raw: info.stats.raw_bytes,
+            stored: info.image_bytes,
+        };
+        tick();
+        let pname: &'static str = Box::leak(format!("{name}-profiled").into_boxed_str());
+        let profiled = profiled_image(bundle, opts, work, &plain, pname)?;
+        tick();
+        images.push((plain.runs(name), plain));
+        images.push((profiled.runs(pname), profiled));
+    }
+    let n = images.len();
+    for round in 0..runs {
+        for j in 0..n {
+            let k = (round + j) % n;
+            let t = resume_boot(bundle, opts, &images[k].1.store, images[k].0.method)?;
+            images[k].0.timelines.push(t);
+            tick();
+        }
+    }
+    Ok(images.into_iter().map(|(m, _)| m).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_named_as_the_flag_takes_them() {
+        assert_eq!(size_word(Reclaim::Max), "max");
+        assert_eq!(size_word(Reclaim::Bytes(64 << 20)), "64M");
+        assert_eq!(size_word(Reclaim::Bytes(1000)), "1000");
+        assert_eq!(lazy_steps(3, 2), 18);
+    }
+}
