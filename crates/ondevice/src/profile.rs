@@ -6,12 +6,14 @@
 //! the eager image (instead of what the kernel's LRU happened to keep) makes the first
 //! requests as fast as on a full image while the image stays small.
 //!
-//! Everything here uses `/proc/PID/pagemap` (bit 63: present, bit 62: swapped), which a
-//! stock kernel gives root:
+//! Everything here uses `/proc/PID/pagemap` (bit 63: present), which a stock kernel gives
+//! root. "Not present" covers both swapped-out anonymous memory and file pages (the
+//! application's code, its data files) that reclaim dropped: both cost a read from storage
+//! when touched after a restore.
 //!
 //! ```text
 //! lazy capture, after paging out       /run/snapboot/lazy-map: for every process, the
-//!   (record_map)                         address ranges that were swapped out. The file
+//!   (record_map)                         address ranges not in memory. The file
 //!                                        is in the image, so every restore starts with it
 //! restored system, while the app        nothing runs: the kernel maps what is touched
 //!   serves its first requests
@@ -45,6 +47,7 @@ pub const PREFETCH_PATH: &str = "/run/snapboot/profile-prefetch";
 
 const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
+#[cfg(test)]
 const PM_SWAPPED: u64 = 1 << 62;
 
 /// Page ranges of processes: pid -> sorted, disjoint (first page address, pages).
@@ -224,8 +227,10 @@ fn open_pagemap(pid: i32) -> Option<std::fs::File> {
     std::fs::File::open(format!("/proc/{pid}/pagemap")).ok()
 }
 
-/// Every swapped-out page of every user process, now.
-pub fn swapped_now() -> PageSet {
+/// Every page of every user process's mappings that is not in memory now: swapped out, or
+/// a file page the kernel dropped (the application's code and data files are read back from
+/// the root filesystem when touched, which costs as much as a swap-in).
+pub fn absent_now() -> PageSet {
     let mut set = PageSet::default();
     for pid in processes() {
         let Some(pm) = open_pagemap(pid) else {
@@ -235,7 +240,7 @@ pub fn swapped_now() -> PageSet {
         for (a, b) in mappings(pid) {
             let mut entries = Vec::new();
             pagemap(&pm, a, (b - a) / PAGE, &mut entries);
-            ranges.extend(runs(entries.into_iter(), |e| e & PM_SWAPPED != 0));
+            ranges.extend(runs(entries.into_iter(), |e| e & PM_PRESENT == 0));
         }
         if !ranges.is_empty() {
             set.procs.insert(pid, ranges);
@@ -268,10 +273,10 @@ fn select(set: &PageSet, keep: impl Fn(u64) -> bool + Copy) -> PageSet {
     out
 }
 
-/// Records what is swapped out now as the map later profiles are taken against
+/// Records what is not in memory now as the map later profiles are taken against
 /// ([`MAP_PATH`]); returns its pages.
 pub fn record_map() -> Result<u64, ProfileError> {
-    let map = swapped_now();
+    let map = absent_now();
     map.save(Path::new(MAP_PATH))?;
     Ok(map.pages())
 }
@@ -353,7 +358,7 @@ pub struct Residency {
     pub profile_pages: u64,
     /// Of those, present.
     pub profile_present: u64,
-    /// Pages swapped out at capture (the map).
+    /// Pages not in memory at capture (the map).
     pub swapped_pages: u64,
     /// Of those, present.
     pub swapped_present: u64,
@@ -376,7 +381,7 @@ pub fn residency() -> Result<Option<Residency>, ProfileError> {
 /// One line about [`Residency`].
 pub fn residency_text(r: &Residency) -> String {
     format!(
-        "{} of {} profiled pages in memory; {} of {} other pages swapped out at capture in memory",
+        "{} of {} profiled pages in memory; {} of {} other pages not in memory at capture are now",
         r.profile_present, r.profile_pages, r.swapped_present, r.swapped_pages
     )
 }

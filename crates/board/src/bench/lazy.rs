@@ -1,7 +1,8 @@
 //! `bench lazy`: how much a lazy capture should page out (`--lazy SIZE`). One lazy image
-//! per size, each also re-captured with its working-set profile, then rounds of one
-//! restore of each, every round starting with the next image. TTI and the first request
-//! (the `probe` phase) per image say which size to default to.
+//! per size, each also re-captured with its working-set profile, and one `max` image
+//! without a dm-verity tree (what verification costs); then rounds of one restore of each,
+//! every round starting with the next image. TTI and the first request (the `probe` phase)
+//! per image say which size to default to.
 
 use super::{profiled_image, resume_boot, BenchError, Captured, MethodRuns};
 use crate::bundle::Bundle;
@@ -11,10 +12,14 @@ use bootparams::Reclaim;
 use snapimg::Store;
 use std::path::Path;
 
-/// How many times [`lazy_sizes`] calls `tick`: two captures per size, then every boot.
+/// How many times [`lazy_sizes`] calls `tick`: two captures per size and the unverified
+/// one, then every boot.
 pub fn lazy_steps(sizes: usize, runs: usize) -> u64 {
-    (2 * sizes + 2 * sizes * runs) as u64
+    ((2 * sizes + 1) * (1 + runs)) as u64
 }
+
+/// The method of the lazy image captured without a dm-verity tree.
+pub const NOVERITY_METHOD: &str = "lazy-max-noverity";
 
 /// The word for a size, as `--lazy` takes it.
 pub fn size_word(r: Reclaim) -> String {
@@ -43,24 +48,31 @@ pub fn lazy_sizes(
         path: work.to_path_buf(),
         source,
     })?;
-    let mut images: Vec<(MethodRuns, Captured)> = Vec::new();
-    for &size in sizes {
-        // Method names live as long as the process: a handful of short strings.
-        let name: &'static str = Box::leak(format!("lazy-{}", size_word(size)).into_boxed_str());
+    let capture = |name: &'static str, size: Reclaim, verity: bool| {
         let store = work.join(format!("{name}.store"));
         let _ = std::fs::remove_file(&store);
         let mut o = opts.clone();
         o.params.lazy = Some(size);
+        o.params.verity = verity;
         capture_boot(bundle, &o, &store).map_err(|source| BenchError::Capture {
             method: name,
             source,
         })?;
         let info = Store::open(&store, false)?.newest()?;
-        let plain = Captured {
+        Ok::<_, BenchError>(Captured {
             store,
             raw: info.stats.raw_bytes,
             stored: info.image_bytes,
-        };
+        })
+    };
+    let unverified = capture(NOVERITY_METHOD, Reclaim::Max, false)?;
+    tick();
+    let mut images: Vec<(MethodRuns, Captured)> =
+        vec![(unverified.runs(NOVERITY_METHOD), unverified)];
+    for &size in sizes {
+        // Method names live as long as the process: a handful of short strings.
+        let name: &'static str = Box::leak(format!("lazy-{}", size_word(size)).into_boxed_str());
+        let plain = capture(name, size, true)?;
         tick();
         let pname: &'static str = Box::leak(format!("{name}-profiled").into_boxed_str());
         let profiled = profiled_image(bundle, opts, work, &plain, pname)?;
@@ -89,6 +101,6 @@ mod tests {
         assert_eq!(size_word(Reclaim::Max), "max");
         assert_eq!(size_word(Reclaim::Bytes(64 << 20)), "64M");
         assert_eq!(size_word(Reclaim::Bytes(1000)), "1000");
-        assert_eq!(lazy_steps(3, 2), 18);
+        assert_eq!(lazy_steps(3, 2), 21);
     }
 }
