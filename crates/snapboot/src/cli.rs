@@ -108,5 +108,30 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["snapboot", "store", "ls", "/dev/null"]).is_ok());
         assert!(Cli::try_parse_from(["snapboot", "key", "gen", "/tmp/k"]).is_ok());
+        match Cli::try_parse_from(["snapboot", "profile", "record", "--wait", "2.5"])
+            .unwrap()
+            .cmd
+        {
+            Cmd::Device(snapboot::device::DeviceCmd::Profile(
+                snapboot::device::ProfileCmd::Record { wait },
+            )) => assert_eq!(wait, 2.5),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["snapboot", "capture", "--store", "/dev/vdb", "--no-verity"])
+                .is_err(),
+            "--no-verity needs --lazy"
+        );
+        assert!(Cli::try_parse_from([
+            "snapboot",
+            "capture",
+            "--store",
+            "/dev/vdb",
+            "--lazy",
+            "--no-verity",
+            "--profile",
+            "prefetch"
+        ])
+        .is_ok());
     }
 }
