@@ -4,12 +4,11 @@
 //! every round starting with the next image. TTI and the first request (the `probe` phase)
 //! per image say which size to default to.
 
-use super::{profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use super::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
 use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::qemu::RunOptions;
 use bootparams::Reclaim;
-use snapimg::Store;
 use std::path::Path;
 
 /// How many times [`lazy_sizes`] calls `tick`: two captures per size and the unverified
@@ -43,11 +42,7 @@ pub fn lazy_sizes(
     if runs == 0 || sizes.is_empty() {
         return Err(BenchError::NoRuns);
     }
-    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
-        what: "creating",
-        path: work.to_path_buf(),
-        source,
-    })?;
+    make_work(work)?;
     let capture = |name: &'static str, size: Reclaim, verity: bool| {
         let store = work.join(format!("{name}.store"));
         let _ = std::fs::remove_file(&store);
@@ -58,12 +53,7 @@ pub fn lazy_sizes(
             method: name,
             source,
         })?;
-        let info = Store::open(&store, false)?.newest()?;
-        Ok::<_, BenchError>(Captured {
-            store,
-            raw: info.stats.raw_bytes,
-            stored: info.image_bytes,
-        })
+        Captured::open(store)
     };
     let unverified = capture(NOVERITY_METHOD, Reclaim::Max, false)?;
     tick();

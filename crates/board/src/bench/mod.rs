@@ -236,11 +236,7 @@ pub fn compare(
     if runs == 0 {
         return Err(BenchError::NoRuns);
     }
-    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
-        what: "creating",
-        path: work.to_path_buf(),
-        source,
-    })?;
+    make_work(work)?;
     let boot = |o: &RunOptions, want_restore: bool, what: &str| {
         measured_boot(bundle, o, want_restore).map_err(|source| BenchError::Boot {
             what: what.to_string(),
@@ -350,11 +346,15 @@ fn profiled_image(
         .map_err(|e| BenchError::BadRegex(probe.expect.clone(), e.to_string()))?;
     recapture_boot(bundle, opts, &store, &probe.send, &answer)
         .map_err(|source| BenchError::Capture { method, source })?;
-    let info = Store::open(&store, false)?.newest()?;
-    Ok(Captured {
-        store,
-        raw: info.stats.raw_bytes,
-        stored: info.image_bytes,
+    Captured::open(store)
+}
+
+/// Creates the benchmark's work directory if it is missing.
+fn make_work(work: &Path) -> Result<(), BenchError> {
+    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
+        what: "creating",
+        path: work.to_path_buf(),
+        source,
     })
 }
 
@@ -381,6 +381,16 @@ struct Captured {
 }
 
 impl Captured {
+    /// The newest image of the two-slot store at `store`.
+    fn open(store: PathBuf) -> Result<Self, BenchError> {
+        let info = Store::open(&store, false)?.newest()?;
+        Ok(Captured {
+            store,
+            raw: info.stats.raw_bytes,
+            stored: info.image_bytes,
+        })
+    }
+
     /// An empty run list for `method`, restoring this image.
     fn runs(&self, method: &'static str) -> MethodRuns {
         MethodRuns {
@@ -410,12 +420,7 @@ fn snapboot_image(
     capture_opts.params.lazy = lazy.then_some(Reclaim::Max);
     capture_boot(bundle, &capture_opts, &store)
         .map_err(|source| BenchError::Capture { method, source })?;
-    let info = Store::open(&store, false)?.newest()?;
-    Ok(Captured {
-        store,
-        raw: info.stats.raw_bytes,
-        stored: info.image_bytes,
-    })
+    Captured::open(store)
 }
 
 /// The report of a benchmark run of `bundle` with `opts`, finished now.

@@ -193,11 +193,7 @@ pub fn recapture(
                 .map_err(|e| BenchError::BadRegex(answer.clone(), e.to_string()))?,
         ),
     };
-    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
-        what: "creating",
-        path: work.to_path_buf(),
-        source,
-    })?;
+    super::make_work(work)?;
     let size = store_size(opts.mem_mib);
     let path = |n: &str| work.join(format!("recapture-{n}.store"));
     let source = path("source");

@@ -396,6 +396,22 @@ pub(crate) fn region_hash(path: &Path, offset: u64, len: u64) -> String {
     h.finalize().to_hex().to_string()
 }
 
+/// A fresh lazy capture of `app` into `name` under the snapboot home, with `extra` flags.
+fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
+    let store = crate::common::home().join(name);
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle("app"))
+        .arg("--store")
+        .arg(&store)
+        .arg("--lazy")
+        .args(extra);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    store
+}
+
 /// Improved snapshot boot: a lazy image holds only what stayed resident; the rest comes
 /// back from the store's swap region on demand, with the state intact, and the region is
 /// never written after capture, even when the restored system itself swaps under pressure,
@@ -403,16 +419,7 @@ pub(crate) fn region_hash(path: &Path, offset: u64, len: u64) -> String {
 #[test]
 fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
     let full = inspect(&captured("app"));
-    let store = crate::common::home().join("test-app-lazy.store");
-    let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(bundle("app"))
-        .arg("--store")
-        .arg(&store)
-        .arg("--lazy");
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    let store = lazy_capture("test-app-lazy.store", &[]);
     let lazy = inspect(&store);
     let swap = &lazy["swap"];
     let used = swap["used_pages"].as_u64().unwrap();
@@ -475,16 +482,10 @@ fn swap_of(store: &Path) -> (u64, u64, u64) {
 /// was not modified).
 #[test]
 fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_loudly() {
-    let store = crate::common::home().join("test-app-profile.store");
-    let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(bundle("app"))
-        .arg("--store")
-        .arg(&store)
-        .args(["--lazy", "--cmdline", "snapboot.profilecheck"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    let store = lazy_capture(
+        "test-app-profile.store",
+        &["--cmdline", "snapboot.profilecheck"],
+    );
     let first = inspect(&store);
     assert!(
         first["swap"]["verity"]["root"]
