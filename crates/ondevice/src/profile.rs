@@ -191,35 +191,16 @@ fn processes() -> Vec<i32> {
 /// The address ranges of a process's mappings (without `[vsyscall]`).
 fn mappings(pid: i32) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    parse_maps(&text, |_| true)
-}
-
-/// The ranges of `/proc/PID/maps` text whose line passes `keep` (without `[vsyscall]`).
-fn parse_maps(text: &str, keep: impl Fn(&[&str]) -> bool) -> Vec<(u64, u64)> {
     text.lines()
         .filter(|l| !l.ends_with("[vsyscall]"))
         .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 5 || !keep(&f) {
-                return None;
-            }
-            let (a, b) = f[0].split_once('-')?;
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
             Some((
                 u64::from_str_radix(a, 16).ok()?,
                 u64::from_str_radix(b, 16).ok()?,
             ))
         })
         .collect()
-}
-
-/// Private, writable anonymous memory (no file, or the heap or a stack): where a page
-/// brought back by a read is mapped read-only and the application's first write faults.
-fn writable_anon(maps: &str) -> Vec<(u64, u64)> {
-    parse_maps(maps, |f| {
-        let perms = f[1].as_bytes();
-        let anon = f.len() == 5 || f[5].starts_with("[heap]") || f[5].starts_with("[stack");
-        perms.len() == 4 && perms[1] == b'w' && perms[3] == b'p' && anon
-    })
 }
 
 /// Reads the pagemap entries of `[start, start + pages*4096)` of a process.
@@ -325,11 +306,6 @@ pub fn for_capture() -> Result<Option<PageSet>, ProfileError> {
     }
 }
 
-/// Address ranges (start, end) as (first page, pages).
-fn pages_of(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    ranges.iter().map(|&(a, b)| (a, (b - a) / PAGE)).collect()
-}
-
 fn to_bytes(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
     ranges.iter().map(|&(a, n)| (a, n * PAGE)).collect()
 }
@@ -359,11 +335,6 @@ pub struct BringIn {
 /// queues all reads at once), then a read of every page through `process_vm_readv`, which
 /// waits for them and maps them. With `wait` false only the first step runs (a prefetch
 /// that does not wait).
-///
-/// With `wait`, the profile's private anonymous pages are then written back unchanged while
-/// the process is held still ([`crate::sys::mm::Stopped`]): a page read back is mapped
-/// read-only, and the application's first write to each would be one more fault after the
-/// restore (the image keeps the page tables as they are).
 pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
     for (pid, ranges) in &p.procs {
         if let Ok(fd) = Pidfd::open(*pid) {
@@ -371,13 +342,6 @@ pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
             let _ = fd.madvise(&r, MADV_WILLNEED);
             if wait {
                 let _ = fd.touch(&r);
-                let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-                let writable = intersect(ranges, &pages_of(&writable_anon(&maps)));
-                if !writable.is_empty() {
-                    if let Ok(held) = crate::sys::mm::Stopped::stop(*pid) {
-                        let _ = crate::sys::mm::rewrite_in_place(&held, *pid, &to_bytes(&writable));
-                    }
-                }
             }
         }
     }
@@ -497,30 +461,6 @@ mod tests {
         let b = [(0x3000, 10), (0x11000, 1)];
         assert_eq!(intersect(&a, &b), [(0x3000, 2), (0x11000, 1)]);
         assert!(intersect(&a, &[]).is_empty());
-    }
-
-    #[test]
-    fn only_private_writable_anonymous_memory_is_rewritten() {
-        let maps = "\
-00400000-00401000 r-xp 00000000 fe:00 12 /usr/bin/python3
-00600000-00602000 rw-p 00002000 fe:00 12 /usr/bin/python3
-01000000-01100000 rw-p 00000000 00:00 0 [heap]
-7f0000000000-7f0000010000 rw-p 00000000 00:00 0
-7f0000010000-7f0000011000 ---p 00000000 00:00 0
-7f0000020000-7f0000030000 rw-s 00000000 00:01 5 /dev/zero (deleted)
-7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
-ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]
-";
-        assert_eq!(
-            writable_anon(maps),
-            [
-                (0x0100_0000, 0x0110_0000),
-                (0x7f00_0000_0000, 0x7f00_0001_0000),
-                (0x7ffd_0000_0000, 0x7ffd_0002_1000)
-            ]
-        );
-        assert_eq!(parse_maps(maps, |_| true).len(), 7);
-        assert_eq!(pages_of(&[(0x1000, 0x3000)]), [(0x1000, 2)]);
     }
 
     #[test]
