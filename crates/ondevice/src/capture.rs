@@ -193,9 +193,6 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         path: o.store.clone(),
         err,
     };
-    // An image must not refer to pages in a swap area that the running system goes on
-    // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
-    // earlier capture or restore (a lazy capture builds a fresh one in the new area).
     // A lazy re-capture from a restored lazy system: what was touched since the restore is
     // visible only now, before swapoff reads everything back in.
     let profile = match &o.lazy {
@@ -208,6 +205,9 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         },
         _ => None,
     };
+    // An image must not refer to pages in a swap area that the running system goes on
+    // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
+    // earlier capture or restore (a lazy capture builds a fresh one in the new area).
     let swapped_off = lazy::swapoff_all().map_err(CaptureError::SwapOff)?;
     if !swapped_off.is_empty() {
         print_marker("swapoff", Some(&swapped_off.join(" ")));

@@ -429,6 +429,11 @@ fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
+/// Whether the running system was captured with a profile.
+pub fn has_profile() -> bool {
+    Path::new(APPLIED_PATH).exists()
+}
+
 /// After a restore, before the `restored` marker: prints the profile's residency as the
 /// `profile-resident` marker (when the capture's command line asked for it).
 pub fn check_after_restore() {

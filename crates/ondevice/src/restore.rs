@@ -33,11 +33,13 @@ pub fn after_restore() -> RestoreReport {
         hooks: Vec::new(),
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
-    let check = std::fs::read_to_string("/proc/cmdline")
-        .ok()
-        .and_then(|c| bootparams::BootParams::parse(&c).ok())
-        .is_some_and(|p| p.profile_check);
-    if check {
+    // Only an image captured with a profile can report on it; the others skip the parse.
+    if crate::profile::has_profile()
+        && std::fs::read_to_string("/proc/cmdline")
+            .ok()
+            .and_then(|c| bootparams::BootParams::parse(&c).ok())
+            .is_some_and(|p| p.profile_check)
+    {
         crate::profile::check_after_restore();
     }
     print_marker(
