@@ -23,8 +23,9 @@
 //!                           the pages touched since the restore: eager (default: keep them
 //!                           in the image), prefetch (first in the swap region, read back
 //!                           right after restore) or off
-//! snapboot.profilecheck     after each restore of a lazy image with a profile, print how
-//!                           much of the profile and of the rest is in memory (tests)
+//! snapboot.profilecheck     after each restore: how much of a lazy image's profile and of
+//!                           the rest is in memory, and 5 s later which processes took
+//!                           major faults (what the eager image lacked)
 //! snapboot.once             restore the image once, then invalidate it
 //! snapboot.threads=N        decompression threads at resume
 //! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV

@@ -205,6 +205,17 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         },
         _ => None,
     };
+    // The profile names the processes that were touched; this process, which resumes after
+    // each restore, joins it with what is in memory of its own (the code the `snapboot
+    // ready` of the last restore ran is in that).
+    let (profile, touched) = match profile {
+        Some(mut p) => {
+            let touched = (p.pages(), p.processes(), p.ranges());
+            let own = crate::profile::add_own_pages(&mut p);
+            (Some(p), Some((touched, own)))
+        }
+        None => (None, None),
+    };
     // An image must not refer to pages in a swap area that the running system goes on
     // rewriting: bring every swapped page back, and drop snapboot's own swap stack from an
     // earlier capture or restore (a lazy capture builds a fresh one in the new area).
@@ -306,21 +317,21 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                 None => text += "; page-ins not verified (snapboot.noverity)",
             }
             print_marker("lazy", Some(&text));
-            if let Some(pr) = &profile {
+            if let (Some(pr), Some(((pages, procs, ranges), own))) = (&profile, touched) {
                 let what = match (l.profile, p.kept) {
-                    (lazy::ProfileMode::Eager, Some(k)) => {
-                        format!("{} of its pages kept in memory (eager)", k.present)
-                    }
+                    (lazy::ProfileMode::Eager, Some(k)) => format!(
+                        "{} of these {} pages kept in memory (eager)",
+                        k.present,
+                        pr.pages()
+                    ),
                     _ => "paged out first, read back after each restore (prefetch)".into(),
                 };
                 print_marker(
                     "profile",
                     Some(&format!(
-                        "{} pages ({:.1} MiB) touched since the restore, {} processes, {} ranges: {what}",
-                        pr.pages(),
-                        mib(pr.pages()),
-                        pr.processes(),
-                        pr.ranges()
+                        "{pages} pages ({:.1} MiB) touched since the restore, {procs} processes, \
+                         {ranges} ranges, and {own} pages of snapboot itself: {what}",
+                        mib(pages),
                     )),
                 );
             }

@@ -191,16 +191,85 @@ fn processes() -> Vec<i32> {
 /// The address ranges of a process's mappings (without `[vsyscall]`).
 fn mappings(pid: i32) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    parse_maps(&text, |_| true)
+}
+
+/// The ranges of `/proc/PID/maps` text whose line passes `keep` (without `[vsyscall]`).
+fn parse_maps(text: &str, keep: impl Fn(&[&str]) -> bool) -> Vec<(u64, u64)> {
     text.lines()
         .filter(|l| !l.ends_with("[vsyscall]"))
         .filter_map(|l| {
-            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 5 || !keep(&f) {
+                return None;
+            }
+            let (a, b) = f[0].split_once('-')?;
             Some((
                 u64::from_str_radix(a, 16).ok()?,
                 u64::from_str_radix(b, 16).ok()?,
             ))
         })
         .collect()
+}
+
+/// Private, writable anonymous memory (no file, or the heap or a stack): where a page
+/// brought back by a read is mapped read-only and the application's first write faults.
+fn writable_anon(maps: &str) -> Vec<(u64, u64)> {
+    parse_maps(maps, |f| {
+        let perms = f[1].as_bytes();
+        let anon = f.len() == 5 || f[5].starts_with("[heap]") || f[5].starts_with("[stack");
+        perms.len() == 4 && perms[1] == b'w' && perms[3] == b'p' && anon
+    })
+}
+
+/// This process's readable mappings (without the kernel's `[vsyscall]`, `[vvar]` and
+/// `[vdso]`), from `/proc/self/maps` text.
+fn own_readable(maps: &str) -> Vec<(u64, u64)> {
+    maps.lines()
+        .filter(|l| !l.ends_with(']') || l.ends_with("[heap]") || l.ends_with("[stack]"))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, b) = f.next()?.split_once('-')?;
+            f.next()?.starts_with('r').then_some(())?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The pages of this process's own mappings that are in memory now. For its executable
+/// that includes what an earlier snapboot process touched: the binary lives on /run (a
+/// tmpfs), so after a restore the `snapboot ready` that resumed left the code it ran after
+/// the restore in memory, and a re-capture run now finds it resident.
+pub fn own_resident() -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut out = Vec::new();
+    for (start, end) in own_readable(&maps) {
+        let pages = (end - start) / PAGE;
+        let Ok(v) = crate::sys::mm::mincore(start, pages) else {
+            continue;
+        };
+        out.extend(runs(
+            v.into_iter()
+                .enumerate()
+                .map(|(i, r)| (start + i as u64 * PAGE, u64::from(r))),
+            |r| r != 0,
+        ));
+    }
+    normalize(out)
+}
+
+/// Adds this process's resident pages ([`own_resident`]) to a profile; returns how many.
+/// The process that captures is the one that resumes after each restore (it prints
+/// `restored`, runs the hooks and exits), and its code is not in any profile: profiles name
+/// the processes of the system they were recorded in, and each capture is a new process.
+pub fn add_own_pages(p: &mut PageSet) -> u64 {
+    let own = own_resident();
+    let n = own.iter().map(|r| r.1).sum();
+    p.procs.insert(std::process::id() as i32, own);
+    n
 }
 
 /// Reads the pagemap entries of `[start, start + pages*4096)` of a process.
@@ -306,6 +375,11 @@ pub fn for_capture() -> Result<Option<PageSet>, ProfileError> {
     }
 }
 
+/// Address ranges (start, end) as (first page, pages).
+fn pages_of(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    ranges.iter().map(|&(a, b)| (a, (b - a) / PAGE)).collect()
+}
+
 fn to_bytes(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
     ranges.iter().map(|&(a, n)| (a, n * PAGE)).collect()
 }
@@ -335,6 +409,11 @@ pub struct BringIn {
 /// queues all reads at once), then a read of every page through `process_vm_readv`, which
 /// waits for them and maps them. With `wait` false only the first step runs (a prefetch
 /// that does not wait).
+///
+/// With `wait`, the profile's private anonymous pages are then written back unchanged while
+/// the process is held still ([`crate::sys::mm::Stopped`]): a page read back is mapped
+/// read-only, and the application's first write to each would be one more fault after the
+/// restore (the image keeps the page tables as they are).
 pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
     for (pid, ranges) in &p.procs {
         if let Ok(fd) = Pidfd::open(*pid) {
@@ -342,6 +421,13 @@ pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
             let _ = fd.madvise(&r, MADV_WILLNEED);
             if wait {
                 let _ = fd.touch(&r);
+                let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+                let writable = intersect(ranges, &pages_of(&writable_anon(&maps)));
+                if !writable.is_empty() {
+                    if let Ok(held) = crate::sys::mm::Stopped::stop(*pid) {
+                        let _ = crate::sys::mm::rewrite_in_place(&held, *pid, &to_bytes(&writable));
+                    }
+                }
             }
         }
     }
@@ -442,6 +528,185 @@ pub fn check_after_restore() {
     }
 }
 
+/// Where [`check_after_restore`] leaves the fault counters of the moment of restore.
+pub const FAULTS_BASE_PATH: &str = "/run/snapboot/faults-at-restore";
+
+/// What one process has waited for and run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcCounts {
+    /// Command name.
+    pub comm: String,
+    /// Minor faults (mapped without a read).
+    pub minor: u64,
+    /// Major faults (waited for a read).
+    pub major: u64,
+    /// Major faults of its children that ended and were waited for.
+    pub children_major: u64,
+    /// Nanoseconds on a CPU (`/proc/PID/schedstat`).
+    pub cpu_ns: u64,
+}
+
+/// Page faults and CPU time: the system's swap-ins and every process's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// `pswpin` of /proc/vmstat: pages read from swap.
+    pub swapped_in: u64,
+    /// `pgmajfault` of /proc/vmstat: faults that waited for a read.
+    pub major: u64,
+    /// Every process (kernel threads included).
+    pub procs: BTreeMap<i32, ProcCounts>,
+}
+
+/// The counts of a `/proc/PID/stat` line (CPU time comes from elsewhere).
+fn stat_counts(stat: &str) -> Option<ProcCounts> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    // After the name: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+    // cmajflt.
+    let f: Vec<&str> = stat.get(close + 1..)?.split_whitespace().take(11).collect();
+    let n = |i: usize| f.get(i)?.parse().ok();
+    Some(ProcCounts {
+        comm,
+        minor: n(7)?,
+        major: n(9)?,
+        children_major: n(10)?,
+        cpu_ns: 0,
+    })
+}
+
+/// A counter of /proc/vmstat text.
+fn vmstat_value(vmstat: &str, key: &str) -> u64 {
+    vmstat
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+impl FaultCounts {
+    /// The counters now.
+    pub fn now() -> FaultCounts {
+        let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+        let procs = processes()
+            .into_iter()
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let mut c = stat_counts(&stat)?;
+                c.cpu_ns = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                    .unwrap_or(0);
+                Some((pid, c))
+            })
+            .collect();
+        FaultCounts {
+            swapped_in: vmstat_value(&vmstat, "pswpin"),
+            major: vmstat_value(&vmstat, "pgmajfault"),
+            procs,
+        }
+    }
+
+    /// What happened since `base`: the system's deltas, every process that took major
+    /// faults (most first), and the processes that ran longest, with their minor faults
+    /// (processes that started since count from zero).
+    pub fn since_text(&self, base: &FaultCounts) -> String {
+        let zero = ProcCounts::default();
+        let delta: Vec<(i32, &str, ProcCounts)> = self
+            .procs
+            .iter()
+            .map(|(pid, c)| {
+                let b = base.procs.get(pid).unwrap_or(&zero);
+                let d = ProcCounts {
+                    comm: String::new(),
+                    minor: c.minor.saturating_sub(b.minor),
+                    major: c.major.saturating_sub(b.major),
+                    children_major: c.children_major.saturating_sub(b.children_major),
+                    cpu_ns: c.cpu_ns.saturating_sub(b.cpu_ns),
+                };
+                (*pid, c.comm.as_str(), d)
+            })
+            .collect();
+        let mut faulted: Vec<&(i32, &str, ProcCounts)> = delta
+            .iter()
+            .filter(|(_, _, d)| d.major + d.children_major > 0)
+            .collect();
+        faulted.sort_by_key(|(pid, _, d)| (std::cmp::Reverse(d.major + d.children_major), *pid));
+        let faulted: Vec<String> = faulted
+            .iter()
+            .map(|(pid, comm, d)| match d.children_major {
+                0 => format!("{comm}[{pid}] {}", d.major),
+                c => format!("{comm}[{pid}] {} (+{c} in its ended children)", d.major),
+            })
+            .collect();
+        let mut busy: Vec<&(i32, &str, ProcCounts)> =
+            delta.iter().filter(|(_, _, d)| d.cpu_ns > 0).collect();
+        busy.sort_by_key(|(pid, _, d)| (std::cmp::Reverse(d.cpu_ns), *pid));
+        let busy: Vec<String> = busy
+            .iter()
+            .take(6)
+            .map(|(pid, comm, d)| {
+                format!(
+                    "{comm}[{pid}] {:.1} ms, {} minor faults",
+                    d.cpu_ns as f64 / 1e6,
+                    d.minor
+                )
+            })
+            .collect();
+        let list = |l: Vec<String>| {
+            if l.is_empty() {
+                "none".to_string()
+            } else {
+                l.join(", ")
+            }
+        };
+        format!(
+            "{} pages swapped in, {} major faults since the restore; by process: {}; \
+             most CPU: {}",
+            self.swapped_in.saturating_sub(base.swapped_in),
+            self.major.saturating_sub(base.major),
+            list(faulted),
+            list(busy)
+        )
+    }
+}
+
+/// With `snapboot.profilecheck`, right after a restore: keeps the fault counters of this
+/// moment and starts a detached `snapboot profile faults`, which reports after `wait_secs`
+/// which processes still had to wait for the store (what the eager image lacked).
+pub fn start_fault_watch(wait_secs: u32) {
+    let base = FaultCounts::now();
+    let Ok(bytes) = postcard::to_allocvec(&base) else {
+        return;
+    };
+    if std::fs::write(FAULTS_BASE_PATH, bytes).is_err() {
+        return;
+    }
+    let _ = std::process::Command::new("/proc/self/exe")
+        .args(["profile", "faults", "--wait", &wait_secs.to_string()])
+        .env(crate::guest::MARKERS_ENV, "console")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+/// The major faults since the restore (from the counters [`start_fault_watch`] kept).
+pub fn faults_since_restore() -> Result<String, ProfileError> {
+    let path = Path::new(FAULTS_BASE_PATH);
+    let bytes = std::fs::read(path).map_err(|err| ProfileError::Io {
+        step: "reading the fault counters of the restore",
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let base: FaultCounts = postcard::from_bytes(&bytes).map_err(|e| ProfileError::Damaged {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(FaultCounts::now().since_text(&base))
+}
+
 /// After a restore, after the `restored` marker: a prefetch-mode image starts reading its
 /// profile back in, in the background (it must not delay the application).
 pub fn start_prefetch() {
@@ -461,11 +726,133 @@ mod tests {
     use super::*;
 
     #[test]
+    fn own_mappings_are_the_readable_ones_without_kernel_pages() {
+        let maps = "\
+55d0a000-55d0c000 r--p 00000000 00:19 12 /run/snapboot/bin/snapboot
+55d0c000-55d0f000 r-xp 00002000 00:19 12 /run/snapboot/bin/snapboot
+55d10000-55d11000 ---p 00000000 00:00 0
+55d11000-55d13000 rw-p 00000000 00:00 0 [heap]
+7ffd000-7fff000 rw-p 00000000 00:00 0 [stack]
+7fff100-7fff200 r--p 00000000 00:00 0 [vvar]
+7fff200-7fff300 r-xp 00000000 00:00 0 [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]";
+        assert_eq!(
+            own_readable(maps),
+            [
+                (0x55d0a000, 0x55d0c000),
+                (0x55d0c000, 0x55d0f000),
+                (0x55d11000, 0x55d13000),
+                (0x7ffd000, 0x7fff000)
+            ]
+        );
+    }
+
+    #[test]
+    fn own_resident_pages_include_what_this_test_just_touched() {
+        let buf = vec![7u8; 64 * 4096];
+        let at = buf.as_ptr() as u64;
+        let own = own_resident();
+        let first = at.div_ceil(PAGE) * PAGE;
+        assert!(
+            own.iter().any(|&(a, n)| a <= first && first < a + n * PAGE),
+            "{first:#x} not in {own:x?}"
+        );
+        let mut p = PageSet::default();
+        assert_eq!(add_own_pages(&mut p), p.pages());
+        assert!(p.pages() >= 64, "{p:?}");
+        drop(buf);
+    }
+
+    #[test]
+    fn stat_lines_give_name_and_fault_counts() {
+        let line = "312 (python3 (x)) S 1 312 312 34816 312 4194304 9000 0 57 3 120 30";
+        let c = stat_counts(line).unwrap();
+        assert_eq!(
+            (c.comm.as_str(), c.minor, c.major, c.children_major),
+            ("python3 (x)", 9000, 57, 3)
+        );
+        assert_eq!(stat_counts("312 (sh) S 1"), None);
+        let vm = "pgpgin 10\npswpin 42\npgmajfault 7\n";
+        assert_eq!(
+            (vmstat_value(vm, "pswpin"), vmstat_value(vm, "pgmajfault")),
+            (42, 7)
+        );
+        assert_eq!(vmstat_value(vm, "nothing"), 0);
+    }
+
+    #[test]
+    fn fault_report_lists_faults_most_first_and_the_busiest_processes() {
+        let p = |comm: &str, minor, major, children_major, cpu_ms: u64| ProcCounts {
+            comm: comm.into(),
+            minor,
+            major,
+            children_major,
+            cpu_ns: cpu_ms * 1_000_000,
+        };
+        let base = FaultCounts {
+            swapped_in: 100,
+            major: 50,
+            procs: [(1, p("init", 0, 5, 0, 10)), (7, p("app", 100, 10, 0, 500))].into(),
+        };
+        let now = FaultCounts {
+            swapped_in: 130,
+            major: 62,
+            procs: [
+                (1, p("init", 0, 5, 0, 10)),
+                (7, p("app", 160, 13, 20, 540)),
+                (9, p("new", 3, 9, 0, 2)),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            now.since_text(&base),
+            "30 pages swapped in, 12 major faults since the restore; by process: \
+             app[7] 3 (+20 in its ended children), new[9] 9; \
+             most CPU: app[7] 40.0 ms, 60 minor faults, new[9] 2.0 ms, 3 minor faults"
+        );
+        assert!(base
+            .since_text(&base)
+            .ends_with("by process: none; most CPU: none"));
+    }
+
+    #[test]
+    fn the_counters_of_this_process_are_readable() {
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(stat_counts(&me).is_some(), "{me}");
+        let c = FaultCounts::now();
+        assert!(c.procs.contains_key(&1) && c.major > 0, "{c:?}");
+    }
+
+    #[test]
     fn intersect_keeps_the_common_pages() {
         let a = [(0x1000, 4), (0x10000, 2)];
         let b = [(0x3000, 10), (0x11000, 1)];
         assert_eq!(intersect(&a, &b), [(0x3000, 2), (0x11000, 1)]);
         assert!(intersect(&a, &[]).is_empty());
+    }
+
+    #[test]
+    fn only_private_writable_anonymous_memory_is_rewritten() {
+        let maps = "\
+00400000-00401000 r-xp 00000000 fe:00 12 /usr/bin/python3
+00600000-00602000 rw-p 00002000 fe:00 12 /usr/bin/python3
+01000000-01100000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000010000 rw-p 00000000 00:00 0
+7f0000010000-7f0000011000 ---p 00000000 00:00 0
+7f0000020000-7f0000030000 rw-s 00000000 00:01 5 /dev/zero (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]
+";
+        assert_eq!(
+            writable_anon(maps),
+            [
+                (0x0100_0000, 0x0110_0000),
+                (0x7f00_0000_0000, 0x7f00_0001_0000),
+                (0x7ffd_0000_0000, 0x7ffd_0002_1000)
+            ]
+        );
+        assert_eq!(parse_maps(maps, |_| true).len(), 7);
+        assert_eq!(pages_of(&[(0x1000, 0x3000)]), [(0x1000, 2)]);
     }
 
     #[test]

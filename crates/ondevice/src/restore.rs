@@ -14,6 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Executables run in name order after every restore.
 pub const HOOK_DIR: &str = "/etc/snapboot/restore.d";
 
+/// With `snapboot.profilecheck`: how long after the restore the major faults are counted
+/// (long enough for a probe's first requests).
+const FAULT_WATCH_SECS: u32 = 5;
+
 /// What the post-restore steps did.
 #[derive(Debug, Clone, Default)]
 pub struct RestoreReport {
@@ -27,19 +31,20 @@ pub struct RestoreReport {
 
 /// Runs every post-restore step and prints the `restored` marker.
 pub fn after_restore() -> RestoreReport {
+    let profile_check = std::fs::read_to_string("/proc/cmdline")
+        .ok()
+        .and_then(|c| bootparams::BootParams::parse(&c).ok())
+        .is_some_and(|p| p.profile_check);
+    if profile_check {
+        crate::profile::start_fault_watch(FAULT_WATCH_SECS);
+    }
     let mut r = RestoreReport {
         clock_step: step_clock_from_rtc().unwrap_or(0.0),
         entropy_bytes: reseed_rng(),
         hooks: Vec::new(),
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
-    // Only an image captured with a profile can report on it; the others skip the parse.
-    if crate::profile::has_profile()
-        && std::fs::read_to_string("/proc/cmdline")
-            .ok()
-            .and_then(|c| bootparams::BootParams::parse(&c).ok())
-            .is_some_and(|p| p.profile_check)
-    {
+    if profile_check && crate::profile::has_profile() {
         crate::profile::check_after_restore();
     }
     print_marker(

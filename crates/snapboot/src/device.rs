@@ -56,6 +56,13 @@ pub enum ProfileCmd {
     Status,
     /// Read the image's profile back in (what a prefetch-mode image does after restore).
     Prefetch,
+    /// After SECS, print the major page faults each process took since the restore: the
+    /// memory the eager image lacked (`snapboot.profilecheck` starts it at every restore).
+    Faults {
+        /// Seconds to wait first.
+        #[arg(long, default_value_t = 0)]
+        wait: u32,
+    },
 }
 
 /// `snapboot image`.

@@ -553,6 +553,11 @@ pub fn profile(c: crate::device::ProfileCmd) -> Result<ExitCode> {
             let b = profile::prefetch()?;
             println!("prefetch: {} of {} pages in memory", b.present, b.pages);
         }
+        ProfileCmd::Faults { wait } => {
+            std::thread::sleep(std::time::Duration::from_secs(wait.into()));
+            let text = profile::faults_since_restore()?;
+            ondevice::guest::print_marker("faults", Some(&text));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! Another process's memory: `pidfd_open(2)` and `process_madvise(2)` (through libc, which
-//! has the syscall numbers but no wrappers), `process_vm_readv(2)` (through nix).
+//! has the syscall numbers but no wrappers), `process_vm_readv(2)`, and `ptrace(2)`'s seize
+//! and interrupt to hold a process still while its memory is written (through nix).
 
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -103,4 +104,79 @@ impl Pidfd {
         }
         Ok(done)
     }
+}
+
+/// A process held in a ptrace stop (every thread seized and interrupted, as a checkpointing
+/// tool does: the real parent sees nothing, and interrupted system calls restart). Released
+/// on drop.
+pub struct Stopped {
+    tids: Vec<nix::unistd::Pid>,
+}
+
+impl Stopped {
+    /// Stops every thread of process `pid`.
+    pub fn stop(pid: i32) -> std::io::Result<Self> {
+        use nix::sys::ptrace;
+        use nix::sys::wait::{waitpid, WaitPidFlag};
+        let mut held = Stopped { tids: Vec::new() };
+        for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let Some(tid) = e?.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else {
+                continue;
+            };
+            let tid = nix::unistd::Pid::from_raw(tid);
+            ptrace::seize(tid, ptrace::Options::empty())?;
+            held.tids.push(tid);
+            ptrace::interrupt(tid)?;
+            waitpid(tid, Some(WaitPidFlag::__WALL))?;
+        }
+        Ok(held)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &tid in &self.tids {
+            let _ = nix::sys::ptrace::detach(tid, None);
+        }
+    }
+}
+
+/// Writes back, unchanged, the bytes of `ranges` (start address, bytes) of a process held in
+/// [`Stopped`]: every page is write-faulted, so it is mapped writable and dirty as it was
+/// before it was paged out, and the application's first write to it costs no fault.
+pub fn rewrite_in_place(_held: &Stopped, pid: i32, ranges: &[(u64, u64)]) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    let mut buf = Vec::new();
+    let mut done = 0;
+    for &(start, len) in ranges {
+        buf.resize(len as usize, 0);
+        mem.read_exact_at(&mut buf, start)?;
+        mem.write_all_at(&buf, start)?;
+        done += len;
+    }
+    Ok(done)
+}
+
+/// `mincore(2)` on `[start, start + pages*4096)` of this process: one entry per page, true
+/// when the page is in memory (for a file mapping: in the page cache, whoever touched it).
+pub fn mincore(start: u64, pages: u64) -> std::io::Result<Vec<bool>> {
+    let mut vec = vec![0u8; pages as usize];
+    // SAFETY: mincore only inspects the kernel's page tables and page cache for the range
+    // (which need not be mapped readable) and writes one byte per page into `vec`, which has
+    // exactly `pages` bytes and lives across the call.
+    let r = unsafe {
+        libc::mincore(
+            start as usize as *mut libc::c_void,
+            (pages * 4096) as usize,
+            vec.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(vec.into_iter().map(|b| b & 1 != 0).collect())
 }
