@@ -33,6 +33,11 @@ pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "vi
 /// loads them only when the command line has `snapboot.lazy`.
 pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "dm_verity", "zram", "lzo_rle"];
 
+/// Modules the booted system loads later, not at boot: virtio-mem, which adds deferred
+/// memory after ready or restored (`snapboot.defermem`). The initramfs copies them to
+/// `/run/snapboot/modules`, which outlives the switch to the root filesystem.
+pub const LATE_MODULES: &[&str] = &["virtio_mem"];
+
 /// Where the initramfs records the kernel its images come from (`release=`, `version=`,
 /// `machine=` lines).
 pub const IMAGE_KERNEL_RECORD: &str = "etc/snapboot/image-kernel";
@@ -222,6 +227,11 @@ impl Bundle {
             .into_iter()
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
+        let late_modules: Vec<_> = tree
+            .resolve(LATE_MODULES)?
+            .into_iter()
+            .filter(|l| !modules.iter().any(|m| m.name == l.name))
+            .collect();
         let mut ir = Initramfs::new();
         let bb = fs::read(BUSYBOX).map_err(io(Path::new(BUSYBOX)))?;
         ir.file("bin/busybox", 0o755, bb);
@@ -233,7 +243,7 @@ impl Bundle {
         }
         let snapboot_blake3 = blake3::hash(&snapboot).to_hex().to_string();
         ir.file("bin/snapboot", 0o755, snapboot);
-        for m in modules.iter().chain(&lazy_modules) {
+        for m in modules.iter().chain(&lazy_modules).chain(&late_modules) {
             ir.file(
                 &format!("lib/modules/{}.ko", m.name),
                 0o644,
@@ -243,6 +253,7 @@ impl Bundle {
         let script = InitScript {
             modules: modules.iter().map(|m| m.name.clone()).collect(),
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
+            late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),

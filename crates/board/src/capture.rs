@@ -199,6 +199,7 @@ mod tests {
     fn test_opts() -> RunOptions {
         RunOptions {
             mem_mib: 128,
+            max_mem_mib: None,
             smp: 1,
             accel: crate::qemu::Accel::Tcg,
             kernel: crate::qemu::KernelImage::Vmlinux,

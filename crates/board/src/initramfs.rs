@@ -166,6 +166,9 @@ pub struct InitScript {
     /// Modules loaded only on a cold boot whose command line asks for a lazy capture
     /// (`snapboot.lazy`): device-mapper snapshot and zram, in load order.
     pub lazy_modules: Vec<String>,
+    /// Modules copied to `/run/snapboot/modules` on a cold boot with deferred memory
+    /// (`snapboot.defermem`), for `snapboot memory add` to load after ready or restored.
+    pub late_modules: Vec<String>,
     /// The block device holding the root filesystem.
     pub root_dev: String,
     /// Filesystem type of the root (`squashfs` or `ext4`).
@@ -223,6 +226,18 @@ impl InitScript {
             for module in &self.lazy_modules {
                 s.push_str(&format!(
                     "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                ));
+            }
+            s.push_str(";; esac\n");
+        }
+        if !self.late_modules.is_empty() {
+            s.push_str(&format!(
+                "case \" $(cat /proc/cmdline) \" in *\" {}=\"*)\n  mkdir -p /run/snapboot/modules\n",
+                bootparams::key::DEFERMEM
+            ));
+            for module in &self.late_modules {
+                s.push_str(&format!(
+                    "  cp /lib/modules/{module}.ko /run/snapboot/modules/ || echo \"snapboot: init: no {module}\"\n"
                 ));
             }
             s.push_str(";; esac\n");
@@ -303,6 +318,7 @@ mod tests {
         let s = InitScript {
             modules: vec!["virtio_ring".into(), "virtio".into(), "virtio_blk".into()],
             lazy_modules: vec!["dm_mod".into(), "dm_snapshot".into()],
+            late_modules: vec!["virtio_mem".into()],
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
             start: "sh -c 'snapboot ready; exec sh'".into(),
@@ -324,5 +340,13 @@ mod tests {
         assert!(s.find("resume --from-cmdline").unwrap() < lazy);
         assert!(lazy < s.find("dm_mod.ko").unwrap());
         assert!(s.find("dm_mod.ko").unwrap() < s.find("dm_snapshot.ko").unwrap());
+        // Deferred memory: the driver is kept for later, never loaded at boot.
+        let late = s.find("*\" snapboot.defermem=\"*)").unwrap();
+        assert!(
+            late < s
+                .find("cp /lib/modules/virtio_mem.ko /run/snapboot/modules/")
+                .unwrap()
+        );
+        assert!(!s.contains("insmod /lib/modules/virtio_mem.ko"));
     }
 }

@@ -127,6 +127,7 @@ mod tests {
     fn swap_is_attached_first_and_named_for_the_kernel() {
         let opts = RunOptions {
             mem_mib: 128,
+            max_mem_mib: None,
             smp: 1,
             accel: crate::qemu::Accel::Tcg,
             kernel: crate::qemu::KernelImage::Vmlinux,

@@ -67,8 +67,12 @@ pub struct Disk {
 /// How to run the board.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Guest RAM in MiB.
+    /// Guest RAM in MiB: what the board boots with.
     pub mem_mib: u32,
+    /// Deferred memory: the board's total RAM in MiB when it is more than `mem_mib`. The
+    /// rest is a virtio-mem device that the guest plugs after ready or restored
+    /// (`snapboot.defermem`).
+    pub max_mem_mib: Option<u32>,
     /// Virtual CPUs.
     pub smp: u32,
     /// Accelerator.
@@ -93,6 +97,7 @@ impl RunOptions {
     pub fn for_bundle(bundle: &Bundle) -> Self {
         Self {
             mem_mib: bundle.workload.mem_mib,
+            max_mem_mib: None,
             smp: 1,
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
@@ -102,6 +107,29 @@ impl RunOptions {
             timeout: Duration::from_secs(300),
             echo: false,
         }
+    }
+}
+
+/// Deferred memory is plugged in blocks of this many MiB (Linux memory blocks on x86_64).
+pub const DEFER_BLOCK_MIB: u32 = 128;
+
+/// MiB of deferred memory (the virtio-mem device's size), if the options defer any.
+pub fn deferred_mib(opts: &RunOptions) -> Option<u32> {
+    opts.max_mem_mib
+        .filter(|&m| m > opts.mem_mib)
+        .map(|m| m - opts.mem_mib)
+}
+
+/// Checks a `--max-mem` against the boot memory: more than it, and the difference whole
+/// memory blocks (virtio-mem plugs them whole).
+pub fn check_max_mem(mem_mib: u32, max_mib: u32) -> Result<(), MemSizeError> {
+    let rest = max_mib.checked_sub(mem_mib).filter(|&r| r > 0);
+    match rest {
+        Some(r) if r.is_multiple_of(DEFER_BLOCK_MIB) => Ok(()),
+        _ => Err(MemSizeError::Deferred {
+            mem: mem_mib,
+            max: max_mib,
+        }),
     }
 }
 
@@ -117,6 +145,12 @@ pub enum MemSizeError {
     /// Too small to boot, or too large to count.
     #[error("memory size {0:?}: the board needs at least {MIN_MEM_MIB}M (and at most 4095G)")]
     Range(String),
+    /// `--max-mem` is not the boot memory plus whole memory blocks.
+    #[error(
+        "--max-mem {max}M with --mem {mem}M: the deferred part must be more than 0 and a \
+         multiple of {DEFER_BLOCK_MIB}M"
+    )]
+    Deferred { mem: u32, max: u32 },
 }
 
 /// Parses a guest memory size (`512M`, `1G`, MiB without a unit) into MiB.
@@ -162,12 +196,27 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     if opts.accel == Accel::Kvm {
         c.args(["-cpu", "host"]);
     }
-    c.args([
-        "-m",
-        &format!("{}M", opts.mem_mib),
-        "-smp",
-        &opts.smp.to_string(),
-    ]);
+    let deferred = deferred_mib(opts);
+    let mem = match deferred {
+        Some(_) => format!(
+            "{}M,maxmem={}M",
+            opts.mem_mib,
+            opts.max_mem_mib.unwrap_or(0)
+        ),
+        None => format!("{}M", opts.mem_mib),
+    };
+    c.args(["-m", &mem, "-smp", &opts.smp.to_string()]);
+    if let Some(rest) = deferred {
+        // The rest of the RAM: a virtio-mem device that asks for all of it from power-on.
+        // The guest takes it when it loads the driver (after ready or restored); until then
+        // the kernel, the image and the restore see only the boot memory.
+        c.args([
+            "-object",
+            &format!("memory-backend-ram,id=deferred,size={rest}M"),
+            "-device",
+            &format!("virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M"),
+        ]);
+    }
     c.args(["-display", "none", "-no-reboot"]);
     let kernel = match &opts.kernel {
         KernelImage::Vmlinux => bundle.vmlinux(),
@@ -177,6 +226,9 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());
     let mut params = opts.params.clone();
+    if deferred.is_some() {
+        params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
+    }
     if matches!(opts.kernel, KernelImage::Restore(_)) {
         // The kernel pack goes last, after the root (vda) and the extra disks.
         let letter = (b'b' + opts.disks.len() as u8) as char;
@@ -514,6 +566,17 @@ pub struct RunResult {
 /// Boots the board, waits for the ready marker, types the probe, waits for its answer and
 /// powers off. TTI is the host time from QEMU start to the answer.
 pub fn run_probe(bundle: &Bundle, opts: &RunOptions, probe: &Probe) -> Result<RunResult, RunError> {
+    run_probe_then(bundle, opts, probe, None)
+}
+
+/// [`run_probe`], and after the answer also waits for `then` (a console line, e.g. the
+/// `memory` marker of deferred memory) before powering off; its milestone is recorded.
+pub fn run_probe_then(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    probe: &Probe,
+    then: Option<(&Regex, &str)>,
+) -> Result<RunResult, RunError> {
     let expect =
         Regex::new(&probe.expect).map_err(|e| RunError::BadRegex(probe.expect.clone(), e))?;
     // A cold boot reaches `ready`; a snapshot boot comes back at `restored`.
@@ -533,11 +596,23 @@ pub fn run_probe(bundle: &Bundle, opts: &RunOptions, probe: &Probe) -> Result<Ru
             s.send(&probe.send)?;
             s.wait_for(&expect, "the probe's answer", left())
         });
-    Ok(match res {
-        Ok((text, t)) => {
+    let res = match (res, then) {
+        (Ok((text, t)), Some((re, what))) => {
             s.timeline
                 .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
             s.timeline.tti = Some(t);
+            s.wait_for(re, what, left()).map(|_| None)
+        }
+        (Ok(answer), None) => Ok(Some(answer)),
+        (Err(e), _) => Err(e),
+    };
+    Ok(match res {
+        Ok(answer) => {
+            if let Some((text, t)) = answer {
+                s.timeline
+                    .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
+                s.timeline.tti = Some(t);
+            }
             RunResult {
                 timeline: s.finish(Outcome::Answered),
                 error: None,
@@ -568,6 +643,9 @@ mod tests {
     #[test]
     fn memory_sizes() {
         assert_eq!(parse_mem_mib("512M"), Ok(512));
+        assert_eq!(check_max_mem(512, 16384), Ok(()));
+        assert!(check_max_mem(512, 512).is_err() && check_max_mem(512, 600).is_err());
+        assert!(check_max_mem(1024, 512).is_err());
         assert_eq!(parse_mem_mib("1G"), Ok(1024));
         assert_eq!(parse_mem_mib("256"), Ok(256));
         assert_eq!(

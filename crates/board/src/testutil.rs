@@ -32,6 +32,7 @@ pub fn bundle() -> Bundle {
 pub fn opts() -> RunOptions {
     RunOptions {
         mem_mib: 512,
+        max_mem_mib: None,
         smp: 1,
         accel: Accel::Tcg,
         kernel: KernelImage::Vmlinux,

@@ -40,6 +40,15 @@
 //! snapboot.pin              flash store: pin the captured image (gc and captures keep it)
 //! snapboot.pmtimes          the image times each device's restore (pm_print_times), for
 //!                           `snapboot analyze` to name the slowest devices
+//! snapboot.defermem=SIZE    deferred memory: the system boots (and images hold) only its
+//!                           boot memory; after ready or restored it adds the rest until
+//!                           SIZE of RAM is online (virtio-mem on the board)
+//! snapboot.memonline=Z      deferred memory goes online as movable (default: it can be
+//!                           taken offline again) or kernel memory
+//! snapboot.memdeadline=S    seconds after which the deferred memory is checked and what is
+//!                           missing is onlined or requested again (default 30)
+//! snapboot.memfault=F       tests: break the first attempt to add deferred memory:
+//!                           offline (added but left offline) or noload (never requested)
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -94,8 +103,16 @@ pub mod key {
     pub const PROFILE: &str = "snapboot.profile";
     /// Report the profile's residency after each restore.
     pub const PROFILECHECK: &str = "snapboot.profilecheck";
+    /// Deferred memory: the RAM to end up with.
+    pub const DEFERMEM: &str = "snapboot.defermem";
+    /// Deferred memory: the zone it goes online in.
+    pub const MEMONLINE: &str = "snapboot.memonline";
+    /// Deferred memory: when to check that it arrived.
+    pub const MEMDEADLINE: &str = "snapboot.memdeadline";
+    /// Deferred memory: break the first attempt (tests).
+    pub const MEMFAULT: &str = "snapboot.memfault";
     /// Every key.
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 26] = [
         STORE,
         CAPTURE,
         THEN,
@@ -118,6 +135,10 @@ pub mod key {
         DEDUPE,
         PIN,
         PMTIMES,
+        DEFERMEM,
+        MEMONLINE,
+        MEMDEADLINE,
+        MEMFAULT,
     ];
 }
 
@@ -216,6 +237,79 @@ pub struct BootParams {
     pub pin: bool,
     /// `snapboot.pmtimes`.
     pub pm_times: bool,
+    /// `snapboot.defermem=SIZE`: the bytes of RAM to end up with.
+    pub defer_mem: Option<u64>,
+    /// `snapboot.memonline=Z`.
+    pub mem_online: MemOnline,
+    /// `snapboot.memdeadline=S`.
+    pub mem_deadline: u32,
+    /// `snapboot.memfault=F`.
+    pub mem_fault: Option<MemFault>,
+}
+
+/// Seconds after ready (or restored) by which deferred memory must be online.
+pub const DEFAULT_MEM_DEADLINE: u32 = 30;
+
+/// The zone deferred memory goes online in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MemOnline {
+    /// `ZONE_MOVABLE`: only movable allocations (user pages, page cache), so the memory
+    /// can be taken offline again.
+    #[default]
+    Movable,
+    /// `ZONE_NORMAL`: the kernel may place its own data there too; it stays for good.
+    Kernel,
+}
+
+impl MemOnline {
+    /// The word, as `snapboot.memonline=` takes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Movable => "movable",
+            Self::Kernel => "kernel",
+        }
+    }
+
+    /// What `/sys/devices/system/memory/*/state` and `auto_online_blocks` take.
+    pub fn sysfs(self) -> &'static str {
+        match self {
+            Self::Movable => "online_movable",
+            Self::Kernel => "online_kernel",
+        }
+    }
+
+    /// Parses [`MemOnline::word`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Movable, Self::Kernel]
+            .into_iter()
+            .find(|m| m.word() == s)
+    }
+}
+
+/// A broken first attempt at adding deferred memory (for tests of the deadline check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemFault {
+    /// The memory is added but left offline.
+    Offline,
+    /// The memory is never requested.
+    NoLoad,
+}
+
+impl MemFault {
+    /// The word, as `snapboot.memfault=` takes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Offline => "offline",
+            Self::NoLoad => "noload",
+        }
+    }
+
+    /// Parses [`MemFault::word`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Offline, Self::NoLoad]
+            .into_iter()
+            .find(|m| m.word() == s)
+    }
 }
 
 impl Default for BootParams {
@@ -243,6 +337,10 @@ impl Default for BootParams {
             dedupe: None,
             pin: false,
             pm_times: false,
+            defer_mem: None,
+            mem_online: MemOnline::Movable,
+            mem_deadline: DEFAULT_MEM_DEADLINE,
+            mem_fault: None,
         }
     }
 }
@@ -473,6 +571,22 @@ impl BootParams {
                 }
                 key::PIN => p.pin = flag(value)?,
                 key::PMTIMES => p.pm_times = flag(value)?,
+                key::DEFERMEM => {
+                    p.defer_mem = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
+                }
+                key::MEMONLINE => {
+                    p.mem_online = value
+                        .and_then(MemOnline::parse)
+                        .ok_or_else(|| bad("expected movable or kernel"))?;
+                }
+                key::MEMDEADLINE => {
+                    let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
+                    p.mem_deadline = n.ok_or_else(|| bad("expected seconds (1 or more)"))?;
+                }
+                key::MEMFAULT => {
+                    let f = value.and_then(MemFault::parse);
+                    p.mem_fault = Some(f.ok_or_else(|| bad("expected offline or noload"))?);
+                }
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -513,6 +627,12 @@ impl BootParams {
             self.dedupe.map(|d| with(key::DEDUPE, &dedupe_word(d))),
             self.pin.then(|| key::PIN.to_string()),
             self.pm_times.then(|| key::PMTIMES.to_string()),
+            self.defer_mem.map(|b| with(key::DEFERMEM, &b)),
+            (self.mem_online != MemOnline::Movable)
+                .then(|| with(key::MEMONLINE, &self.mem_online.word())),
+            (self.mem_deadline != DEFAULT_MEM_DEADLINE)
+                .then(|| with(key::MEMDEADLINE, &self.mem_deadline)),
+            self.mem_fault.map(|f| with(key::MEMFAULT, &f.word())),
         ];
         words.into_iter().flatten().collect()
     }

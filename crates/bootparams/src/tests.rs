@@ -19,7 +19,8 @@ fn each_word_sets_its_field() {
          snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
-         snapboot.profile=prefetch snapboot.profilecheck",
+         snapboot.profile=prefetch snapboot.profilecheck snapboot.defermem=16G \
+         snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload",
     )
     .unwrap();
     assert_eq!(
@@ -50,6 +51,10 @@ fn each_word_sets_its_field() {
             }),
             pin: true,
             pm_times: true,
+            defer_mem: Some(16 << 30),
+            mem_online: MemOnline::Kernel,
+            mem_deadline: 5,
+            mem_fault: Some(MemFault::NoLoad),
         }
     );
 }
@@ -120,6 +125,22 @@ fn bad_words_are_named() {
         (
             "snapboot.noverity=1",
             "snapboot.noverity=1: takes no value",
+        ),
+        (
+            "snapboot.defermem=lots",
+            "snapboot.defermem=lots: expected a size such as 96M",
+        ),
+        (
+            "snapboot.memonline=dma",
+            "snapboot.memonline=dma: expected movable or kernel",
+        ),
+        (
+            "snapboot.memdeadline=0",
+            "snapboot.memdeadline=0: expected seconds (1 or more)",
+        ),
+        (
+            "snapboot.memfault=crash",
+            "snapboot.memfault=crash: expected offline or noload",
         ),
         (
             "snapboot.compress=lzo",
@@ -234,6 +255,10 @@ prop_compose! {
         verity in any::<bool>(),
         profile_check in any::<bool>(),
         profile in prop_oneof![Just(ProfileMode::Eager), Just(ProfileMode::Prefetch), Just(ProfileMode::Off)],
+        defer_mem in proptest::option::of(1u64..1 << 40),
+        mem_online in prop_oneof![Just(MemOnline::Movable), Just(MemOnline::Kernel)],
+        mem_deadline in 1u32..1000,
+        mem_fault in proptest::option::of(prop_oneof![Just(MemFault::Offline), Just(MemFault::NoLoad)]),
     ) -> BootParams {
         BootParams {
             store,
@@ -258,6 +283,10 @@ prop_compose! {
             dedupe,
             pin,
             pm_times,
+            defer_mem,
+            mem_online,
+            mem_deadline,
+            mem_fault,
         }
     }
 }

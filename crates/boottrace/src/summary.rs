@@ -53,6 +53,10 @@ pub struct Phases {
     pub probe: Option<f64>,
     /// Resume start to the snapshotted system restored.
     pub resume_load: Option<f64>,
+    /// Power-on to snapboot's init: what RAM size costs before the initramfs runs.
+    pub to_initramfs: Option<f64>,
+    /// App ready (else restored) to all deferred memory online (marker `memory`).
+    pub memory_online: Option<f64>,
 }
 
 impl Phases {
@@ -68,18 +72,22 @@ impl Phases {
             app_start: span(&[K::RootMounted, K::AppStart], &[K::AppReady]),
             probe: span(&[K::AppReady, K::Restored], &[K::ProbeAnswered]),
             resume_load: span(&[K::ResumeStart], &[K::Restored]),
+            to_initramfs: tl.first(K::InitStart),
+            memory_online: span(&[K::AppReady, K::Restored], &[K::MemoryOnline]),
         }
     }
 
     /// The phases with display labels, in boot order.
-    pub fn entries(&self) -> [(&'static str, Option<f64>); 6] {
+    pub fn entries(&self) -> [(&'static str, Option<f64>); 8] {
         [
+            ("to initramfs", self.to_initramfs),
             ("firmware", self.firmware),
             ("kernel", self.kernel),
             ("root mount", self.root_mount),
             ("app start", self.app_start),
             ("probe", self.probe),
             ("resume load", self.resume_load),
+            ("memory online", self.memory_online),
         ]
     }
 }

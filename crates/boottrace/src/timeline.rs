@@ -75,11 +75,13 @@ pub enum MilestoneKind {
     KernelPanic,
     /// The guest is powering off (marker `poweroff` or the kernel's `reboot: Power down`).
     PowerOff,
+    /// Deferred memory is all online (marker `memory`).
+    MemoryOnline,
 }
 
 impl MilestoneKind {
     /// Every kind, in declaration order.
-    pub const ALL: [MilestoneKind; 17] = [
+    pub const ALL: [MilestoneKind; 18] = [
         Self::KernelStart,
         Self::LinuxVersion,
         Self::InitStart,
@@ -97,6 +99,7 @@ impl MilestoneKind {
         Self::CaptureDone,
         Self::KernelPanic,
         Self::PowerOff,
+        Self::MemoryOnline,
     ];
 
     /// The snake_case name, as in JSON.
@@ -119,6 +122,7 @@ impl MilestoneKind {
             Self::CaptureDone => "capture_done",
             Self::KernelPanic => "kernel_panic",
             Self::PowerOff => "power_off",
+            Self::MemoryOnline => "memory_online",
         }
     }
 
@@ -142,6 +146,7 @@ impl MilestoneKind {
             Self::CaptureStart => "capture-start",
             Self::CaptureDone => "capture-done",
             Self::PowerOff => "poweroff",
+            Self::MemoryOnline => "memory",
             _ => return None,
         })
     }

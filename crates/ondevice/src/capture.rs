@@ -72,6 +72,9 @@ impl CaptureOptions {
 /// Errors of capture; each says which step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// Deferred memory is online.
+    #[error("refusing to capture")]
+    Memory(#[source] crate::memory::MemoryError),
     /// A writable, block-backed filesystem is mounted.
     #[error("refusing to capture: {device} is mounted read-write on {target}; its contents would be rolled back at every snapshot boot (unmount it, or --force)")]
     WritableMount { device: String, target: String },
@@ -188,6 +191,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             });
         }
     }
+    crate::memory::check_capture().map_err(CaptureError::Memory)?;
     let binding = observe_binding().map_err(CaptureError::Binding)?;
     let store_err = |err| CaptureError::Store {
         path: o.store.clone(),

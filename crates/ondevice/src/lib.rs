@@ -14,6 +14,7 @@ pub mod guest;
 pub mod handover;
 pub mod kernel_native;
 pub mod lazy;
+pub mod memory;
 pub mod profile;
 pub mod restore;
 pub mod resume;

@@ -31,10 +31,11 @@ pub struct RestoreReport {
 
 /// Runs every post-restore step and prints the `restored` marker.
 pub fn after_restore() -> RestoreReport {
-    let profile_check = std::fs::read_to_string("/proc/cmdline")
+    let params = std::fs::read_to_string("/proc/cmdline")
         .ok()
         .and_then(|c| bootparams::BootParams::parse(&c).ok())
-        .is_some_and(|p| p.profile_check);
+        .unwrap_or_default();
+    let profile_check = params.profile_check;
     if profile_check {
         crate::profile::start_fault_watch(FAULT_WATCH_SECS);
     }
@@ -57,6 +58,7 @@ pub fn after_restore() -> RestoreReport {
         )),
     );
     crate::profile::start_prefetch();
+    crate::memory::start_add(&params);
     r
 }
 

@@ -102,6 +102,61 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Arguments of `snapboot bench memory`.
+#[derive(Args, Debug)]
+pub struct MemoryArgs {
+    /// Built-in workload name or bundle directory.
+    #[arg(long, default_value = "app")]
+    workload: String,
+    /// Board sizes (total RAM), comma separated; each above --mem is also measured booting
+    /// with --mem and deferring the rest.
+    #[arg(long, default_value = "512M,4G,16G", value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// Cold and snapshot boots per board.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Write the report as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// The boot memory of the deferring boards (--mem; default 512M).
+    #[command(flatten)]
+    board: BoardOpts,
+}
+
+/// `snapboot bench memory`: boards of each size with and without deferred memory, a cold
+/// and a snapshot boot of each per round.
+pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
+    let sizes = a
+        .sizes
+        .iter()
+        .map(|w| {
+            anyhow::Context::with_context(board::qemu::parse_mem_mib(w), || format!("--sizes {w}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bundle = bundle_or_build(&a.workload)?;
+    let mut opts = a.board.to_run_options(&bundle)?;
+    if !a.board.mem_given() {
+        opts.mem_mib = 512;
+    }
+    for &s in sizes.iter().filter(|&&s| s > opts.mem_mib) {
+        board::qemu::check_max_mem(opts.mem_mib, s)?;
+    }
+    let boards = bench::memory_board_list(&sizes, opts.mem_mib);
+    let work = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| board::home::home().join("bench"));
+    let pb = progress(bench::memory_steps(boards.len(), a.runs), "memory");
+    let methods = bench::memory_boards(&bundle, &opts, &work, &boards, a.runs, &mut || pb.inc(1));
+    pb.finish_and_clear();
+    let methods = methods?.iter().map(MethodRuns::summary).collect();
+    publish("memory", &bundle, &opts, a.runs, methods, a.json.as_deref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Arguments of `snapboot bench recapture`.
 #[derive(Args, Debug)]
 pub struct RecaptureArgs {

@@ -21,6 +21,10 @@ pub(crate) struct BoardOpts {
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
     #[arg(long)]
     mem: Option<String>,
+    /// Deferred memory: the board's total RAM (e.g. 16G). It boots with --mem; the guest
+    /// adds the rest after ready or restored (virtio-mem, `snapboot.defermem`).
+    #[arg(long)]
+    max_mem: Option<String>,
     /// Virtual CPUs (1 to 64).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     smp: u32,
@@ -47,10 +51,20 @@ pub(crate) struct BoardOpts {
 }
 
 impl BoardOpts {
+    /// Whether --mem was given.
+    pub(crate) fn mem_given(&self) -> bool {
+        self.mem.is_some()
+    }
+
     pub(crate) fn to_run_options(&self, bundle: &Bundle) -> Result<RunOptions> {
         let mut o = RunOptions::for_bundle(bundle);
         if let Some(m) = &self.mem {
             o.mem_mib = parse_mem_mib(m)?;
+        }
+        if let Some(m) = &self.max_mem {
+            let max = parse_mem_mib(m)?;
+            board::qemu::check_max_mem(o.mem_mib, max)?;
+            o.max_mem_mib = Some(max);
         }
         o.smp = self.smp;
         o.cmdline = self.cmdline.clone();

@@ -70,6 +70,10 @@ enum BenchCmd {
     /// Lazy images by how much they page out (`--lazy SIZE`), each also re-captured with
     /// its working-set profile: TTI and first request of each, restored in turn.
     Lazy(crate::benchcmd::LazyArgs),
+    /// Deferred memory by board size: each size booting with all its RAM and (above --mem,
+    /// default 512M) booting with --mem and adding the rest after ready or restored; cold
+    /// and snapshot boots, time to the initramfs, TTI and time until all RAM is online.
+    Memory(crate::benchcmd::MemoryArgs),
 }
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -83,6 +87,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Compare(a)) => crate::benchcmd::compare(a),
         Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => crate::benchcmd::lazy(a),
+        Cmd::Bench(BenchCmd::Memory(a)) => crate::benchcmd::memory(a),
         Cmd::Device(c) => snapboot::device::dispatch(c),
         Cmd::Key(c) => snapboot::storecmd::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),

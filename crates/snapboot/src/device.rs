@@ -38,6 +38,21 @@ pub enum DeviceCmd {
     /// swapped-out pages it touched since the restore, for the next capture.
     #[command(subcommand)]
     Profile(ProfileCmd),
+    /// (device) Deferred memory (`snapboot.defermem`): add the RAM the system did not boot
+    /// with, and show what is online.
+    #[command(subcommand)]
+    Memory(MemoryCmd),
+}
+
+/// `snapboot memory`.
+#[derive(Subcommand, Debug)]
+pub enum MemoryCmd {
+    /// Add the deferred memory: load its driver, online each block as it arrives, and at
+    /// the deadline fix and report whatever is missing (`ready` and `restored` start this
+    /// in the background).
+    Add,
+    /// Memory blocks online and offline, and whether the deferred memory's driver is in.
+    Status,
 }
 
 /// `snapboot profile`.
@@ -85,6 +100,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Image(ImageCmd::Inspect(a)) => guestcmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
         DeviceCmd::Profile(c) => guestcmd::profile(c),
+        DeviceCmd::Memory(c) => guestcmd::memory(c),
     }
 }
 

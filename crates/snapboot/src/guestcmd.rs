@@ -177,10 +177,17 @@ pub fn ready() -> Result<ExitCode> {
         println!("restored");
         return Ok(ExitCode::SUCCESS);
     }
-    match (&params.store, params.capture) {
-        (Some(store), true) => run_capture(&capture_options(&params, store)),
-        _ => Ok(ExitCode::SUCCESS),
+    let code = match (&params.store, params.capture) {
+        (Some(store), true) => run_capture(&capture_options(&params, store))?,
+        _ => ExitCode::SUCCESS,
+    };
+    // A cold boot that is ready (and captured, if asked, and goes on): the deferred memory
+    // comes now. The restored side starts it in `after_restore`.
+    let powers_off = params.capture && params.then == bootparams::Then::PowerOff;
+    if !powers_off && !restored_now() {
+        ondevice::memory::start_add(&params);
     }
+    Ok(code)
 }
 
 /// Capture settings from the kernel command line.
@@ -235,9 +242,17 @@ pub fn lazy_options(
     })
 }
 
+/// Whether this process just returned from a restore (`after_restore` ran in it).
+fn restored_now() -> bool {
+    RESTORED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static RESTORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
     match capture(o) {
         Ok(CaptureOutcome::Restored(_)) => {
+            RESTORED.store(true, std::sync::atomic::Ordering::Relaxed);
             println!("restored");
             Ok(ExitCode::SUCCESS)
         }
@@ -520,6 +535,36 @@ fn inspect_flash(a: InspectArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `snapboot memory`.
+pub fn memory(c: crate::device::MemoryCmd) -> Result<ExitCode> {
+    use crate::device::MemoryCmd;
+    use ondevice::memory;
+    match c {
+        MemoryCmd::Add => match memory::add_from_cmdline()? {
+            None => println!("no deferred memory on this boot (no snapboot.defermem)"),
+            Some(r) if !r.complete() => return Ok(ExitCode::from(1)),
+            Some(_) => {}
+        },
+        MemoryCmd::Status => {
+            let b = memory::blocks(std::path::Path::new(memory::MEMORY_SYS))?;
+            println!(
+                "{} MiB online in {} blocks of {} MiB, {} blocks offline; {} {}",
+                b.online_bytes() >> 20,
+                b.online,
+                b.block_bytes >> 20,
+                b.offline.len(),
+                memory::DRIVER,
+                if memory::driver_loaded() {
+                    "loaded"
+                } else {
+                    "not loaded"
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `snapboot profile`.

@@ -325,6 +325,41 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
         };
         add(opt, Snapshot, verdict, &reason);
     }
+    // Deferred memory (seed 004, snapboot.defermem): each route to the RAM added later.
+    for (opt, what) in [
+        (
+            "MEMORY_HOTPLUG",
+            "every route: memory blocks are added and onlined after boot",
+        ),
+        (
+            "VIRTIO_MEM",
+            "virtual machines: virtio-mem brings the rest (the board's route; keep it a module \
+             so it loads after ready, not at boot)",
+        ),
+        (
+            "ACPI_HOTPLUG_MEMORY",
+            "machines with hot-pluggable DIMMs: ACPI memory devices added after boot",
+        ),
+        (
+            "X86_PMEM_LEGACY",
+            "real hardware without hotplug: memmap=SIZE!OFFSET keeps RAM from the kernel at boot",
+        ),
+        (
+            "DEV_DAX_KMEM",
+            "real hardware: that RAM goes online later through device-dax kmem",
+        ),
+    ] {
+        let verdict = if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
+            Ok
+        } else {
+            Warn
+        };
+        let reason = match verdict {
+            Ok => format!("deferred memory: {what}"),
+            _ => format!("deferred memory, this route unavailable: {what}"),
+        };
+        add(opt, Snapshot, verdict, &reason);
+    }
     // zram fails its disksize with a bare EINVAL when its compressor is not registered.
     let zram_comp = [
         ("LZORLE", "LZO"),

@@ -474,3 +474,6 @@ mod tests;
 
 mod lazy;
 pub use lazy::{lazy_sizes, lazy_steps, size_word};
+
+mod memory;
+pub use memory::{boards as memory_board_list, memory_boards, memory_steps, mib_word, MemBoard};

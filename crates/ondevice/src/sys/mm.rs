@@ -180,3 +180,15 @@ pub fn mincore(start: u64, pages: u64) -> std::io::Result<Vec<bool>> {
     }
     Ok(vec.into_iter().map(|b| b & 1 != 0).collect())
 }
+
+/// Lowers this process to `SCHED_IDLE`: it runs only when nothing else wants the CPU.
+pub fn idle_priority() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler only reads the sched_param behind the pointer (a live
+    // local) and changes this process's scheduling policy.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -616,3 +616,71 @@ fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_lou
         );
     }
 }
+
+/// Deferred memory (seed 004): an image captured on a board that boots with 1 GiB of its
+/// 3 GiB restores with the application's state intact, the other 2 GiB arrive after
+/// `restored` even though the first attempt leaves them offline (the deadline check onlines
+/// them), and the same image on a board with another boot memory is refused.
+#[test]
+fn deferred_memory_arrives_after_restore_and_a_wrong_boot_memory_is_refused() {
+    let store = crate::common::home().join("test-app-defer.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle("app"))
+        .arg("--store")
+        .arg(&store)
+        .args(["--mem", "1024M", "--max-mem", "3072M"])
+        .args(["--cmdline", "snapboot.memfault=offline"])
+        .args(["--cmdline", "snapboot.memdeadline=3"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    let expected = host_checksum();
+    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let board = |mem: u32| {
+        let mut o = board::RunOptions::for_bundle(&b);
+        o.mem_mib = mem;
+        o.max_mem_mib = Some(3072);
+        o.disks.push(board::qemu::Disk {
+            path: store.clone(),
+            readonly: false,
+        });
+        o.cmdline.push("snapboot.store=/dev/vdb".into());
+        board::qemu::Session::start(&b, &o).unwrap()
+    };
+
+    let mut s = board(1024);
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap();
+    let memory = Regex::new(r"snapboot: @memory(-missing)? .*").unwrap();
+    let (line, _) = s
+        .wait_for(&memory, "the deferred memory", Duration::from_secs(60))
+        .unwrap();
+    eprintln!("{line}");
+    assert!(line.contains("@memory 3072 of 3072 MiB online"), "{line}");
+    assert!(
+        line.contains("the first attempt missed its deadline: onlined"),
+        "the broken first attempt was not repaired: {line}"
+    );
+    let total: u64 = Regex::new(r"MemTotal (\d+) MiB")
+        .unwrap()
+        .captures(&line)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal in {line}"));
+    assert!(
+        (2900..=3072).contains(&total),
+        "MemTotal {total} MiB: {line}"
+    );
+    check_restored_app(&mut s, 1, &expected);
+    s.finish(boottrace::Outcome::Answered);
+
+    // The same image on a board that boots with more memory: refused, cold boot instead.
+    let mut s = board(1152);
+    let fb = Regex::new(r"snapboot: @fallback.*").unwrap();
+    let (line, _) = s
+        .wait_for(&fb, "fallback", Duration::from_secs(120))
+        .unwrap();
+    assert!(line.contains("RAM size differs"), "{line}");
+    s.finish(boottrace::Outcome::Ready);
+}
