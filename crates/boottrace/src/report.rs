@@ -40,8 +40,11 @@ pub struct BenchReport {
     pub kernel: String,
     /// Accelerator.
     pub accel: String,
-    /// Guest memory in MiB.
+    /// Guest memory in MiB (what the board boots with).
     pub mem_mib: u32,
+    /// Deferred memory: the board's total RAM in MiB, when it boots with less.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_mem_mib: Option<u32>,
     /// Unix time the benchmark finished.
     pub finished_unix: u64,
     /// Runs per method.
@@ -100,10 +103,14 @@ impl BenchReport {
     }
 
     fn write_table(&self, out: &mut String) -> std::fmt::Result {
+        let mem = match self.max_mem_mib {
+            Some(max) => format!("{} MiB at boot of {max} MiB", self.mem_mib),
+            None => format!("{} MiB", self.mem_mib),
+        };
         writeln!(
             out,
-            "{} boots of `{}` ({} on {}, {} MiB, {} runs each)",
-            self.bench, self.workload, self.kernel, self.accel, self.mem_mib, self.runs
+            "{} boots of `{}` ({} on {}, {mem}, {} runs each)",
+            self.bench, self.workload, self.kernel, self.accel, self.runs
         )?;
         let base = self
             .methods
@@ -165,6 +172,7 @@ mod tests {
             kernel: "6.1.0-56-amd64".into(),
             accel: "tcg".into(),
             mem_mib: 1024,
+            max_mem_mib: None,
             finished_unix: 1_795_400_000,
             runs: 3,
             methods,
@@ -214,5 +222,16 @@ mod tests {
         assert_eq!(v["methods"][1]["tti"]["median"], 6.0);
         assert_eq!(v["methods"][1]["stored_bytes"], 50 << 20);
         assert!(v["methods"][0].get("image_bytes").is_none());
+        assert!(v.get("max_mem_mib").is_none());
+        let deferred = BenchReport {
+            mem_mib: 512,
+            max_mem_mib: Some(16384),
+            ..r
+        };
+        assert!(deferred.table().contains("512 MiB at boot of 16384 MiB"));
+        assert_eq!(
+            serde_json::to_value(&deferred).unwrap()["max_mem_mib"],
+            16384
+        );
     }
 }

@@ -47,6 +47,19 @@ pub fn print_marker(name: &str, detail: Option<&str>) {
     let _ = out.flush();
 }
 
+/// Runs this binary with `args` in the background, detached from the caller's output: its
+/// markers go straight to the console. For work after ready or restored that must not
+/// delay the application (prefetch, deferred memory, the fault report).
+pub fn spawn_detached(args: &[&str]) {
+    let _ = Command::new("/proc/self/exe")
+        .args(args)
+        .env(MARKERS_ENV, "console")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
 /// Starts the application and supervises it. As PID 1 this never returns: when the
 /// application exits, the board powers off. Otherwise returns the application's exit code.
 pub fn start(cmd: &str, env: &[String]) -> Result<i32, GuestError> {

@@ -326,13 +326,7 @@ pub fn start_add(params: &bootparams::BootParams) {
     if params.defer_mem.is_none() {
         return;
     }
-    let _ = std::process::Command::new("/proc/self/exe")
-        .args(["memory", "add"])
-        .env(crate::guest::MARKERS_ENV, "console")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
+    crate::guest::spawn_detached(&["memory", "add"]);
 }
 
 #[cfg(test)]

@@ -683,13 +683,7 @@ pub fn start_fault_watch(wait_secs: u32) {
     if std::fs::write(FAULTS_BASE_PATH, bytes).is_err() {
         return;
     }
-    let _ = std::process::Command::new("/proc/self/exe")
-        .args(["profile", "faults", "--wait", &wait_secs.to_string()])
-        .env(crate::guest::MARKERS_ENV, "console")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
+    crate::guest::spawn_detached(&["profile", "faults", "--wait", &wait_secs.to_string()]);
 }
 
 /// The major faults since the restore (from the counters [`start_fault_watch`] kept).
@@ -712,12 +706,7 @@ pub fn faults_since_restore() -> Result<String, ProfileError> {
 pub fn start_prefetch() {
     if Path::new(PREFETCH_PATH).exists() {
         // The binary that captured is the one restored; it runs the prefetch detached.
-        let _ = std::process::Command::new("/proc/self/exe")
-            .args(["profile", "prefetch"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
+        crate::guest::spawn_detached(&["profile", "prefetch"]);
     }
 }
 

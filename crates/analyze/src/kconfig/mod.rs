@@ -215,6 +215,21 @@ pub struct KernelCheck {
     pub reason: String,
 }
 
+/// An option one feature needs (built in or a module): its verdict and reason.
+fn feature_option(
+    cfg: &KernelConfig,
+    opt: &str,
+    feature: &str,
+    unavailable: &str,
+    what: &str,
+) -> (Verdict, String) {
+    if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
+        (Verdict::Ok, format!("{feature}: {what}"))
+    } else {
+        (Verdict::Warn, format!("{unavailable}: {what}"))
+    }
+}
+
 /// Checks `.config` text (see [`check_config`]).
 pub fn check_kernel(config_text: &str) -> Vec<KernelCheck> {
     check_config(&KernelConfig::parse(config_text))
@@ -314,15 +329,13 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
             "dm-verity checks every page read back from the swap region (without it: --no-verity)",
         ),
     ] {
-        let verdict = if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
-            Ok
-        } else {
-            Warn
-        };
-        let reason = match verdict {
-            Ok => format!("lazy images (capture --lazy): {what}"),
-            _ => format!("lazy images (capture --lazy) unavailable: {what}"),
-        };
+        let (verdict, reason) = feature_option(
+            cfg,
+            opt,
+            "lazy images (capture --lazy)",
+            "lazy images (capture --lazy) unavailable",
+            what,
+        );
         add(opt, Snapshot, verdict, &reason);
     }
     // Deferred memory (seed 004, snapboot.defermem): each route to the RAM added later.
@@ -349,15 +362,13 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
             "real hardware: that RAM goes online later through device-dax kmem",
         ),
     ] {
-        let verdict = if cfg.is_builtin(opt) || cfg.get(opt) == Some(&ConfigValue::Module) {
-            Ok
-        } else {
-            Warn
-        };
-        let reason = match verdict {
-            Ok => format!("deferred memory: {what}"),
-            _ => format!("deferred memory, this route unavailable: {what}"),
-        };
+        let (verdict, reason) = feature_option(
+            cfg,
+            opt,
+            "deferred memory",
+            "deferred memory, this route unavailable",
+            what,
+        );
         add(opt, Snapshot, verdict, &reason);
     }
     // zram fails its disksize with a bare EINVAL when its compressor is not registered.

@@ -452,6 +452,7 @@ fn report_at(
         kernel: bundle.kernel.release.clone(),
         accel: format!("{:?}", opts.accel).to_lowercase(),
         mem_mib: opts.mem_mib,
+        max_mem_mib: crate::qemu::deferred_mib(opts).and(opts.max_mem_mib),
         finished_unix,
         runs,
         methods,
