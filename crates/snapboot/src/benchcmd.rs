@@ -90,15 +90,42 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
         .collect::<Result<Vec<_>>>()?;
     let bundle = bundle_or_build(&a.workload)?;
     let opts = a.board.to_run_options(&bundle)?;
-    let work = a
-        .workdir
+    let work = workdir(&a.workdir);
+    let steps = bench::lazy_steps(sizes.len(), a.runs);
+    boot_and_publish(
+        "lazy",
+        steps,
+        &bundle,
+        &opts,
+        a.runs,
+        a.json.as_deref(),
+        |tick| bench::lazy_sizes(&bundle, &opts, &work, &sizes, a.runs, tick),
+    )
+}
+
+/// The benchmarks' working directory: `--workdir`, else SNAPBOOT_HOME/bench.
+fn workdir(given: &Option<PathBuf>) -> PathBuf {
+    given
         .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"));
-    let pb = progress(bench::lazy_steps(sizes.len(), a.runs), "lazy");
-    let methods = bench::lazy_sizes(&bundle, &opts, &work, &sizes, a.runs, &mut || pb.inc(1));
+        .unwrap_or_else(|| board::home::home().join("bench"))
+}
+
+/// Runs a benchmark's `steps` boots under a progress bar, then prints (and writes as JSON)
+/// the summary of every method.
+fn boot_and_publish(
+    name: &str,
+    steps: u64,
+    bundle: &board::Bundle,
+    opts: &board::RunOptions,
+    runs: usize,
+    json: Option<&std::path::Path>,
+    boots: impl FnOnce(&mut dyn FnMut()) -> Result<Vec<MethodRuns>, bench::BenchError>,
+) -> Result<ExitCode> {
+    let pb = progress(steps, name);
+    let methods = boots(&mut || pb.inc(1));
     pb.finish_and_clear();
     let methods = methods?.iter().map(MethodRuns::summary).collect();
-    publish("lazy", &bundle, &opts, a.runs, methods, a.json.as_deref())?;
+    publish(name, bundle, opts, runs, methods, json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -145,16 +172,17 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
         board::qemu::check_max_mem(opts.mem_mib, s)?;
     }
     let boards = bench::memory_board_list(&sizes, opts.mem_mib);
-    let work = a
-        .workdir
-        .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"));
-    let pb = progress(bench::memory_steps(boards.len(), a.runs), "memory");
-    let methods = bench::memory_boards(&bundle, &opts, &work, &boards, a.runs, &mut || pb.inc(1));
-    pb.finish_and_clear();
-    let methods = methods?.iter().map(MethodRuns::summary).collect();
-    publish("memory", &bundle, &opts, a.runs, methods, a.json.as_deref())?;
-    Ok(ExitCode::SUCCESS)
+    let work = workdir(&a.workdir);
+    let steps = bench::memory_steps(boards.len(), a.runs);
+    boot_and_publish(
+        "memory",
+        steps,
+        &bundle,
+        &opts,
+        a.runs,
+        a.json.as_deref(),
+        |tick| bench::memory_boards(&bundle, &opts, &work, &boards, a.runs, tick),
+    )
 }
 
 /// Arguments of `snapboot bench recapture`.
@@ -211,10 +239,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
     };
     let bundle = bundle_or_build(&a.workload)?;
     let opts = a.board.to_run_options(&bundle)?;
-    let work = a
-        .workdir
-        .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"));
+    let work = workdir(&a.workdir);
     let from = match a.from.as_str() {
         "cold" => bench::RecaptureSource::Cold,
         _ => {
@@ -374,10 +399,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         "bench compare measures the restore kernel as methods of its own (restore-kernel, \
          restore-kernel-lazy) beside the stock kernel's; drop --restore-kernel"
     );
-    let work = a
-        .workdir
-        .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"));
+    let work = workdir(&a.workdir);
     let restore_kernel = if a.no_restore_kernel {
         None
     } else {

@@ -397,7 +397,8 @@ pub(crate) fn region_hash(path: &Path, offset: u64, len: u64) -> String {
 }
 
 /// A fresh lazy capture of `app` into `name` under the snapboot home, with `extra` flags.
-fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
+/// A fresh `app` capture into store `name` under the test home, with `board capture` flags.
+fn capture_app(name: &str, flags: &[&str]) -> PathBuf {
     let store = crate::common::home().join(name);
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
@@ -405,11 +406,20 @@ fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
         .arg(bundle("app"))
         .arg("--store")
         .arg(&store)
-        .arg("--lazy")
-        .args(extra);
+        .args(flags);
     let (out, so, se) = run(c);
-    assert!(out.status.success(), "lazy capture failed:\n{so}\n{se}");
+    assert!(
+        out.status.success(),
+        "capture {flags:?} failed:\n{so}\n{se}"
+    );
     store
+}
+
+fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
+    let flags: Vec<&str> = std::iter::once("--lazy")
+        .chain(extra.iter().copied())
+        .collect();
+    capture_app(name, &flags)
 }
 
 /// Improved snapshot boot: a lazy image holds only what stayed resident; the rest comes
@@ -623,18 +633,19 @@ fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_lou
 /// them), and the same image on a board with another boot memory is refused.
 #[test]
 fn deferred_memory_arrives_after_restore_and_a_wrong_boot_memory_is_refused() {
-    let store = crate::common::home().join("test-app-defer.store");
-    let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(bundle("app"))
-        .arg("--store")
-        .arg(&store)
-        .args(["--mem", "1024M", "--max-mem", "3072M"])
-        .args(["--cmdline", "snapboot.memfault=offline"])
-        .args(["--cmdline", "snapboot.memdeadline=3"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    let store = capture_app(
+        "test-app-defer.store",
+        &[
+            "--mem",
+            "1024M",
+            "--max-mem",
+            "3072M",
+            "--cmdline",
+            "snapboot.memfault=offline",
+            "--cmdline",
+            "snapboot.memdeadline=3",
+        ],
+    );
     let expected = host_checksum();
     let b = board::Bundle::load(&bundle("app")).unwrap();
     let board = |mem: u32| {
