@@ -402,7 +402,7 @@ pub fn prepare(
                 Some(stats) => {
                     let hi = written_pages(&stats.areas()?, pages).max(used_pages + 1);
                     let v = build_tree(store, plan, pages, hi)?;
-                    let (verified, _) = ctl.create_readonly(
+                    let (verified, verified_node) = ctl.create_readonly(
                         VERITY_NAME,
                         &[Target {
                             start: 0,
@@ -411,6 +411,7 @@ pub fn prepare(
                             params: v.table_params(&origin.to_string()),
                         }],
                     )?;
+                    warm_tree(&verified_node, &v)?;
                     let (dev, _) =
                         ctl.create_with(CHECKED_NAME, &checked_table(&v, verified, pages))?;
                     verity_root = Some(v);
@@ -505,6 +506,38 @@ fn checked_table(v: &SwapVerity, verified: DevNum, pages: u64) -> Vec<Target> {
         });
     }
     t
+}
+
+/// A block-aligned buffer for `O_DIRECT` reads.
+#[repr(C, align(4096))]
+struct AlignedBlock([u8; verity::BLOCK]);
+
+/// Reads one data block under each lowest-level block of the tree through the verity
+/// device `node`, bypassing the page cache: the kernel reads and checks the whole tree
+/// into the target's buffer cache, which is kernel memory and so part of the image. After
+/// every restore a page-in then costs one block read and one hash, not a walk up a tree
+/// that is cold. A block that fails its check here means the tree just written does not
+/// match the store: the capture stops.
+fn warm_tree(node: &Path, v: &SwapVerity) -> Result<(), LazyError> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(node, OFlags::RDONLY | OFlags::DIRECT, Mode::empty()).map_err(
+        |e| LazyError::Io {
+            step: "open the verity device",
+            path: node.to_path_buf(),
+            err: e.into(),
+        },
+    )?;
+    let mut buf = Box::new(AlignedBlock([0; verity::BLOCK]));
+    for block in v.one_block_per_hash_block() {
+        rustix::io::pread(&fd, &mut buf.0, block * verity::BLOCK as u64).map_err(|e| {
+            LazyError::Io {
+                step: "read the swap area through its verity tree",
+                path: node.to_path_buf(),
+                err: e.into(),
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// Reads the first `data_blocks` pages of the region from the store (not from any cache),

@@ -553,6 +553,8 @@ pub struct FaultCounts {
     pub swapped_in: u64,
     /// `pgmajfault` of /proc/vmstat: faults that waited for a read.
     pub major: u64,
+    /// `pgpgin` of /proc/vmstat: KiB read from block devices (swap and files).
+    pub read_kib: u64,
     /// Every process (kernel threads included).
     pub procs: BTreeMap<i32, ProcCounts>,
 }
@@ -604,6 +606,7 @@ impl FaultCounts {
         FaultCounts {
             swapped_in: vmstat_value(&vmstat, "pswpin"),
             major: vmstat_value(&vmstat, "pgmajfault"),
+            read_kib: vmstat_value(&vmstat, "pgpgin"),
             procs,
         }
     }
@@ -662,9 +665,10 @@ impl FaultCounts {
             }
         };
         format!(
-            "{} pages swapped in, {} major faults since the restore; by process: {}; \
-             most CPU: {}",
+            "{} pages swapped in, {} KiB read from disks, {} major faults since the restore; \
+             by process: {}; most CPU: {}",
             self.swapped_in.saturating_sub(base.swapped_in),
+            self.read_kib.saturating_sub(base.read_kib),
             self.major.saturating_sub(base.major),
             list(faulted),
             list(busy)
@@ -781,11 +785,13 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]";
         let base = FaultCounts {
             swapped_in: 100,
             major: 50,
+            read_kib: 1000,
             procs: [(1, p("init", 0, 5, 0, 10)), (7, p("app", 100, 10, 0, 500))].into(),
         };
         let now = FaultCounts {
             swapped_in: 130,
             major: 62,
+            read_kib: 1200,
             procs: [
                 (1, p("init", 0, 5, 0, 10)),
                 (7, p("app", 160, 13, 20, 540)),
@@ -795,8 +801,8 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]";
         };
         assert_eq!(
             now.since_text(&base),
-            "30 pages swapped in, 12 major faults since the restore; by process: \
-             app[7] 3 (+20 in its ended children), new[9] 9; \
+            "30 pages swapped in, 200 KiB read from disks, 12 major faults since the \
+             restore; by process: app[7] 3 (+20 in its ended children), new[9] 9; \
              most CPU: app[7] 40.0 ms, 60 minor faults, new[9] 2.0 ms, 3 minor faults"
         );
         assert!(base

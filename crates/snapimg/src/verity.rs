@@ -52,6 +52,12 @@ impl SwapVerity {
         )
     }
 
+    /// One data block under each block of the tree's lowest level: reading these through
+    /// the verity target makes the kernel read and check every block of the tree once.
+    pub fn one_block_per_hash_block(&self) -> impl Iterator<Item = u64> {
+        (0..self.data_blocks).step_by(PER_BLOCK as usize)
+    }
+
     /// Blocks of the tree.
     pub fn tree_blocks(&self) -> u64 {
         tree_blocks(self.data_blocks)
@@ -278,5 +284,18 @@ mod tests {
             "{p}"
         );
         assert!(p.ends_with(&"01".repeat(32)), "{p}");
+    }
+
+    #[test]
+    fn one_block_per_hash_block_covers_every_lowest_level_block() {
+        let v = SwapVerity {
+            data_blocks: 300,
+            hash_start: 400,
+            root: [0; DIGEST],
+            salt: [0; DIGEST],
+        };
+        let blocks: Vec<u64> = v.one_block_per_hash_block().collect();
+        assert_eq!(blocks, vec![0, 128, 256]);
+        assert_eq!(blocks.len() as u64, level_blocks(300, 0));
     }
 }
