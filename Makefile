@@ -2,7 +2,7 @@
 SNAPBOOT := target/x86_64-unknown-linux-gnu/release/snapboot
 export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
-APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium
+APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap
 # Building the restore kernel from the distribution's kernel source.
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
 

@@ -413,6 +413,53 @@ def run_ready_cmd():
         say("app: restored from snapshot")
 
 
+def notify_ready():
+    """Under systemd (Type=notify, $NOTIFY_SOCKET set): tells the service manager the
+    application is ready, so units ordered after it (snapboot's capture) start now."""
+    path = os.environ.get("NOTIFY_SOCKET", "")
+    if not path:
+        return
+    if path.startswith("@"):
+        path = "\0" + path[1:]  # abstract namespace
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(path)
+            s.sendall(b"READY=1")
+    except OSError as e:
+        say(f"app: cannot notify systemd: {e}")
+
+
+def system_state():
+    """`system`: the service manager's view (systemctl is-system-running, waiting up to
+    20 s for a boot in progress) and whether the journal takes and returns a new entry."""
+    try:
+        r = subprocess.run(["systemctl", "is-system-running", "--wait"], capture_output=True,
+                           text=True, timeout=20)
+        state = r.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"error systemctl: {e}"
+    failed = ""
+    if state != "running":
+        r = subprocess.run(["systemctl", "--failed", "--plain", "--no-legend"], capture_output=True,
+                           text=True, timeout=10)
+        failed = ",".join(l.split()[0] for l in r.stdout.splitlines() if l.strip()) or "none"
+    token = os.urandom(8).hex()
+    journal = "missing"
+    try:
+        subprocess.run(["logger", "-t", "app-journal-check", token], timeout=10, check=True)
+        for _ in range(40):
+            r = subprocess.run(["journalctl", "--no-pager", "-o", "cat", "-t", "app-journal-check"],
+                               capture_output=True, text=True, timeout=10)
+            if token in r.stdout:
+                journal = "ok"
+                break
+            time.sleep(0.05)
+    except (OSError, subprocess.SubprocessError) as e:
+        journal = f"error:{type(e).__name__}"
+    out = f"system {state} journal={journal}"
+    return out + (f" failed={failed}" if failed else "")
+
+
 def update_records(st, count, seed):
     """Changes `count` records (deterministic for a given seed): the amount moves by a few
     cents, in the dict, the JSON cache and sqlite alike. A small change to the state, as a
@@ -487,6 +534,8 @@ def serve(st):
                 # system restored from the new image.
                 run_ready_cmd()
                 out = "recaptured"
+            elif cmd == "system" and not arg:
+                out = system_state()
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:
@@ -502,6 +551,7 @@ def main():
     phase(f"imports done scale={scale:g}")
     st = build_state(scale)
     say(f"app: ready rss={rss_mib()} records={len(st.records)}")
+    notify_ready()
     run_ready_cmd()
     serve(st)
     return 0

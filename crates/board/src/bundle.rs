@@ -12,8 +12,7 @@
 use crate::initramfs::{InitScript, Initramfs};
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
-use crate::workload::{busybox_applets, check_tree, Workload, WorkloadError, BUSYBOX};
-use object::Object;
+use crate::workload::{busybox_applets, check_tree, InitKind, Workload, WorkloadError, BUSYBOX};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -54,6 +53,9 @@ pub enum BundleError {
     /// Workload assembly failed.
     #[error(transparent)]
     Workload(#[from] WorkloadError),
+    /// The Debian root or its initramfs could not be built.
+    #[error(transparent)]
+    Debian(#[from] crate::debian::DebianError),
     /// The snapboot binary to embed is not statically linked.
     #[error("{0} is dynamically linked; the initramfs needs a static snapboot (build with the workspace's .cargo/config.toml)")]
     NotStatic(PathBuf),
@@ -219,6 +221,9 @@ impl Bundle {
         if !is_static_elf(&snapboot) {
             return Err(BundleError::NotStatic(opts.snapboot_bin.clone()));
         }
+        if opts.workload.init == InitKind::Debian {
+            return Self::build_debian(opts, &snapboot);
+        }
 
         let tree = ModuleTree::open(&opts.kernel.modules_dir)?;
         let modules = tree.resolve(BOARD_MODULES)?;
@@ -283,8 +288,6 @@ impl Bundle {
             .and_then(|w| w.into_inner().map_err(|e| e.into_error()))
             .map_err(io(&ir_path))?;
 
-        fs::copy(&opts.kernel.bzimage, out.join("bzImage")).map_err(io(&opts.kernel.bzimage))?;
-
         let rootfs_img = out.join("rootfs.img");
         match &opts.rootfs_dir {
             Some(dir) => {
@@ -299,15 +302,27 @@ impl Bundle {
                 let _ = fs::remove_dir_all(&stage);
             }
         }
+        Self::finish(opts, script.modules, snapboot_blake3)
+    }
+
+    /// The shipped kernel, the manifest and the kernel pack, once `vmlinux`, the initramfs
+    /// and the root are in `opts.out`.
+    fn finish(
+        opts: &BuildOptions,
+        modules: Vec<String>,
+        snapboot_blake3: String,
+    ) -> Result<Self, BundleError> {
+        let out = &opts.out;
+        fs::copy(&opts.kernel.bzimage, out.join("bzImage")).map_err(io(&opts.kernel.bzimage))?;
         let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let bundle = Bundle {
             dir: out.clone(),
             kernel: opts.kernel.clone(),
             workload: opts.workload.clone(),
-            modules: script.modules,
+            modules,
             rootfs_type: "squashfs".into(),
-            initramfs_bytes: size(&ir_path),
-            rootfs_bytes: size(&rootfs_img),
+            initramfs_bytes: size(&out.join("initramfs.cpio")),
+            rootfs_bytes: size(&out.join("rootfs.img")),
             snapboot_blake3,
         };
         bundle.ensure_kernel_pack()?;
@@ -316,15 +331,38 @@ impl Bundle {
         fs::write(&manifest, json).map_err(io(&manifest))?;
         Ok(bundle)
     }
-}
 
-/// Whether `data` is an ELF executable without a dynamic loader.
-pub fn is_static_elf(data: &[u8]) -> bool {
-    match object::File::parse(data) {
-        Ok(f) => f.section_by_name(".interp").is_none(),
-        Err(_) => false,
+    /// The `debian` workload's bundle: a Debian root and the initramfs its own
+    /// initramfs-tools makes, with snapboot installed into it (`crate::debian`).
+    fn build_debian(opts: &BuildOptions, snapboot: &[u8]) -> Result<Self, BundleError> {
+        let out = &opts.out;
+        let stage = out.join("stage");
+        let app_py = crate::workload::APP_PY;
+        crate::debian::build(&crate::debian::DebianBuild {
+            modules_dir: &opts.kernel.modules_dir,
+            release: &opts.kernel.release,
+            config: opts.kernel.config.as_deref(),
+            snapboot_bin: &opts.snapboot_bin,
+            app_py,
+            cache_dir: &crate::home::home().join("debian"),
+            stage: &stage,
+            initramfs: &out.join("initramfs.cpio"),
+        })?;
+        let rootfs_img = out.join("rootfs.img");
+        let squashed = mksquashfs(&stage, &rootfs_img);
+        let _ = fs::remove_dir_all(&stage);
+        squashed?;
+        let vmlinux = out.join("vmlinux");
+        extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
+        let modules = crate::debian::INITRAMFS_MODULES
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        Self::finish(opts, modules, blake3::hash(snapboot).to_hex().to_string())
     }
 }
+
+pub use kernelpack::is_static_elf;
 
 /// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).
 pub fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod bundle;
 pub mod capture;
+pub mod debian;
 pub mod home;
 pub mod initramfs;
 pub mod kernel;

@@ -235,6 +235,10 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
         params.cold_kernel = Some(format!("/dev/vd{letter}"));
     }
     let mut cmdline = BASE_CMDLINE.to_string();
+    for w in bundle.workload.init.kernel_args() {
+        cmdline.push(' ');
+        cmdline.push_str(w);
+    }
     if matches!(opts.kernel, KernelImage::Restore(_)) {
         // snapboot itself is the restore kernel's first process: no shell before resume.
         cmdline.push_str(" rdinit=/bin/snapboot");

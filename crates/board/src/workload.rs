@@ -18,7 +18,9 @@ pub const APP_PY: &str = include_str!("../../../guest/app/app.py");
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     /// Unknown built-in workload name.
-    #[error("unknown workload `{0}` (built in: shell, app; or use --rootfs DIR --start CMD)")]
+    #[error(
+        "unknown workload `{0}` (built in: shell, app, debian; or use --rootfs DIR --start CMD)"
+    )]
     Unknown(String),
     /// A host file the workload needs is missing.
     #[error("{what} not found at {path} (see the README's set-up)")]
@@ -72,6 +74,33 @@ pub struct Workload {
     pub probe: Probe,
     /// Guest memory this workload wants by default, in MiB.
     pub mem_mib: u32,
+    /// Who boots the root: the board's own `/init` and `snapboot start`, or a distribution's
+    /// initramfs and init system.
+    #[serde(default)]
+    pub init: InitKind,
+}
+
+/// How a workload's system starts.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InitKind {
+    /// The board's generated `/init` mounts the root and `snapboot start` (PID 1) runs
+    /// the application.
+    #[default]
+    Board,
+    /// A Debian root with systemd as PID 1 and an initramfs made by initramfs-tools
+    /// (`crate::debian`).
+    Debian,
+}
+
+impl InitKind {
+    /// Kernel command-line words the board adds for this kind of system.
+    pub fn kernel_args(self) -> &'static [&'static str] {
+        match self {
+            InitKind::Board => &[],
+            InitKind::Debian => &["root=/dev/vda", "rootfstype=squashfs", "ro"],
+        }
+    }
 }
 
 /// The host's busybox-static binary.
@@ -89,6 +118,7 @@ impl Workload {
                 expect: "^probe-42$".into(),
             },
             mem_mib: 512,
+            init: InitKind::Board,
         }
     }
 
@@ -103,6 +133,23 @@ impl Workload {
                 expect: r"^pong \d+$".into(),
             },
             mem_mib: 1024,
+            init: InitKind::Board,
+        }
+    }
+
+    /// The built-in `debian` workload: `app`'s program as a systemd service in a Debian
+    /// root built from Debian's packages (`crate::debian`), at a quarter of its scale.
+    pub fn debian() -> Self {
+        Self {
+            name: "debian".into(),
+            start: String::new(),
+            env: vec![],
+            probe: Probe {
+                send: "ping".into(),
+                expect: r"^pong \d+$".into(),
+            },
+            mem_mib: 1024,
+            init: InitKind::Debian,
         }
     }
 
@@ -111,6 +158,7 @@ impl Workload {
         match name {
             "shell" => Ok(Self::shell()),
             "app" => Ok(Self::app()),
+            "debian" => Ok(Self::debian()),
             other => Err(WorkloadError::Unknown(other.into())),
         }
     }

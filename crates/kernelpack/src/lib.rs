@@ -325,5 +325,15 @@ pub fn read<R: Read + Seek>(mut r: R) -> Result<Pack, PackError> {
     })
 }
 
+/// Whether `data` is an ELF executable without a dynamic loader (a binary an initramfs can
+/// carry without its libraries).
+pub fn is_static_elf(data: &[u8]) -> bool {
+    use object::Object;
+    match object::File::parse(data) {
+        Ok(f) => f.section_by_name(".interp").is_none(),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests;

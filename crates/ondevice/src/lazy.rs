@@ -520,13 +520,14 @@ struct AlignedBlock([u8; verity::BLOCK]);
 /// match the store: the capture stops.
 fn warm_tree(node: &Path, v: &SwapVerity) -> Result<(), LazyError> {
     use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(node, OFlags::RDONLY | OFlags::DIRECT, Mode::empty()).map_err(
-        |e| LazyError::Io {
-            step: "open the verity device",
-            path: node.to_path_buf(),
-            err: e.into(),
-        },
-    )?;
+    let fd =
+        rustix::fs::open(node, OFlags::RDONLY | OFlags::DIRECT, Mode::empty()).map_err(|e| {
+            LazyError::Io {
+                step: "open the verity device",
+                path: node.to_path_buf(),
+                err: e.into(),
+            }
+        })?;
     let mut buf = Box::new(AlignedBlock([0; verity::BLOCK]));
     for block in v.one_block_per_hash_block() {
         rustix::io::pread(&fd, &mut buf.0, block * verity::BLOCK as u64).map_err(|e| {

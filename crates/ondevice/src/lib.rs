@@ -12,6 +12,7 @@ pub mod dm;
 pub mod flash;
 pub mod guest;
 pub mod handover;
+pub mod install;
 pub mod kernel_native;
 pub mod lazy;
 pub mod memory;

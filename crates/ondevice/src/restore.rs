@@ -27,6 +27,8 @@ pub struct RestoreReport {
     pub entropy_bytes: usize,
     /// Hooks run, with their exit status.
     pub hooks: Vec<(String, i32)>,
+    /// Whether systemd was asked to start `snapboot-restored.target`.
+    pub systemd: bool,
 }
 
 /// Runs every post-restore step and prints the `restored` marker.
@@ -43,23 +45,44 @@ pub fn after_restore() -> RestoreReport {
         clock_step: step_clock_from_rtc().unwrap_or(0.0),
         entropy_bytes: reseed_rng(),
         hooks: Vec::new(),
+        systemd: false,
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
+    r.systemd = start_restored_target();
     if profile_check && crate::profile::has_profile() {
         crate::profile::check_after_restore();
     }
     print_marker(
         "restored",
         Some(&format!(
-            "clock stepped {:+.3} s, {} bytes entropy, {} hooks",
+            "clock stepped {:+.3} s, {} bytes entropy, {} hooks{}",
             r.clock_step,
             r.entropy_bytes,
-            r.hooks.len()
+            r.hooks.len(),
+            if r.systemd {
+                ", snapboot-restored.target started"
+            } else {
+                ""
+            }
         )),
     );
     crate::profile::start_prefetch();
     crate::memory::start_add(&params);
     r
+}
+
+/// Under systemd (`/run/systemd/system` exists): queues a start of
+/// `snapboot-restored.target`, whose units run after every restore. Does not wait for
+/// them; returns whether systemd took the request.
+fn start_restored_target() -> bool {
+    if !Path::new("/run/systemd/system").is_dir() {
+        return false;
+    }
+    Command::new("systemctl")
+        .args(["start", "--no-block", crate::install::RESTORED_TARGET_NAME])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Steps CLOCK_REALTIME to the RTC when they differ by more than a second. Returns the step.

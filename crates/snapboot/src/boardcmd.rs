@@ -138,6 +138,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
                     expect: a.expect.clone(),
                 },
                 mem_mib: 512,
+                init: Default::default(),
             },
             Some(dir.clone()),
         ),
@@ -171,10 +172,11 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         t.elapsed().as_secs_f64()
     );
     println!("  modules   {}", b.modules.join(" "));
-    println!(
-        "  initramfs {:.1} MiB (uncompressed cpio)",
-        mib(b.initramfs_bytes)
-    );
+    let made_by = match b.workload.init {
+        board::workload::InitKind::Board => "the board's, uncompressed cpio",
+        board::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
+    };
+    println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(
         "  rootfs    {:.1} MiB ({})",
         mib(b.rootfs_bytes),

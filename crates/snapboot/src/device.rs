@@ -42,6 +42,23 @@ pub enum DeviceCmd {
     /// with, and show what is online.
     #[command(subcommand)]
     Memory(MemoryCmd),
+    /// (device) Put snapboot into a Debian-style system: the binary, the initramfs-tools
+    /// hook and boot script (resume before the root is mounted) and the systemd units
+    /// (snapboot-capture.service, enabled; snapboot-restored.target). Then rebuild the
+    /// initramfs (`update-initramfs -u`).
+    Install(InstallArgs),
+}
+
+/// `snapboot install`.
+#[derive(clap::Args, Debug)]
+pub struct InstallArgs {
+    /// The system's root: `/` on the device, or a root tree being built.
+    #[arg(long, default_value = "/")]
+    pub root: std::path::PathBuf,
+    /// The application's unit: the capture waits until it is ready (After= and Requires=;
+    /// with Type=notify that is its READY=1). Repeatable.
+    #[arg(long, value_name = "UNIT")]
+    pub after: Vec<String>,
 }
 
 /// `snapboot memory`.
@@ -101,6 +118,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Store(c) => crate::storecmd::store(c),
         DeviceCmd::Profile(c) => guestcmd::profile(c),
         DeviceCmd::Memory(c) => guestcmd::memory(c),
+        DeviceCmd::Install(a) => guestcmd::install(a),
     }
 }
 

@@ -606,3 +606,33 @@ pub fn profile(c: crate::device::ProfileCmd) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `snapboot install`.
+pub fn install(a: crate::device::InstallArgs) -> Result<ExitCode> {
+    let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
+    let written = ondevice::install::install(&ondevice::install::InstallOptions {
+        root: a.root.clone(),
+        binary,
+        after: a.after.clone(),
+    })?;
+    for p in &written {
+        println!("installed {}", p.display());
+    }
+    if a.after.is_empty() {
+        println!(
+            "note: no --after UNIT: the capture waits only for multi-user.target, not for \
+             your application's readiness"
+        );
+    }
+    let chroot = if a.root == std::path::Path::new("/") {
+        String::new()
+    } else {
+        format!("chroot {} ", a.root.display())
+    };
+    println!(
+        "next: {chroot}update-initramfs -u (the initramfs resumes only once it carries \
+         snapboot), then boot once with `snapboot.capture snapboot.store=DEV` on the kernel \
+         command line and at every power-on with `snapboot.store=DEV` (docs/real-boards.md)"
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -7,6 +7,7 @@ mod binding;
 mod board;
 mod cli;
 mod common;
+mod debian;
 mod flash;
 mod restore_kernel;
 mod snapshot;

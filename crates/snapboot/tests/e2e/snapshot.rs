@@ -45,7 +45,11 @@ pub(crate) fn copy_store(src: &Path, name: &str) -> PathBuf {
     dst
 }
 
-fn board_session(workload: &str, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
+pub(crate) fn board_session(
+    workload: &str,
+    store: &Path,
+    extra_cmdline: &[&str],
+) -> board::qemu::Session {
     crate::common::store_session(&bundle(workload), store, extra_cmdline)
 }
 
@@ -58,9 +62,15 @@ pub(crate) fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> St
 }
 
 pub(crate) fn host_checksum() -> String {
+    host_checksum_at("1.0")
+}
+
+/// The `app` program's checksum at `scale` (`APP_SCALE`), computed on the host.
+pub(crate) fn host_checksum_at(scale: &str) -> String {
     let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/app/app.py");
     let mut ch = Command::new("/usr/bin/python3")
         .arg(app)
+        .env("APP_SCALE", scale)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

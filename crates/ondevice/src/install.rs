@@ -1,0 +1,305 @@
+//! `snapboot install`: puts snapboot into a Debian-style system (initramfs-tools and
+//! systemd), on the running system or into a root tree being built.
+//!
+//! ```text
+//!   ROOT/usr/sbin/snapboot                                    the static binary
+//!   ROOT/usr/share/initramfs-tools/hooks/snapboot             copies it into the initramfs
+//!   ROOT/usr/share/initramfs-tools/scripts/local-premount/snapboot
+//!                                                             resume, before the root mount
+//!   ROOT/usr/lib/systemd/system/snapboot-capture.service      snapshot point (`ready`)
+//!   ROOT/usr/lib/systemd/system/snapboot-restored.target      started after every restore
+//!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
+//!   ROOT/etc/systemd/system/snapboot-capture.service.d/after.conf  with --after UNIT
+//! ```
+//!
+//! The cold boot is left as it is: the boot script returns whenever no image is restored.
+//! The initramfs is not rebuilt here; `update-initramfs -u` (or `mkinitramfs`) does that.
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The capture unit, as shipped.
+pub const CAPTURE_UNIT: &str = include_str!("../../../guest/systemd/snapboot-capture.service");
+/// The target started after every restore.
+pub const RESTORED_TARGET: &str = include_str!("../../../guest/systemd/snapboot-restored.target");
+/// The initramfs-tools hook.
+pub const HOOK: &str = include_str!("../../../guest/initramfs-tools/hooks/snapboot");
+/// The initramfs-tools boot script.
+pub const BOOT_SCRIPT: &str =
+    include_str!("../../../guest/initramfs-tools/scripts/local-premount/snapboot");
+
+/// Name of the capture unit.
+pub const CAPTURE_UNIT_NAME: &str = "snapboot-capture.service";
+/// Name of the target started after a restore.
+pub const RESTORED_TARGET_NAME: &str = "snapboot-restored.target";
+/// Where the binary goes (the units and the hook name it).
+pub const BINARY_PATH: &str = "usr/sbin/snapboot";
+const UNIT_DIR: &str = "usr/lib/systemd/system";
+const HOOK_PATH: &str = "usr/share/initramfs-tools/hooks/snapboot";
+const SCRIPT_PATH: &str = "usr/share/initramfs-tools/scripts/local-premount/snapboot";
+const WANTS_DIR: &str = "etc/systemd/system/multi-user.target.wants";
+const DROPIN_DIR: &str = "etc/systemd/system/snapboot-capture.service.d";
+
+/// Why an install failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The root is not a directory.
+    #[error("{0} is not a directory")]
+    NoRoot(PathBuf),
+    /// A unit name given to `--after` is not one.
+    #[error(
+        "--after {0:?}: expected a systemd unit name such as myapp.service (letters, digits, \
+         and :-_.@\\, with a type suffix)"
+    )]
+    BadUnit(String),
+    /// The binary to install is not a static executable.
+    #[error("{0} is not a static executable: the initramfs has no libraries for it")]
+    NotStatic(PathBuf),
+    /// Reading or writing a file failed.
+    #[error("cannot {step} {path}")]
+    Io {
+        /// What was being done.
+        step: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_err<'a>(
+    step: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> InstallError + 'a {
+    move |source| InstallError::Io {
+        step,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What to install where.
+#[derive(Debug, Clone)]
+pub struct InstallOptions {
+    /// The system's root (`/` on the device, or a tree being built).
+    pub root: PathBuf,
+    /// The snapboot binary to copy (normally the running one).
+    pub binary: PathBuf,
+    /// Units the capture waits for (`After=` and `Requires=`): the application.
+    pub after: Vec<String>,
+}
+
+/// Whether `name` looks like a systemd unit name (`systemd.unit(5)`'s character set and a
+/// known type suffix).
+pub fn valid_unit_name(name: &str) -> bool {
+    const TYPES: &[&str] = &[
+        ".service",
+        ".socket",
+        ".target",
+        ".mount",
+        ".path",
+        ".timer",
+        ".device",
+        ".scope",
+        ".slice",
+        ".swap",
+        ".automount",
+    ];
+    let Some(stem) = TYPES.iter().find_map(|t| name.strip_suffix(t)) else {
+        return false;
+    };
+    !stem.is_empty()
+        && name.len() <= 255
+        && stem
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ":-_.@\\".contains(c))
+}
+
+/// The drop-in that orders the capture after the application (and fails it when the
+/// application does not start, instead of capturing a system without it).
+pub fn after_dropin(units: &[String]) -> String {
+    let list = units.join(" ");
+    format!(
+        "# Written by `snapboot install --after`: capture only once the application is ready.\n\
+         [Unit]\nAfter={list}\nRequires={list}\n"
+    )
+}
+
+/// Installs the files. Returns the paths written, in order.
+pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
+    if !o.root.is_dir() {
+        return Err(InstallError::NoRoot(o.root.clone()));
+    }
+    if let Some(bad) = o.after.iter().find(|u| !valid_unit_name(u)) {
+        return Err(InstallError::BadUnit(bad.clone()));
+    }
+    let exe = fs::read(&o.binary).map_err(io_err("read", &o.binary))?;
+    if !kernelpack::is_static_elf(&exe) {
+        return Err(InstallError::NotStatic(o.binary.clone()));
+    }
+    let mut written = Vec::new();
+    let mut put = |rel: &str, data: &[u8], mode: u32| -> Result<(), InstallError> {
+        let path = o.root.join(rel);
+        write_replacing(&path, data, mode)?;
+        written.push(path);
+        Ok(())
+    };
+    put(BINARY_PATH, &exe, 0o755)?;
+    put(HOOK_PATH, HOOK.as_bytes(), 0o755)?;
+    put(SCRIPT_PATH, BOOT_SCRIPT.as_bytes(), 0o755)?;
+    put(
+        &format!("{UNIT_DIR}/{CAPTURE_UNIT_NAME}"),
+        CAPTURE_UNIT.as_bytes(),
+        0o644,
+    )?;
+    put(
+        &format!("{UNIT_DIR}/{RESTORED_TARGET_NAME}"),
+        RESTORED_TARGET.as_bytes(),
+        0o644,
+    )?;
+    let dropin = format!("{DROPIN_DIR}/after.conf");
+    if o.after.is_empty() {
+        let path = o.root.join(&dropin);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove", &path)(e)),
+        }
+    } else {
+        put(&dropin, after_dropin(&o.after).as_bytes(), 0o644)?;
+    }
+    // Enabled the way `systemctl enable` does it, which also works in a tree that is not
+    // running.
+    let wants = o.root.join(WANTS_DIR);
+    fs::create_dir_all(&wants).map_err(io_err("create", &wants))?;
+    let link = wants.join(CAPTURE_UNIT_NAME);
+    let _ = fs::remove_file(&link);
+    symlink(format!("/{UNIT_DIR}/{CAPTURE_UNIT_NAME}"), &link).map_err(io_err("link", &link))?;
+    written.push(link);
+    Ok(written)
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, so a power cut leaves
+/// the old file or the new one, never a torn one.
+fn write_replacing(path: &Path, data: &[u8], mode: u32) -> Result<(), InstallError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+    let tmp = path.with_extension("snapboot-new");
+    fs::write(&tmp, data).map_err(io_err("write", &tmp))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+        .map_err(io_err("set the mode of", &tmp))?;
+    fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("sync", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_err("rename into", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// busybox-static from the host (the board needs it anyway), as the static binary.
+    fn a_static_binary() -> Vec<u8> {
+        fs::read("/bin/busybox").expect("busybox-static (README set-up)")
+    }
+
+    #[test]
+    fn unit_names_are_checked() {
+        for ok in ["app.service", "my-app@1.service", "data.mount", "x.target"] {
+            assert!(valid_unit_name(ok), "{ok}");
+        }
+        for bad in ["app", ".service", "a b.service", "a;rm.service", "app.exe"] {
+            assert!(!valid_unit_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn install_writes_enables_and_orders_and_is_repeatable() {
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("snapboot");
+        fs::write(&bin, a_static_binary()).unwrap();
+        let root = d.path().join("root");
+        fs::create_dir(&root).unwrap();
+        let mut o = InstallOptions {
+            root: root.clone(),
+            binary: bin,
+            after: vec!["app.service".into()],
+        };
+        let written = install(&o).unwrap();
+        assert_eq!(written.len(), 7, "{written:?}");
+        let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(BINARY_PATH), 0o755);
+        assert_eq!(mode(HOOK_PATH), 0o755);
+        assert_eq!(mode(SCRIPT_PATH), 0o755);
+        let unit = fs::read_to_string(root.join(UNIT_DIR).join(CAPTURE_UNIT_NAME)).unwrap();
+        assert!(
+            unit.contains("ExecStart=/usr/sbin/snapboot ready"),
+            "{unit}"
+        );
+        let link = fs::read_link(root.join(WANTS_DIR).join(CAPTURE_UNIT_NAME)).unwrap();
+        assert_eq!(
+            link,
+            Path::new("/usr/lib/systemd/system/snapboot-capture.service")
+        );
+        let dropin = fs::read_to_string(root.join(DROPIN_DIR).join("after.conf")).unwrap();
+        assert!(
+            dropin.contains("\nAfter=app.service\nRequires=app.service\n"),
+            "{dropin}"
+        );
+        // Again, without --after: the drop-in goes, the rest stays.
+        o.after.clear();
+        assert_eq!(install(&o).unwrap().len(), 6);
+        assert!(!root.join(DROPIN_DIR).join("after.conf").exists());
+        assert!(root.join(BINARY_PATH).exists());
+        let leftovers: Vec<_> = walk(&root)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with("snapboot-new"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_reason_and_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("snapboot");
+        fs::write(&bin, b"#!/bin/sh\necho dynamic\n").unwrap();
+        let root = d.path().join("root");
+        fs::create_dir(&root).unwrap();
+        let o = |after: &[&str], binary: &Path, root: &Path| InstallOptions {
+            root: root.to_path_buf(),
+            binary: binary.to_path_buf(),
+            after: after.iter().map(|s| s.to_string()).collect(),
+        };
+        let e = install(&o(&[], &bin, &root)).unwrap_err();
+        assert!(matches!(e, InstallError::NotStatic(_)), "{e}");
+        let e = install(&o(&["app"], &bin, &root)).unwrap_err();
+        assert!(e.to_string().contains("--after \"app\""), "{e}");
+        let e = install(&o(&[], &bin, &d.path().join("missing"))).unwrap_err();
+        assert!(matches!(e, InstallError::NoRoot(_)), "{e}");
+        assert!(walk(&root).is_empty());
+    }
+
+    #[test]
+    fn shipped_scripts_resume_before_the_root_and_name_the_binary() {
+        assert!(BOOT_SCRIPT.contains("/bin/snapboot resume --from-cmdline"));
+        assert!(BOOT_SCRIPT.starts_with("#!/bin/sh\n"));
+        assert!(HOOK.contains("copy_file binary /usr/sbin/snapboot /bin/snapboot"));
+        assert!(RESTORED_TARGET.contains("StopWhenUnneeded=yes"));
+        assert!(CAPTURE_UNIT.contains("TimeoutStartSec=infinity"));
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.is_symlink() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
