@@ -271,17 +271,9 @@ impl Bundle {
         }
         // The kernel this bundle's images come from, for a restore kernel booting this same
         // initramfs (its own uname differs; ondevice::system::image_kernel reads this).
-        let vmlinux = out.join("vmlinux");
-        extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
-        let image = fs::read(&vmlinux).map_err(io(&vmlinux))?;
-        if let Some(version) = crate::kernel::uts_version(&image, &opts.kernel.release) {
-            let record = format!(
-                "release={}\nversion={version}\nmachine=x86_64\n",
-                opts.kernel.release
-            );
+        if let Some(record) = image_kernel_record(opts)? {
             ir.file(IMAGE_KERNEL_RECORD, 0o644, record.into_bytes());
         }
-        drop(image);
         let ir_path = out.join("initramfs.cpio");
         let f = fs::File::create(&ir_path).map_err(io(&ir_path))?;
         ir.write_to(std::io::BufWriter::new(f))
@@ -338,7 +330,10 @@ impl Bundle {
         let out = &opts.out;
         let stage = out.join("stage");
         let app_py = crate::workload::APP_PY;
+        // The kernel its images come from, for a restore kernel (the hook copies it in).
+        let record = image_kernel_record(opts)?;
         crate::debian::build(&crate::debian::DebianBuild {
+            image_kernel: record.as_deref(),
             modules_dir: &opts.kernel.modules_dir,
             release: &opts.kernel.release,
             config: opts.kernel.config.as_deref(),
@@ -352,8 +347,6 @@ impl Bundle {
         let squashed = mksquashfs(&stage, &rootfs_img);
         let _ = fs::remove_dir_all(&stage);
         squashed?;
-        let vmlinux = out.join("vmlinux");
-        extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
         let modules = crate::debian::INITRAMFS_MODULES
             .iter()
             .map(|m| m.to_string())
@@ -363,6 +356,23 @@ impl Bundle {
 }
 
 pub use kernelpack::is_static_elf;
+
+/// Extracts `vmlinux` into the bundle and returns the record of the kernel its images come
+/// from (`release=`, `version=`, `machine=` lines), for a restore kernel booting the same
+/// initramfs (its own uname differs; ondevice::system::image_kernel reads it).
+fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleError> {
+    let vmlinux = opts.out.join("vmlinux");
+    extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
+    let image = fs::read(&vmlinux).map_err(io(&vmlinux))?;
+    Ok(
+        crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
+            format!(
+                "release={}\nversion={version}\nmachine=x86_64\n",
+                opts.kernel.release
+            )
+        }),
+    )
+}
 
 /// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).
 pub fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {

@@ -200,6 +200,8 @@ pub struct DebianBuild<'a> {
     pub snapboot_bin: &'a Path,
     /// The application program.
     pub app_py: &'a str,
+    /// The record of the image kernel for restore kernels (`/etc/snapboot/image-kernel`).
+    pub image_kernel: Option<&'a str>,
     /// Where the base root tarball is cached.
     pub cache_dir: &'a Path,
     /// The staging directory (emptied first, left for the caller to squash and remove).
@@ -345,6 +347,9 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
     let id = blake3::hash(format!("snapboot-debian {}", b.release).as_bytes()).to_hex();
     write(stage, "etc/machine-id", &format!("{}\n", &id[..32]))?;
     write(stage, "etc/hostname", "snapboot-debian\n")?;
+    if let Some(record) = b.image_kernel {
+        write(stage, "etc/snapboot/image-kernel", record)?;
+    }
     // ConditionNeedsUpdate= units (ldconfig, systemd-hwdb-update...) would try to write
     // /etc and /var; these stamps say the tree is up to date.
     write(stage, "etc/.updated", "")?;
@@ -416,6 +421,7 @@ mod tests {
             config: None,
             snapboot_bin: Path::new("/nonexistent"),
             app_py: "print('app')\n",
+            image_kernel: Some("release=6.1.0-test\n"),
             cache_dir: d.path(),
             stage: d.path(),
             initramfs: &d.path().join("initrd"),

@@ -6,6 +6,8 @@
 //!   ROOT/usr/share/initramfs-tools/hooks/snapboot             copies it into the initramfs
 //!   ROOT/usr/share/initramfs-tools/scripts/local-premount/snapboot
 //!                                                             resume, before the root mount
+//!   ROOT/usr/share/initramfs-tools/scripts/{init-top,local-bottom}/snapboot
+//!                                                             timeline markers
 //!   ROOT/usr/lib/systemd/system/snapboot-capture.service      snapshot point (`ready`)
 //!   ROOT/usr/lib/systemd/system/snapboot-restored.target      started after every restore
 //!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
@@ -28,6 +30,12 @@ pub const HOOK: &str = include_str!("../../../guest/initramfs-tools/hooks/snapbo
 /// The initramfs-tools boot script.
 pub const BOOT_SCRIPT: &str =
     include_str!("../../../guest/initramfs-tools/scripts/local-premount/snapboot");
+/// The initramfs-tools scripts that print the `init` and `root-mounted` markers.
+pub const INIT_MARKER: &str =
+    include_str!("../../../guest/initramfs-tools/scripts/init-top/snapboot");
+/// See [`INIT_MARKER`].
+pub const ROOT_MARKER: &str =
+    include_str!("../../../guest/initramfs-tools/scripts/local-bottom/snapboot");
 
 /// Name of the capture unit.
 pub const CAPTURE_UNIT_NAME: &str = "snapboot-capture.service";
@@ -38,6 +46,8 @@ pub const BINARY_PATH: &str = "usr/sbin/snapboot";
 const UNIT_DIR: &str = "usr/lib/systemd/system";
 const HOOK_PATH: &str = "usr/share/initramfs-tools/hooks/snapboot";
 const SCRIPT_PATH: &str = "usr/share/initramfs-tools/scripts/local-premount/snapboot";
+const INIT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/init-top/snapboot";
+const ROOT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/local-bottom/snapboot";
 const WANTS_DIR: &str = "etc/systemd/system/multi-user.target.wants";
 const DROPIN_DIR: &str = "etc/systemd/system/snapboot-capture.service.d";
 
@@ -149,6 +159,8 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
     put(BINARY_PATH, &exe, 0o755)?;
     put(HOOK_PATH, HOOK.as_bytes(), 0o755)?;
     put(SCRIPT_PATH, BOOT_SCRIPT.as_bytes(), 0o755)?;
+    put(INIT_MARKER_PATH, INIT_MARKER.as_bytes(), 0o755)?;
+    put(ROOT_MARKER_PATH, ROOT_MARKER.as_bytes(), 0o755)?;
     put(
         &format!("{UNIT_DIR}/{CAPTURE_UNIT_NAME}"),
         CAPTURE_UNIT.as_bytes(),
@@ -228,7 +240,7 @@ mod tests {
             after: vec!["app.service".into()],
         };
         let written = install(&o).unwrap();
-        assert_eq!(written.len(), 7, "{written:?}");
+        assert_eq!(written.len(), 9, "{written:?}");
         let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(BINARY_PATH), 0o755);
         assert_eq!(mode(HOOK_PATH), 0o755);
@@ -250,7 +262,7 @@ mod tests {
         );
         // Again, without --after: the drop-in goes, the rest stays.
         o.after.clear();
-        assert_eq!(install(&o).unwrap().len(), 6);
+        assert_eq!(install(&o).unwrap().len(), 8);
         assert!(!root.join(DROPIN_DIR).join("after.conf").exists());
         assert!(root.join(BINARY_PATH).exists());
         let leftovers: Vec<_> = walk(&root)
@@ -287,6 +299,8 @@ mod tests {
         assert!(BOOT_SCRIPT.starts_with("#!/bin/sh\n"));
         assert!(HOOK.contains("copy_file binary /usr/sbin/snapboot /bin/snapboot"));
         assert!(RESTORED_TARGET.contains("StopWhenUnneeded=yes"));
+        assert!(INIT_MARKER.contains(&boottrace::marker("init", None)));
+        assert!(ROOT_MARKER.contains(&boottrace::marker("root-mounted", None)));
         assert!(CAPTURE_UNIT.contains("TimeoutStartSec=infinity"));
     }
 
