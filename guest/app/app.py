@@ -387,12 +387,14 @@ def checksum(st):
 # --------------------------------------------------------------------------------------
 # Readiness and the query loop.
 # --------------------------------------------------------------------------------------
-def run_ready_cmd():
+def run_ready_cmd(var="APP_READY_CMD"):
     """Runs $APP_READY_CMD (normally `snapboot ready`), passing its stdout through.
 
     A snapshot is taken while that command runs; when a guest is restored from the
-    snapshot it continues here and the command prints `restored`."""
-    cmd = os.environ.get("APP_READY_CMD", "").strip()
+    snapshot it continues here and the command prints `restored`. `recapture` runs
+    $APP_RECAPTURE_CMD instead when it is set (under systemd: a restart of snapboot's
+    capture unit)."""
+    cmd = os.environ.get(var, "").strip()
     if not cmd:
         return
     try:
@@ -532,7 +534,7 @@ def serve(st):
                 # the ready command captures again with the boot's capture settings. The
                 # answer comes once the command returns: after a power-off that is in the
                 # system restored from the new image.
-                run_ready_cmd()
+                run_ready_cmd("APP_RECAPTURE_CMD" if os.environ.get("APP_RECAPTURE_CMD") else "APP_READY_CMD")
                 out = "recaptured"
             elif cmd == "system" and not arg:
                 out = system_state()

@@ -123,8 +123,9 @@ pub struct Bundle {
     pub initramfs_bytes: u64,
     /// Bytes of the root filesystem image.
     pub rootfs_bytes: u64,
-    /// BLAKE3 of the snapboot binary inside the initramfs: a bundle built by another
-    /// snapboot runs that other snapboot on the board.
+    /// BLAKE3 of the snapboot binary inside the initramfs and of the built-in `app`
+    /// program ([`build_id`]): a bundle built by another snapboot runs that other snapboot
+    /// (or an older app) on the board.
     #[serde(default)]
     pub snapboot_blake3: String,
 }
@@ -183,10 +184,11 @@ impl Bundle {
         Ok(pack)
     }
 
-    /// Whether the bundle carries exactly the snapboot binary at `exe`.
+    /// Whether the bundle carries exactly the snapboot binary at `exe` (and this
+    /// snapboot's `app` program).
     pub fn carries(&self, exe: &Path) -> bool {
         fs::read(exe)
-            .map(|b| blake3::hash(&b).to_hex().to_string() == self.snapboot_blake3)
+            .map(|b| build_id(&b) == self.snapboot_blake3)
             .unwrap_or(false)
     }
 
@@ -246,7 +248,7 @@ impl Bundle {
                 ir.symlink(&format!("bin/{name}"), "busybox");
             }
         }
-        let snapboot_blake3 = blake3::hash(&snapboot).to_hex().to_string();
+        let snapboot_blake3 = build_id(&snapboot);
         ir.file("bin/snapboot", 0o755, snapboot);
         for m in modules.iter().chain(&lazy_modules).chain(&late_modules) {
             ir.file(
@@ -351,11 +353,20 @@ impl Bundle {
             .iter()
             .map(|m| m.to_string())
             .collect();
-        Self::finish(opts, modules, blake3::hash(snapboot).to_hex().to_string())
+        Self::finish(opts, modules, build_id(snapboot))
     }
 }
 
 pub use kernelpack::is_static_elf;
+
+/// What a bundle is built from besides the kernel and the workload's name: the device's
+/// snapboot binary and the `app` program embedded in this snapboot.
+pub fn build_id(snapboot: &[u8]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(snapboot);
+    h.update(crate::workload::APP_PY.as_bytes());
+    h.finalize().to_hex().to_string()
+}
 
 /// Extracts `vmlinux` into the bundle and returns the record of the kernel its images come
 /// from (`release=`, `version=`, `machine=` lines), for a restore kernel booting the same

@@ -42,6 +42,10 @@ pub const PACKAGES: &[&str] = &[
 /// The application's unit (in the root's /etc/systemd/system).
 pub const APP_UNIT: &str = "snapboot-app.service";
 
+/// snapboot's capture unit (installed by `snapboot install`); the application's
+/// `recapture` query restarts it, which captures again.
+const CAPTURE_UNIT: &str = "snapboot-capture.service";
+
 /// Modules the initramfs loads to find the store and the root (`MODULES=list`).
 pub const INITRAMFS_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
 
@@ -305,6 +309,7 @@ pub fn app_unit() -> String {
          Type=notify\n\
          NotifyAccess=main\n\
          Environment=APP_SCALE={APP_SCALE}\n\
+         Environment=\"APP_RECAPTURE_CMD=systemctl restart {CAPTURE_UNIT}\"\n\
          ExecStart=/usr/bin/python3 /opt/app/app.py\n\
          StandardInput=tty-force\n\
          StandardOutput=tty\n\

@@ -35,18 +35,24 @@ fn check_system(s: &mut board::qemu::Session, boot: &str) {
     );
 }
 
-/// Captured by the systemd unit, restored twice: the service's state intact, systemd
-/// `running`, the journal working, the clock current and the RNG fresh at each restore;
-/// `snapboot-restored.target` started each time. A damaged copy of the image is refused
+/// Captured by the systemd unit, restored twice by the stock kernel and once by the restore
+/// kernel: the service's state intact, systemd `running`, the journal working, the clock
+/// current and the RNG fresh at each restore; `snapboot-restored.target` started each time. A damaged copy of the image is refused
 /// and the same system boots cold through initramfs-tools, as if snapboot were not there.
 #[test]
-fn debian_with_systemd_snapshot_boots_twice_and_a_damaged_image_boots_cold() {
+fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     let store = capture_debian();
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     let mut randoms = Vec::new();
-    for boot in 1..=2 {
-        let mut s = board_session("debian", &store, &[]);
+    // Two restores on the stock kernel, a third on the restore kernel (it unpacks the same
+    // zstd initramfs-tools archive and restores the stock kernel's image).
+    for boot in 1..=3 {
+        let mut s = if boot < 3 {
+            board_session("debian", &store, &[])
+        } else {
+            crate::restore_kernel::restore_session("debian", &store, 0)
+        };
         let (line, _) = s
             .wait_for(&restored, "restored marker", Duration::from_secs(180))
             .unwrap();

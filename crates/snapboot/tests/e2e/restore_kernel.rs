@@ -33,7 +33,11 @@ fn restore_kernel() -> PathBuf {
 
 /// Powers on `workload` with the restore kernel, `store` as `/dev/vdb`, and `mem_extra` MiB
 /// more RAM than the workload's.
-fn restore_session(workload: &str, store: &Path, mem_extra: u32) -> board::qemu::Session {
+pub(crate) fn restore_session(
+    workload: &str,
+    store: &Path,
+    mem_extra: u32,
+) -> board::qemu::Session {
     let vmlinux = restore_kernel();
     let b = board::Bundle::load(&bundle(workload)).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
