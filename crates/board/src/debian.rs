@@ -50,7 +50,8 @@ const CAPTURE_UNIT: &str = "snapboot-capture.service";
 pub const INITRAMFS_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
 
 /// Modules the running system needs: the initramfs' ones, the RNG, lazy capture's
-/// device-mapper stack and zram, and deferred memory's virtio-mem.
+/// device-mapper stack and zram, deferred memory's virtio-mem, and ext4 for the data disk
+/// (a module in Debian's kernel).
 pub const ROOT_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_blk",
@@ -62,11 +63,50 @@ pub const ROOT_MODULES: &[&str] = &[
     "zram",
     "lzo_rle",
     "virtio_mem",
+    "ext4",
+    // ext4's checksums (a soft dependency modules.dep does not list).
+    "crc32c_generic",
 ];
 
 /// Scale of the application's state: a quarter of `app`'s, so a cold boot under TCG stays
 /// within a CI budget while the state is still tens of MiB.
 pub const APP_SCALE: &str = "0.25";
+
+/// Label of the optional data disk (`mkfs.ext4 -L snapdata`).
+pub const DATA_LABEL: &str = "snapdata";
+
+/// The data partition's mount unit: started by `snapboot-restored.target` after every
+/// restore; skipped (not failed) on a board without the disk.
+pub const DATA_MOUNT: &str = "\
+[Unit]
+Description=Writable data (label snapdata), mounted after every restore
+ConditionPathExists=/dev/disk/by-label/snapdata
+
+[Mount]
+What=/dev/disk/by-label/snapdata
+Where=/data
+Type=ext4
+
+[Install]
+WantedBy=snapboot-restored.target
+";
+
+/// Appends a line to `/data/restores` after every restore and reports the count on the
+/// console (`snapboot-data: SOURCE FSTYPE restores=N`).
+pub const DATA_LOG_SERVICE: &str = "\
+[Unit]
+Description=Count the restores on the data partition
+Requires=data.mount
+After=data.mount
+ConditionPathExists=/dev/disk/by-label/snapdata
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'date +%%s >> /data/restores && sync && echo \"snapboot-data: $$(findmnt -n -o SOURCE,FSTYPE /data) restores=$$(wc -l < /data/restores)\" > /dev/console'
+
+[Install]
+WantedBy=snapboot-restored.target
+";
 
 /// Why the Debian root could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -339,6 +379,23 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         &format!("etc/systemd/system/multi-user.target.wants/{APP_UNIT}"),
         &format!("/etc/systemd/system/{APP_UNIT}"),
     )?;
+    // Writable data, the supported pattern: a block filesystem mounted after every restore
+    // (never at capture, which refuses while one is mounted), here a disk labelled
+    // `snapdata` when the board has one, with a service that counts the restores on it.
+    fs::create_dir_all(stage.join("data")).map_err(io(&stage.join("data")))?;
+    write(stage, "etc/systemd/system/data.mount", DATA_MOUNT)?;
+    write(
+        stage,
+        "etc/systemd/system/snapboot-data-log.service",
+        DATA_LOG_SERVICE,
+    )?;
+    for unit in ["data.mount", "snapboot-data-log.service"] {
+        link(
+            stage,
+            &format!("etc/systemd/system/snapboot-restored.target.wants/{unit}"),
+            &format!("/etc/systemd/system/{unit}"),
+        )?;
+    }
     write(
         stage,
         "etc/fstab",

@@ -4,21 +4,23 @@
 //! `snapboot-capture.service` once the application's service is ready.
 
 use crate::common::{bundle, run, snapboot};
-use crate::snapshot::{
-    ask, assert_all_differ, board_session, check_restored_app, copy_store, flip, image_extent,
-};
+use crate::snapshot::{ask, assert_all_differ, check_restored_app, copy_store, flip, image_extent};
 use regex::Regex;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-fn capture_debian() -> PathBuf {
+/// Captures the `debian` workload by its systemd unit, with `data` attached as /dev/vdc but
+/// not mounted (the board's devices, and so its memory map, must be the same at restore).
+fn capture_debian(data: &Path) -> PathBuf {
     let store = crate::common::home().join("test-debian.store");
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
     c.args(["board", "capture"])
         .arg(bundle("debian"))
         .arg("--store")
-        .arg(&store);
+        .arg(&store)
+        .arg("--disk")
+        .arg(data);
     let (out, so, se) = run(c);
     assert!(out.status.success(), "capture failed:\n{so}\n{se}");
     assert!(so.contains("image generation 1"), "{so}");
@@ -37,28 +39,46 @@ fn check_system(s: &mut board::qemu::Session, boot: &str) {
 
 /// Captured by the systemd unit, restored twice by the stock kernel and once by the restore
 /// kernel: the service's state intact, systemd `running`, the journal working, the clock
-/// current and the RNG fresh at each restore; `snapboot-restored.target` started each time. A damaged copy of the image is refused
-/// and the same system boots cold through initramfs-tools, as if snapboot were not there.
+/// current and the RNG fresh at each restore; `snapboot-restored.target` started each time,
+/// and with it the mount of a writable ext4 data disk that was attached but not mounted at
+/// capture, whose restore count grows 1, 2, 3 (the writes persist; the image does not
+/// change). A damaged copy of the image is refused and the same system boots cold through
+/// initramfs-tools, as if snapboot were not there.
 #[test]
 fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
-    let store = capture_debian();
+    // The writable data disk (ext4, label snapdata): attached at capture and at every
+    // restore, mounted only after a restore by a unit of snapboot-restored.target, which
+    // appends a line to it.
+    let data = data_disk();
+    let store = capture_debian(&data);
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     let mut randoms = Vec::new();
     // Two restores on the stock kernel, a third on the restore kernel (it unpacks the same
     // zstd initramfs-tools archive and restores the stock kernel's image).
+    let counted = Regex::new(r"snapboot-data: (\S+) ext4 restores=(\d+)").unwrap();
     for boot in 1..=3 {
-        let mut s = if boot < 3 {
-            board_session("debian", &store, &[])
-        } else {
-            crate::restore_kernel::restore_session("debian", &store, 0)
-        };
+        let mut s = data_session(&store, &data, boot == 3);
         let (line, _) = s
             .wait_for(&restored, "restored marker", Duration::from_secs(180))
             .unwrap();
         assert!(
             line.contains("snapboot-restored.target started"),
             "boot {boot}: {line}"
+        );
+        let (line, _) = s
+            .wait_for(
+                &counted,
+                "the data partition's restore count",
+                Duration::from_secs(60),
+            )
+            .unwrap();
+        let c = counted.captures(&line).unwrap();
+        assert_eq!(&c[1], "/dev/vdc", "{line}");
+        assert_eq!(
+            c[2].parse::<usize>().unwrap(),
+            boot,
+            "writes to /data must persist: {line}"
         );
         randoms.push(check_restored_app(&mut s, boot, &expected));
         check_system(&mut s, &format!("restore {boot}"));
@@ -71,7 +91,7 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     let bad = copy_store(&store, "test-debian-bad.store");
     let (area, bytes) = image_extent(&bad);
     flip(&bad, area + bytes / 4 * 3 + 123);
-    let mut s = board_session("debian", &bad, &[]);
+    let mut s = data_session(&bad, &data, false);
     let fb = Regex::new(r"snapboot: @fallback .*").unwrap();
     let (line, _) = s
         .wait_for(&fb, "fallback", Duration::from_secs(180))
@@ -86,4 +106,39 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "cold boot after the fallback");
     s.finish(boottrace::Outcome::Answered);
+}
+
+/// A 16 MiB ext4 image labelled `snapdata` under the test home, fresh.
+fn data_disk() -> PathBuf {
+    let path = crate::common::home().join("test-debian-data.img");
+    let _ = std::fs::remove_file(&path);
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(16 << 20).unwrap();
+    let (out, so, se) = run({
+        let mut c = std::process::Command::new("mkfs.ext4");
+        c.args(["-q", "-F", "-L", board::debian::DATA_LABEL])
+            .arg(&path);
+        c
+    });
+    assert!(out.status.success(), "mkfs.ext4: {so}{se}");
+    path
+}
+
+/// The `debian` board with `store` as /dev/vdb and `data` as /dev/vdc, on the stock kernel
+/// or the restore kernel.
+fn data_session(store: &Path, data: &Path, restore_kernel: bool) -> board::qemu::Session {
+    let b = board::Bundle::load(&bundle("debian")).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(300);
+    for (path, readonly) in [(store, false), (data, false)] {
+        o.disks.push(board::qemu::Disk {
+            path: path.to_path_buf(),
+            readonly,
+        });
+    }
+    o.params.store = Some("/dev/vdb".into());
+    if restore_kernel {
+        o.kernel = board::qemu::KernelImage::Restore(crate::restore_kernel::restore_kernel());
+    }
+    board::qemu::Session::start(&b, &o).unwrap()
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// Builds the restore kernel once (minutes on a fresh machine, then cached) and returns its
 /// vmlinux.
-fn restore_kernel() -> PathBuf {
+pub(crate) fn restore_kernel() -> PathBuf {
     static K: OnceLock<PathBuf> = OnceLock::new();
     K.get_or_init(|| {
         bundle("shell"); // fetches the stock kernel the restore kernel is built for
