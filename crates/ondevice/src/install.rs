@@ -4,10 +4,11 @@
 //! ```text
 //!   ROOT/usr/sbin/snapboot                                    the static binary
 //!   ROOT/usr/share/initramfs-tools/hooks/snapboot             copies it into the initramfs
+//!   ROOT/usr/share/initramfs-tools/scripts/init-top/snapboot  resume before udev
 //!   ROOT/usr/share/initramfs-tools/scripts/local-premount/snapboot
-//!                                                             resume, before the root mount
-//!   ROOT/usr/share/initramfs-tools/scripts/{init-top,local-bottom}/snapboot
-//!                                                             timeline markers
+//!                                                             resume after udev, when the
+//!                                                             store's driver comes with it
+//!   ROOT/usr/share/initramfs-tools/scripts/local-bottom/snapboot  timeline marker
 //!   ROOT/usr/lib/systemd/system/snapboot-capture.service      snapshot point (`ready`)
 //!   ROOT/usr/lib/systemd/system/snapboot-restored.target      started after every restore
 //!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
@@ -27,13 +28,13 @@ pub const CAPTURE_UNIT: &str = include_str!("../../../guest/systemd/snapboot-cap
 pub const RESTORED_TARGET: &str = include_str!("../../../guest/systemd/snapboot-restored.target");
 /// The initramfs-tools hook.
 pub const HOOK: &str = include_str!("../../../guest/initramfs-tools/hooks/snapboot");
-/// The initramfs-tools boot script.
+/// The initramfs-tools boot script that resumes after udev, when the early one could not.
 pub const BOOT_SCRIPT: &str =
     include_str!("../../../guest/initramfs-tools/scripts/local-premount/snapboot");
-/// The initramfs-tools scripts that print the `init` and `root-mounted` markers.
+/// The initramfs-tools script that prints the `init` marker and resumes before udev.
 pub const INIT_MARKER: &str =
     include_str!("../../../guest/initramfs-tools/scripts/init-top/snapboot");
-/// See [`INIT_MARKER`].
+/// The initramfs-tools script that prints the `root-mounted` marker.
 pub const ROOT_MARKER: &str =
     include_str!("../../../guest/initramfs-tools/scripts/local-bottom/snapboot");
 
@@ -300,9 +301,16 @@ mod tests {
         assert!(HOOK.contains("copy_file binary /usr/sbin/snapboot /bin/snapboot"));
         assert!(RESTORED_TARGET.contains("StopWhenUnneeded=yes"));
         assert!(INIT_MARKER.contains(&boottrace::marker("init", None)));
+        // Before udev, or after it when the early try says so (and only then).
+        assert!(INIT_MARKER.contains("/bin/snapboot resume --from-cmdline --before-udev"));
+        let after_udev = crate::resume::EXIT_AFTER_UDEV;
+        assert!(INIT_MARKER.contains(&format!("[ $? -eq {after_udev} ] || : > {RESUME_DONE}")));
+        assert!(BOOT_SCRIPT.contains(&format!("[ -e {RESUME_DONE} ] && exit 0")));
         assert!(ROOT_MARKER.contains(&boottrace::marker("root-mounted", None)));
         assert!(CAPTURE_UNIT.contains("TimeoutStartSec=infinity"));
     }
+
+    const RESUME_DONE: &str = "/run/snapboot/resume-done";
 
     fn walk(dir: &Path) -> Vec<PathBuf> {
         let mut out = Vec::new();

@@ -93,6 +93,10 @@ pub enum ResumeError {
     NoneRestorable(Vec<String>),
 }
 
+/// Exit status of `snapboot resume --before-udev` when the restore has to wait for udev
+/// (initramfs-tools' init-top script then leaves it to the local-premount one).
+pub const EXIT_AFTER_UDEV: u8 = 3;
+
 /// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
 pub fn wait_for_node(path: &Path, wait: Duration) -> bool {
     let end = Instant::now() + wait;

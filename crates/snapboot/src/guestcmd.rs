@@ -88,7 +88,17 @@ pub struct ResumeArgs {
     /// does nothing when snapboot.capture is set.
     #[arg(long)]
     from_cmdline: bool,
+    /// Run before udev (initramfs-tools' init-top, right after the essential drivers are
+    /// loaded): when the store does not appear within a second, or the boot asks for the
+    /// kernel's own resume, exit with status 3 and do nothing, so that the boot script
+    /// tries again after udev.
+    #[arg(long, requires = "from_cmdline")]
+    before_udev: bool,
 }
+
+/// How long `--before-udev` waits for the store's device node: the drivers it needs are
+/// loaded by then, and a node that takes longer comes from a driver udev loads.
+const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
 
 /// snapboot as the kernel's first process (`rdinit=/bin/snapboot`, what the board gives a
 /// restore kernel): mounts what `/init` would, resumes, and when this boot was not restored
@@ -124,6 +134,7 @@ impl ResumeArgs {
             store: None,
             once: false,
             from_cmdline: true,
+            before_udev: false,
         }
     }
 }
@@ -315,6 +326,12 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 /// pack) the cold boot is handed to the stock kernel instead: a restore kernel cannot boot
 /// the system itself. Other kernels ignore `snapboot.coldkernel`.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
+    if a.before_udev {
+        if let Some(why) = wait_for_udev(&kernel_cmdline()) {
+            print_marker("resume-after-udev", Some(&why));
+            return Ok(ExitCode::from(ondevice::resume::EXIT_AFTER_UDEV));
+        }
+    }
     // Every boot records its setup, for the capture that may follow in this boot.
     let t = std::time::Instant::now();
     let boot_setup = match ondevice::resume::observe_and_record_boot() {
@@ -344,6 +361,26 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     Ok(match reason {
         Some(_) => ExitCode::from(4),
         None => ExitCode::SUCCESS,
+    })
+}
+
+/// Before udev: why this boot's resume must wait for udev, if it must. The kernel's own
+/// resume (`snapboot.kresume`, the baseline) waits, to run where initramfs-tools runs it;
+/// so does a restore from a store whose node is not there yet.
+fn wait_for_udev(cmdline: &str) -> Option<String> {
+    let params = BootParams::parse(cmdline).ok()?;
+    if params.kresume.is_some() {
+        return Some("the kernel's own resume runs where initramfs-tools runs it".into());
+    }
+    if params.capture || params.handed_over {
+        return None;
+    }
+    let store = params.store.as_deref()?;
+    (!ondevice::resume::wait_for_node(std::path::Path::new(store), BEFORE_UDEV_WAIT)).then(|| {
+        format!(
+            "{store} is not there before udev: restoring after udev (its driver in \
+             /etc/initramfs-tools/modules, or built in, restores earlier)"
+        )
     })
 }
 
@@ -635,4 +672,24 @@ pub fn install(a: crate::device::InstallArgs) -> Result<ExitCode> {
          command line and at every power-on with `snapboot.store=DEV` (docs/real-boards.md)"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_for_udev;
+
+    #[test]
+    fn before_udev_waits_only_for_the_kernels_resume_and_a_missing_store() {
+        let kernel = wait_for_udev("quiet snapboot.kresume=/dev/vdb").unwrap();
+        assert!(kernel.contains("where initramfs-tools runs it"), "{kernel}");
+        let missing = wait_for_udev("snapboot.store=/dev/snapboot-no-such-disk").unwrap();
+        assert!(missing.contains("/dev/snapboot-no-such-disk is not there before udev"));
+        // A store that is there, a capture boot and a boot asking for nothing go on now.
+        assert_eq!(wait_for_udev("ro snapboot.store=/dev/null"), None);
+        assert_eq!(
+            wait_for_udev("snapboot.capture snapboot.store=/dev/snapboot-no-such-disk"),
+            None
+        );
+        assert_eq!(wait_for_udev("root=/dev/vda ro"), None);
+    }
 }

@@ -66,6 +66,16 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
             line.contains("snapboot-restored.target started"),
             "boot {boot}: {line}"
         );
+        if boot < 3 {
+            // initramfs-tools' init-top script restored before udev started.
+            let lines = &s.timeline().lines;
+            let early = lines
+                .iter()
+                .any(|l| l.text.starts_with("snapboot: @resume-start"))
+                && !lines.iter().any(|l| l.text.contains("systemd-udevd"))
+                && !lines.iter().any(|l| l.text.contains("@resume-after-udev"));
+            assert!(early, "boot {boot}: the restore waited for udev");
+        }
         let (line, _) = s
             .wait_for(
                 &counted,
