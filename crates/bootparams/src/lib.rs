@@ -27,6 +27,8 @@
 //!                           the rest is in memory, and 5 s later which processes took
 //!                           major faults (what the eager image lacked)
 //! snapboot.once             restore the image once, then invalidate it
+//! snapboot.afterudev        initramfs-tools: restore after udev (local-premount), not
+//!                           before it (init-top): for a store whose driver udev loads
 //! snapboot.threads=N        decompression threads at resume
 //! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV
 //! snapboot.kresume=DEV      baseline: the kernel's own resume from swap DEV
@@ -103,6 +105,8 @@ pub mod key {
     pub const PROFILE: &str = "snapboot.profile";
     /// Report the profile's residency after each restore.
     pub const PROFILECHECK: &str = "snapboot.profilecheck";
+    /// initramfs-tools: restore after udev, not before it.
+    pub const AFTERUDEV: &str = "snapboot.afterudev";
     /// Deferred memory: the RAM to end up with.
     pub const DEFERMEM: &str = "snapboot.defermem";
     /// Deferred memory: the zone it goes online in.
@@ -112,7 +116,7 @@ pub mod key {
     /// Deferred memory: break the first attempt (tests).
     pub const MEMFAULT: &str = "snapboot.memfault";
     /// Every key.
-    pub const ALL: [&str; 26] = [
+    pub const ALL: [&str; 27] = [
         STORE,
         CAPTURE,
         THEN,
@@ -125,6 +129,7 @@ pub mod key {
         NOVERITY,
         PROFILE,
         PROFILECHECK,
+        AFTERUDEV,
         ONCE,
         THREADS,
         KHIBERNATE,
@@ -217,6 +222,8 @@ pub struct BootParams {
     pub profile: ProfileMode,
     /// `snapboot.profilecheck`.
     pub profile_check: bool,
+    /// `snapboot.afterudev`.
+    pub after_udev: bool,
     /// `snapboot.once`.
     pub once: bool,
     /// `snapboot.threads=N`.
@@ -326,6 +333,7 @@ impl Default for BootParams {
             verity: true,
             profile: ProfileMode::Eager,
             profile_check: false,
+            after_udev: false,
             swap_size: None,
             once: false,
             threads: None,
@@ -544,6 +552,7 @@ impl BootParams {
                 }
                 key::NOVERITY => p.verity = !flag(value)?,
                 key::PROFILECHECK => p.profile_check = flag(value)?,
+                key::AFTERUDEV => p.after_udev = flag(value)?,
                 key::PROFILE => {
                     p.profile = value
                         .and_then(ProfileMode::parse)
@@ -617,6 +626,7 @@ impl BootParams {
             (!self.verity).then(|| key::NOVERITY.to_string()),
             (self.profile != ProfileMode::Eager).then(|| with(key::PROFILE, &self.profile.word())),
             self.profile_check.then(|| key::PROFILECHECK.to_string()),
+            self.after_udev.then(|| key::AFTERUDEV.to_string()),
             self.once.then(|| key::ONCE.to_string()),
             self.threads.map(|t| with(key::THREADS, &t)),
             self.khibernate.as_ref().map(|d| with(key::KHIBERNATE, d)),

@@ -19,7 +19,7 @@ fn each_word_sets_its_field() {
          snapboot.khibernate=/dev/vdc snapboot.kresume=/dev/vdd \
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
-         snapboot.profile=prefetch snapboot.profilecheck snapboot.defermem=16G \
+         snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload",
     )
     .unwrap();
@@ -37,6 +37,7 @@ fn each_word_sets_its_field() {
             verity: false,
             profile: ProfileMode::Prefetch,
             profile_check: true,
+            after_udev: true,
             swap_size: Some(1 << 30),
             once: true,
             threads: Some(2),
@@ -254,6 +255,7 @@ prop_compose! {
         pm_times in any::<bool>(),
         verity in any::<bool>(),
         profile_check in any::<bool>(),
+        after_udev in any::<bool>(),
         profile in prop_oneof![Just(ProfileMode::Eager), Just(ProfileMode::Prefetch), Just(ProfileMode::Off)],
         defer_mem in proptest::option::of(1u64..1 << 40),
         mem_online in prop_oneof![Just(MemOnline::Movable), Just(MemOnline::Kernel)],
@@ -272,6 +274,7 @@ prop_compose! {
             verity,
             profile,
             profile_check,
+            after_udev,
             swap_size,
             once: flags[4],
             threads,

@@ -372,6 +372,9 @@ fn wait_for_udev(cmdline: &str) -> Option<String> {
     if params.kresume.is_some() {
         return Some("the kernel's own resume runs where initramfs-tools runs it".into());
     }
+    if params.after_udev {
+        return Some(format!("{} asks for it", bootparams::key::AFTERUDEV));
+    }
     if params.capture || params.handed_over {
         return None;
     }
@@ -691,5 +694,7 @@ mod tests {
             None
         );
         assert_eq!(wait_for_udev("root=/dev/vda ro"), None);
+        let asked = wait_for_udev("snapboot.store=/dev/null snapboot.afterudev").unwrap();
+        assert_eq!(asked, "snapboot.afterudev asks for it");
     }
 }
