@@ -63,7 +63,7 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
             .wait_for(&restored, "restored marker", Duration::from_secs(180))
             .unwrap();
         assert!(
-            line.contains("snapboot-restored.target started"),
+            line.contains(ondevice::restore::TARGET_STARTING),
             "boot {boot}: {line}"
         );
         if boot < 3 {
