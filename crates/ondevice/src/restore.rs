@@ -42,23 +42,32 @@ pub fn after_restore() -> RestoreReport {
     if profile_check {
         crate::profile::start_fault_watch(FAULT_WATCH_SECS);
     }
+    let started = std::time::Instant::now();
+    let clock_step = step_clock_from_rtc().unwrap_or(0.0);
+    let clock_secs = started.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let entropy_bytes = reseed_rng();
+    let reseed_secs = t.elapsed().as_secs_f64();
     let mut r = RestoreReport {
-        clock_step: step_clock_from_rtc().unwrap_or(0.0),
-        entropy_bytes: reseed_rng(),
+        clock_step,
+        entropy_bytes,
         hooks: Vec::new(),
         systemd: false,
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
     // The request to systemd goes out before the marker, but `restored` does not wait for
     // it: the application runs since the restore, and `systemctl` takes ~0.4 s under TCG.
+    let t = std::time::Instant::now();
     let target = start_restored_target();
+    let systemd_secs = t.elapsed().as_secs_f64();
     if profile_check && crate::profile::has_profile() {
         crate::profile::check_after_restore();
     }
     print_marker(
         "restored",
         Some(&format!(
-            "clock stepped {:+.3} s, {} bytes entropy, {} hooks{}",
+            "clock stepped {:+.3} s, {} bytes entropy, {} hooks{}; these steps {:.3} s \
+             (clock {:.3} s, reseed {:.3} s, systemctl {:.3} s)",
             r.clock_step,
             r.entropy_bytes,
             r.hooks.len(),
@@ -66,7 +75,11 @@ pub fn after_restore() -> RestoreReport {
                 Some(Ok(_)) => format!(", {TARGET_STARTING}"),
                 Some(Err(e)) => format!(", {} not started: {e}", RESTORED_TARGET_NAME),
                 None => String::new(),
-            }
+            },
+            started.elapsed().as_secs_f64(),
+            clock_secs,
+            reseed_secs,
+            systemd_secs,
         )),
     );
     crate::profile::start_prefetch();
