@@ -9,7 +9,7 @@
 //!   stage: + the bundle kernel's modules the board needs (depmod)
 //!          + /opt/app/app.py and snapboot-app.service (Type=notify; the console's reader)
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
-//!          + `snapboot-device install --root stage --after snapboot-app.service`
+//!          + `snapboot-device install --root stage --after snapboot-app.service --store-module …`
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -282,7 +282,14 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
         .arg("install")
         .arg("--root")
         .arg(stage)
-        .args(["--after", APP_UNIT]))?;
+        .args(["--after", APP_UNIT])
+        // The store is a virtio disk (on a device: `--store /dev/mmcblk0p3` finds these).
+        .args([
+            "--store-module",
+            "virtio_pci",
+            "--store-module",
+            "virtio_blk",
+        ]))?;
     let inside = format!("/boot/initrd.img-{}", b.release);
     run(Command::new("chroot")
         .arg(stage)

@@ -13,6 +13,8 @@
 //!   ROOT/usr/lib/systemd/system/snapboot-restored.target      started after every restore
 //!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
 //!   ROOT/etc/systemd/system/snapboot-capture.service.d/after.conf  with --after UNIT
+//!   ROOT/etc/snapboot/store-modules   with --store DEV or --store-module M: the drivers
+//!                                     the hook loads before udev, so the store is there
 //! ```
 //!
 //! The cold boot is left as it is: the boot script returns whenever no image is restored.
@@ -64,6 +66,12 @@ pub enum InstallError {
          and :-_.@\\, with a type suffix)"
     )]
     BadUnit(String),
+    /// `--store` does not name a block device the kernel knows.
+    #[error("{0} is not a block device in /sys/class/block")]
+    NotBlock(PathBuf),
+    /// A module name given to `--store-module` is not one.
+    #[error("--store-module {0:?}: expected a kernel module name such as virtio_blk")]
+    BadModule(String),
     /// The binary to install is not a static executable.
     #[error("{0} is not a static executable: the initramfs has no libraries for it")]
     NotStatic(PathBuf),
@@ -100,6 +108,50 @@ pub struct InstallOptions {
     pub binary: PathBuf,
     /// Units the capture waits for (`After=` and `Requires=`): the application.
     pub after: Vec<String>,
+    /// Kernel modules the store's device needs, loaded by the initramfs before udev
+    /// (`store-modules`); empty: none recorded (the file is removed).
+    pub store_modules: Vec<String>,
+}
+
+/// Where the store's modules are recorded, in the root and in the initramfs.
+pub const STORE_MODULES_PATH: &str = "etc/snapboot/store-modules";
+
+/// The kernel modules whose drivers stand between `dev` (`/dev/mmcblk0p3`, `/dev/vdb`) and
+/// the bus, read from sysfs under `sys` (`/sys`): the `driver/module` of the device and of
+/// every parent, outermost first (`virtio_pci`, `virtio_blk`). Built-in drivers have no
+/// module and are left out, so the list may be empty.
+pub fn store_driver_modules(sys: &Path, dev: &Path) -> Result<Vec<String>, InstallError> {
+    let node = fs::canonicalize(dev).map_err(io_err("find", dev))?;
+    let name = node
+        .file_name()
+        .ok_or_else(|| InstallError::NotBlock(dev.to_path_buf()))?;
+    let class = sys.join("class/block").join(name);
+    let mut at = fs::canonicalize(&class).map_err(|_| InstallError::NotBlock(dev.to_path_buf()))?;
+    let devices = fs::canonicalize(sys.join("devices")).map_err(io_err("read", sys))?;
+    let mut modules: Vec<String> = Vec::new();
+    while at.starts_with(&devices) && at != devices {
+        if let Ok(module) = fs::canonicalize(at.join("driver/module")) {
+            if let Some(m) = module.file_name().and_then(|m| m.to_str()) {
+                if !modules.iter().any(|x| x == m) {
+                    modules.push(m.to_string());
+                }
+            }
+        }
+        if !at.pop() {
+            break;
+        }
+    }
+    modules.reverse();
+    Ok(modules)
+}
+
+/// Whether `name` can be a kernel module name.
+fn valid_module_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// Whether `name` looks like a systemd unit name (`systemd.unit(5)`'s character set and a
@@ -146,6 +198,9 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
     if let Some(bad) = o.after.iter().find(|u| !valid_unit_name(u)) {
         return Err(InstallError::BadUnit(bad.clone()));
     }
+    if let Some(bad) = o.store_modules.iter().find(|m| !valid_module_name(m)) {
+        return Err(InstallError::BadModule(bad.clone()));
+    }
     let exe = fs::read(&o.binary).map_err(io_err("read", &o.binary))?;
     if !kernelpack::is_static_elf(&exe) {
         return Err(InstallError::NotStatic(o.binary.clone()));
@@ -174,14 +229,15 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
     )?;
     let dropin = format!("{DROPIN_DIR}/after.conf");
     if o.after.is_empty() {
-        let path = o.root.join(&dropin);
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove", &path)(e)),
-        }
+        remove_if_there(&o.root.join(&dropin))?;
     } else {
         put(&dropin, after_dropin(&o.after).as_bytes(), 0o644)?;
+    }
+    if o.store_modules.is_empty() {
+        remove_if_there(&o.root.join(STORE_MODULES_PATH))?;
+    } else {
+        let list: String = o.store_modules.iter().map(|m| format!("{m}\n")).collect();
+        put(STORE_MODULES_PATH, list.as_bytes(), 0o644)?;
     }
     // Enabled the way `systemctl enable` does it, which also works in a tree that is not
     // running.
@@ -192,6 +248,14 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
     symlink(format!("/{UNIT_DIR}/{CAPTURE_UNIT_NAME}"), &link).map_err(io_err("link", &link))?;
     written.push(link);
     Ok(written)
+}
+
+fn remove_if_there(path: &Path) -> Result<(), InstallError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove", path)(e)),
+    }
 }
 
 /// Writes `data` to `path` through a temporary file and a rename, so a power cut leaves
@@ -239,9 +303,12 @@ mod tests {
             root: root.clone(),
             binary: bin,
             after: vec!["app.service".into()],
+            store_modules: vec!["virtio_pci".into(), "virtio_blk".into()],
         };
         let written = install(&o).unwrap();
-        assert_eq!(written.len(), 9, "{written:?}");
+        assert_eq!(written.len(), 10, "{written:?}");
+        let modules = fs::read_to_string(root.join(STORE_MODULES_PATH)).unwrap();
+        assert_eq!(modules, "virtio_pci\nvirtio_blk\n");
         let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(BINARY_PATH), 0o755);
         assert_eq!(mode(HOOK_PATH), 0o755);
@@ -261,10 +328,12 @@ mod tests {
             dropin.contains("\nAfter=app.service\nRequires=app.service\n"),
             "{dropin}"
         );
-        // Again, without --after: the drop-in goes, the rest stays.
+        // Again, without --after and modules: the drop-in and the list go, the rest stays.
         o.after.clear();
+        o.store_modules.clear();
         assert_eq!(install(&o).unwrap().len(), 8);
         assert!(!root.join(DROPIN_DIR).join("after.conf").exists());
+        assert!(!root.join(STORE_MODULES_PATH).exists());
         assert!(root.join(BINARY_PATH).exists());
         let leftovers: Vec<_> = walk(&root)
             .into_iter()
@@ -284,6 +353,7 @@ mod tests {
             root: root.to_path_buf(),
             binary: binary.to_path_buf(),
             after: after.iter().map(|s| s.to_string()).collect(),
+            store_modules: Vec::new(),
         };
         let e = install(&o(&[], &bin, &root)).unwrap_err();
         assert!(matches!(e, InstallError::NotStatic(_)), "{e}");
@@ -291,6 +361,10 @@ mod tests {
         assert!(e.to_string().contains("--after \"app\""), "{e}");
         let e = install(&o(&[], &bin, &d.path().join("missing"))).unwrap_err();
         assert!(matches!(e, InstallError::NoRoot(_)), "{e}");
+        let mut bad_module = o(&[], &bin, &root);
+        bad_module.store_modules = vec!["virtio_blk; reboot".into()];
+        let e = install(&bad_module).unwrap_err();
+        assert!(e.to_string().contains("--store-module"), "{e}");
         assert!(walk(&root).is_empty());
     }
 
@@ -308,6 +382,48 @@ mod tests {
         assert!(BOOT_SCRIPT.contains(&format!("[ -e {RESUME_DONE} ] && exit 0")));
         assert!(ROOT_MARKER.contains(&boottrace::marker("root-mounted", None)));
         assert!(CAPTURE_UNIT.contains("TimeoutStartSec=infinity"));
+    }
+
+    /// A sysfs tree as the board has it: /dev/vdb3, a partition of vdb, on virtio_blk
+    /// (module) on virtio_pci (module) on a PCI bus whose driver is built in.
+    #[test]
+    fn store_driver_modules_walks_from_the_partition_to_the_bus() {
+        let d = tempfile::tempdir().unwrap();
+        let sys = d.path().join("sys");
+        let pci = sys.join("devices/pci0000:00/0000:00:03.0");
+        let disk = pci.join("virtio1/block/vdb");
+        fs::create_dir_all(disk.join("vdb3")).unwrap();
+        for m in ["virtio_blk", "virtio_pci", "unused"] {
+            fs::create_dir_all(sys.join("module").join(m)).unwrap();
+        }
+        let driver = |dev: &Path, bus: &str, name: &str, module: Option<&str>| {
+            let dir = sys.join("bus").join(bus).join("drivers").join(name);
+            fs::create_dir_all(&dir).unwrap();
+            if let Some(m) = module {
+                symlink(sys.join("module").join(m), dir.join("module")).unwrap();
+            }
+            symlink(&dir, dev.join("driver")).unwrap();
+        };
+        driver(
+            &pci.join("virtio1"),
+            "virtio",
+            "virtio_blk",
+            Some("virtio_blk"),
+        );
+        driver(&pci, "pci", "virtio-pci", Some("virtio_pci"));
+        driver(&sys.join("devices/pci0000:00"), "pci", "bus", None);
+        fs::create_dir_all(sys.join("class/block")).unwrap();
+        symlink(disk.join("vdb3"), sys.join("class/block/vdb3")).unwrap();
+        let dev = d.path().join("dev");
+        fs::create_dir_all(&dev).unwrap();
+        fs::write(dev.join("vdb3"), b"").unwrap();
+        symlink(dev.join("vdb3"), dev.join("store")).unwrap();
+
+        let m = store_driver_modules(&sys, &dev.join("store")).unwrap();
+        assert_eq!(m, ["virtio_pci", "virtio_blk"]);
+        fs::write(dev.join("sda"), b"").unwrap();
+        let e = store_driver_modules(&sys, &dev.join("sda")).unwrap_err();
+        assert!(matches!(e, InstallError::NotBlock(_)), "{e}");
     }
 
     const RESUME_DONE: &str = "/run/snapboot/resume-done";

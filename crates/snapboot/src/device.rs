@@ -59,6 +59,14 @@ pub struct InstallArgs {
     /// with Type=notify that is its READY=1). Repeatable.
     #[arg(long, value_name = "UNIT")]
     pub after: Vec<String>,
+    /// The store's device (`/dev/mmcblk0p3`): its drivers' modules, read from /sys, are
+    /// loaded by the initramfs before udev, so the image is restored before udev starts.
+    #[arg(long, value_name = "DEV")]
+    pub store: Option<std::path::PathBuf>,
+    /// A module the store's device needs (repeatable; for a root built elsewhere, where
+    /// --store cannot look at the device).
+    #[arg(long, value_name = "MODULE")]
+    pub store_module: Vec<String>,
 }
 
 /// `snapboot memory`.
@@ -134,6 +142,11 @@ pub fn fast_path(argv: &[OsString]) -> Option<Result<ExitCode>> {
     if argv == ["resume", "--from-cmdline"] {
         return Some(guestcmd::resume_cmd(guestcmd::ResumeArgs::from_cmdline()));
     }
+    if argv == ["resume", "--from-cmdline", "--before-udev"] {
+        return Some(guestcmd::resume_cmd(
+            guestcmd::ResumeArgs::from_cmdline_before_udev(),
+        ));
+    }
     None
 }
 
@@ -165,6 +178,13 @@ mod tests {
         let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
         match cli.cmd {
             DeviceCmd::Resume(a) => assert_eq!(a, guestcmd::ResumeArgs::from_cmdline()),
+            other => panic!("parsed as {other:?}"),
+        }
+        let words = ["snapboot", "resume", "--from-cmdline", "--before-udev"];
+        match Cli::try_parse_from(words).unwrap().cmd {
+            DeviceCmd::Resume(a) => {
+                assert_eq!(a, guestcmd::ResumeArgs::from_cmdline_before_udev())
+            }
             other => panic!("parsed as {other:?}"),
         }
         let argv: Vec<OsString> = vec!["image".into(), "inspect".into()];

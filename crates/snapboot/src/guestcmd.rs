@@ -96,9 +96,12 @@ pub struct ResumeArgs {
     before_udev: bool,
 }
 
-/// How long `--before-udev` waits for the store's device node: the drivers it needs are
-/// loaded by then, and a node that takes longer comes from a driver udev loads.
+/// How long `--before-udev` waits for the store's device node when the initramfs loaded
+/// the store's drivers (`snapboot install --store`: /etc/snapboot/store-modules): a node
+/// that takes longer comes from a driver udev loads.
 const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
+/// ... and when it did not: only a node a built-in or already loaded driver made is there.
+const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
 
 /// snapboot as the kernel's first process (`rdinit=/bin/snapboot`, what the board gives a
 /// restore kernel): mounts what `/init` would, resumes, and when this boot was not restored
@@ -135,6 +138,15 @@ impl ResumeArgs {
             once: false,
             from_cmdline: true,
             before_udev: false,
+        }
+    }
+
+    /// `snapboot resume --from-cmdline --before-udev`, what initramfs-tools' init-top
+    /// script runs.
+    pub fn from_cmdline_before_udev() -> Self {
+        Self {
+            before_udev: true,
+            ..Self::from_cmdline()
         }
     }
 }
@@ -379,10 +391,16 @@ fn wait_for_udev(cmdline: &str) -> Option<String> {
         return None;
     }
     let store = params.store.as_deref()?;
-    (!ondevice::resume::wait_for_node(std::path::Path::new(store), BEFORE_UDEV_WAIT)).then(|| {
+    let modules = std::path::Path::new("/").join(ondevice::install::STORE_MODULES_PATH);
+    let wait = if modules.exists() {
+        BEFORE_UDEV_WAIT
+    } else {
+        BEFORE_UDEV_WAIT_UNKNOWN
+    };
+    (!ondevice::resume::wait_for_node(std::path::Path::new(store), wait)).then(|| {
         format!(
-            "{store} is not there before udev: restoring after udev (its driver in \
-             /etc/initramfs-tools/modules, or built in, restores earlier)"
+            "{store} is not there before udev: restoring after udev (`snapboot install \
+             --store {store}` has the initramfs load its drivers first)"
         )
     })
 }
@@ -650,10 +668,29 @@ pub fn profile(c: crate::device::ProfileCmd) -> Result<ExitCode> {
 /// `snapboot install`.
 pub fn install(a: crate::device::InstallArgs) -> Result<ExitCode> {
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
+    let mut store_modules = a.store_module.clone();
+    if let Some(dev) = &a.store {
+        let found = ondevice::install::store_driver_modules(std::path::Path::new("/sys"), dev)?;
+        println!(
+            "{}: drivers {}",
+            dev.display(),
+            if found.is_empty() {
+                "built in (no module to load)".to_string()
+            } else {
+                found.join(", ")
+            }
+        );
+        for m in found {
+            if !store_modules.contains(&m) {
+                store_modules.push(m);
+            }
+        }
+    }
     let written = ondevice::install::install(&ondevice::install::InstallOptions {
         root: a.root.clone(),
         binary,
         after: a.after.clone(),
+        store_modules,
     })?;
     for p in &written {
         println!("installed {}", p.display());
