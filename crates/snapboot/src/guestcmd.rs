@@ -89,8 +89,9 @@ pub struct ResumeArgs {
     #[arg(long)]
     from_cmdline: bool,
     /// Run before udev (initramfs-tools' init-top, right after the essential drivers are
-    /// loaded): when the store does not appear within a second, or the boot asks for the
-    /// kernel's own resume, exit with status 3 and do nothing, so that the boot script
+    /// loaded): when the store does not appear in time (1 s when the initramfs loaded the
+    /// store's drivers, 0.1 s otherwise), or the boot asks for the kernel's own resume or
+    /// for `snapboot.afterudev`, exit with status 3 and do nothing, so that the boot script
     /// tries again after udev.
     #[arg(long, requires = "from_cmdline")]
     before_udev: bool,
