@@ -7,7 +7,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use boottrace::{Outcome, Timeline};
-use snapimg::{ImageError, Store};
+use flashstore::{ChunkCheck, FormatOptions, Store, StoreError};
 
 use crate::bundle::Bundle;
 use crate::qemu::{Disk, RunError, RunOptions, Session};
@@ -24,12 +24,21 @@ pub enum CaptureBootError {
     NoStore(PathBuf),
     /// The store file could not be created.
     #[error("creating store {}", path.display())]
-    CreateStore {
+    CreateFile {
         /// The store.
         path: PathBuf,
         /// Why.
         #[source]
-        source: ImageError,
+        source: std::io::Error,
+    },
+    /// The new store file could not be formatted.
+    #[error("formatting store {}", path.display())]
+    Format {
+        /// The store.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: StoreError,
     },
     /// The board did not get to the end of the capture.
     #[error("capture boot failed")]
@@ -45,10 +54,40 @@ pub enum CaptureBootError {
     NoPowerOff(#[source] RunError),
 }
 
-/// Bytes a store needs for a guest of `mem_mib`: two areas that each hold an image as large
-/// as RAM, plus the header slots.
+/// Bytes of the store file a capture creates for a guest of `mem_mib` (sparse): room for two
+/// images as large as RAM (a re-capture writes the new one before the old one goes) and a
+/// lazy image's swap region.
 pub fn store_size(mem_mib: u32) -> u64 {
-    2 * (u64::from(mem_mib) << 20) + (1 << 20)
+    3 * (u64::from(mem_mib) << 20)
+}
+
+/// Creates a new, empty store file of `bytes` (sparse) at `path` with chunk checksums
+/// `check`, replacing any file there, as `snapboot store init --size` does on a device.
+pub fn create_store(
+    path: &Path,
+    bytes: u64,
+    check: ChunkCheck,
+) -> Result<Store<std::fs::File>, CaptureBootError> {
+    let _ = std::fs::remove_file(path);
+    let io = |source| CaptureBootError::CreateFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io)?;
+    f.set_len(bytes).map_err(io)?;
+    let opts = FormatOptions {
+        check,
+        ..FormatOptions::default()
+    };
+    Store::format(f, opts).map_err(|source| CaptureBootError::Format {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Attaches `store` as `/dev/vdb` and names it in the boot parameters. For a capture the
@@ -62,12 +101,7 @@ pub fn attach_store(
         if !capture {
             return Err(CaptureBootError::NoStore(store.to_path_buf()));
         }
-        Store::create_file(store, store_size(opts.mem_mib)).map_err(|source| {
-            CaptureBootError::CreateStore {
-                path: store.to_path_buf(),
-                source,
-            }
-        })?;
+        create_store(store, store_size(opts.mem_mib), ChunkCheck::Xxh3)?;
     }
     opts.disks.insert(
         0,
@@ -165,8 +199,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_store_holds_two_images_as_large_as_ram() {
-        assert_eq!(store_size(512), (1 << 30) + (1 << 20));
+    fn a_store_holds_two_images_as_large_as_ram_and_a_swap_region() {
+        assert_eq!(store_size(512), 3 << 29);
     }
 
     #[test]
@@ -189,6 +223,8 @@ mod tests {
             std::fs::metadata(&store).unwrap().len(),
             store_size(opts.mem_mib)
         );
+        let s = Store::open(std::fs::File::open(&store).unwrap()).unwrap();
+        assert!(s.images().is_empty(), "a new, empty store");
         assert_eq!(opts.disks[0].path, store);
         assert_eq!(
             opts.params.render(),

@@ -15,7 +15,7 @@
 //! snapboot.force            capture even with writable block filesystems mounted
 //! snapboot.nodrop           keep the clean page cache (measuring only)
 //! snapboot.nocompact        skip memory compaction (measuring only)
-//! snapboot.compress=C       none, lz4, zstd or zstd:LEVEL
+//! snapboot.compress=C       chunk compression: lz4 (default) or none
 //! snapboot.lazy[=SIZE]      lazy image: page out as much as possible, or about SIZE
 //! snapboot.swapsize=SIZE    lazy image: size of the swap region
 //! snapboot.noverity         lazy image: no dm-verity tree (page-ins are not verified)
@@ -29,7 +29,6 @@
 //! snapboot.once             restore the image once, then invalidate it
 //! snapboot.afterudev        initramfs-tools: restore after udev (local-premount), not
 //!                           before it (init-top): for a store whose driver udev loads
-//! snapboot.threads=N        decompression threads at resume
 //! snapboot.khibernate=DEV   baseline: the kernel's own hibernation to swap DEV
 //! snapboot.kresume=DEV      baseline: the kernel's own resume from swap DEV
 //! snapboot.coldkernel=DEV   on a restore kernel: the kernel pack (stock kernel and
@@ -56,7 +55,7 @@
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
 
 pub use flashstore::Dedupe;
-use snapimg::Compression;
+use flashstore::Compression;
 use thiserror::Error;
 
 /// The keys, each once.
@@ -81,8 +80,6 @@ pub mod key {
     pub const SWAPSIZE: &str = "snapboot.swapsize";
     /// Boot-once image.
     pub const ONCE: &str = "snapboot.once";
-    /// Resume threads.
-    pub const THREADS: &str = "snapboot.threads";
     /// Baseline: kernel-native hibernation.
     pub const KHIBERNATE: &str = "snapboot.khibernate";
     /// Baseline: kernel-native resume.
@@ -116,7 +113,7 @@ pub mod key {
     /// Deferred memory: break the first attempt (tests).
     pub const MEMFAULT: &str = "snapboot.memfault";
     /// Every key.
-    pub const ALL: [&str; 27] = [
+    pub const ALL: [&str; 26] = [
         STORE,
         CAPTURE,
         THEN,
@@ -131,7 +128,6 @@ pub mod key {
         PROFILECHECK,
         AFTERUDEV,
         ONCE,
-        THREADS,
         KHIBERNATE,
         KRESUME,
         COLDKERNEL,
@@ -226,8 +222,6 @@ pub struct BootParams {
     pub after_udev: bool,
     /// `snapboot.once`.
     pub once: bool,
-    /// `snapboot.threads=N`.
-    pub threads: Option<usize>,
     /// `snapboot.khibernate=DEV`.
     pub khibernate: Option<String>,
     /// `snapboot.kresume=DEV`.
@@ -336,7 +330,6 @@ impl Default for BootParams {
             after_udev: false,
             swap_size: None,
             once: false,
-            threads: None,
             khibernate: None,
             kresume: None,
             cold_kernel: None,
@@ -464,24 +457,14 @@ pub fn parse_reclaim(s: &str) -> Option<Reclaim> {
     parse_size(s).map(Reclaim::Bytes)
 }
 
-/// Parses `none`, `lz4`, `zstd` (level 3) or `zstd:LEVEL`.
+/// Parses `none` or `lz4`.
 pub fn parse_compression(s: &str) -> Option<Compression> {
-    match s.split_once(':') {
-        None if s == "none" => Some(Compression::None),
-        None if s == "lz4" => Some(Compression::Lz4),
-        None if s == "zstd" => Some(Compression::Zstd { level: 3 }),
-        Some(("zstd", l)) => l.parse().ok().map(|level| Compression::Zstd { level }),
-        _ => None,
-    }
+    Compression::from_name(s)
 }
 
 /// The word form of a compression, as [`parse_compression`] reads it.
 pub fn compression_word(c: Compression) -> String {
-    match c {
-        Compression::None => "none".into(),
-        Compression::Lz4 => "lz4".into(),
-        Compression::Zstd { level } => format!("zstd:{level}"),
-    }
+    c.name().into()
 }
 
 /// The value of one `key=value` word of `cmdline`, read on its own (the last one wins):
@@ -541,7 +524,7 @@ impl BootParams {
                 key::COMPRESS => {
                     let c = value.and_then(parse_compression);
                     p.compression =
-                        Some(c.ok_or_else(|| bad("expected none, lz4, zstd or zstd:LEVEL"))?);
+                        Some(c.ok_or_else(|| bad("expected lz4 or none"))?);
                 }
                 key::LAZY => {
                     let r = parse_reclaim(value.unwrap_or(""));
@@ -557,10 +540,6 @@ impl BootParams {
                     p.profile = value
                         .and_then(ProfileMode::parse)
                         .ok_or_else(|| bad("expected eager, prefetch or off"))?;
-                }
-                key::THREADS => {
-                    let n = value.and_then(|v| v.parse().ok());
-                    p.threads = Some(n.ok_or_else(|| bad("expected a number of threads"))?);
                 }
                 key::KHIBERNATE => p.khibernate = Some(text(value)?),
                 key::KRESUME => p.kresume = Some(text(value)?),
@@ -628,7 +607,6 @@ impl BootParams {
             self.profile_check.then(|| key::PROFILECHECK.to_string()),
             self.after_udev.then(|| key::AFTERUDEV.to_string()),
             self.once.then(|| key::ONCE.to_string()),
-            self.threads.map(|t| with(key::THREADS, &t)),
             self.khibernate.as_ref().map(|d| with(key::KHIBERNATE, d)),
             self.kresume.as_ref().map(|d| with(key::KRESUME, d)),
             self.cold_kernel.as_ref().map(|d| with(key::COLDKERNEL, d)),

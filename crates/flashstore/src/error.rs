@@ -1,5 +1,7 @@
 //! What can go wrong with a store; every variant says what and where.
 
+use crate::layout::SuperblockError;
+
 /// Errors of [`crate::Store`] operations.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -10,9 +12,22 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    /// Neither superblock is valid: not a store, or both copies are damaged.
-    #[error("no valid superblock: {0}")]
-    NoStore(String),
+    /// Neither superblock block carries the store's magic: nothing here was made by
+    /// `snapboot store init`.
+    #[error("no snapboot store here (neither superblock has the store's magic); `snapboot store init` makes one, losing what the device holds")]
+    NotAStore,
+    /// The two-slot store of an older snapboot.
+    #[error("a two-slot store of an older snapboot, which this one no longer reads: make a new store with `snapboot store init --force` and capture again")]
+    LegacyStore,
+    /// Both superblocks are damaged.
+    #[error("no valid superblock (first: {first}; second: {second})")]
+    NoSuperblock {
+        first: SuperblockError,
+        second: SuperblockError,
+    },
+    /// The medium is shorter than the store its superblock describes.
+    #[error("store is truncated: its superblock describes {needed} bytes, the device has {len}")]
+    Truncated { needed: u64, len: u64 },
     /// A structure's checksum or contents do not add up.
     #[error("store is damaged: {0}")]
     Corrupt(String),

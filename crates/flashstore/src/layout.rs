@@ -15,6 +15,9 @@ pub type Page = [u8; PAGE];
 pub const MAGIC: &[u8; 8] = b"SBFLASH\0";
 /// Superblock format version.
 pub const VERSION: u32 = 1;
+/// What the two-slot store of older snapboot releases had at the start of each header slot
+/// (blocks 0 and 1): recognised only to refuse it with a way forward.
+pub const LEGACY_MAGIC: &[u8; 8] = b"SNAPBOOT";
 /// Default cluster size in blocks (256 KiB).
 pub const DEFAULT_CLUSTER_BLOCKS: u32 = 64;
 /// Default pages per chunk.
@@ -62,23 +65,24 @@ impl Superblock {
     }
 
     /// Parses and checks a superblock block; the error says why it is not valid.
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, SuperblockError> {
         if b.len() < SB_HASHED + 32 {
-            return Err("short block".into());
+            return Err(SuperblockError::Short { len: b.len() });
+        }
+        if &b[0..8] == LEGACY_MAGIC {
+            return Err(SuperblockError::Legacy);
         }
         if &b[0..8] != MAGIC {
-            return Err("no store magic".into());
+            return Err(SuperblockError::NoMagic);
         }
         let u32_at = |a: usize| u32::from_le_bytes(b[a..a + 4].try_into().unwrap_or_default());
         let u64_at = |a: usize| u64::from_le_bytes(b[a..a + 8].try_into().unwrap_or_default());
         let version = u32_at(8);
         if version != VERSION {
-            return Err(format!(
-                "store format version {version} (this build reads {VERSION})"
-            ));
+            return Err(SuperblockError::Version { found: version });
         }
         if blake3::hash(&b[..SB_HASHED]).as_bytes() != &b[SB_HASHED..SB_HASHED + 32] {
-            return Err("superblock checksum mismatch".into());
+            return Err(SuperblockError::Checksum);
         }
         let mut catalog_hash = [0u8; 32];
         catalog_hash.copy_from_slice(&b[48..80]);
@@ -93,10 +97,36 @@ impl Superblock {
             catalog_hash,
         };
         if sb.cluster_blocks < 2 || sb.clusters < 2 {
-            return Err("impossible geometry".into());
+            return Err(SuperblockError::Geometry {
+                cluster_blocks: sb.cluster_blocks,
+                clusters: sb.clusters,
+            });
         }
         Ok(sb)
     }
+}
+
+/// Why a superblock block is not a valid superblock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    /// Fewer bytes than a superblock.
+    #[error("short block of {len} bytes")]
+    Short { len: usize },
+    /// Not the store's magic.
+    #[error("no store magic")]
+    NoMagic,
+    /// The header of an older snapboot's two-slot store.
+    #[error("a two-slot store of an older snapboot")]
+    Legacy,
+    /// Another format version.
+    #[error("store format version {found} (this build reads {VERSION})")]
+    Version { found: u32 },
+    /// The superblock's checksum does not match.
+    #[error("superblock checksum mismatch")]
+    Checksum,
+    /// A geometry no store can have.
+    #[error("impossible geometry: {cluster_blocks} blocks per cluster, {clusters} clusters")]
+    Geometry { cluster_blocks: u32, clusters: u64 },
 }
 
 /// Contiguous clusters from `cluster`, holding `len` bytes.
@@ -136,20 +166,22 @@ pub struct ChunkRec {
     pub refs: u32,
 }
 
-/// What an image cost and saved: the seed's A / B / C.
+/// What an image cost and saved: its pages after zero-page and in-image dedupe
+/// (`unique_pages`), what it had to store after dedupe against the other images
+/// (`new_pages`), and the compressed bytes it wrote (`stored_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct ImageStats {
     /// Pages of the stream.
     pub pages: u64,
     /// All-zero pages (not stored).
     pub zero_pages: u64,
-    /// A: pages left after memory dedupe (distinct non-zero pages of this image).
+    /// Pages left after in-image dedupe (distinct non-zero pages of this image).
     pub unique_pages: u64,
-    /// B: pages this image had to store after storage dedupe against the other images.
+    /// Pages this image had to store after storage dedupe against the other images.
     pub new_pages: u64,
     /// Pages it references in chunks other images wrote.
     pub shared_pages: u64,
-    /// C: bytes of the chunks this image wrote (compressed).
+    /// Bytes of the chunks this image wrote (compressed).
     pub stored_bytes: u64,
 }
 

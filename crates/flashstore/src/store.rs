@@ -10,6 +10,7 @@
 
 use crate::error::StoreError;
 use crate::layout::{
+    SuperblockError,
     decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
     BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
@@ -148,27 +149,38 @@ impl<M: Medium> Store<M> {
 
     /// Opens the store: the valid superblock with the highest generation and its catalog.
     pub fn open(medium: M) -> Result<Self, StoreError> {
-        let mut reasons = Vec::new();
+        let mut refused = Vec::new();
         let mut best: Option<Superblock> = None;
         for slot in 0..2u64 {
             let mut b = vec![0u8; BLOCK as usize];
-            match medium.read_at(&mut b, slot * BLOCK) {
-                Err(e) => reasons.push(format!("slot {slot}: {e}")),
-                Ok(()) => match Superblock::decode(&b) {
-                    Err(e) => reasons.push(format!("slot {slot}: {e}")),
-                    Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
-                    Ok(_) => {}
-                },
+            medium
+                .read_at(&mut b, slot * BLOCK)
+                .map_err(StoreError::io(format!("reading superblock {slot}")))?;
+            match Superblock::decode(&b) {
+                Err(e) => refused.push(e),
+                Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
+                Ok(_) => {}
             }
         }
-        let sb = best.ok_or_else(|| StoreError::NoStore(reasons.join("; ")))?;
+        let sb = match best {
+            Some(sb) => sb,
+            None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
+                return Err(StoreError::NotAStore)
+            }
+            None if refused.contains(&SuperblockError::Legacy) => {
+                return Err(StoreError::LegacyStore)
+            }
+            None => {
+                return Err(StoreError::NoSuperblock {
+                    first: refused[0].clone(),
+                    second: refused[1].clone(),
+                })
+            }
+        };
         let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
-        if sb.clusters.saturating_mul(sb.cluster_bytes()) > len {
-            return Err(StoreError::Corrupt(format!(
-                "superblock says {} clusters of {} bytes, the medium has {len} bytes",
-                sb.clusters,
-                sb.cluster_bytes()
-            )));
+        let needed = sb.clusters.saturating_mul(sb.cluster_bytes());
+        if needed > len {
+            return Err(StoreError::Truncated { needed, len });
         }
         let bytes = read_extent(&medium, &sb, sb.catalog, "catalog")?;
         if blake3::hash(&bytes).as_bytes() != &sb.catalog_hash {

@@ -261,7 +261,7 @@ fn selective_dedupe_stores_again_what_a_sparsely_used_chunk_gives() {
                 min_use: floor,
                 min_run: 2,
             },
-            lz4: false,
+            compression: crate::Compression::None,
             ..wo()
         };
         let ca = write(&mut s, "a", &a, o).unwrap();
@@ -513,12 +513,49 @@ fn damage_is_named_by_read_and_fsck() {
         "{f:?}"
     );
 
-    // Both superblocks gone: no store, with both reasons.
+    // Both superblocks damaged: no store, with both reasons.
     let mut m = s.into_medium();
     m.bytes[10] ^= 1;
-    m.bytes[BLOCK as usize + 10] ^= 1;
-    let err = Store::open(m).unwrap_err().to_string();
-    assert!(err.contains("slot 0") && err.contains("slot 1"), "{err}");
+    m.bytes[BLOCK as usize + 20] ^= 1;
+    let err = Store::open(m.clone()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "no valid superblock (first: store format version 65537 (this build reads 1); \
+         second: superblock checksum mismatch)"
+    );
+}
+
+#[test]
+fn what_is_not_a_store_is_refused_by_kind() {
+    let s = new_store(8 * MIB, 16);
+    let good = s.into_medium();
+    type Damage = Box<dyn Fn(&mut MemMedium)>;
+    let kinds: [(&str, Damage, &str); 3] = [
+        (
+            "zeroed",
+            Box::new(|m: &mut MemMedium| m.bytes[..2 * BLOCK as usize].fill(0)),
+            "no snapboot store here",
+        ),
+        (
+            "an old two-slot store",
+            Box::new(|m: &mut MemMedium| {
+                m.bytes[..2 * BLOCK as usize].fill(0);
+                m.bytes[..8].copy_from_slice(crate::LEGACY_MAGIC);
+            }),
+            "a two-slot store of an older snapboot",
+        ),
+        (
+            "truncated",
+            Box::new(|m: &mut MemMedium| m.bytes.truncate(m.bytes.len() / 2)),
+            "store is truncated: its superblock describes 8388608 bytes, the device has 4194304",
+        ),
+    ];
+    for (what, damage, want) in kinds {
+        let mut m = good.clone();
+        damage(&mut m);
+        let err = Store::open(m).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains(want), "{what}: {err}");
+    }
 }
 
 #[test]
@@ -535,7 +572,7 @@ fn file_medium_discards_idle_clusters_as_holes() {
         .unwrap();
     let mut s = store_on(f);
     let a = memory(1500, 4);
-    write(&mut s, "a", &a, WriteOptions { lz4: false, ..wo() }).unwrap();
+    write(&mut s, "a", &a, WriteOptions { compression: crate::Compression::None, ..wo() }).unwrap();
     let full = std::fs::metadata(&path).unwrap().blocks();
     s.remove("a").unwrap();
     let g = s.gc().unwrap();
@@ -671,7 +708,7 @@ fn block_device_medium_discards_with_blkdiscard() {
         &mut s,
         "a",
         &memory(1500, 5),
-        WriteOptions { lz4: false, ..wo() },
+        WriteOptions { compression: crate::Compression::None, ..wo() },
     )
     .unwrap();
     s.medium().sync_all().unwrap();

@@ -58,13 +58,41 @@ impl Dedupe {
     };
 }
 
+/// How chunks are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Stored as they are.
+    None,
+    /// LZ4 (a chunk that does not shrink is stored raw).
+    #[default]
+    Lz4,
+}
+
+impl Compression {
+    /// Every choice, in the order help lists them.
+    pub const ALL: [Compression; 2] = [Compression::None, Compression::Lz4];
+
+    /// The word that names it (`none`, `lz4`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+        }
+    }
+
+    /// Back from [`Compression::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
 /// How to write an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Pages per chunk (what one checksum and one decompression cover).
     pub chunk_pages: u16,
-    /// Compress chunks with LZ4 (a chunk that does not shrink is stored raw).
-    pub lz4: bool,
+    /// Chunk compression.
+    pub compression: Compression,
     /// Storage dedupe against the other images.
     pub dedupe: Dedupe,
     /// Pin the image (never replaced, removed or collected until unpinned).
@@ -75,7 +103,7 @@ impl Default for WriteOptions {
     fn default() -> Self {
         WriteOptions {
             chunk_pages: DEFAULT_CHUNK_PAGES,
-            lz4: true,
+            compression: Compression::Lz4,
             dedupe: Dedupe::SELECTIVE,
             pin: false,
         }
@@ -421,7 +449,7 @@ impl<M: Medium> ImageWriter<'_, M> {
         self.next_chunk += 1;
         let (id, raw, keys) = std::mem::replace(&mut self.open, next);
         let packed = lz4_flex::block::compress(&raw);
-        let (stored, lz4) = if self.opts.lz4 && packed.len() < raw.len() {
+        let (stored, lz4) = if self.opts.compression == Compression::Lz4 && packed.len() < raw.len() {
             (packed, true)
         } else {
             (raw, false)

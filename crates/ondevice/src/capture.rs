@@ -6,13 +6,14 @@
 //! system restored from this image it returns `Restored`: capture thaws user space and tells
 //! its caller, so the application knows it was snapshot-booted.
 
-use crate::flash::FlashError;
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
+use crate::store::StoreUseError;
 use crate::system::{parse_mounts, running_identity, writable_block_mounts};
-use snapimg::{CaptureMeta, Compression, ImageError, Store, WriteOptions, PAGE_SIZE};
+use flashstore::Compression;
+use snapimg::{Description, PAGE_SIZE};
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -36,13 +37,13 @@ pub struct CaptureOptions {
     /// Lazy image: page user memory out to a swap region in the store first (see
     /// [`crate::lazy`]); `None` captures everything.
     pub lazy: Option<LazyOptions>,
-    /// Flash store: the image's name.
+    /// The image's name.
     pub image: String,
-    /// Flash store: storage dedupe against the other images (`None`: the store's default).
+    /// Storage dedupe against the other images (`None`: the store's default).
     pub dedupe: Option<flashstore::Dedupe>,
-    /// Flash store: pin the image.
+    /// Pin the image.
     pub pin: bool,
-    /// Flash store: sign the image with this secret key after committing it.
+    /// Sign the image with this secret key after committing it.
     pub sign_key: Option<PathBuf>,
     /// Turn the kernel's device PM timing on before the image is taken, so every restore of
     /// it prints how long each device's restore callback ran (`snapboot analyze` reads it).
@@ -60,7 +61,7 @@ impl CaptureOptions {
             compact: true,
             compression: Compression::Lz4,
             lazy: None,
-            image: crate::flash::DEFAULT_IMAGE.into(),
+            image: crate::store::DEFAULT_IMAGE.into(),
             dedupe: None,
             pin: false,
             sign_key: None,
@@ -78,13 +79,9 @@ pub enum CaptureError {
     /// A writable, block-backed filesystem is mounted.
     #[error("refusing to capture: {device} is mounted read-write on {target}; its contents would be rolled back at every snapshot boot (unmount it, or --force)")]
     WritableMount { device: String, target: String },
-    /// The store could not be used.
-    #[error("store {path}")]
-    Store {
-        path: PathBuf,
-        #[source]
-        err: ImageError,
-    },
+    /// The store could not be used or could not take the image.
+    #[error(transparent)]
+    Store(#[from] StoreUseError),
     /// A swap area could not be turned off (every capture needs them all off).
     #[error("swapping off all swap areas before capture")]
     SwapOff(#[source] SwapOffError),
@@ -103,16 +100,6 @@ pub enum CaptureError {
     /// Powering off failed.
     #[error("image written, but power-off failed")]
     PowerOff(#[source] std::io::Error),
-    /// The flash store could not take the image.
-    #[error("flash store {path}")]
-    Flash {
-        path: PathBuf,
-        #[source]
-        err: FlashError,
-    },
-    /// A setting the flash store does not support.
-    #[error("flash store {path}: {why}")]
-    FlashUnsupported { path: PathBuf, why: &'static str },
 }
 
 /// The result of a capture call.
@@ -144,29 +131,6 @@ fn observe_binding() -> Result<snapimg::Binding, crate::binding::BindingError> {
     )
 }
 
-/// Where the image goes.
-enum Target {
-    /// The two-slot store of `snapimg`.
-    Slots(Store<std::fs::File>),
-    /// A flash store (seed 003).
-    Flash(Box<flashstore::Store<std::fs::File>>),
-}
-
-/// Opens the flash store for writing, refusing what it cannot hold yet.
-fn flash_target(o: &CaptureOptions) -> Result<flashstore::Store<std::fs::File>, CaptureError> {
-    let unsupported = |why| CaptureError::FlashUnsupported {
-        path: o.store.clone(),
-        why,
-    };
-    if matches!(o.compression, Compression::Zstd { .. }) {
-        return Err(unsupported("chunks are LZ4 or raw there, not zstd"));
-    }
-    crate::flash::open_store(&o.store, true).map_err(|err| CaptureError::Flash {
-        path: o.store.clone(),
-        err,
-    })
-}
-
 /// The kernel's switch for timing every device PM callback (`CONFIG_PM_SLEEP_DEBUG`); the
 /// lines are `KERN_INFO`, on the console at the default log level.
 const PM_PRINT_TIMES: &str = "/sys/power/pm_print_times";
@@ -193,10 +157,9 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
     let binding = observe_binding().map_err(CaptureError::Binding)?;
-    let store_err = |err| CaptureError::Store {
-        path: o.store.clone(),
-        err,
-    };
+    // Opened by its magic before anything else: nothing is written to a device that is not
+    // a store, and a capture that cannot succeed leaves the system as it was.
+    let mut store = crate::store::open_store(&o.store, true)?;
     // A lazy re-capture from a restored lazy system: what was touched since the restore is
     // visible only now, before swapoff reads everything back in.
     let profile = match &o.lazy {
@@ -243,38 +206,24 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             Err(why) => print_marker("pm-times", Some(&why)),
         }
     }
-    let meta = CaptureMeta {
-        identity: running_identity(),
-        created_unix: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        binding: Some(binding),
-    };
-    let mut store = if crate::flash::is_flash_store(&o.store) {
-        Target::Flash(Box::new(flash_target(o)?))
-    } else {
-        Target::Slots(Store::open(&o.store, true).map_err(store_err)?)
-    };
-    if let Target::Flash(store) = &mut store {
-        // The image can take at most the memory in use, uncompressed, plus its swap region.
-        let need = crate::system::used_memory()
-            .unwrap_or(u64::MAX)
-            .saturating_add(o.lazy.as_ref().and_then(|l| l.region_bytes).unwrap_or(0));
-        let reclaimed =
-            crate::flash::reclaim_if_low(store, need).map_err(|err| CaptureError::Flash {
-                path: o.store.clone(),
-                err,
-            })?;
-        if let Some(r) = reclaimed {
-            println!(
-                "snapboot: store low on idle space: compaction emptied {} cluster(s) into {} ({} chunks, {:.1} MiB moved)",
-                r.emptied,
-                r.filled,
-                r.chunks,
-                r.bytes as f64 / 1048576.0
-            );
-        }
+    let identity = running_identity();
+    let created_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // The image can take at most the memory in use, uncompressed, plus its swap region.
+    let need = crate::system::used_memory()
+        .unwrap_or(u64::MAX)
+        .saturating_add(o.lazy.as_ref().and_then(|l| l.region_bytes).unwrap_or(0));
+    let reclaimed = crate::store::reclaim_if_low(&mut store, need).map_err(StoreUseError::from)?;
+    if let Some(r) = reclaimed {
+        println!(
+            "snapboot: store low on idle space: compaction emptied {} cluster(s) into {} ({} chunks, {:.1} MiB moved)",
+            r.emptied,
+            r.filled,
+            r.chunks,
+            r.bytes as f64 / 1048576.0
+        );
     }
     print_marker("capture-start", Some(&o.store.display().to_string()));
     let started = Instant::now();
@@ -282,29 +231,13 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let swap = match &o.lazy {
         None => None,
         Some(l) => {
-            let place = match &mut store {
-                Target::Slots(store) => {
-                    let bytes = l
-                        .region_bytes
-                        .unwrap_or(store.area_capacity() / 2)
-                        .min(store.area_capacity());
-                    lazy::RegionPlace::from(&store.plan_swap(bytes).map_err(store_err)?)
-                }
-                Target::Flash(store) => {
-                    let page = PAGE_SIZE as u64;
-                    let bytes = l.region_bytes.unwrap_or(store.idle_bytes() / 2) / page * page;
-                    let e = store
-                        .reserve_raw(bytes)
-                        .map_err(|err| CaptureError::Flash {
-                            path: o.store.clone(),
-                            err: err.into(),
-                        })?;
-                    raw = Some(e);
-                    lazy::RegionPlace {
-                        offset: store.raw_offset(e),
-                        bytes,
-                    }
-                }
+            let page = PAGE_SIZE as u64;
+            let bytes = l.region_bytes.unwrap_or(store.idle_bytes() / 2) / page * page;
+            let e = store.reserve_raw(bytes).map_err(StoreUseError::from)?;
+            raw = Some(e);
+            let place = lazy::RegionPlace {
+                offset: store.raw_offset(e),
+                bytes,
             };
             let p =
                 lazy::prepare(&o.store, place, l, profile.as_ref()).map_err(CaptureError::Lazy)?;
@@ -354,61 +287,40 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         crate::restore::flush_block_cache(&o.store);
         return Ok(CaptureOutcome::Restored(after_restore()));
     }
-    let (generation, stored) = match &mut store {
-        Target::Slots(store) => {
-            let opts = WriteOptions {
-                compression: o.compression,
-                swap,
-                ..WriteOptions::default()
-            };
-            let mut w = store.writer_with(meta, opts).map_err(store_err)?;
-            let mut page = [0u8; PAGE_SIZE];
-            while dev.read_page(&mut page)? {
-                w.push_page(&page).map_err(store_err)?;
-            }
-            let info = w.commit().map_err(store_err)?;
-            (info.generation, String::new())
-        }
-        Target::Flash(store) => {
-            let flash_err = |err| CaptureError::Flash {
-                path: o.store.clone(),
-                err,
-            };
-            let opts = flashstore::WriteOptions {
-                lz4: o.compression == Compression::Lz4,
-                dedupe: o
-                    .dedupe
-                    .unwrap_or(flashstore::WriteOptions::default().dedupe),
-                pin: o.pin,
-                ..flashstore::WriteOptions::default()
-            };
-            let c = crate::flash::write_image(&mut dev, store, &o.image, opts, &meta, raw, swap)
-                .map_err(flash_err)?;
-            let st = c.image.stats;
-            let mut text = format!(
-                ", image {}: {} zero, {} unique ({} shared with other images), \
-                 {:.1} MiB of new chunks, {:.1} MiB written",
-                o.image,
-                st.zero_pages,
-                st.unique_pages,
-                st.shared_pages,
-                st.stored_bytes as f64 / 1048576.0,
-                c.written_bytes as f64 / 1048576.0
-            );
-            if let Some(k) = &o.sign_key {
-                let key =
-                    imagekey::SecretKey::load(k).map_err(|e| flash_err(FlashError::Key(e)))?;
-                let digest = store
-                    .signed_digest(&c.image)
-                    .map_err(|e| flash_err(e.into()))?;
-                store
-                    .set_signature(&o.image, key.sign(&digest))
-                    .map_err(|e| flash_err(e.into()))?;
-                text.push_str(&format!(", signed with key {}", key.public().id()));
-            }
-            (c.image.generation, text)
-        }
+    let opts = flashstore::WriteOptions {
+        compression: o.compression,
+        dedupe: o
+            .dedupe
+            .unwrap_or(flashstore::WriteOptions::default().dedupe),
+        pin: o.pin,
+        ..flashstore::WriteOptions::default()
     };
+    let binding = Some(&binding);
+    let c = crate::store::write_image(&mut dev, &mut store, &o.image, opts, raw, |pages| {
+        Description::new(identity, created_unix, binding, pages, swap)
+    })?;
+    let generation = c.image.generation;
+    let st = c.image.stats;
+    let mut stored = format!(
+        ", image {}: {} zero, {} unique ({} shared with other images), \
+         {:.1} MiB of new chunks, {:.1} MiB written",
+        o.image,
+        st.zero_pages,
+        st.unique_pages,
+        st.shared_pages,
+        st.stored_bytes as f64 / 1048576.0,
+        c.written_bytes as f64 / 1048576.0
+    );
+    if let Some(k) = &o.sign_key {
+        let key = imagekey::SecretKey::load(k).map_err(StoreUseError::from)?;
+        let digest = store
+            .signed_digest(&c.image)
+            .map_err(StoreUseError::from)?;
+        store
+            .set_signature(&o.image, key.sign(&digest))
+            .map_err(StoreUseError::from)?;
+        stored.push_str(&format!(", signed with key {}", key.public().id()));
+    }
     let secs = started.elapsed().as_secs_f64();
     let bytes = dev.pages() * PAGE_SIZE as u64;
     print_marker(

@@ -29,7 +29,7 @@ use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
 use crate::profile::{self, PageSet};
 use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
 use crate::sys::MemoryLock;
-use snapimg::{verity, SwapPlan, SwapRegion, SwapVerity, PAGE_SIZE};
+use snapimg::{verity, SwapRegion, SwapVerity, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -243,23 +243,14 @@ pub struct Prepared {
     pub map_pages: u64,
 }
 
-/// Where a lazy image's swap region goes on the store device: reserved by the store (the
-/// end of a two-slot store's next area, or clusters of a flash store).
+/// Where a lazy image's swap region goes on the store device: clusters the store reserved
+/// for the image as its raw region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RegionPlace {
     /// Byte offset on the store device (a multiple of 4096).
     pub offset: u64,
     /// Bytes (a multiple of 4096).
     pub bytes: u64,
-}
-
-impl From<&SwapPlan> for RegionPlace {
-    fn from(p: &SwapPlan) -> Self {
-        RegionPlace {
-            offset: p.offset,
-            bytes: p.bytes,
-        }
-    }
 }
 
 /// Builds the swap stack on the region at `plan`, pages user memory out into it (the

@@ -9,7 +9,6 @@
 pub mod binding;
 pub mod capture;
 pub mod dm;
-pub mod flash;
 pub mod guest;
 pub mod handover;
 pub mod install;
@@ -21,6 +20,7 @@ pub mod restore;
 pub mod resume;
 pub mod serial;
 pub mod snapshot;
+pub mod store;
 #[allow(unsafe_code)]
 mod sys;
 pub mod system;

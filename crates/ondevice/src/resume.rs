@@ -12,15 +12,12 @@
 use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
 };
-use crate::flash::{Description, FlashError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
+use crate::store::StoreUseError;
 use crate::system::running_identity;
 use boottrace::error_chain as chain;
-use snapimg::{
-    check_compat, check_identity_compat, BindingMismatch, BootSetup, ImageError, Incompat, Page,
-    ReadOptions, Store, PAGE_SIZE,
-};
+use snapimg::{BindingMismatch, BootSetup, Incompat, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -37,15 +34,12 @@ pub struct ResumeOptions {
     pub once: bool,
     /// How long to wait for the store's device node to appear.
     pub wait: Duration,
-    /// Decompression threads; `None` picks: inline on one CPU (a worker thread there only
-    /// adds hand-offs), one per CPU otherwise.
-    pub threads: Option<usize>,
     /// This boot's setup, as [`observe_and_record_boot`] saw it (`None`: observe it here).
     pub boot_setup: Option<BootSetup>,
-    /// Flash store: images to try first, in order (then the others, newest first).
+    /// Images to try first, in order (then the others, newest first).
     pub images: Vec<String>,
-    /// Flash store: the public key images must be signed for (`None`: look for
-    /// [`crate::flash::PUBLIC_KEY_FILE`]).
+    /// The public key images must be signed for (`None`: look for
+    /// [`crate::store::PUBLIC_KEY_FILE`]).
     pub public_key: Option<PathBuf>,
 }
 
@@ -55,13 +49,13 @@ pub enum ResumeError {
     /// The store device never appeared.
     #[error("store device {0} not found")]
     NoDevice(PathBuf),
-    /// The image is missing, damaged or unreadable.
-    #[error(transparent)]
-    Image(#[from] ImageError),
     /// The image belongs to another kernel or machine.
     #[error("image does not fit this system")]
     Incompatible(#[from] Incompat),
-    /// The swap region a lazy image pages from is gone.
+    /// The swap region a lazy image pages from is not the image's own.
+    #[error("lazy image: swap region at byte {offset} ({bytes} bytes) is not the image's own region of the store")]
+    SwapOutside { offset: u64, bytes: u64 },
+    /// The swap region a lazy image pages from is not as the capture left it.
     #[error("lazy image: {0}")]
     SwapRegion(String),
     /// The image records nothing of what it is bound to.
@@ -79,16 +73,16 @@ pub enum ResumeError {
     /// The kernel refused a step.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
-    /// A flash store or one of its images is unusable.
+    /// The store or one of its images is unusable.
     #[error(transparent)]
-    Flash(#[from] FlashError),
+    Store(#[from] StoreUseError),
     /// The configured public key cannot be read: no image is trusted.
     #[error("the public key images must be signed for")]
     Key(#[source] imagekey::KeyError),
-    /// The flash store has no image.
+    /// The store has no image.
     #[error("the store holds no image")]
     NoImage,
-    /// Every image of the flash store was refused; each reason in turn.
+    /// Every image of the store was refused; each reason in turn.
     #[error("no image on the store can be restored: {}", .0.join("; "))]
     NoneRestorable(Vec<String>),
 }
@@ -156,57 +150,21 @@ fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<
     Ok(())
 }
 
-/// A reader that hands out checked pages in stream order, in runs borrowed from its buffers.
-trait RunSource {
-    /// At most `max` pages; empty at the end.
-    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError>;
-    /// Where reading time went, for the `resume-loaded` marker.
-    fn stages(&self) -> String;
-}
-
-impl<D: snapimg::Device> RunSource for snapimg::Reader<'_, D> {
-    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError> {
-        Ok(self.next_run(max)?)
-    }
-    fn stages(&self) -> String {
-        let s = self.stage_times();
-        format!(
-            "{:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
-            s.bytes as f64 / 1048576.0,
-            s.read.as_secs_f64(),
-            s.check.as_secs_f64(),
-            s.decode.as_secs_f64()
-        )
-    }
-}
-
-impl<M: flashstore::Medium> RunSource for flashstore::ImageReader<'_, M> {
-    fn run(&mut self, max: usize) -> Result<Vec<&Page>, ResumeError> {
-        self.next_run(max).map_err(|e| ResumeError::Flash(e.into()))
-    }
-    fn stages(&self) -> String {
-        let t = self.times;
-        format!(
-            "{} chunks, {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
-            self.chunks_read,
-            self.bytes_read as f64 / 1048576.0,
-            t.read.as_secs_f64(),
-            t.check.as_secs_f64(),
-            t.decode.as_secs_f64()
-        )
-    }
-}
-
 /// Hands every page of `src` to a fresh `/dev/snapshot` and reports the `resume-loaded`
 /// marker. On error the device is closed, which discards what it was given.
-fn load(src: &mut impl RunSource, what: &str) -> Result<SnapshotDev, ResumeError> {
+fn load<M: flashstore::Medium>(
+    src: &mut flashstore::ImageReader<'_, M>,
+    what: &str,
+) -> Result<SnapshotDev, ResumeError> {
     let started = Instant::now();
     let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let mut slowest = (Duration::ZERO, 0u64);
     let mut dev = SnapshotDev::open_restore()?;
     let mut t = Instant::now();
     loop {
-        let run = src.run(RUN_PAGES)?;
+        let run = src
+            .next_run(RUN_PAGES)
+            .map_err(|e| ResumeError::Store(e.into()))?;
         let now = Instant::now();
         read_time += now - t;
         t = now;
@@ -232,12 +190,25 @@ fn load(src: &mut impl RunSource, what: &str) -> Result<SnapshotDev, ResumeError
             (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
             read_time.as_secs_f64(),
             write_time.as_secs_f64(),
-            src.stages(),
+            stages(src),
             slowest.0.as_secs_f64(),
             slowest.1
         )),
     );
     Ok(dev)
+}
+
+/// Where a reader's time went, for the `resume-loaded` marker.
+fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
+    let t = r.times;
+    format!(
+        "{} chunks, {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
+        r.chunks_read,
+        r.bytes_read as f64 / 1048576.0,
+        t.read.as_secs_f64(),
+        t.check.as_secs_f64(),
+        t.decode.as_secs_f64()
+    )
 }
 
 /// The image kernel this system's images must have been made by.
@@ -251,29 +222,7 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
     if !wait_for_node(&o.store, o.wait) {
         return Err(ResumeError::NoDevice(o.store.clone()));
     }
-    if crate::flash::is_flash_store(&o.store) {
-        return resume_flash(o);
-    }
-    let mut store = Store::open(&o.store, o.once)?;
-    let dev = {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = o.threads.unwrap_or(if cpus == 1 { 0 } else { cpus });
-        let mut reader = store.reader()?.with_options(ReadOptions {
-            threads,
-            ..ReadOptions::default()
-        });
-        check_compat(reader.info(), &expected_identity())?;
-        check_binding(reader.info().binding.as_ref(), o)?;
-        if let Some(s) = &reader.info().swap {
-            crate::lazy::check_region(&o.store, &s.region()).map_err(ResumeError::SwapRegion)?;
-        }
-        load(&mut reader, "")?
-    };
-    if o.once {
-        store.invalidate()?;
-    }
-    drop(store);
-    restore(dev)
+    resume_store(o)
 }
 
 /// Freezes and jumps into the loaded image; returns only if the kernel did not restore.
@@ -284,17 +233,17 @@ fn restore(mut dev: SnapshotDev) -> Result<std::convert::Infallible, ResumeError
     Err(err.into())
 }
 
-/// Resume from a flash store: the images in [`crate::flash::candidates`] order, each checked
+/// Restores from the store: the images in [`crate::store::candidates`] order, each checked
 /// (signature when a key is configured, kernel, binding, every chunk as it is read) and the
 /// first that passes restored. Each refused image is named with its reason on the console.
-fn resume_flash(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
+fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     let key_path = o
         .public_key
         .clone()
-        .unwrap_or_else(|| PathBuf::from(crate::flash::PUBLIC_KEY_FILE));
-    let key = crate::flash::configured_key(&key_path).map_err(ResumeError::Key)?;
-    let mut store = crate::flash::open_store(&o.store, o.once)?;
-    let order = crate::flash::candidates(store.images(), &o.images);
+        .unwrap_or_else(|| PathBuf::from(crate::store::PUBLIC_KEY_FILE));
+    let key = crate::store::configured_key(&key_path).map_err(ResumeError::Key)?;
+    let mut store = crate::store::open_store(&o.store, o.once)?;
+    let order = crate::store::candidates(store.images(), &o.images);
     if order.is_empty() {
         return Err(ResumeError::NoImage);
     }
@@ -303,7 +252,7 @@ fn resume_flash(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         match load_flash_image(&store, &name, key.as_ref(), o) {
             Ok(dev) => {
                 if o.once {
-                    store.remove(&name).map_err(FlashError::from)?;
+                    store.remove(&name).map_err(StoreUseError::from)?;
                 }
                 drop(store);
                 return restore(dev);
@@ -327,24 +276,24 @@ fn load_flash_image(
 ) -> Result<SnapshotDev, ResumeError> {
     let rec = store
         .image(name)
-        .ok_or_else(|| FlashError::from(flashstore::StoreError::NoImage(name.into())))?;
+        .ok_or_else(|| StoreUseError::from(flashstore::StoreError::NoImage(name.into())))?;
     if let Some(key) = key {
-        crate::flash::check_signature(store, rec, key)?;
+        crate::store::check_signature(store, rec, key)?;
     }
     let mut reader = store
         .reader(name)
-        .map_err(|e| ResumeError::Flash(e.into()))?;
-    let d = Description::decode(reader.user())?;
-    check_identity_compat(&d.identity, &expected_identity())?;
-    check_binding(d.binding()?.as_ref(), o)?;
+        .map_err(|e| ResumeError::Store(e.into()))?;
+    let d = snapimg::Description::decode(reader.user()).map_err(StoreUseError::from)?;
+    d.identity.check_against(&expected_identity())?;
+    check_binding(d.binding().map_err(StoreUseError::from)?.as_ref(), o)?;
     if let Some(sw) = &d.swap {
-        if !sw.inside(store, rec.raw) {
-            return Err(ResumeError::SwapRegion(format!(
-                "swap region at byte {} ({} bytes) is not the image's own region of the store",
-                sw.offset, sw.bytes
-            )));
+        if !crate::store::swap_inside(store, rec, sw) {
+            return Err(ResumeError::SwapOutside {
+                offset: sw.offset,
+                bytes: sw.bytes,
+            });
         }
-        crate::lazy::check_region(&o.store, &sw.region()).map_err(ResumeError::SwapRegion)?;
+        crate::lazy::check_region(&o.store, sw).map_err(ResumeError::SwapRegion)?;
     }
     let signed = if key.is_some() {
         ", signature checked"

@@ -2,14 +2,13 @@
 
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
-use board::capture::{attach_store, capture_boot, store_size};
+use board::capture::{attach_store, capture_boot, create_store, store_size};
 use board::home;
 use board::qemu::run_probe;
 use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
 use bootparams::parse_reclaim;
 use clap::Args;
-use ondevice::flash::DEFAULT_IMAGE;
-use snapimg::Store;
+use ondevice::store::DEFAULT_IMAGE;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,7 +29,7 @@ pub fn fetch_kernel(meta: &str) -> Result<ExitCode> {
 /// `snapboot board restore-kernel`.
 pub fn restore_kernel(jobs: Option<usize>) -> Result<ExitCode> {
     let image_kernel = home::kernel(None, None)?;
-    let jobs = jobs.unwrap_or_else(snapimg::default_threads);
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let k =
         board::restore_kernel::build(&home::restore_kernel_cache(), &image_kernel.release, jobs)?;
     println!(
@@ -275,22 +274,19 @@ pub struct BoardCaptureArgs {
     /// the image holds only what stays resident (max, or how much to page out, e.g. 96M).
     #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
     pub lazy: Option<String>,
-    /// Create a missing store as a flash store (`snapboot store init`), the store of named
-    /// images with dedupe across them (BLAKE3 chunk checksums with --sign-key, XXH3
-    /// otherwise). An existing store is used as it is.
-    #[arg(long)]
-    pub flash: bool,
-    /// Flash store: the image's name (default: current).
+    /// The image's name (default: current).
     #[arg(long)]
     pub image: Option<String>,
-    /// Flash store: storage dedupe against the other images: off, full, selective, selective:USE or selective:USE:RUN.
+    /// Storage dedupe against the store's other images: off, full, selective,
+    /// selective:USE or selective:USE:RUN.
     #[arg(long)]
     pub dedupe: Option<String>,
-    /// Flash store: pin the image.
+    /// Pin the image.
     #[arg(long)]
     pub pin: bool,
-    /// Flash store: sign the image on the host after the capture, with this secret key (it
-    /// never enters the board).
+    /// Sign the image on the host after the capture, with this secret key (it never enters
+    /// the board). A store this command creates then checksums chunks with BLAKE3, which
+    /// signatures need.
     #[arg(long, value_name = "SECRET_KEY")]
     pub sign_key: Option<PathBuf>,
     /// Every restore of the image prints how long each device's restore took (the kernel's
@@ -330,90 +326,47 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     opts.echo = a.console;
     opts.params.lazy = lazy;
     opts.params.pm_times = a.pm_times;
-    if a.flash && !a.store.exists() {
+    if !a.store.exists() {
         // Signed images need cryptographic chunk checksums; others get the fast ones.
         let check = if sign_key.is_some() {
             flashstore::ChunkCheck::Blake3
         } else {
             flashstore::ChunkCheck::Xxh3
         };
-        create_flash_store(&a.store, store_size(opts.mem_mib), check)?;
+        create_store(&a.store, store_size(opts.mem_mib), check)?;
     }
-    let flash = ondevice::flash::is_flash_store(&a.store);
-    if flash {
-        opts.params.images = vec![name.clone()];
-        opts.params.dedupe = dedupe;
-        opts.params.pin = a.pin;
-    } else if a.image.is_some() || dedupe.is_some() || a.pin || sign_key.is_some() {
-        bail!(
-            "--image, --dedupe, --pin and --sign-key need a flash store: {} is not one \
-             (create one with --flash, or `snapboot store init`)",
-            a.store.display()
-        );
-    }
+    opts.params.images = vec![name.clone()];
+    opts.params.dedupe = dedupe;
+    opts.params.pin = a.pin;
     let tl = capture_boot(&bundle, &opts, &a.store)?;
     println!("{}", tl.summary_text());
     if let Some(p) = &a.timeline {
         std::fs::write(p, serde_json::to_string_pretty(&tl)?)?;
     }
-    if flash {
-        if let Some(k) = &sign_key {
-            ondevice::flash::sign_image(&a.store, &name, k)?;
-        }
-        let s = ondevice::flash::open_store(&a.store, false)?;
-        let r = s
-            .image(&name)
-            .with_context(|| format!("the capture did not leave image {name} on the store"))?;
-        let u = s.usage();
-        println!(
-            "image {name} generation {} on {}: {} pages, {} shared with other images, \
-             {:.1} MiB of new chunks{}{}; store {} of {} clusters used",
-            r.generation,
-            a.store.display(),
-            r.stats.pages,
-            r.stats.shared_pages,
-            r.stats.stored_bytes as f64 / 1048576.0,
-            if r.pinned { ", pinned" } else { "" },
-            if r.signature.is_empty() {
-                ""
-            } else {
-                ", signed"
-            },
-            u.used,
-            u.clusters
-        );
-        return Ok(ExitCode::SUCCESS);
+    if let Some(k) = &sign_key {
+        ondevice::store::sign_image(&a.store, &name, k)?;
     }
-    let mut store = Store::open(&a.store, false)?;
-    let info = store.newest()?;
+    let s = ondevice::store::open_store(&a.store, false)?;
+    let r = s
+        .image(&name)
+        .with_context(|| format!("the capture did not leave image {name} on the store"))?;
+    let u = s.usage();
     println!(
-        "image generation {} on {}: {} kernel pages, {:.1} MiB on the store, kernel {}",
-        info.generation,
+        "image {name} generation {} on {}: {} pages, {} shared with other images, \
+         {:.1} MiB of new chunks{}{}; store {} of {} clusters used",
+        r.generation,
         a.store.display(),
-        info.stream.image_pages,
-        info.image_bytes as f64 / 1048576.0,
-        info.identity.release
+        r.stats.pages,
+        r.stats.shared_pages,
+        r.stats.stored_bytes as f64 / 1048576.0,
+        if r.pinned { ", pinned" } else { "" },
+        if r.signature.is_empty() {
+            ""
+        } else {
+            ", signed"
+        },
+        u.used,
+        u.clusters
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Creates a sparse file of `bytes` and lays out an empty flash store on it.
-fn create_flash_store(
-    path: &std::path::Path,
-    bytes: u64,
-    check: flashstore::ChunkCheck,
-) -> Result<()> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(bytes)?;
-    let opts = flashstore::FormatOptions {
-        check,
-        ..flashstore::FormatOptions::default()
-    };
-    flashstore::Store::format(f, opts).with_context(|| format!("formatting {}", path.display()))?;
-    Ok(())
 }

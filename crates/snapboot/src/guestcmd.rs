@@ -2,13 +2,12 @@
 //! (which also runs on the host).
 
 use anyhow::{Context, Result};
-use bootparams::{parse_compression, parse_reclaim, parse_size, BootParams};
+use bootparams::{parse_reclaim, parse_size, BootParams};
 use clap::{Args, ValueEnum};
 use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
 use ondevice::guest::print_marker;
 use ondevice::resume::{resume, ResumeOptions};
 use ondevice::system::kernel_cmdline;
-use snapimg::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,14 +36,14 @@ pub struct CaptureArgs {
     /// Keep the page cache (to measure what dropping it saves).
     #[arg(long)]
     keep_caches: bool,
-    /// Chunk compression: lz4, zstd or zstd:LEVEL.
-    #[arg(long, default_value = "lz4")]
-    compress: String,
+    /// Chunk compression.
+    #[arg(long, value_enum, default_value = "lz4")]
+    compress: CompressArg,
     /// Lazy image: page user memory out to a swap region in the store first, so the image
     /// holds only what stays resident (max, or how much to page out, e.g. 96M).
     #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
     lazy: Option<String>,
-    /// Size of the lazy image's swap region (default: half a store area).
+    /// Size of the lazy image's swap region (default: half the store's idle space).
     #[arg(long, value_name = "SIZE", requires = "lazy")]
     swap_size: Option<String>,
     /// Lazy image without a dm-verity tree: page-ins are not verified.
@@ -55,24 +54,34 @@ pub struct CaptureArgs {
     /// them.
     #[arg(long, value_name = "MODE", default_value = "eager", requires = "lazy")]
     profile: String,
-    /// Flash store: the image's name.
-    #[arg(long, default_value = ondevice::flash::DEFAULT_IMAGE)]
-    name: String,
-    /// Flash store: storage dedupe against the store's other images: off, full, selective,
+    /// The image's name.
+    #[arg(long, default_value = ondevice::store::DEFAULT_IMAGE)]
+    image: String,
+    /// Storage dedupe against the store's other images: off, full, selective,
     /// selective:USE or selective:USE:RUN (default: selective, which references an old chunk
     /// only when the image uses 90 % of it).
     #[arg(long)]
     dedupe: Option<String>,
-    /// Flash store: pin the image (captures and gc leave it alone until unpinned).
+    /// Pin the image (captures and gc leave it alone until unpinned).
     #[arg(long)]
     pin: bool,
-    /// Flash store: sign the image with this secret key (`snapboot key gen`).
+    /// Sign the image with this secret key (`snapboot key gen`); the store must checksum
+    /// chunks with BLAKE3 (`snapboot store init --checksum blake3`).
     #[arg(long, value_name = "SECRET_KEY")]
     sign_key: Option<PathBuf>,
     /// Every restore of the image prints how long each device's restore took (the kernel's
     /// pm_print_times), for `snapboot analyze`.
     #[arg(long)]
     pm_times: bool,
+}
+
+/// Chunk compression of `snapboot capture --compress`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CompressArg {
+    /// LZ4 (a chunk that does not shrink is stored as it is).
+    Lz4,
+    /// None.
+    None,
 }
 
 /// `snapboot resume`.
@@ -162,7 +171,7 @@ pub struct InspectArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// Skip reading every chunk (header only).
+    /// Skip reading every chunk (catalog and descriptions only).
     #[arg(long)]
     no_verify: bool,
 }
@@ -300,12 +309,10 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     };
     o.force = a.force;
     o.drop_caches = !a.keep_caches;
-    o.compression = parse_compression(&a.compress).with_context(|| {
-        format!(
-            "--compress {}: expected none, lz4, zstd or zstd:LEVEL",
-            a.compress
-        )
-    })?;
+    o.compression = match a.compress {
+        CompressArg::Lz4 => flashstore::Compression::Lz4,
+        CompressArg::None => flashstore::Compression::None,
+    };
     if let Some(l) = &a.lazy {
         o.lazy = Some(lazy_options(
             l,
@@ -315,11 +322,11 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
         )?);
     }
     anyhow::ensure!(
-        flashstore::valid_name(&a.name),
-        "--name {}: 1 to 64 characters of A-Z a-z 0-9 . _ -",
-        a.name
+        flashstore::valid_name(&a.image),
+        "--image {}: 1 to 64 characters of A-Z a-z 0-9 . _ -",
+        a.image
     );
-    o.image = a.name;
+    o.image = a.image;
     if let Some(d) = &a.dedupe {
         o.dedupe = Some(bootparams::parse_dedupe(d).with_context(|| {
             format!(
@@ -452,7 +459,6 @@ fn try_resume(
         store,
         once,
         wait: Duration::from_secs(2),
-        threads: params.threads,
         boot_setup,
         images,
         public_key: None,
@@ -477,115 +483,76 @@ fn hand_over(pack: &std::path::Path, cmdline: &str, why: &str) {
     }
 }
 
-/// `snapboot image inspect`.
-pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
-    if ondevice::flash::is_flash_store(&a.store) {
-        return inspect_flash(a);
-    }
-    let mut store = Store::open(&a.store, false)?;
-    let slots = store.slots()?;
-    let mut reader = store.reader()?;
-    let verified = if a.no_verify {
-        Ok(())
-    } else {
-        reader.verify_all().map(|_| ())
-    };
-    let info = reader.info().clone();
-    if a.json {
-        let v = serde_json::json!({
-            "image": info,
-            "slots": slots.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            "verify": verified.as_ref().map(|_| "ok".to_string()).unwrap_or_else(|e| chain(e)),
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", info.summary());
-        for (i, s) in slots.iter().enumerate() {
-            let name = if i == 0 { "A" } else { "B" };
-            println!("slot {name}     {s}");
-        }
-        match &verified {
-            Ok(()) if a.no_verify => println!("checksums: not verified (--no-verify)"),
-            Ok(()) => println!("checksums: all verified"),
-            Err(e) => println!("checksums: FAILED: {}", chain(e)),
-        }
-    }
-    Ok(if verified.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+/// An image as `snapboot image inspect` shows it: the store's summary and the check of
+/// every chunk.
+#[derive(serde::Serialize)]
+struct Inspected {
+    #[serde(flatten)]
+    image: ondevice::store::ImageSummary,
+    /// `ok`, `not verified`, or why a chunk failed.
+    verify: String,
 }
 
-/// `snapboot image inspect` on a flash store: every image, each read whole unless
-/// `--no-verify`.
-fn inspect_flash(a: InspectArgs) -> Result<ExitCode> {
-    let s = ondevice::flash::open_store(&a.store, false)?;
+/// `snapboot image inspect`: every image of the store, each read whole unless `--no-verify`;
+/// exit status 1 when a chunk fails its check.
+pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
+    let s = ondevice::store::open_store(&a.store, false)?;
     let mut all_ok = true;
     let mut out = Vec::new();
-    for r in s.images() {
-        let verify = if a.no_verify {
-            "not verified (--no-verify)".to_string()
+    let mut images: Vec<_> = s.images().iter().collect();
+    images.sort_by_key(|r| std::cmp::Reverse(r.generation));
+    for r in images {
+        let (verify, read) = if a.no_verify {
+            ("not verified".to_string(), None)
         } else {
             match s.verify_image(&r.name) {
-                Ok(bytes) => format!("all verified ({:.1} MiB read)", bytes as f64 / 1048576.0),
+                Ok(bytes) => ("ok".to_string(), Some(bytes)),
                 Err(e) => {
                     all_ok = false;
-                    format!("FAILED: {}", chain(&e))
+                    (chain(&e), None)
                 }
             }
         };
-        let d = s
-            .reader(&r.name)
-            .map_err(anyhow::Error::from)
-            .and_then(|rd| Ok(ondevice::flash::Description::decode(rd.user())?));
-        out.push((r.clone(), d.ok(), verify));
+        out.push((
+            Inspected {
+                image: ondevice::store::summary(&s, r),
+                verify,
+            },
+            read,
+        ));
     }
     if a.json {
-        let v: Vec<_> = out
-            .iter()
-            .map(|(r, d, verify)| {
-                serde_json::json!({
-                    "name": r.name, "generation": r.generation, "pinned": r.pinned,
-                    "signed": !r.signature.is_empty(), "created_unix": r.created_unix,
-                    "identity": d.as_ref().map(|d| &d.identity),
-                    "stream_pages": d.as_ref().map(|d| d.stream_pages),
-                    "stats": {
-                        "pages": r.stats.pages, "zero_pages": r.stats.zero_pages,
-                        "unique_pages": r.stats.unique_pages, "new_pages": r.stats.new_pages,
-                        "shared_pages": r.stats.shared_pages,
-                        "stored_bytes": r.stats.stored_bytes,
-                    },
-                    "verify": verify,
-                })
-            })
-            .collect();
+        let v: Vec<&Inspected> = out.iter().map(|(i, _)| i).collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
-            "flash store {}, generation {}",
-            a.store.display(),
-            s.generation()
-        );
-        for (r, d, verify) in &out {
-            let kernel = d.as_ref().map_or("description unreadable".into(), |d| {
-                format!("{} {}", d.identity.release, d.identity.machine)
-            });
+        println!("store {}, generation {}", a.store.display(), s.generation());
+        for (i, read) in &out {
+            let r = &i.image;
+            let kernel = match (&r.identity, &r.description_error) {
+                (Some(id), _) => format!("{} {}", id.release, id.machine),
+                (None, Some(e)) => format!("unknown ({e})"),
+                (None, None) => "unknown".into(),
+            };
+            let checked = match read {
+                Some(bytes) => format!("all verified ({:.1} MiB read)", *bytes as f64 / MIB),
+                None if a.no_verify => "not verified (--no-verify)".into(),
+                None => format!("FAILED: {}", i.verify),
+            };
             println!(
                 "image {} generation {}{}{}: {} pages ({} zero, {} shared), {:.1} MiB stored, \
-                 kernel {kernel}; checksums: {verify}",
+                 kernel {kernel}{}; checksums: {checked}",
                 r.name,
                 r.generation,
                 if r.pinned { ", pinned" } else { "" },
-                if r.signature.is_empty() {
-                    ""
-                } else {
-                    ", signed"
-                },
+                if r.signed { ", signed" } else { "" },
                 r.stats.pages,
                 r.stats.zero_pages,
                 r.stats.shared_pages,
-                r.stats.stored_bytes as f64 / 1048576.0
+                r.stats.stored_bytes as f64 / MIB,
+                r.swap.as_ref().map_or(String::new(), |w| format!(
+                    ", lazy: {} pages in its swap region",
+                    w.used_pages
+                )),
             );
         }
     }
@@ -595,6 +562,8 @@ fn inspect_flash(a: InspectArgs) -> Result<ExitCode> {
         ExitCode::from(1)
     })
 }
+
+const MIB: f64 = 1048576.0;
 
 /// `snapboot memory`.
 pub fn memory(c: crate::device::MemoryCmd) -> Result<ExitCode> {

@@ -1,12 +1,12 @@
-//! `snapboot store …` (the flash store of seed 003: images by name, dedupe across images,
-//! gc, fsck, signatures) and `snapboot key gen`.
+//! `snapboot store …` (the image store: images by name, dedupe across images, gc, fsck,
+//! signatures) and `snapboot key gen`.
 
 use anyhow::{bail, Context, Result};
 use bootparams::parse_size;
 use clap::{Args, Subcommand};
 use flashstore::{ChunkCheck, FormatOptions, ImageRec, Store, BLOCK};
 use imagekey::SecretKey;
-use ondevice::flash::{open_store, sign_image, Description};
+use ondevice::store::{open_store, sign_image};
 use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +14,8 @@ use std::process::ExitCode;
 /// `snapboot store`.
 #[derive(Subcommand, Debug)]
 pub enum StoreCmd {
-    /// Lay out an empty flash store on a file (created, sparse) or a block device.
+    /// Lay out an empty store on a file (created, sparse) or a block device: the only
+    /// command that writes to a device without the store's magic.
     Init {
         /// File or block device.
         dev: PathBuf,
@@ -39,14 +40,14 @@ pub enum StoreCmd {
     Pin { dev: PathBuf, name: String },
     /// Unpin an image.
     Unpin { dev: PathBuf, name: String },
-    /// Space: clusters used and idle, and per image the seed's A / B / C.
+    /// Space: clusters used and idle, and per image what dedupe and compression saved.
     Stats(DevArgs),
     /// Compact partly dead clusters, then discard every idle cluster (punch holes in a file).
     Gc {
         dev: PathBuf,
         /// Compact clusters whose live chunks fill less than this percentage (0: do not
         /// compact, only discard).
-        #[arg(long, default_value_t = ondevice::flash::RECLAIM_BELOW_PERCENT,
+        #[arg(long, default_value_t = ondevice::store::RECLAIM_BELOW_PERCENT,
               value_parser = clap::value_parser!(u8).range(0..=100))]
         compact_below: u8,
     },
@@ -94,33 +95,15 @@ pub enum KeyCmd {
 
 const MIB: f64 = 1048576.0;
 
-fn describe(s: &Store<std::fs::File>, rec: &ImageRec, user: Option<&[u8]>) -> serde_json::Value {
-    let st = rec.stats;
-    let page = flashstore::PAGE as u64;
-    let d = user.and_then(|u| Description::decode(u).ok());
-    serde_json::json!({
-        "name": rec.name,
-        "generation": rec.generation,
-        "pinned": rec.pinned,
-        "signed": !rec.signature.is_empty(),
-        "created_unix": rec.created_unix,
-        "kernel": d.as_ref().map(|d| d.identity.release.clone()),
-        "pages": st.pages,
-        "zero_pages": st.zero_pages,
-        "unique_pages": st.unique_pages,
-        "shared_pages": st.shared_pages,
-        "new_pages": st.new_pages,
-        "a_memory_dedupe_bytes": st.unique_pages * page,
-        "b_storage_dedupe_bytes": st.new_pages * page,
-        "c_stored_bytes": st.stored_bytes,
-        "chunks": rec.chunks.len(),
-        "raw_region": rec.raw.map(|e| serde_json::json!({
-            "offset": s.raw_offset(e), "bytes": e.len,
-        })),
-        "swap": d.as_ref().and_then(|d| d.swap).map(|w| serde_json::json!({
-            "offset": w.offset, "bytes": w.bytes, "used_pages": w.used_pages,
-        })),
-    })
+/// An image in `snapboot store stats --json`: its summary and what a restore of it reads.
+#[derive(serde::Serialize)]
+struct ImageSpace {
+    #[serde(flatten)]
+    image: ondevice::store::ImageSummary,
+    /// Bytes of the chunks a restore reads, whole.
+    restore_read_bytes: u64,
+    /// Those bytes over the part of them the image uses.
+    restore_read_amplification: f64,
 }
 
 /// Runs a `snapboot store` command.
@@ -133,9 +116,9 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             force,
             checksum,
         } => {
-            if !force && ondevice::flash::is_flash_store(&dev) {
+            if !force && ondevice::store::open_store(&dev, false).is_ok() {
                 bail!(
-                    "{} already holds a flash store (--force replaces it, and its images are lost)",
+                    "{} already holds a store (--force replaces it, and its images are lost)",
                     dev.display()
                 );
             }
@@ -184,40 +167,28 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             let s = open_store(&a.dev, false)?;
             let mut images: Vec<&ImageRec> = s.images().iter().collect();
             images.sort_by_key(|i| std::cmp::Reverse(i.generation));
+            let images: Vec<_> = images
+                .into_iter()
+                .map(|r| ondevice::store::summary(&s, r))
+                .collect();
             if a.json {
-                let v: Vec<_> = images
-                    .iter()
-                    .map(|r| {
-                        describe(
-                            &s,
-                            r,
-                            s.reader(&r.name)
-                                .ok()
-                                .map(|rd| rd.user().to_vec())
-                                .as_deref(),
-                        )
-                    })
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                println!("{}", serde_json::to_string_pretty(&images)?);
             } else {
                 println!(
                     "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
                     "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
                 );
                 for r in images {
-                    let kernel = s
-                        .reader(&r.name)
-                        .ok()
-                        .and_then(|rd| Description::decode(rd.user()).ok())
-                        .map_or("(description unreadable)".to_string(), |d| {
-                            d.identity.release
-                        });
+                    let kernel = r.identity.map_or_else(
+                        || format!("(description unusable: {})", r.description_error.unwrap_or_default()),
+                        |id| id.release,
+                    );
                     println!(
                         "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10.1}  {kernel}",
                         r.name,
                         r.generation,
                         if r.pinned { "yes" } else { "no" },
-                        if r.signature.is_empty() { "no" } else { "yes" },
+                        if r.signed { "yes" } else { "no" },
                         r.stats.pages,
                         r.stats.shared_pages,
                         r.stats.stored_bytes as f64 / MIB
@@ -245,7 +216,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             let live: u64 = fill.values().sum();
             let sparse = fill
                 .values()
-                .filter(|&&f| f * 100 < cb * u64::from(ondevice::flash::RECLAIM_BELOW_PERCENT))
+                .filter(|&&f| f * 100 < cb * u64::from(ondevice::store::RECLAIM_BELOW_PERCENT))
                 .count();
             let costs = s
                 .images()
@@ -257,11 +228,10 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     .images()
                     .iter()
                     .zip(&costs)
-                    .map(|(r, c)| {
-                        let mut v = describe(&s, r, None);
-                        v["restore_read_bytes"] = c.chunk_bytes.into();
-                        v["restore_read_amplification"] = c.amplification().into();
-                        v
+                    .map(|(r, c)| ImageSpace {
+                        image: ondevice::store::summary(&s, r),
+                        restore_read_bytes: c.chunk_bytes,
+                        restore_read_amplification: c.amplification(),
                     })
                     .collect();
                 let v = serde_json::json!({
@@ -297,11 +267,11 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     "chunks fill {} cluster(s), {:.0}% of their bytes live; {sparse} under {}% (`store gc` compacts those)",
                     fill.len(),
                     100.0 * live as f64 / (fill.len() as u64 * cb).max(1) as f64,
-                    ondevice::flash::RECLAIM_BELOW_PERCENT
+                    ondevice::store::RECLAIM_BELOW_PERCENT
                 );
                 println!(
                     "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
-                    "IMAGE", "RAW MiB", "A MiB", "B MiB", "C MiB", "READ MiB", "×USED"
+                    "IMAGE", "RAW MiB", "UNIQUE MiB", "NEW MiB", "STORED MiB", "READ MiB", "×USED"
                 );
                 for (r, c) in s.images().iter().zip(&costs) {
                     let st = r.stats;
@@ -318,9 +288,10 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                     );
                 }
                 println!(
-                    "A: after zero pages and memory dedupe; B: after storage dedupe (pages this \
-                     image stored itself); C: B compressed, as written; READ: the chunks a \
-                     restore reads, whole; ×USED: READ over the part of it the image uses"
+                    "UNIQUE: after zero pages and dedupe within the image; NEW: after dedupe \
+                     against the other images (pages this image stored itself); STORED: NEW \
+                     compressed, as written; READ: the chunks a restore reads, whole; ×USED: \
+                     READ over the part of it the image uses"
                 );
             }
         }

@@ -1,22 +1,19 @@
-//! The swap region of a lazy image: where it lies, and the one set of rules every
-//! caller checks it against (the writer's options, the store's plan, the header decoder).
+//! The swap region of a lazy image: where it lies on the store, and the one set of rules
+//! capture and resume check it against.
 
-use crate::error::ImageError;
 use crate::kstream::PAGE_SIZE;
-use crate::layout::Slot;
 use crate::verity::SwapVerity;
+use serde::{Deserialize, Serialize};
 
 /// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
 pub const MIN_SWAP_PAGES: u64 = 10;
-/// Pages of an area [`crate::Store::plan_swap`] always leaves to the image.
-pub const SWAP_IMAGE_RESERVE_PAGES: u64 = 64;
 /// Bytes of the UUID in the region's swap header page.
 pub const UUID_LEN: usize = 16;
 
-/// The swap region of a lazy image: the last `bytes` of the image's own area,
-/// which the kernel paged user memory out to just before capture and pages it
-/// back in from after restore (docs/image-format.md §6, "Lazy images").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The swap region of a lazy image: a raw region of the store that belongs to the image,
+/// which the kernel paged user memory out to just before capture and pages it back in from
+/// after restore (docs/image-format.md, "Lazy images").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwapRegion {
     /// Byte offset of the region in the store (a multiple of 4096).
     pub offset: u64,
@@ -38,15 +35,35 @@ impl SwapRegion {
         self.offset.checked_add(self.bytes)
     }
 
-    /// Error with [`ImageError::BadSwapRegion`] unless the region is page
-    /// aligned, at least [`MIN_SWAP_PAGES`] pages, its end does not overflow,
-    /// and `used_pages` is less than its pages. The header decoder applies the
-    /// same rules ([`SwapRegion::problem`]).
-    pub fn check(&self) -> Result<(), ImageError> {
+    /// Error with [`BadSwapRegion`] unless the region is page aligned, at least
+    /// [`MIN_SWAP_PAGES`] pages, its end does not overflow, `used_pages` is less than its
+    /// pages and its verity tree fits after the data it covers ([`SwapRegion::problem`]).
+    pub fn check(&self) -> Result<(), BadSwapRegion> {
         match self.problem() {
             None => Ok(()),
-            Some(reason) => Err(ImageError::BadSwapRegion { reason }),
+            Some(reason) => Err(BadSwapRegion { reason }),
         }
+    }
+
+    /// Whether the region lies inside `[start, start + len)` of the store.
+    pub fn inside(&self, start: u64, len: u64) -> bool {
+        self.offset >= start
+            && self
+                .end()
+                .is_some_and(|end| start.checked_add(len).is_some_and(|e| end <= e))
+    }
+
+    /// The UUID of its swap header in the usual 8-4-4-4-12 form (as `blkid` shows it).
+    pub fn uuid_text(&self) -> String {
+        let h = crate::binding::hex(&self.uuid);
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
     }
 
     /// What is wrong with the region, if anything (see [`SwapRegion::check`]).
@@ -99,17 +116,12 @@ impl SwapRegion {
     }
 }
 
-/// Where [`crate::Store::plan_swap`] put the swap region of the next (lazy) image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SwapPlan {
-    /// Slot (and area) the next writer will use; its header was cleared.
-    pub slot: Slot,
-    /// Byte offset of that area in the store.
-    pub area_offset: u64,
-    /// Byte offset of the region in the store: `area_offset + area_capacity - bytes`.
-    pub offset: u64,
-    /// Bytes of the region (whole pages).
-    pub bytes: u64,
+/// A swap region that breaks one of [`SwapRegion::check`]'s rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid swap region: {reason}")]
+pub struct BadSwapRegion {
+    /// The rule broken, with its numbers.
+    pub reason: String,
 }
 
 #[cfg(test)]
@@ -176,5 +188,17 @@ mod tests {
                 format!("invalid swap region: {p}")
             );
         }
+    }
+
+    #[test]
+    fn inside_checks_both_ends_and_the_uuid_reads_as_blkid_shows_it() {
+        let page = PAGE_SIZE as u64;
+        let r = region(4 * page, 16 * page, 3);
+        assert!(r.inside(4 * page, 16 * page));
+        assert!(r.inside(0, 20 * page));
+        assert!(!r.inside(5 * page, 40 * page), "starts before");
+        assert!(!r.inside(0, 19 * page), "ends after");
+        assert!(!r.inside(u64::MAX - page, 2 * page), "no overflow");
+        assert_eq!(r.uuid_text(), "01010101-0101-0101-0101-010101010101");
     }
 }

@@ -21,7 +21,6 @@ use thiserror::Error;
 use bootparams::Reclaim;
 use boottrace::report::{summarize, BenchReport, MethodResult};
 use boottrace::{MilestoneKind, Timeline};
-use snapimg::{ImageError, Store};
 
 mod recapture;
 pub use recapture::{
@@ -86,15 +85,15 @@ pub enum BenchError {
     /// A snapshot boot's store could not be attached.
     #[error(transparent)]
     Store(#[from] CaptureBootError),
-    /// The captured image could not be read back.
-    #[error(transparent)]
-    Image(#[from] ImageError),
+    /// The store holds no image after a capture that reported one.
+    #[error("{} holds no image after the capture", .0.display())]
+    NoImage(PathBuf),
     /// The kernel-native baseline could not be set up.
     #[error(transparent)]
     Native(#[from] NativeError),
-    /// A flash store of the benchmark failed.
+    /// A store of the benchmark failed.
     #[error("{what}")]
-    FlashStore {
+    StoreFile {
         /// What was being done.
         what: String,
         /// Why.
@@ -392,13 +391,24 @@ struct Captured {
 }
 
 impl Captured {
-    /// The newest image of the two-slot store at `store`.
+    /// The newest image of the store at `store`.
     fn open(store: PathBuf) -> Result<Self, BenchError> {
-        let info = Store::open(&store, false)?.newest()?;
+        let f = std::fs::File::open(&store).map_err(|source| BenchError::WorkFile {
+            what: "opening",
+            path: store.clone(),
+            source,
+        })?;
+        let s = flashstore::Store::open(f).map_err(|source| BenchError::StoreFile {
+            what: format!("opening {}", store.display()),
+            source,
+        })?;
+        let image = s
+            .newest()
+            .ok_or_else(|| BenchError::NoImage(store.clone()))?;
         Ok(Captured {
+            raw: image.stats.pages * flashstore::PAGE as u64,
+            stored: image.stats.stored_bytes,
             store,
-            raw: info.stats.raw_bytes,
-            stored: info.image_bytes,
         })
     }
 

@@ -18,9 +18,9 @@
 
 use super::{measured_boot, BenchError, MethodRuns};
 use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, recapture_boot, store_size};
+use crate::capture::{attach_store, capture_boot, create_store, recapture_boot, store_size};
 use crate::qemu::RunOptions;
-use flashstore::{Dedupe, FormatOptions, Store, StoreError, WriteOptions};
+use flashstore::{Dedupe, Store, StoreError, WriteOptions};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -111,26 +111,12 @@ pub fn recapture_steps(captures: usize, runs: usize) -> u64 {
 }
 
 fn store_err(what: String) -> impl FnOnce(StoreError) -> BenchError {
-    move |source| BenchError::FlashStore { what, source }
+    move |source| BenchError::StoreFile { what, source }
 }
 
-/// A fresh flash store file of `bytes` (sparse).
+/// A fresh store file of `bytes` (sparse).
 fn new_store(path: &Path, bytes: u64) -> Result<Store<File>, BenchError> {
-    let _ = std::fs::remove_file(path);
-    let io = |source| BenchError::WorkFile {
-        what: "creating",
-        path: path.to_path_buf(),
-        source,
-    };
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io)?;
-    f.set_len(bytes).map_err(io)?;
-    Store::format(f, FormatOptions::default())
-        .map_err(store_err(format!("formatting {}", path.display())))
+    Ok(create_store(path, bytes, flashstore::ChunkCheck::Xxh3)?)
 }
 
 fn open(path: &Path) -> Result<Store<File>, BenchError> {
@@ -200,7 +186,7 @@ pub fn recapture(
     let mut stores: Vec<PathBuf> = Vec::new();
     for (policy, _) in POLICIES {
         // Room for the factory image, the current one and the one replacing it.
-        new_store(&path(policy), 2 * size)?;
+        new_store(&path(policy), size)?;
         stores.push(path(policy));
     }
     let mut costs = Vec::new();
@@ -214,7 +200,7 @@ pub fn recapture(
             }
             _ => {
                 // Room for the image and the re-capture replacing it.
-                new_store(&source, 2 * size)?;
+                new_store(&source, size)?;
                 capture_boot(bundle, &o, &source)
             }
         };

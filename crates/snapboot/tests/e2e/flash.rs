@@ -44,7 +44,7 @@ fn two_images() -> PathBuf {
     let so = capture(
         &b,
         &store,
-        &["--flash", "--image", "a", "--cmdline", "loglevel=4"],
+        &["--image", "a", "--cmdline", "loglevel=4"],
     );
     assert!(so.contains("image a generation 2"), "{so}");
     let so = capture(&b, &store, &["--image", "b", "--cmdline", "loglevel=5"]);
@@ -93,8 +93,8 @@ fn two_named_images_restore_on_request_and_a_damaged_one_falls_back_to_the_other
     // b shares what did not change with a (storage dedupe) and stores much less.
     assert!(rec("b")["shared_pages"].as_u64().unwrap() > 0, "{list:?}");
     assert!(
-        rec("b")["c_stored_bytes"].as_u64().unwrap() * 2
-            < rec("a")["c_stored_bytes"].as_u64().unwrap(),
+        rec("b")["stats"]["stored_bytes"].as_u64().unwrap() * 2
+            < rec("a")["stats"]["stored_bytes"].as_u64().unwrap(),
         "{list:?}"
     );
     let (ok, text) = store_cmd(&["fsck"], &store);
@@ -112,7 +112,7 @@ fn two_named_images_restore_on_request_and_a_damaged_one_falls_back_to_the_other
     assert_eq!(restored_loglevel(&b, &store, &[]).0, "loglevel=5");
 
     // Damage a chunk only b uses: b is refused, naming the chunk, and a restores.
-    let s = ondevice::flash::open_store(&store, false).unwrap();
+    let s = ondevice::store::open_store(&store, false).unwrap();
     let ia = s.image("a").unwrap().chunks.clone();
     let ib = s.image("b").unwrap();
     let own = *ib.chunks.iter().rev().find(|c| !ia.contains(c)).unwrap();
@@ -162,7 +162,6 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
         &signed_bundle,
         &store,
         &[
-            "--flash",
             "--image",
             "good",
             "--sign-key",
@@ -189,7 +188,7 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
     );
 
     // Tampered: the good image's signature grafted onto the other one.
-    let mut s = ondevice::flash::open_store(&store, true).unwrap();
+    let mut s = ondevice::store::open_store(&store, true).unwrap();
     let sig = s.image("good").unwrap().signature.clone();
     assert_eq!(sig.len(), 64);
     s.set_signature("mine", sig).unwrap();
@@ -243,7 +242,7 @@ fn store_commands_manage_images_on_a_file() {
     );
 
     // Two images, the second sharing most pages with the first.
-    let mut s = ondevice::flash::open_store(&store, true).unwrap();
+    let mut s = ondevice::store::open_store(&store, true).unwrap();
     let page = |i: u64, v: u8| {
         let mut p = [v; 4096];
         p[..8].copy_from_slice(&i.to_le_bytes());
@@ -341,7 +340,7 @@ fn a_lazy_image_on_a_flash_store_pages_in_from_its_own_clusters() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("lazy.store");
     let app = bundle("app");
-    let so = capture(&app, &store, &["--flash", "--lazy"]);
+    let so = capture(&app, &store, &["--lazy"]);
     assert!(so.contains("image current generation 2"), "{so}");
     let list = images(&store);
     let (raw, swap) = (&list[0]["raw_region"], &list[0]["swap"]);
@@ -385,7 +384,7 @@ fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
     let b = bundle("shell");
     let store = crate::common::home().join("test-flash-recapture.store");
     let _ = std::fs::remove_file(&store);
-    let so = capture(&b, &store, &["--flash", "--image", "cur"]);
+    let so = capture(&b, &store, &["--image", "cur"]);
     assert!(so.contains("image cur generation 2"), "{so}");
     let restored = Regex::new(r"snapboot: @restored").unwrap();
 

@@ -1,6 +1,6 @@
 //! End-to-end tests of snapshot boot on the real board: capture once, restore many times,
-//! refuse bad images with the right reason and cold-boot instead, survive a capture killed
-//! in the middle.
+//! refuse bad images and what is not a store with the right reason and cold-boot instead.
+//! (A capture killed in the middle: flash.rs.)
 
 use crate::common::{bundle, run, snapboot};
 use regex::Regex;
@@ -27,7 +27,7 @@ pub(crate) fn captured(workload: &str) -> PathBuf {
         .arg(&store);
     let (out, so, se) = run(c);
     assert!(out.status.success(), "capture failed:\n{so}\n{se}");
-    assert!(so.contains("image generation 1"), "{so}");
+    assert!(so.contains("image current generation 2"), "{so}");
     g.push((workload.to_string(), store.clone()));
     store
 }
@@ -142,10 +142,8 @@ fn app_snapshot_boots_repeatedly_from_one_image() {
     let mut randoms = Vec::new();
     for boot in 0..3 {
         let mut s = board_session("app", &store, &[]);
-        let (_, t) = s
-            .wait_for(&restored, "restored marker", Duration::from_secs(120))
+        s.wait_for(&restored, "restored marker", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("boot {boot}: {e}"));
-        assert!(t < 60.0, "restore took {t} s");
         randoms.push(check_restored_app(&mut s, boot, &expected));
         s.finish(boottrace::Outcome::Answered);
     }
@@ -174,28 +172,25 @@ fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
     assert!(m.detail.as_deref().unwrap_or_default().contains(reason));
 }
 
-/// Where the newest image lives in a store: (area offset, image bytes), from `image inspect`.
-pub(crate) fn image_extent(store: &Path) -> (u64, u64) {
-    let mut c = snapboot();
-    c.args(["image", "inspect", "--json", "--no-verify"])
-        .arg(store);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "{so}{se}");
-    let v: serde_json::Value = serde_json::from_str(&so).unwrap();
-    (
-        v["image"]["area_offset"].as_u64().unwrap(),
-        v["image"]["image_bytes"].as_u64().unwrap(),
-    )
+/// Flips a byte in the middle of the last chunk of the store's newest image; returns the
+/// chunk's id.
+pub(crate) fn damage_newest_image(store: &Path) -> u64 {
+    let s = ondevice::store::open_store(store, false).unwrap();
+    let rec = s.newest().unwrap();
+    let id = *rec.chunks.last().unwrap();
+    let c = *s.catalog().chunks.iter().find(|c| c.id == id).unwrap();
+    let at = c.cluster * s.cluster_bytes() + u64::from(c.offset) + u64::from(c.stored_len) / 2;
+    drop(s);
+    flip(store, at);
+    id
 }
 
 #[test]
 fn corrupted_data_is_refused_naming_the_chunk() {
     let good = captured("shell");
     let bad = copy_store(&good, "test-bad-data.store");
-    // A byte three quarters into the image: past the index and offset table, in chunk data.
-    let (area, bytes) = image_extent(&bad);
-    flip(&bad, area + bytes / 4 * 3 + 123);
-    expect_fallback(&bad, &[], "checksum mismatch in chunk");
+    let chunk = damage_newest_image(&bad);
+    expect_fallback(&bad, &[], &format!("checksum mismatch in chunk {chunk}"));
 }
 
 /// A misspelt boot parameter is never ignored: with it, the good image is not restored,
@@ -210,51 +205,75 @@ fn a_misspelt_boot_parameter_is_named_and_boots_cold() {
     );
 }
 
-#[test]
-fn corrupted_header_is_refused() {
-    let good = captured("shell");
-    let bad = copy_store(&good, "test-bad-header.store");
-    flip(&bad, 0x40);
-    expect_fallback(&bad, &[], "no snapboot image in the store");
+/// BLAKE3 of a whole file.
+fn file_hash(path: &Path) -> String {
+    let len = std::fs::metadata(path).unwrap().len();
+    region_hash(path, 0, len)
 }
 
+/// What is not a store is never restored from and never written to: a device without the
+/// store's magic (a renumbered disk), an old two-slot store and a truncated store each boot
+/// cold with their reason and keep every byte; a capture onto the device without the magic
+/// fails with the reason and writes nothing either.
 #[test]
-fn truncated_store_is_refused() {
+fn what_is_not_a_store_is_refused_and_left_as_it_was() {
     let good = captured("shell");
-    let bad = copy_store(&good, "test-truncated.store");
-    let (area, bytes) = image_extent(&bad);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&bad)
-        .unwrap()
-        .set_len(area + bytes / 2)
-        .unwrap();
-    expect_fallback(&bad, &[], "truncated");
+    let zeroed = copy_store(&good, "test-no-magic.store");
+    let old = copy_store(&good, "test-two-slot.store");
+    let truncated = copy_store(&good, "test-truncated.store");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&zeroed).unwrap();
+        f.write_all_at(&[0u8; 8192], 0).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&old).unwrap();
+        f.write_all_at(&[0u8; 8192], 0).unwrap();
+        f.write_all_at(b"SNAPBOOT", 0).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&truncated).unwrap();
+        f.set_len(f.metadata().unwrap().len() / 2).unwrap();
+    }
+    for (store, reason) in [
+        (&zeroed, "no snapboot store here"),
+        (&old, "a two-slot store of an older snapboot"),
+        (&truncated, "store is truncated"),
+    ] {
+        let before = file_hash(store);
+        expect_fallback(store, &[], reason);
+        assert_eq!(file_hash(store), before, "{} was written", store.display());
+    }
+    let before = file_hash(&zeroed);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle("shell"))
+        .arg("--store")
+        .arg(&zeroed);
+    let (out, so, se) = run(c);
+    assert!(!out.status.success(), "a capture onto no store succeeded:\n{so}");
+    assert!(se.contains("no snapboot store here"), "{se}");
+    assert_eq!(file_hash(&zeroed), before, "the capture wrote to the device");
 }
 
-/// Rewrites the release in the newest image's header (checksum fixed up), as if another
-/// kernel build had captured it.
+/// Rewrites the newest image with another kernel release in its description, as if
+/// another kernel build had captured it (the image is otherwise valid: checksums, catalog).
 pub(crate) fn rename_release(store: &Path) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(store)
+    let mut s = ondevice::store::open_store(store, true).unwrap();
+    let rec = s.newest().unwrap().clone();
+    let mut d = ondevice::store::description(&s, &rec).unwrap();
+    assert!(d.identity.release.starts_with("6."), "{:?}", d.identity);
+    d.identity.release.replace_range(0..1, "9");
+    let mut pages = Vec::new();
+    let mut r = s.reader(&rec.name).unwrap();
+    let mut page = [0u8; flashstore::PAGE];
+    while r.next_page(&mut page).unwrap() {
+        pages.push(page);
+    }
+    drop(r);
+    let mut w = s
+        .writer(&rec.name, flashstore::WriteOptions::default())
         .unwrap();
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut slot = vec![0u8; 4096];
-    f.read_exact(&mut slot).unwrap();
-    let rel = 0x80;
-    assert_eq!(
-        &slot[rel..rel + 6],
-        b"6.1.0-",
-        "release field where the spec says"
-    );
-    slot[rel] = b'9';
-    let sum = blake3::hash(&slot[..0xFE0]);
-    slot[0xFE0..].copy_from_slice(sum.as_bytes());
-    f.seek(SeekFrom::Start(0)).unwrap();
-    f.write_all(&slot).unwrap();
-    drop(f);
+    for p in &pages {
+        w.push_page(p).unwrap();
+    }
+    w.commit(d.encode()).unwrap();
 }
 
 /// An image from another kernel: the header names another release (and is otherwise valid,
@@ -326,52 +345,6 @@ pub(crate) fn cut_power_mid_capture(mut s: board::qemu::Session, written: impl F
     );
 }
 
-/// Power cut in the middle of writing a new image: the previous image still boots. The cut
-/// is event-driven: power goes off as soon as the first bytes of the new image reach the
-/// store's other area, so it always lands between the first data write and the commit.
-#[test]
-fn capture_killed_mid_write_leaves_previous_image_bootable() {
-    let good = captured("shell");
-    let store = copy_store(&good, "test-killed.store");
-    let area_b = snapimg::Store::open(&store, false)
-        .unwrap()
-        .area_offset(snapimg::Slot::B);
-    let area_b_has_data = || {
-        use std::os::unix::fs::FileExt;
-        let mut b = vec![0u8; 64 << 10];
-        let f = std::fs::File::open(&store).unwrap();
-        f.read_exact_at(&mut b, area_b).unwrap();
-        b.iter().any(|&x| x != 0)
-    };
-    assert!(!area_b_has_data(), "area B of a one-image store is empty");
-    cut_power_mid_capture(
-        board_session("shell", &store, &["snapboot.capture"]),
-        area_b_has_data,
-    );
-    assert!(area_b_has_data(), "the cut landed mid-write");
-    let mut inspect = snapboot();
-    inspect.args(["image", "inspect", "--json"]).arg(&store);
-    let (out, so, se) = run(inspect);
-    assert!(out.status.success(), "{so}{se}");
-    let v: serde_json::Value = serde_json::from_str(&so).unwrap();
-    assert_eq!(
-        v["image"]["generation"], 1,
-        "previous image is still the newest"
-    );
-    assert_eq!(v["verify"], "ok");
-
-    let mut s = board_session("shell", &store, &[]);
-    let restored = Regex::new(r"snapboot: @restored").unwrap();
-    s.wait_for(
-        &restored,
-        "restore of the previous image",
-        Duration::from_secs(120),
-    )
-    .unwrap();
-    assert_eq!(ask(&mut s, "echo probe-$((6*7))", "^probe-42$"), "probe-42");
-    s.finish(boottrace::Outcome::Answered);
-}
-
 /// `snapboot.once`: the image boots exactly once, then the board cold-boots with the reason.
 #[test]
 fn boot_once_image_is_invalidated_by_its_restore() {
@@ -382,10 +355,10 @@ fn boot_once_image_is_invalidated_by_its_restore() {
     s.wait_for(&restored, "the one restore", Duration::from_secs(120))
         .unwrap();
     s.finish(boottrace::Outcome::Ready);
-    expect_fallback(&store, &[], "was invalidated");
+    expect_fallback(&store, &[], "the store holds no image");
 }
 
-/// `snapboot image inspect --json` of a store.
+/// The newest image of `snapboot image inspect --json` of a store.
 fn inspect(store: &Path) -> serde_json::Value {
     let mut c = snapboot();
     c.args(["image", "inspect", "--json"]).arg(store);
@@ -393,7 +366,8 @@ fn inspect(store: &Path) -> serde_json::Value {
     assert!(out.status.success(), "inspect failed:\n{so}\n{se}");
     let v: serde_json::Value =
         serde_json::from_str(&so).unwrap_or_else(|e| panic!("inspect JSON: {e}\n{so}"));
-    v["image"].clone()
+    assert_eq!(v[0]["verify"], "ok", "{v}");
+    v[0].clone()
 }
 
 /// BLAKE3 of `len` bytes of `path` from `offset`.
@@ -444,8 +418,8 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
     let swap = &lazy["swap"];
     let used = swap["used_pages"].as_u64().unwrap();
     let (full_raw, lazy_raw) = (
-        full["stats"]["raw_bytes"].as_u64().unwrap(),
-        lazy["stats"]["raw_bytes"].as_u64().unwrap(),
+        full["raw_bytes"].as_u64().unwrap(),
+        lazy["raw_bytes"].as_u64().unwrap(),
     );
     assert!(used > 10_000, "only {used} pages were paged out: {lazy}");
     assert!(

@@ -1,12 +1,16 @@
-//! Images on a flash store (`flashstore`, seed 003): what capture writes there, and the
-//! description snapboot keeps with each image (the kernel and machine it belongs to, and
-//! what it is bound to). The store itself knows nothing of kernels; this module is the glue.
+//! The device's image store (crate `flashstore`, docs/store.md): opening it safely, writing
+//! a captured image into it with its description, signatures, and the order resume tries
+//! images in. The store knows nothing of kernels; the description (crate `snapimg`) says
+//! which kernel, machine and system an image belongs to.
+//!
+//! A store is only ever opened by its magic: a device without it (a renumbered disk, a
+//! partition of something else, an old two-slot store) is refused before anything is
+//! written to it. Only `snapboot store init` lays out a new one.
 
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use flashstore::{Committed, ImageRec, Store, StoreError, WriteOptions};
 use imagekey::{KeyError, PublicKey, SecretKey};
-use serde::{Deserialize, Serialize};
-use snapimg::{Binding, CaptureMeta, Identity, SwapRegion, PAGE_SIZE};
+use snapimg::{Description, DescriptionError, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
@@ -15,14 +19,10 @@ pub const DEFAULT_IMAGE: &str = "current";
 /// Where the initramfs carries the public key that images must be signed for. When it is
 /// there, resume restores signed images only.
 pub const PUBLIC_KEY_FILE: &str = "/etc/snapboot/image.pub";
-/// Version of [`Description`]'s encoding.
-const DESCRIPTION_VERSION: u32 = 1;
-/// Room for the binding record (it is bounded far below this).
-const BINDING_ROOM: usize = 64 << 10;
 
-/// Errors of images on a flash store.
+/// Errors of the device's store and the images on it.
 #[derive(Debug, thiserror::Error)]
-pub enum FlashError {
+pub enum StoreUseError {
     /// The store file or device could not be opened.
     #[error("opening {path}")]
     Open {
@@ -30,179 +30,55 @@ pub enum FlashError {
         #[source]
         source: std::io::Error,
     },
-    /// The store refused or is damaged.
+    /// The device holds no usable store, or the store refused an operation.
+    #[error("store {path}")]
+    Store {
+        path: PathBuf,
+        #[source]
+        source: StoreError,
+    },
+    /// The store refused an operation on one of its images.
     #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The description stored with the image does not parse.
-    #[error("the image's description does not parse: {0}")]
-    Description(String),
-    /// The binding record could not be encoded or decoded.
-    #[error("the image's binding record")]
-    Binding(#[source] snapimg::BindingError),
+    Image(#[from] StoreError),
+    /// The description stored with the image is unusable.
+    #[error(transparent)]
+    Description(#[from] DescriptionError),
     /// Reading the kernel's page stream failed.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
-    /// Signing failed.
+    /// Signing or checking a signature failed.
     #[error(transparent)]
     Key(#[from] KeyError),
 }
 
-/// What snapboot stores with an image besides its pages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Description {
-    /// [`DESCRIPTION_VERSION`].
-    pub version: u32,
-    /// Kernel and machine of the capture.
-    pub identity: Identity,
-    /// Capture time, unix seconds.
-    pub created_unix: u64,
-    /// [`Binding::encode`]d record (empty: none).
-    pub binding: Vec<u8>,
-    /// Pages of the kernel's stream.
-    pub stream_pages: u64,
-    /// A lazy image's swap region (in the image's raw region of the store).
-    pub swap: Option<SwapDesc>,
-}
-
-/// A lazy image's swap region, as the description records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SwapDesc {
-    /// Byte offset on the store device.
-    pub offset: u64,
-    /// Bytes.
-    pub bytes: u64,
-    /// Pages swapped out into it at capture.
-    pub used_pages: u64,
-    /// UUID in its swap header.
-    pub uuid: [u8; 16],
-    /// The dm-verity tree page-ins are checked against.
-    pub verity: Option<snapimg::SwapVerity>,
-}
-
-impl From<&SwapRegion> for SwapDesc {
-    fn from(r: &SwapRegion) -> Self {
-        SwapDesc {
-            offset: r.offset,
-            bytes: r.bytes,
-            used_pages: r.used_pages,
-            uuid: r.uuid,
-            verity: r.verity,
-        }
-    }
-}
-
-impl SwapDesc {
-    /// As the lazy module takes it.
-    pub fn region(&self) -> SwapRegion {
-        SwapRegion {
-            offset: self.offset,
-            bytes: self.bytes,
-            used_pages: self.used_pages,
-            uuid: self.uuid,
-            verity: self.verity,
-        }
-    }
-
-    /// Whether the region lies in the raw region the store gave the image.
-    pub fn inside(&self, store: &Store<File>, raw: Option<flashstore::Extent>) -> bool {
-        raw.is_some_and(|e| {
-            let at = store.raw_offset(e);
-            self.offset >= at
-                && self
-                    .offset
-                    .checked_add(self.bytes)
-                    .is_some_and(|end| end <= at + e.len)
-        })
-    }
-}
-
-impl Description {
-    /// The description of a capture.
-    pub fn new(
-        meta: &CaptureMeta,
-        stream_pages: u64,
-        swap: Option<&SwapRegion>,
-    ) -> Result<Self, FlashError> {
-        let binding = match &meta.binding {
-            Some(b) => b.encode(BINDING_ROOM).map_err(FlashError::Binding)?,
-            None => Vec::new(),
-        };
-        Ok(Description {
-            version: DESCRIPTION_VERSION,
-            identity: meta.identity.clone(),
-            created_unix: meta.created_unix,
-            binding,
-            stream_pages,
-            swap: swap.map(SwapDesc::from),
-        })
-    }
-
-    /// Its bytes.
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("a description always encodes")
-    }
-
-    /// Back from [`Description::encode`].
-    pub fn decode(b: &[u8]) -> Result<Self, FlashError> {
-        let d: Description =
-            postcard::from_bytes(b).map_err(|e| FlashError::Description(e.to_string()))?;
-        if d.version != DESCRIPTION_VERSION {
-            return Err(FlashError::Description(format!(
-                "version {} (this snapboot reads {DESCRIPTION_VERSION})",
-                d.version
-            )));
-        }
-        Ok(d)
-    }
-
-    /// The binding record, if the image has one.
-    pub fn binding(&self) -> Result<Option<Binding>, FlashError> {
-        if self.binding.is_empty() {
-            return Ok(None);
-        }
-        Binding::decode(&self.binding)
-            .map(Some)
-            .map_err(FlashError::Binding)
-    }
-}
-
-/// Whether `path` holds a flash store (by its first superblock's magic; a damaged first
-/// superblock with a good second one is still found by [`Store::open`], so this only
-/// decides which reader to use).
-pub fn is_flash_store(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    let second = flashstore::BLOCK;
-    File::open(path).is_ok_and(|f| {
-        use std::os::unix::fs::FileExt;
-        [0, second]
-            .iter()
-            .any(|&at| f.read_exact_at(&mut magic, at).is_ok() && &magic == flashstore::MAGIC)
-    })
-}
-
-/// Opens the flash store at `path`.
-pub fn open_store(path: &Path, rw: bool) -> Result<Store<File>, FlashError> {
+/// Opens the store at `path` (for writing with `rw`). A device that does not carry the
+/// store's magic, an old two-slot store and a truncated store are refused, each with its
+/// reason, before anything is written.
+pub fn open_store(path: &Path, rw: bool) -> Result<Store<File>, StoreUseError> {
     let file = OpenOptions::new()
         .read(true)
         .write(rw)
         .open(path)
-        .map_err(|source| FlashError::Open {
+        .map_err(|source| StoreUseError::Open {
             path: path.into(),
             source,
         })?;
-    Ok(Store::open(file)?)
+    Store::open(file).map_err(|source| StoreUseError::Store {
+        path: path.into(),
+        source,
+    })
 }
 
-/// Streams the kernel's image pages from `dev` into image `name` on `store` and commits it.
+/// Streams the kernel's image pages from `dev` into image `name` on `store` and commits it
+/// with its description (`describe` is given the number of pages read).
 pub fn write_image(
     dev: &mut SnapshotDev,
     store: &mut Store<File>,
     name: &str,
     opts: WriteOptions,
-    meta: &CaptureMeta,
     raw: Option<flashstore::Extent>,
-    swap: Option<SwapRegion>,
-) -> Result<Committed, FlashError> {
+    describe: impl FnOnce(u64) -> Result<Description, DescriptionError>,
+) -> Result<Committed, StoreUseError> {
     let mut w = store.writer(name, opts)?;
     if let Some(e) = raw {
         w.attach_raw(e)?;
@@ -213,8 +89,128 @@ pub fn write_image(
         w.push_page(&page)?;
         pages += 1;
     }
-    let description = Description::new(meta, pages, swap.as_ref())?;
+    let description = describe(pages)?;
     Ok(w.commit(description.encode())?)
+}
+
+/// The description of image `rec`, read from the store.
+pub fn description(store: &Store<File>, rec: &ImageRec) -> Result<Description, StoreUseError> {
+    let meta = store.image_meta(rec)?;
+    Ok(Description::decode(&meta.user)?)
+}
+
+/// Whether the swap region a description records lies in the raw region the store gave
+/// image `rec` (a description pointing elsewhere is refused).
+pub fn swap_inside(store: &Store<File>, rec: &ImageRec, swap: &snapimg::SwapRegion) -> bool {
+    rec.raw
+        .is_some_and(|e| swap.inside(store.raw_offset(e), e.len))
+}
+/// What `snapboot store ls --json` and `snapboot image inspect --json` say of an image: the
+/// JSON contract of both.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ImageSummary {
+    /// The image's name.
+    pub name: String,
+    /// Store generation that committed it.
+    pub generation: u64,
+    /// Captures, `rm` and gc leave it alone.
+    pub pinned: bool,
+    /// It carries a signature.
+    pub signed: bool,
+    /// Commit time, unix seconds.
+    pub created_unix: u64,
+    /// Kernel and machine it was captured on (`None`: its description is unusable, see
+    /// `description_error`).
+    pub identity: Option<snapimg::Identity>,
+    /// Why the description is unusable.
+    pub description_error: Option<String>,
+    /// Pages of the kernel's stream.
+    pub stream_pages: Option<u64>,
+    /// What the image cost and saved.
+    pub stats: flashstore::ImageStats,
+    /// Uncompressed bytes of the kernel's stream.
+    pub raw_bytes: u64,
+    /// Chunks it references.
+    pub chunks: usize,
+    /// The raw region the store gave it, if any: byte offset on the device and length.
+    pub raw_region: Option<RegionSummary>,
+    /// A lazy image's swap region.
+    pub swap: Option<SwapSummary>,
+}
+
+/// A byte range of the store device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RegionSummary {
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// A lazy image's swap region, as [`ImageSummary`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SwapSummary {
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Pages paged out into it at capture.
+    pub used_pages: u64,
+    /// UUID of its swap header, as `blkid` shows it.
+    pub uuid: String,
+    /// The dm-verity tree page-ins are checked against (`None`: not verified).
+    pub verity: Option<VeritySummary>,
+}
+
+/// A lazy image's verity tree, as [`ImageSummary`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VeritySummary {
+    /// Pages covered from the start of the swap area.
+    pub data_blocks: u64,
+    /// First block of the tree in the region.
+    pub hash_start: u64,
+    /// Root digest (SHA-256), hex.
+    pub root: String,
+    /// Salt, hex.
+    pub salt: String,
+}
+
+/// What the store says of image `rec`, with its description.
+pub fn summary(store: &Store<File>, rec: &ImageRec) -> ImageSummary {
+    let d = description(store, rec);
+    let swap = d.as_ref().ok().and_then(|d| d.swap);
+    ImageSummary {
+        name: rec.name.clone(),
+        generation: rec.generation,
+        pinned: rec.pinned,
+        signed: !rec.signature.is_empty(),
+        created_unix: rec.created_unix,
+        identity: d.as_ref().ok().map(|d| d.identity.clone()),
+        description_error: d
+            .as_ref()
+            .err()
+            .map(|e| boottrace::error_chain(e)),
+        stream_pages: d.as_ref().ok().map(|d| d.stream_pages),
+        stats: rec.stats,
+        raw_bytes: rec.stats.pages * PAGE_SIZE as u64,
+        chunks: rec.chunks.len(),
+        raw_region: rec.raw.map(|e| RegionSummary {
+            offset: store.raw_offset(e),
+            bytes: e.len,
+        }),
+        swap: swap.map(|w| SwapSummary {
+            offset: w.offset,
+            bytes: w.bytes,
+            used_pages: w.used_pages,
+            uuid: w.uuid_text(),
+            verity: w.verity.map(|v| VeritySummary {
+                data_blocks: v.data_blocks,
+                hash_start: v.hash_start,
+                root: snapimg::hex(&v.root),
+                salt: snapimg::hex(&v.salt),
+            }),
+        }),
+    }
 }
 
 /// Clusters filled less than this are compacted when a capture finds the store low on idle
@@ -227,7 +223,7 @@ pub const RECLAIM_BELOW_PERCENT: u8 = 50;
 pub fn reclaim_if_low(
     store: &mut Store<File>,
     need: u64,
-) -> Result<Option<flashstore::CompactReport>, FlashError> {
+) -> Result<Option<flashstore::CompactReport>, StoreError> {
     if store.idle_bytes() >= need {
         return Ok(None);
     }
@@ -235,7 +231,7 @@ pub fn reclaim_if_low(
 }
 
 /// Signs image `name` on the store at `path` with `key` (after reading it whole).
-pub fn sign_image(path: &Path, name: &str, key: &SecretKey) -> Result<ImageRec, FlashError> {
+pub fn sign_image(path: &Path, name: &str, key: &SecretKey) -> Result<ImageRec, StoreUseError> {
     let mut store = open_store(path, true)?;
     let rec = store
         .image(name)
@@ -251,7 +247,7 @@ pub fn check_signature(
     store: &Store<File>,
     rec: &ImageRec,
     key: &PublicKey,
-) -> Result<(), FlashError> {
+) -> Result<(), StoreUseError> {
     let digest = store.signed_digest(rec)?;
     Ok(key.verify(&digest, &rec.signature)?)
 }
@@ -369,29 +365,5 @@ mod tests {
             candidates(&images, &["new".into(), "old".into(), "new".into()]),
             ["new", "old", "current", "factory"]
         );
-    }
-
-    #[test]
-    fn descriptions_round_trip_and_bad_ones_are_named() {
-        let meta = CaptureMeta {
-            identity: Identity {
-                release: "6.1.0-56-amd64".into(),
-                version: "#1 SMP".into(),
-                machine: "x86_64".into(),
-                ram_bytes: 1 << 30,
-            },
-            created_unix: 1_700_000_000,
-            binding: None,
-        };
-        let d = Description::new(&meta, 1234, None).unwrap();
-        let back = Description::decode(&d.encode()).unwrap();
-        assert_eq!(back, d);
-        assert_eq!(back.binding().unwrap(), None);
-        let e = Description::decode(b"\x07garbage").unwrap_err().to_string();
-        assert!(e.starts_with("the image's description"), "{e}");
-        let mut v2 = d.clone();
-        v2.version = 2;
-        let e = Description::decode(&v2.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 2"), "{e}");
     }
 }

@@ -1,0 +1,179 @@
+//! The image description: what snapboot keeps with an image besides its pages. The store
+//! holds it as the image's metadata (checksummed with the catalog, covered by a signature);
+//! resume reads it before the first page and refuses an image whose kernel, machine, RAM
+//! size or binding does not match the running system.
+//!
+//! Encoding: postcard of [`Description`], whose first field is [`DESCRIPTION_VERSION`]; a
+//! decoder refuses any other version with both numbers. The binding keeps its own
+//! versioned encoding ([`Binding::encode`]) inside.
+
+use crate::binding::{Binding, BindingError};
+use crate::identity::Identity;
+use crate::swap::{BadSwapRegion, SwapRegion};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Version of [`Description`]'s encoding.
+pub const DESCRIPTION_VERSION: u32 = 2;
+/// Room for the binding record (it is bounded far below this).
+const BINDING_ROOM: usize = 64 << 10;
+
+/// Why a description cannot be made or read.
+#[derive(Debug, Error)]
+pub enum DescriptionError {
+    /// The bytes are not a description.
+    #[error("the image's description does not parse")]
+    Parse(#[source] postcard::Error),
+    /// A description of another version.
+    #[error("the image's description is version {found}, this snapboot reads {DESCRIPTION_VERSION}: capture the image again")]
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// The binding record does not encode or decode.
+    #[error("the image's binding record")]
+    Binding(#[source] BindingError),
+    /// The recorded swap region breaks a rule.
+    #[error("the image's swap region")]
+    Swap(#[source] BadSwapRegion),
+}
+
+/// What snapboot stores with an image besides its pages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Description {
+    /// [`DESCRIPTION_VERSION`].
+    pub version: u32,
+    /// Kernel and machine of the capture.
+    pub identity: Identity,
+    /// Capture time, unix seconds.
+    pub created_unix: u64,
+    /// [`Binding::encode`]d record (empty: none).
+    binding: Vec<u8>,
+    /// Pages of the kernel's stream.
+    pub stream_pages: u64,
+    /// A lazy image's swap region (in the image's raw region of the store).
+    pub swap: Option<SwapRegion>,
+}
+
+impl Description {
+    /// The description of a capture.
+    pub fn new(
+        identity: Identity,
+        created_unix: u64,
+        binding: Option<&Binding>,
+        stream_pages: u64,
+        swap: Option<SwapRegion>,
+    ) -> Result<Self, DescriptionError> {
+        let binding = match binding {
+            Some(b) => b.encode(BINDING_ROOM).map_err(DescriptionError::Binding)?,
+            None => Vec::new(),
+        };
+        if let Some(s) = &swap {
+            s.check().map_err(DescriptionError::Swap)?;
+        }
+        Ok(Description {
+            version: DESCRIPTION_VERSION,
+            identity,
+            created_unix,
+            binding,
+            stream_pages,
+            swap,
+        })
+    }
+
+    /// Its bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        // Every field is a plain value postcard encodes into a growing vector.
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// Back from [`Description::encode`]: the version checked first, then the swap region.
+    pub fn decode(b: &[u8]) -> Result<Self, DescriptionError> {
+        // The version is the first field: read it alone, so an older layout is named by its
+        // version and not as garbage.
+        let (found, _): (u32, _) =
+            postcard::take_from_bytes(b).map_err(DescriptionError::Parse)?;
+        if found != DESCRIPTION_VERSION {
+            return Err(DescriptionError::Version { found });
+        }
+        let d: Description = postcard::from_bytes(b).map_err(DescriptionError::Parse)?;
+        if let Some(s) = &d.swap {
+            s.check().map_err(DescriptionError::Swap)?;
+        }
+        Ok(d)
+    }
+
+    /// The binding record, if the image has one.
+    pub fn binding(&self) -> Result<Option<Binding>, DescriptionError> {
+        if self.binding.is_empty() {
+            return Ok(None);
+        }
+        Binding::decode(&self.binding)
+            .map(Some)
+            .map_err(DescriptionError::Binding)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PAGE_SIZE;
+
+    fn identity() -> Identity {
+        Identity {
+            release: "6.1.0-56-amd64".into(),
+            version: "#1 SMP".into(),
+            machine: "x86_64".into(),
+            ram_bytes: 1 << 30,
+        }
+    }
+
+    fn swap() -> SwapRegion {
+        let page = PAGE_SIZE as u64;
+        SwapRegion {
+            offset: 64 * page,
+            bytes: 32 * page,
+            used_pages: 20,
+            uuid: [7; 16],
+            verity: None,
+        }
+    }
+
+    #[test]
+    fn descriptions_round_trip() {
+        for s in [None, Some(swap())] {
+            let d = Description::new(identity(), 1_700_000_000, None, 1234, s).unwrap();
+            let back = Description::decode(&d.encode()).unwrap();
+            assert_eq!(back, d);
+            assert_eq!(back.binding().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn garbage_another_version_and_a_bad_swap_region_are_named() {
+        let e = Description::decode(b"").unwrap_err();
+        assert!(matches!(e, DescriptionError::Parse(_)), "{e}");
+        let mut d = Description::new(identity(), 0, None, 1, None).unwrap();
+        d.version = 1;
+        let e = Description::decode(&d.encode()).unwrap_err().to_string();
+        assert!(e.contains("version 1, this snapboot reads 2"), "{e}");
+        let bad = SwapRegion {
+            used_pages: 40,
+            ..swap()
+        };
+        let e = Description::new(identity(), 0, None, 1, Some(bad)).unwrap_err();
+        assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
+        d.version = DESCRIPTION_VERSION;
+        d.swap = Some(bad);
+        let e = Description::decode(&d.encode()).unwrap_err();
+        assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
+        let mut bytes = Description::new(identity(), 0, None, 1, None)
+            .unwrap()
+            .encode();
+        bytes.truncate(bytes.len() - 2);
+        assert!(matches!(
+            Description::decode(&bytes),
+            Err(DescriptionError::Parse(_))
+        ));
+    }
+}

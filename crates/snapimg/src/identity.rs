@@ -1,0 +1,104 @@
+//! The kernel and machine an image belongs to, and the check that refuses an image made by
+//! another kernel build or on another RAM size, naming the field that differs.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The kernel and machine an image belongs to, as recorded at capture and as found at resume
+/// (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// `uname -r`.
+    pub release: String,
+    /// `uname -v` (build number and date: distinguishes rebuilds).
+    pub version: String,
+    /// `uname -m`.
+    pub machine: String,
+    /// RAM size in bytes (capture and resume must use the same source, snapboot sums the
+    /// "System RAM" ranges of /proc/iomem).
+    pub ram_bytes: u64,
+}
+
+/// Why an image cannot be restored on the running system.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum Incompat {
+    /// A kernel identity field differs.
+    #[error("kernel {field} differs: image was captured on {image:?}, running {running:?}")]
+    KernelMismatch {
+        /// `release`, `version` or `machine`.
+        field: &'static str,
+        /// Value in the image.
+        image: String,
+        /// Value of the running system.
+        running: String,
+    },
+    /// RAM size differs.
+    #[error(
+        "RAM size differs: image was captured with {image} bytes, running with {running} bytes"
+    )]
+    RamMismatch {
+        /// Bytes recorded in the image.
+        image: u64,
+        /// Bytes of the running system.
+        running: u64,
+    },
+}
+
+impl Identity {
+    /// Compares the identity an image records (`self`) with the running system's, naming
+    /// the first field that differs.
+    pub fn check_against(&self, running: &Identity) -> Result<(), Incompat> {
+        for (field, a, b) in [
+            ("release", &self.release, &running.release),
+            ("version", &self.version, &running.version),
+            ("machine", &self.machine, &running.machine),
+        ] {
+            if a != b {
+                return Err(Incompat::KernelMismatch {
+                    field,
+                    image: a.clone(),
+                    running: b.clone(),
+                });
+            }
+        }
+        if self.ram_bytes != running.ram_bytes {
+            return Err(Incompat::RamMismatch {
+                image: self.ram_bytes,
+                running: running.ram_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> Identity {
+        Identity {
+            release: "6.1.0-56-amd64".into(),
+            version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2".into(),
+            machine: "x86_64".into(),
+            ram_bytes: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn the_first_differing_field_is_named_with_both_values() {
+        assert_eq!(id().check_against(&id()), Ok(()));
+        let mut other = id();
+        other.release = "6.1.0-57-amd64".into();
+        other.ram_bytes += 4096;
+        let e = id().check_against(&other).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "kernel release differs: image was captured on \"6.1.0-56-amd64\", running \"6.1.0-57-amd64\""
+        );
+        let mut other = id();
+        other.ram_bytes = 512 << 20;
+        let e = id().check_against(&other).unwrap_err().to_string();
+        assert!(e.starts_with("RAM size differs"), "{e}");
+        assert!(e.contains("1073741824") && e.contains("536870912"), "{e}");
+    }
+}
