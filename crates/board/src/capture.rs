@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
-use boottrace::{Outcome, Timeline};
+use boottrace::{Marker, Outcome, Timeline};
 use flashstore::{ChunkCheck, FormatOptions, Store, StoreError};
 
 use crate::bundle::Bundle;
@@ -125,19 +125,21 @@ pub fn capture_boot(
     let mut opts = opts.clone();
     attach_store(&mut opts, store, true)?;
     let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
-    let done = Regex::new(r"snapboot: @capture-(done|failed)").expect("a valid regex");
-    let res = s.wait_for(&done, "the capture to finish", opts.timeout);
+    let res = s.wait_for_marker(CAPTURE_END, "the capture to finish", opts.timeout);
     end_capture(s, res)
 }
+
+/// The markers that end a capture: the image is written, or it is not.
+const CAPTURE_END: &[Marker] = &[Marker::CaptureDone, Marker::CaptureFailed];
 
 /// Ends a capture boot from the console line that decided it: the device's capture result,
 /// or (re-capture) a cold-boot fallback. Waits for the power-off after a written image.
 fn end_capture(
     mut s: Session,
-    decided: Result<(String, f64), RunError>,
+    decided: Result<(Marker, String, f64), RunError>,
 ) -> Result<Timeline, CaptureBootError> {
-    let line = match decided {
-        Ok((line, _)) => line,
+    let (marker, line) = match decided {
+        Ok((marker, line, _)) => (marker, line),
         Err(e) => {
             s.finish(Outcome::Exited {
                 reason: e.to_string(),
@@ -145,11 +147,11 @@ fn end_capture(
             return Err(CaptureBootError::Boot(e));
         }
     };
-    if line.contains("@fallback") || line.contains("@capture-failed") {
+    if marker != Marker::CaptureDone {
         s.finish(Outcome::Exited {
             reason: line.clone(),
         });
-        return Err(if line.contains("@fallback") {
+        return Err(if marker == Marker::Fallback {
             CaptureBootError::NotRestored(line)
         } else {
             CaptureBootError::Guest(line)
@@ -178,18 +180,20 @@ pub fn recapture_boot(
     let mut opts = opts.clone();
     attach_store(&mut opts, store, false)?;
     let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
-    let restored = Regex::new(r"snapboot: @(restored|fallback)\b").expect("a valid regex");
-    let done = Regex::new(r"snapboot: @capture-(done|failed)").expect("a valid regex");
     let res = s
-        .wait_for(&restored, "the restored marker", opts.timeout)
-        .and_then(|(line, t)| {
-            if line.contains("@fallback") {
-                return Ok((line, t));
+        .wait_for_marker(
+            &[Marker::Restored, Marker::Fallback],
+            "the restored marker",
+            opts.timeout,
+        )
+        .and_then(|(marker, line, t)| {
+            if marker == Marker::Fallback {
+                return Ok((marker, line, t));
             }
             s.send(change)?;
             s.wait_for(answer, "the answer to the change", opts.timeout)?;
             s.send("recapture")?;
-            s.wait_for(&done, "the re-capture to finish", opts.timeout)
+            s.wait_for_marker(CAPTURE_END, "the re-capture to finish", opts.timeout)
         });
     end_capture(s, res)
 }

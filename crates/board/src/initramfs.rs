@@ -182,7 +182,7 @@ pub struct InitScript {
 impl InitScript {
     /// Renders the `/init` shell script (run by busybox `sh`).
     pub fn render(&self) -> String {
-        let m = |name: &str| boottrace::marker(name, None);
+        let m = |marker: boottrace::Marker| marker.line(None);
         let mut s = String::new();
         s.push_str("#!/bin/sh\n# Written by snapboot: first stage of the board's boot.\n");
         s.push_str("export PATH=/bin\n");
@@ -195,7 +195,7 @@ impl InitScript {
         // /run is a tmpfs from the start: `snapboot resume` records the boot setup there for
         // a capture later in this boot, and the same tmpfs moves into the root.
         s.push_str("mount -t tmpfs -o mode=0755,size=32m tmpfs /run\n");
-        s.push_str(&format!("echo \"{}\"\nfi\n", m("init")));
+        s.push_str(&format!("echo \"{}\"\nfi\n", m(boottrace::Marker::Init)));
         // A restore kernel has its drivers built in and cannot load the stock kernel's
         // modules: it goes straight to resume (store discovery needs no module).
         s.push_str(&format!(
@@ -242,7 +242,7 @@ impl InitScript {
             }
             s.push_str(";; esac\n");
         }
-        s.push_str(&format!("echo \"{}\"\n", m("root-mounted")));
+        s.push_str(&format!("echo \"{}\"\n", m(boottrace::Marker::RootMounted)));
         s.push_str(
             "[ -d /newroot/run ] || fail 'root filesystem has no /run directory'\n\
              mkdir -p /run/snapboot/bin\n\
@@ -262,6 +262,52 @@ impl InitScript {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `snapboot: @name` a boot script prints (the board's `/init` and the files in
+    /// `guest/`) is a marker the host knows.
+    #[test]
+    fn every_marker_a_script_prints_is_known() {
+        let init = InitScript {
+            modules: vec!["virtio_blk".into()],
+            lazy_modules: Vec::new(),
+            late_modules: Vec::new(),
+            root_dev: "/dev/vda".into(),
+            root_fs: "squashfs".into(),
+            start: "sh".into(),
+            env: Vec::new(),
+        }
+        .render();
+        let mut texts = vec![("/init".to_string(), init)];
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../guest"
+        ))];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if let Ok(t) = std::fs::read_to_string(&p) {
+                    texts.push((p.display().to_string(), t));
+                }
+            }
+        }
+        let mut seen = 0;
+        for (file, text) in &texts {
+            for name in boottrace::Marker::names_in(text) {
+                assert!(
+                    boottrace::Marker::from_name(name).is_some(),
+                    "{file} prints marker @{name}, which the host does not know"
+                );
+                seen += 1;
+            }
+        }
+        assert!(
+            seen >= 4,
+            "only {seen} markers found in {} files",
+            texts.len()
+        );
+    }
 
     #[test]
     fn archive_has_parents_before_children_and_a_console() {

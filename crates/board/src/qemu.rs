@@ -3,7 +3,7 @@
 
 use crate::bundle::Bundle;
 use crate::workload::Probe;
-use boottrace::{LineRecorder, MilestoneKind, Outcome, Timeline};
+use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
 use regex::Regex;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -436,12 +436,37 @@ impl Session {
         what: &str,
         timeout: Duration,
     ) -> Result<(String, f64), RunError> {
+        self.wait_until(&|l| re.is_match(l), what, timeout)
+    }
+
+    /// Waits for the first console line that carries one of `markers` (see
+    /// [`Session::wait_for`]); returns which, the line and its time.
+    pub fn wait_for_marker(
+        &mut self,
+        markers: &[Marker],
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(Marker, String, f64), RunError> {
+        let found = |l: &str| Marker::parse(l).is_some_and(|(m, _)| markers.contains(&m));
+        let (line, t) = self.wait_until(&found, what, timeout)?;
+        let marker = Marker::parse(&line).map_or(markers[0], |(m, _)| m);
+        Ok((marker, line, t))
+    }
+
+    /// Waits for the first console line (after those already seen) for which `matches`
+    /// holds; see [`Session::wait_for`].
+    fn wait_until(
+        &mut self,
+        matches: &dyn Fn(&str) -> bool,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(String, f64), RunError> {
         let deadline = Instant::now() + timeout;
         loop {
             while self.cursor < self.timeline.lines.len() {
                 let line = &self.timeline.lines[self.cursor];
                 self.cursor += 1;
-                if re.is_match(&line.text) {
+                if matches(&line.text) {
                     return Ok((line.text.clone(), line.t));
                 }
                 if line.text.contains("Kernel panic - not syncing") {
@@ -586,19 +611,17 @@ pub fn run_probe_then(
     bundle: &Bundle,
     opts: &RunOptions,
     probe: &Probe,
-    then: Option<(&Regex, &str)>,
+    then: Option<(Marker, &str)>,
 ) -> Result<RunResult, RunError> {
     let expect =
         Regex::new(&probe.expect).map_err(|e| RunError::BadRegex(probe.expect.clone(), e))?;
     // A cold boot reaches `ready`; a snapshot boot comes back at `restored`.
-    let ready = Regex::new(r"snapboot: @(ready|restored)\b")
-        .map_err(|e| RunError::BadRegex("ready".into(), e))?;
     let mut s = Session::start(bundle, opts)?;
     let deadline = Instant::now() + opts.timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let res = s
-        .wait_for(
-            &ready,
+        .wait_for_marker(
+            &[Marker::Ready, Marker::Restored],
             "the application's ready (or restored) marker",
             left(),
         )
@@ -608,11 +631,11 @@ pub fn run_probe_then(
             s.wait_for(&expect, "the probe's answer", left())
         });
     let res = match (res, then) {
-        (Ok((text, t)), Some((re, what))) => {
+        (Ok((text, t)), Some((marker, what))) => {
             s.timeline
                 .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
             s.timeline.tti = Some(t);
-            s.wait_for(re, what, left()).map(|_| None)
+            s.wait_for_marker(&[marker], what, left()).map(|_| None)
         }
         (Ok(answer), None) => Ok(Some(answer)),
         (Err(e), _) => Err(e),

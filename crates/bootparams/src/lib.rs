@@ -54,8 +54,8 @@
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
 
-pub use flashstore::Dedupe;
 use flashstore::Compression;
+pub use flashstore::Dedupe;
 use thiserror::Error;
 
 /// The keys, each once.
@@ -523,8 +523,7 @@ impl BootParams {
                 }
                 key::COMPRESS => {
                     let c = value.and_then(parse_compression);
-                    p.compression =
-                        Some(c.ok_or_else(|| bad("expected lz4 or none"))?);
+                    p.compression = Some(c.ok_or_else(|| bad("expected lz4 or none"))?);
                 }
                 key::LAZY => {
                     let r = parse_reclaim(value.unwrap_or(""));

@@ -223,10 +223,7 @@ fn device() -> impl Strategy<Value = Option<String>> {
 }
 
 fn compression() -> impl Strategy<Value = Option<Compression>> {
-    proptest::option::of(prop_oneof![
-        Just(Compression::None),
-        Just(Compression::Lz4),
-    ])
+    proptest::option::of(prop_oneof![Just(Compression::None), Just(Compression::Lz4),])
 }
 
 fn reclaim() -> impl Strategy<Value = Option<Reclaim>> {

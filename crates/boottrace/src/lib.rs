@@ -4,6 +4,7 @@
 //! interactive (TTI). [`Timeline`] is the JSON contract shared by the runner, the CLI and the
 //! benchmarks.
 
+pub mod marker;
 pub mod parse;
 pub mod recorder;
 pub mod report;
@@ -12,10 +13,9 @@ pub mod stats;
 pub mod summary;
 pub mod timeline;
 
+pub use marker::{Marker, MARKER_PREFIX};
 pub use parse::ParseError;
 pub use recorder::{parse_printk_prefix, ConsoleLine, LineRecorder, MAX_LINE_BYTES};
 pub use stats::Stats;
 pub use summary::{OrderError, Phases, EXPECTED_ORDER};
-pub use timeline::{
-    detect, error_chain, marker, Milestone, MilestoneKind, Outcome, Timeline, MARKER_PREFIX,
-};
+pub use timeline::{detect, error_chain, Milestone, MilestoneKind, Outcome, Timeline};

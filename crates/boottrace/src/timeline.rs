@@ -8,19 +8,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::marker::{Marker, MARKER_PREFIX};
 use crate::recorder::ConsoleLine;
-
-/// What every guest-side marker starts with; a marker line reads `snapboot: @<name>[ <detail>]`.
-pub const MARKER_PREFIX: &str = "snapboot: @";
-
-/// Formats a guest-side marker, e.g. `marker("fallback", Some("no image"))` gives
-/// `snapboot: @fallback no image`. Guest code prints this; [`detect`] parses it.
-pub fn marker(name: &str, detail: Option<&str>) -> String {
-    match detail.map(str::trim).filter(|d| !d.is_empty()) {
-        Some(d) => format!("{MARKER_PREFIX}{name} {d}"),
-        None => format!("{MARKER_PREFIX}{name}"),
-    }
-}
 
 /// An error and every source under it, joined with ": ": the whole cause in one line, as a
 /// marker's detail carries it and as the CLI prints it.
@@ -131,36 +120,29 @@ impl MilestoneKind {
         Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 
-    /// The guest-side marker name for this kind, if the guest reports it.
-    pub fn marker_name(self) -> Option<&'static str> {
+    /// The device marker that announces this kind, if the device reports it.
+    pub fn marker(self) -> Option<Marker> {
         Some(match self {
-            Self::InitStart => "init",
-            Self::RootMounted => "root-mounted",
-            Self::AppStart => "app-start",
-            Self::AppReady => "ready",
-            Self::ResumeStart => "resume-start",
-            Self::ResumeLoaded => "resume-loaded",
-            Self::Restored => "restored",
-            Self::ResumeFallback => "fallback",
-            Self::ImageRefused => "image-refused",
-            Self::CaptureStart => "capture-start",
-            Self::CaptureDone => "capture-done",
-            Self::PowerOff => "poweroff",
-            Self::MemoryOnline => "memory",
+            Self::InitStart => Marker::Init,
+            Self::RootMounted => Marker::RootMounted,
+            Self::AppStart => Marker::AppStart,
+            Self::AppReady => Marker::Ready,
+            Self::ResumeStart => Marker::ResumeStart,
+            Self::ResumeLoaded => Marker::ResumeLoaded,
+            Self::Restored => Marker::Restored,
+            Self::ResumeFallback => Marker::Fallback,
+            Self::ImageRefused => Marker::ImageRefused,
+            Self::CaptureStart => Marker::CaptureStart,
+            Self::CaptureDone => Marker::CaptureDone,
+            Self::PowerOff => Marker::Poweroff,
+            Self::MemoryOnline => Marker::Memory,
             _ => return None,
         })
     }
 
-    /// The kind whose guest-side marker name is `name`.
-    pub fn from_marker_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.marker_name() == Some(name))
-    }
-
-    /// The full marker line for this kind (see [`marker`]), if the guest reports it.
-    pub fn marker(self, detail: Option<&str>) -> Option<String> {
-        self.marker_name().map(|name| marker(name, detail))
+    /// The kind a device marker announces, if it is a milestone.
+    pub fn from_marker(m: Marker) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.marker() == Some(m))
     }
 }
 
@@ -174,10 +156,10 @@ impl fmt::Display for MilestoneKind {
 /// detail, or `None` for an ordinary line.
 pub fn detect(line: &str) -> Option<(MilestoneKind, Option<String>)> {
     let nonempty = |s: &str| Some(s.trim()).filter(|s| !s.is_empty()).map(str::to_string);
-    if let Some(pos) = line.find(MARKER_PREFIX) {
-        let rest = &line[pos + MARKER_PREFIX.len()..];
-        let (name, detail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-        return MilestoneKind::from_marker_name(name).map(|k| (k, nonempty(detail)));
+    if line.contains(MARKER_PREFIX) {
+        return Marker::parse(line).and_then(|(m, detail)| {
+            MilestoneKind::from_marker(m).map(|k| (k, detail.map(str::to_string)))
+        });
     }
     const PANIC: &str = "Kernel panic - not syncing";
     if let Some(pos) = line.find(PANIC) {
@@ -441,19 +423,22 @@ mod tests {
     #[test]
     fn marker_format_and_detect_agree() {
         for kind in MilestoneKind::ALL {
-            if let Some(m) = kind.marker(None) {
-                assert_eq!(detect(&m), Some((kind, None)), "{m}");
-                let with = kind.marker(Some("why not")).unwrap_or_default();
+            if let Some(m) = kind.marker() {
+                assert_eq!(detect(&m.line(None)), Some((kind, None)), "{m}");
+                let with = m.line(Some("why not"));
                 assert_eq!(detect(&with), Some((kind, Some("why not".into()))));
             }
         }
-        assert_eq!(marker("init", None), "snapboot: @init");
         assert_eq!(
-            marker("fallback", Some(" no image ")),
+            Marker::Fallback.line(Some(" no image ")),
             "snapboot: @fallback no image"
         );
-        assert_eq!(marker("ready", Some("")), "snapboot: @ready");
         assert_eq!(detect("snapboot: @bogus"), None);
+        assert_eq!(
+            detect("snapboot: @lazy 10 pages"),
+            None,
+            "a marker, no milestone"
+        );
     }
 
     #[test]

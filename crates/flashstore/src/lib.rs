@@ -19,8 +19,8 @@ pub use compact::CompactReport;
 pub use error::StoreError;
 pub use fsck::FsckReport;
 pub use layout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
-    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LEGACY_MAGIC, MAGIC, PAGE, SuperblockError,
+    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef,
+    SuperblockError, BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LEGACY_MAGIC, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};

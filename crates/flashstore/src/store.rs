@@ -10,9 +10,8 @@
 
 use crate::error::StoreError;
 use crate::layout::{
-    SuperblockError,
     decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
-    BLOCK, DEFAULT_CLUSTER_BLOCKS,
+    SuperblockError, BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
 use std::collections::{BTreeMap, BTreeSet};

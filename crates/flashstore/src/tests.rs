@@ -572,7 +572,16 @@ fn file_medium_discards_idle_clusters_as_holes() {
         .unwrap();
     let mut s = store_on(f);
     let a = memory(1500, 4);
-    write(&mut s, "a", &a, WriteOptions { compression: crate::Compression::None, ..wo() }).unwrap();
+    write(
+        &mut s,
+        "a",
+        &a,
+        WriteOptions {
+            compression: crate::Compression::None,
+            ..wo()
+        },
+    )
+    .unwrap();
     let full = std::fs::metadata(&path).unwrap().blocks();
     s.remove("a").unwrap();
     let g = s.gc().unwrap();
@@ -708,7 +717,10 @@ fn block_device_medium_discards_with_blkdiscard() {
         &mut s,
         "a",
         &memory(1500, 5),
-        WriteOptions { compression: crate::Compression::None, ..wo() },
+        WriteOptions {
+            compression: crate::Compression::None,
+            ..wo()
+        },
     )
     .unwrap();
     s.medium().sync_all().unwrap();

@@ -449,7 +449,8 @@ impl<M: Medium> ImageWriter<'_, M> {
         self.next_chunk += 1;
         let (id, raw, keys) = std::mem::replace(&mut self.open, next);
         let packed = lz4_flex::block::compress(&raw);
-        let (stored, lz4) = if self.opts.compression == Compression::Lz4 && packed.len() < raw.len() {
+        let (stored, lz4) = if self.opts.compression == Compression::Lz4 && packed.len() < raw.len()
+        {
             (packed, true)
         } else {
             (raw, false)

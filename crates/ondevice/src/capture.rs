@@ -12,6 +12,7 @@ use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
 use crate::system::{parse_mounts, running_identity, writable_block_mounts};
+use boottrace::Marker;
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
 use std::path::PathBuf;
@@ -166,7 +167,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         Some(l) if l.profile != lazy::ProfileMode::Off => match crate::profile::for_capture() {
             Ok(p) => p,
             Err(e) => {
-                print_marker("profile", Some(&format!("not used: {e}")));
+                print_marker(Marker::Profile, Some(&format!("not used: {e}")));
                 None
             }
         },
@@ -188,7 +189,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     // earlier capture or restore (a lazy capture builds a fresh one in the new area).
     let swapped_off = lazy::swapoff_all().map_err(CaptureError::SwapOff)?;
     if !swapped_off.is_empty() {
-        print_marker("swapoff", Some(&swapped_off.join(" ")));
+        print_marker(Marker::Swapoff, Some(&swapped_off.join(" ")));
     }
     lazy::teardown().map_err(CaptureError::Teardown)?;
     // Clean page cache is not worth storing: write back and drop it (the kernel would
@@ -200,10 +201,10 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     if o.pm_times {
         match enable_pm_times() {
             Ok(()) => print_marker(
-                "pm-times",
+                Marker::PmTimes,
                 Some("every restore of this image times its devices"),
             ),
-            Err(why) => print_marker("pm-times", Some(&why)),
+            Err(why) => print_marker(Marker::PmTimes, Some(&why)),
         }
     }
     let identity = running_identity();
@@ -225,7 +226,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             r.bytes as f64 / 1048576.0
         );
     }
-    print_marker("capture-start", Some(&o.store.display().to_string()));
+    print_marker(Marker::CaptureStart, Some(&o.store.display().to_string()));
     let started = Instant::now();
     let mut raw = None;
     let swap = match &o.lazy {
@@ -253,7 +254,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                 Some(v) => text += &format!("; verity tree over {} pages", v.data_blocks),
                 None => text += "; page-ins not verified (snapboot.noverity)",
             }
-            print_marker("lazy", Some(&text));
+            print_marker(Marker::Lazy, Some(&text));
             if let (Some(pr), Some(((pages, procs, ranges), own))) = (&profile, touched) {
                 let what = match (l.profile, p.kept) {
                     (lazy::ProfileMode::Eager, Some(k)) => format!(
@@ -264,7 +265,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                     _ => "paged out first, read back after each restore (prefetch)".into(),
                 };
                 print_marker(
-                    "profile",
+                    Marker::Profile,
                     Some(&format!(
                         "{pages} pages ({:.1} MiB) touched since the restore, {procs} processes, \
                          {ranges} ranges, and {own} pages of snapboot itself: {what}",
@@ -313,9 +314,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     );
     if let Some(k) = &o.sign_key {
         let key = imagekey::SecretKey::load(k).map_err(StoreUseError::from)?;
-        let digest = store
-            .signed_digest(&c.image)
-            .map_err(StoreUseError::from)?;
+        let digest = store.signed_digest(&c.image).map_err(StoreUseError::from)?;
         store
             .set_signature(&o.image, key.sign(&digest))
             .map_err(StoreUseError::from)?;
@@ -324,7 +323,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let secs = started.elapsed().as_secs_f64();
     let bytes = dev.pages() * PAGE_SIZE as u64;
     print_marker(
-        "capture-done",
+        Marker::CaptureDone,
         Some(&format!(
             "{} pages ({:.1} MiB) in {secs:.2} s, generation {generation}{stored}",
             dev.pages(),
@@ -337,7 +336,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             Ok(CaptureOutcome::Captured(generation))
         }
         Then::PowerOff => {
-            print_marker("poweroff", Some("after capture"));
+            print_marker(Marker::Poweroff, Some("after capture"));
             rustix::fs::sync();
             // SNAPSHOT_POWER_OFF only acts when platform (ACPI S4) support was requested,
             // which is why it "returns without powering off"; a plain power-off is what the

@@ -6,6 +6,7 @@
 //! any init system: zombies are reaped, and when the application exits the board powers off
 //! with a marker saying how it ended.
 
+use boottrace::Marker;
 use std::io::Write;
 use std::process::Command;
 
@@ -33,8 +34,8 @@ pub const MARKERS_ENV: &str = "SNAPBOOT_MARKERS";
 
 /// Prints a timeline marker on the console: `/dev/console` when [`MARKERS_ENV`] says so,
 /// stdout otherwise.
-pub fn print_marker(name: &str, detail: Option<&str>) {
-    let line = format!("{}\n", boottrace::marker(name, detail));
+pub fn print_marker(marker: Marker, detail: Option<&str>) {
+    let line = format!("{}\n", marker.line(detail));
     if std::env::var(MARKERS_ENV).as_deref() == Ok("console") {
         if let Ok(mut c) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
             if c.write_all(line.as_bytes()).is_ok() {
@@ -83,7 +84,7 @@ pub fn start(cmd: &str, env: &[String]) -> Result<i32, GuestError> {
     if pid1 {
         mount_run_fs();
     }
-    print_marker("app-start", Some(&argv[0]));
+    print_marker(Marker::AppStart, Some(&argv[0]));
     let mut child = c.spawn().map_err(|source| GuestError::Spawn {
         cmd: cmd.to_string(),
         source,
@@ -94,7 +95,10 @@ pub fn start(cmd: &str, env: &[String]) -> Result<i32, GuestError> {
         child.wait().map(|s| s.code().unwrap_or(128)).unwrap_or(128)
     };
     if pid1 {
-        print_marker("poweroff", Some(&format!("application exited with {code}")));
+        print_marker(
+            Marker::Poweroff,
+            Some(&format!("application exited with {code}")),
+        );
         rustix::fs::sync();
         // Only reachable as PID 1 on the board: power off rather than let the kernel panic
         // on init's exit.
@@ -158,7 +162,7 @@ fn reap_until(main: u32) -> i32 {
 
 /// `snapboot ready`: the application is usable. Prints the ready marker on the console.
 pub fn ready() {
-    print_marker("ready", None);
+    print_marker(Marker::Ready, None);
 }
 
 #[cfg(test)]

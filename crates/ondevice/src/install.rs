@@ -374,13 +374,13 @@ mod tests {
         assert!(BOOT_SCRIPT.starts_with("#!/bin/sh\n"));
         assert!(HOOK.contains("copy_file binary /usr/sbin/snapboot /bin/snapboot"));
         assert!(RESTORED_TARGET.contains("StopWhenUnneeded=yes"));
-        assert!(INIT_MARKER.contains(&boottrace::marker("init", None)));
+        assert!(INIT_MARKER.contains(&boottrace::Marker::Init.line(None)));
         // Before udev, or after it when the early try says so (and only then).
         assert!(INIT_MARKER.contains("/bin/snapboot resume --from-cmdline --before-udev"));
         let after_udev = crate::resume::EXIT_AFTER_UDEV;
         assert!(INIT_MARKER.contains(&format!("[ $? -eq {after_udev} ] || : > {RESUME_DONE}")));
         assert!(BOOT_SCRIPT.contains(&format!("[ -e {RESUME_DONE} ] && exit 0")));
-        assert!(ROOT_MARKER.contains(&boottrace::marker("root-mounted", None)));
+        assert!(ROOT_MARKER.contains(&boottrace::Marker::RootMounted.line(None)));
         assert!(CAPTURE_UNIT.contains("TimeoutStartSec=infinity"));
     }
 

@@ -7,6 +7,7 @@
 use crate::guest::print_marker;
 use crate::sys::swap::swapon;
 use crate::sys::DevNum;
+use boottrace::Marker;
 use std::path::Path;
 
 /// Errors of the kernel-native path.
@@ -45,7 +46,7 @@ pub fn hibernate(dev: &Path) -> Result<(), NativeError> {
     }
     std::fs::write("/sys/power/resume", &numbers).map_err(sys("write /sys/power/resume"))?;
     std::fs::write("/sys/power/disk", "shutdown").map_err(sys("write /sys/power/disk"))?;
-    print_marker("capture-start", Some("kernel-native hibernation"));
+    print_marker(Marker::CaptureStart, Some("kernel-native hibernation"));
     std::fs::write("/sys/power/state", "disk").map_err(sys("write disk to /sys/power/state"))?;
     Ok(())
 }
@@ -55,7 +56,7 @@ pub fn hibernate(dev: &Path) -> Result<(), NativeError> {
 pub fn resume(dev: &Path) -> Result<(), NativeError> {
     let numbers = resume_device(dev)?;
     print_marker(
-        "resume-start",
+        Marker::ResumeStart,
         Some(&format!("kernel-native from {}", dev.display())),
     );
     std::fs::write("/sys/power/resume", &numbers).map_err(sys("write /sys/power/resume"))

@@ -23,6 +23,7 @@
 
 use crate::guest::print_marker;
 use bootparams::{MemFault, MemOnline};
+use boottrace::Marker;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -311,12 +312,12 @@ pub fn add_from_cmdline() -> Result<Option<Report>, MemoryError> {
     // Best effort: at normal priority it would still work, only compete with the app.
     let _ = crate::sys::mm::idle_priority();
     let r = add(Path::new(MEMORY_SYS), &plan, &load_driver, &driver_loaded)?;
-    let name = if r.complete() {
-        "memory"
+    let marker = if r.complete() {
+        Marker::Memory
     } else {
-        "memory-missing"
+        Marker::MemoryMissing
     };
-    print_marker(name, Some(&r.text(plan.zone)));
+    print_marker(marker, Some(&r.text(plan.zone)));
     Ok(Some(r))
 }
 

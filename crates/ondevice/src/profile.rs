@@ -30,6 +30,7 @@
 //! system is. Memory of tmpfs files (shmem) has no pagemap entries and is not profiled.
 
 use crate::sys::mm::{Pidfd, MADV_PAGEOUT, MADV_WILLNEED};
+use boottrace::Marker;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -524,7 +525,7 @@ pub fn has_profile() -> bool {
 /// `profile-resident` marker (when the capture's command line asked for it).
 pub fn check_after_restore() {
     if let Ok(Some(r)) = residency() {
-        crate::guest::print_marker("profile-resident", Some(&residency_text(&r)));
+        crate::guest::print_marker(Marker::ProfileResident, Some(&residency_text(&r)));
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::guest::print_marker;
 use crate::install::RESTORED_TARGET_NAME;
 use crate::sys::random::{cpu_random, RandomDev};
+use boottrace::Marker;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -64,7 +65,7 @@ pub fn after_restore() -> RestoreReport {
         crate::profile::check_after_restore();
     }
     print_marker(
-        "restored",
+        Marker::Restored,
         Some(&format!(
             "clock stepped {:+.3} s, {} bytes entropy, {} hooks{}; these steps {:.3} s \
              (clock {:.3} s, reseed {:.3} s, systemctl {:.3} s)",
@@ -91,13 +92,16 @@ pub fn after_restore() -> RestoreReport {
             Ok(out) => {
                 let why = String::from_utf8_lossy(&out.stderr);
                 print_marker(
-                    "restored-target-failed",
+                    Marker::RestoredTargetFailed,
                     Some(&format!("systemctl: {}: {}", out.status, why.trim())),
                 );
                 false
             }
             Err(e) => {
-                print_marker("restored-target-failed", Some(&format!("systemctl: {e}")));
+                print_marker(
+                    Marker::RestoredTargetFailed,
+                    Some(&format!("systemctl: {e}")),
+                );
                 false
             }
         };
@@ -229,7 +233,10 @@ pub fn run_hooks(dir: &Path) -> Vec<(String, i32)> {
             .map(|s| s.code().unwrap_or(128))
             .unwrap_or(127);
         if code != 0 {
-            print_marker("hook-failed", Some(&format!("{name} exited with {code}")));
+            print_marker(
+                Marker::HookFailed,
+                Some(&format!("{name} exited with {code}")),
+            );
         }
         out.push((name, code));
     }

@@ -17,6 +17,7 @@ use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
 use crate::system::running_identity;
 use boottrace::error_chain as chain;
+use boottrace::Marker;
 use snapimg::{BindingMismatch, BootSetup, Incompat, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -140,7 +141,7 @@ fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<
         observe(image, setup, &cmdline, Path::new("/dev"), o.wait).map_err(ResumeError::Binding)?;
     image.check(&running).map_err(ResumeError::Mismatch)?;
     print_marker(
-        "resume-bound",
+        Marker::ResumeBound,
         Some(&format!(
             "{} device(s), command line, boot setup checked in {:.3} s",
             image.devices.len(),
@@ -182,7 +183,7 @@ fn load<M: flashstore::Medium>(
     }
     let secs = started.elapsed().as_secs_f64();
     print_marker(
-        "resume-loaded",
+        Marker::ResumeLoaded,
         Some(&format!(
             "{what}{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s; \
              {}; slowest kernel write {:.3} s at stream page {})",
@@ -218,7 +219,7 @@ fn expected_identity() -> snapimg::Identity {
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
-    print_marker("resume-start", Some(&o.store.display().to_string()));
+    print_marker(Marker::ResumeStart, Some(&o.store.display().to_string()));
     if !wait_for_node(&o.store, o.wait) {
         return Err(ResumeError::NoDevice(o.store.clone()));
     }
@@ -259,7 +260,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
             }
             Err(e) => {
                 let why = format!("{name}: {}", chain(&e));
-                print_marker("image-refused", Some(&why));
+                print_marker(Marker::ImageRefused, Some(&why));
                 reasons.push(why);
             }
         }

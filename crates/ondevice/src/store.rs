@@ -186,10 +186,7 @@ pub fn summary(store: &Store<File>, rec: &ImageRec) -> ImageSummary {
         signed: !rec.signature.is_empty(),
         created_unix: rec.created_unix,
         identity: d.as_ref().ok().map(|d| d.identity.clone()),
-        description_error: d
-            .as_ref()
-            .err()
-            .map(|e| boottrace::error_chain(e)),
+        description_error: d.as_ref().err().map(|e| boottrace::error_chain(e)),
         stream_pages: d.as_ref().ok().map(|d| d.stream_pages),
         stats: rec.stats,
         raw_bytes: rec.stats.pages * PAGE_SIZE as u64,

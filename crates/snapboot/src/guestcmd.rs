@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use bootparams::{parse_reclaim, parse_size, BootParams};
+use boottrace::Marker;
 use clap::{Args, ValueEnum};
 use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
 use ondevice::guest::print_marker;
@@ -122,7 +123,7 @@ pub fn early_init() -> ! {
     for f in ondevice::guest::early_mounts() {
         eprintln!("snapboot: early init: cannot mount {f}");
     }
-    print_marker("init", None);
+    print_marker(Marker::Init, None);
     if let Err(e) = resume_cmd(ResumeArgs::from_cmdline()) {
         eprintln!("snapboot: {e:#}");
     }
@@ -194,7 +195,7 @@ pub fn ready() -> Result<ExitCode> {
         // A bad setting must reach the host as a capture failure at once, not as a console
         // line the host waits past until its timeout.
         Err(e) if asks_for_capture(&cmdline) => {
-            print_marker("capture-failed", Some(&e.to_string()));
+            print_marker(Marker::CaptureFailed, Some(&e.to_string()));
             return Err(e.into());
         }
         // No capture asked for: resume already named the word at this boot (@fallback).
@@ -203,10 +204,10 @@ pub fn ready() -> Result<ExitCode> {
     if let Some(dev) = &params.khibernate {
         // Baseline for the benchmarks: the kernel's own hibernation to swap.
         if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
-            print_marker("capture-failed", Some(&chain(&e)));
+            print_marker(Marker::CaptureFailed, Some(&chain(&e)));
             return Err(e.into());
         }
-        print_marker("restored", Some("kernel-native"));
+        print_marker(Marker::Restored, Some("kernel-native"));
         println!("restored");
         return Ok(ExitCode::SUCCESS);
     }
@@ -294,7 +295,7 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            print_marker("capture-failed", Some(&chain(&e)));
+            print_marker(Marker::CaptureFailed, Some(&chain(&e)));
             Err(e.into())
         }
     }
@@ -348,7 +349,7 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     if a.before_udev {
         if let Some(why) = wait_for_udev(&kernel_cmdline()) {
-            print_marker("resume-after-udev", Some(&why));
+            print_marker(Marker::ResumeAfterUdev, Some(&why));
             return Ok(ExitCode::from(ondevice::resume::EXIT_AFTER_UDEV));
         }
     }
@@ -357,18 +358,18 @@ pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     let boot_setup = match ondevice::resume::observe_and_record_boot() {
         Ok(s) => {
             let secs = t.elapsed().as_secs_f64();
-            print_marker("boot-setup", Some(&format!("recorded in {secs:.3} s")));
+            print_marker(Marker::BootSetup, Some(&format!("recorded in {secs:.3} s")));
             Some(s)
         }
         Err(e) => {
-            print_marker("boot-setup-unrecorded", Some(&chain(&e)));
+            print_marker(Marker::BootSetupUnrecorded, Some(&chain(&e)));
             None
         }
     };
     let cmdline = kernel_cmdline();
     let reason = try_resume(a, &cmdline, boot_setup);
     if let Some(why) = &reason {
-        print_marker("fallback", Some(why));
+        print_marker(Marker::Fallback, Some(why));
     }
     let on_restore_kernel = ondevice::system::running_identity()
         .release
@@ -429,7 +430,7 @@ fn try_resume(
     let (store, once) = if a.from_cmdline {
         if params.handed_over {
             print_marker(
-                "handed-over",
+                Marker::HandedOver,
                 Some("cold boot handed over by the restore kernel, which said why above"),
             );
             return None;
@@ -473,13 +474,13 @@ fn hand_over(pack: &std::path::Path, cmdline: &str, why: &str) {
     match ondevice::handover::load(pack, &cold, Duration::from_secs(2)) {
         Ok(loaded) => {
             print_marker(
-                "handover",
+                Marker::Handover,
                 Some(&format!("{}; because: {why}", loaded.describe())),
             );
             let e = ondevice::handover::jump();
-            print_marker("handover-failed", Some(&chain(&e)));
+            print_marker(Marker::HandoverFailed, Some(&chain(&e)));
         }
-        Err(e) => print_marker("handover-failed", Some(&chain(&e))),
+        Err(e) => print_marker(Marker::HandoverFailed, Some(&chain(&e))),
     }
 }
 
@@ -629,7 +630,7 @@ pub fn profile(c: crate::device::ProfileCmd) -> Result<ExitCode> {
         ProfileCmd::Faults { wait } => {
             std::thread::sleep(std::time::Duration::from_secs(wait.into()));
             let text = profile::faults_since_restore()?;
-            ondevice::guest::print_marker("faults", Some(&text));
+            ondevice::guest::print_marker(Marker::Faults, Some(&text));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -180,7 +180,12 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                 );
                 for r in images {
                     let kernel = r.identity.map_or_else(
-                        || format!("(description unusable: {})", r.description_error.unwrap_or_default()),
+                        || {
+                            format!(
+                                "(description unusable: {})",
+                                r.description_error.unwrap_or_default()
+                            )
+                        },
                         |id| id.release,
                     );
                     println!(

@@ -30,7 +30,7 @@ pub struct TraceArgs {
 pub fn trace(a: TraceArgs) -> Result<ExitCode> {
     let until = a
         .until
-        .unwrap_or_else(|| regex::escape(&boottrace::marker("ready", None)));
+        .unwrap_or_else(|| regex::escape(&boottrace::Marker::Ready.line(None)));
     let until = regex::Regex::new(&until).context("--until")?;
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -91,8 +91,7 @@ impl Description {
     pub fn decode(b: &[u8]) -> Result<Self, DescriptionError> {
         // The version is the first field: read it alone, so an older layout is named by its
         // version and not as garbage.
-        let (found, _): (u32, _) =
-            postcard::take_from_bytes(b).map_err(DescriptionError::Parse)?;
+        let (found, _): (u32, _) = postcard::take_from_bytes(b).map_err(DescriptionError::Parse)?;
         if found != DESCRIPTION_VERSION {
             return Err(DescriptionError::Version { found });
         }

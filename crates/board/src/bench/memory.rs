@@ -10,7 +10,6 @@ use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot};
 use crate::qemu::{run_probe_then, RunOptions};
 use boottrace::Timeline;
-use regex::Regex;
 use std::path::Path;
 
 /// One board of the benchmark.
@@ -72,8 +71,10 @@ fn boot(
         what: what.to_string(),
         source,
     };
-    let memory = Regex::new(r"snapboot: @memory\b").expect("a valid regex");
-    let then = deferred.then_some((&memory, "all deferred memory online (the memory marker)"));
+    let then = deferred.then_some((
+        boottrace::Marker::Memory,
+        "all deferred memory online (the memory marker)",
+    ));
     let res = run_probe_then(bundle, o, &bundle.workload.probe, then).map_err(|e| err(e.into()))?;
     if let Some(e) = res.error {
         return Err(err(e.into()));

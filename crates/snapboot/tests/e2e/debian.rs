@@ -4,7 +4,9 @@
 //! `snapboot-capture.service` once the application's service is ready.
 
 use crate::common::{bundle, run, snapboot};
-use crate::snapshot::{ask, assert_all_differ, check_restored_app, copy_store, damage_newest_image};
+use crate::snapshot::{
+    ask, assert_all_differ, check_restored_app, copy_store, damage_newest_image,
+};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

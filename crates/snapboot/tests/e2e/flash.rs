@@ -41,11 +41,7 @@ fn two_images() -> PathBuf {
     let b = bundle("shell");
     let store = crate::common::home().join("test-flash-two.store");
     let _ = std::fs::remove_file(&store);
-    let so = capture(
-        &b,
-        &store,
-        &["--image", "a", "--cmdline", "loglevel=4"],
-    );
+    let so = capture(&b, &store, &["--image", "a", "--cmdline", "loglevel=4"]);
     assert!(so.contains("image a generation 2"), "{so}");
     let so = capture(&b, &store, &["--image", "b", "--cmdline", "loglevel=5"]);
     assert!(so.contains("image b generation 3"), "{so}");

@@ -4,7 +4,7 @@
 
 use crate::common::{bundle, run, snapboot};
 use crate::snapshot::{
-    assert_all_differ, captured, check_restored_app, copy_store, host_checksum, damage_newest_image,
+    assert_all_differ, captured, check_restored_app, copy_store, damage_newest_image, host_checksum,
 };
 use regex::Regex;
 use std::path::{Path, PathBuf};

@@ -223,12 +223,18 @@ fn what_is_not_a_store_is_refused_and_left_as_it_was() {
     let truncated = copy_store(&good, "test-truncated.store");
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&zeroed).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&zeroed)
+            .unwrap();
         f.write_all_at(&[0u8; 8192], 0).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&old).unwrap();
         f.write_all_at(&[0u8; 8192], 0).unwrap();
         f.write_all_at(b"SNAPBOOT", 0).unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(&truncated).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&truncated)
+            .unwrap();
         f.set_len(f.metadata().unwrap().len() / 2).unwrap();
     }
     for (store, reason) in [
@@ -247,9 +253,16 @@ fn what_is_not_a_store_is_refused_and_left_as_it_was() {
         .arg("--store")
         .arg(&zeroed);
     let (out, so, se) = run(c);
-    assert!(!out.status.success(), "a capture onto no store succeeded:\n{so}");
+    assert!(
+        !out.status.success(),
+        "a capture onto no store succeeded:\n{so}"
+    );
     assert!(se.contains("no snapboot store here"), "{se}");
-    assert_eq!(file_hash(&zeroed), before, "the capture wrote to the device");
+    assert_eq!(
+        file_hash(&zeroed),
+        before,
+        "the capture wrote to the device"
+    );
 }
 
 /// Rewrites the newest image with another kernel release in its description, as if
