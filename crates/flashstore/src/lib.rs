@@ -1,9 +1,10 @@
-//! The flash-aware image store of seed 003 ("NAND flash aware hibernation-based boot"), made
-//! real: a store on a file, partition or raw device, in clusters of 4 KiB blocks;
-//! log-structured (new data goes into idle clusters, nothing committed is overwritten, one
-//! commit is atomic); named images, pinned ones GC never touches; page dedupe across images,
-//! selective by default so restores stay sequential; usage counts, GC with discard, fsck.
-//! docs/store.md draws the layout.
+//! The device's one image store, on a file, partition or raw device, in clusters of 4 KiB
+//! blocks: opened by its magic only; log-structured (new data goes into idle clusters,
+//! nothing committed is overwritten, one commit is atomic); named images, pinned ones GC never
+//! touches; the image writer and reader (zero pages, page dedupe within and across images,
+//! selective by default so restores stay sequential, chunks compressed with LZ4 or not and
+//! checksummed); raw regions for lazy images; usage counts, GC with discard, fsck. Its design
+//! follows LG's "NAND flash aware hibernation-based boot"; docs/store.md draws the layout.
 
 mod compact;
 mod error;
