@@ -352,7 +352,7 @@ pub fn observe(
     let mut devices = Vec::new();
     for d in &image.devices {
         let path = dev.join(&d.device);
-        let (bytes, digest) = if crate::resume::wait_for_node(&path, wait) {
+        let (bytes, digest) = if crate::system::wait_for_node(&path, wait) {
             fingerprint(&path)?
         } else {
             (0, [0; 32])

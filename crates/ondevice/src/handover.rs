@@ -11,8 +11,8 @@
 //! stock kernel:   /init (modules) -> snapboot resume: handed over -> cold boot -> ready
 //! ```
 
-use crate::resume::wait_for_node;
 use crate::sys::kexec;
+use crate::system::wait_for_node;
 use kernelpack::PackError;
 use std::ffi::CString;
 use std::io::Write;

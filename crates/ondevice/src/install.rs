@@ -377,7 +377,7 @@ mod tests {
         assert!(INIT_MARKER.contains(&boottrace::Marker::Init.line(None)));
         // Before udev, or after it when the early try says so (and only then).
         assert!(INIT_MARKER.contains("/bin/snapboot resume --from-cmdline --before-udev"));
-        let after_udev = crate::resume::EXIT_AFTER_UDEV;
+        let after_udev = crate::boot::EXIT_AFTER_UDEV;
         assert!(INIT_MARKER.contains(&format!("[ $? -eq {after_udev} ] || : > {RESUME_DONE}")));
         assert!(BOOT_SCRIPT.contains(&format!("[ -e {RESUME_DONE} ] && exit 0")));
         assert!(ROOT_MARKER.contains(&boottrace::Marker::RootMounted.line(None)));

@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod binding;
+pub mod boot;
 pub mod capture;
 pub mod dm;
 pub mod guest;

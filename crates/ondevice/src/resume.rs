@@ -88,24 +88,6 @@ pub enum ResumeError {
     NoneRestorable(Vec<String>),
 }
 
-/// Exit status of `snapboot resume --before-udev` when the restore has to wait for udev
-/// (initramfs-tools' init-top script then leaves it to the local-premount one).
-pub const EXIT_AFTER_UDEV: u8 = 3;
-
-/// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
-pub fn wait_for_node(path: &Path, wait: Duration) -> bool {
-    let end = Instant::now() + wait;
-    loop {
-        if path.exists() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
 /// setup (the initramfs's `/init`, its files, snapboot's build id) and record it in
 /// [`BOOT_SETUP_FILE`] for a capture later in this boot, which binds its image to it.
@@ -220,7 +202,7 @@ fn expected_identity() -> snapimg::Identity {
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     print_marker(Marker::ResumeStart, Some(&o.store.display().to_string()));
-    if !wait_for_node(&o.store, o.wait) {
+    if !crate::system::wait_for_node(&o.store, o.wait) {
         return Err(ResumeError::NoDevice(o.store.clone()));
     }
     resume_store(o)

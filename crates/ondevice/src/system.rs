@@ -95,6 +95,20 @@ pub fn kernel_cmdline() -> String {
     std::fs::read_to_string("/proc/cmdline").unwrap_or_default()
 }
 
+/// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
+pub fn wait_for_node(path: &Path, wait: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + wait;
+    loop {
+        if path.exists() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// A mounted filesystem.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {

@@ -137,7 +137,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
 pub fn fast_path(argv: &[OsString]) -> Option<Result<ExitCode>> {
     if argv.is_empty() && std::process::id() == 1 {
         // Started by the kernel as its first process (`rdinit=/bin/snapboot`).
-        guestcmd::early_init();
+        ondevice::boot::early_init();
     }
     if argv == ["resume", "--from-cmdline"] {
         return Some(guestcmd::resume_cmd(guestcmd::ResumeArgs::from_cmdline()));

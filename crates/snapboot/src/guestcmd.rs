@@ -2,16 +2,14 @@
 //! (which also runs on the host).
 
 use anyhow::{Context, Result};
-use bootparams::{parse_reclaim, parse_size, BootParams};
+use bootparams::{parse_reclaim, parse_size};
 use boottrace::Marker;
 use clap::{Args, ValueEnum};
+use ondevice::boot::{Ready, ResumeRequest};
 use ondevice::capture::{capture, CaptureOptions, CaptureOutcome, Then};
 use ondevice::guest::print_marker;
-use ondevice::resume::{resume, ResumeOptions};
-use ondevice::system::kernel_cmdline;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// After the image is written.
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -107,41 +105,21 @@ pub struct ResumeArgs {
     before_udev: bool,
 }
 
-/// How long `--before-udev` waits for the store's device node when the initramfs loaded
-/// the store's drivers (`snapboot install --store`: /etc/snapboot/store-modules): a node
-/// that takes longer comes from a driver udev loads.
-const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
-/// ... and when it did not: only a node a built-in or already loaded driver made is there.
-const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
-
-/// snapboot as the kernel's first process (`rdinit=/bin/snapboot`, what the board gives a
-/// restore kernel): mounts what `/init` would, resumes, and when this boot was not restored
-/// (and not handed to another kernel) runs the `/init` script for the rest of the boot,
-/// telling it the first steps are done. Saves starting a shell and four `mount` processes
-/// before the image is read. Never returns: process 1 must not exit.
-pub fn early_init() -> ! {
-    for f in ondevice::guest::early_mounts() {
-        eprintln!("snapboot: early init: cannot mount {f}");
-    }
-    print_marker(Marker::Init, None);
-    if let Err(e) = resume_cmd(ResumeArgs::from_cmdline()) {
-        eprintln!("snapboot: {e:#}");
-    }
-    use std::os::unix::process::CommandExt;
-    let err = std::process::Command::new("/bin/sh")
-        .arg("/init")
-        .env(bootparams::EARLY_ENV, "1")
-        .env("PATH", "/bin")
-        .exec();
-    eprintln!("snapboot: early init: cannot run /init: {err}");
-    let err = std::process::Command::new("/bin/sh").exec();
-    eprintln!("snapboot: early init: cannot run a shell either: {err}");
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(3600));
-    }
-}
-
 impl ResumeArgs {
+    /// The request this command line makes of the device's boot.
+    fn request(self) -> ResumeRequest {
+        if self.from_cmdline {
+            ResumeRequest::FromCmdline {
+                before_udev: self.before_udev,
+            }
+        } else {
+            ResumeRequest::Store {
+                store: self.store.unwrap_or_default(),
+                once: self.once,
+            }
+        }
+    }
+
     /// `snapboot resume --from-cmdline`, what the board's `/init` runs.
     pub fn from_cmdline() -> Self {
         Self {
@@ -177,76 +155,16 @@ pub struct InspectArgs {
     no_verify: bool,
 }
 
-/// Whether the command line asks for a capture, even if another of its words is bad.
-fn asks_for_capture(cmdline: &str) -> bool {
-    cmdline
-        .split_whitespace()
-        .any(|w| w.split('=').next() == Some(bootparams::key::CAPTURE))
-}
-
-/// The application's ready hook. When the kernel command line asks for a capture
-/// (`snapboot.capture snapboot.store=DEV`), captures here; prints `restored` on the
-/// restored side so the application's script can tell.
+/// The application's ready hook (`snapboot ready`): the device's boot decides and captures
+/// ([`ondevice::boot::run_ready`]); prints `restored` on the restored side so the
+/// application's script can tell.
 pub fn ready() -> Result<ExitCode> {
-    ondevice::guest::ready();
-    let cmdline = kernel_cmdline();
-    let params = match BootParams::parse(&cmdline) {
-        Ok(p) => p,
-        // A bad setting must reach the host as a capture failure at once, not as a console
-        // line the host waits past until its timeout.
-        Err(e) if asks_for_capture(&cmdline) => {
-            print_marker(Marker::CaptureFailed, Some(&e.to_string()));
-            return Err(e.into());
-        }
-        // No capture asked for: resume already named the word at this boot (@fallback).
-        Err(_) => return Ok(ExitCode::SUCCESS),
-    };
-    if let Some(dev) = &params.khibernate {
-        // Baseline for the benchmarks: the kernel's own hibernation to swap.
-        if let Err(e) = ondevice::kernel_native::hibernate(std::path::Path::new(dev)) {
-            print_marker(Marker::CaptureFailed, Some(&chain(&e)));
-            return Err(e.into());
-        }
-        print_marker(Marker::Restored, Some("kernel-native"));
-        println!("restored");
-        return Ok(ExitCode::SUCCESS);
+    match ondevice::boot::run_ready()? {
+        Ready::Restored => println!("restored"),
+        Ready::Running(Some(generation)) => println!("captured generation {generation}"),
+        Ready::Running(None) => {}
     }
-    let code = match (&params.store, params.capture) {
-        (Some(store), true) => run_capture(&capture_options(&params, store))?,
-        _ => ExitCode::SUCCESS,
-    };
-    // A cold boot that is ready (and captured, if asked, and goes on): the deferred memory
-    // comes now. The restored side starts it in `after_restore`.
-    let powers_off = params.capture && params.then == bootparams::Then::PowerOff;
-    if !powers_off && !restored_now() {
-        ondevice::memory::start_add(&params);
-    }
-    Ok(code)
-}
-
-/// Capture settings from the kernel command line.
-fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
-    let mut o = CaptureOptions::new(PathBuf::from(store));
-    o.then = p.then;
-    o.force = p.force;
-    o.drop_caches = p.drop_caches;
-    o.compact = p.compact;
-    if let Some(c) = p.compression {
-        o.compression = c;
-    }
-    o.lazy = p.lazy.map(|reclaim| ondevice::lazy::LazyOptions {
-        reclaim,
-        region_bytes: p.swap_size,
-        verity: p.verity,
-        profile: p.profile,
-    });
-    if let Some(name) = p.images.first() {
-        o.image = name.clone();
-    }
-    o.dedupe = p.dedupe;
-    o.pin = p.pin;
-    o.pm_times = p.pm_times;
-    o
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Lazy-capture settings from the `--lazy` and `--swap-size` flags (the same values as
@@ -276,29 +194,16 @@ pub fn lazy_options(
     })
 }
 
-/// Whether this process just returned from a restore (`after_restore` ran in it).
-fn restored_now() -> bool {
-    RESTORED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-static RESTORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
     match capture(o) {
-        Ok(CaptureOutcome::Restored(_)) => {
-            RESTORED.store(true, std::sync::atomic::Ordering::Relaxed);
-            println!("restored");
-            Ok(ExitCode::SUCCESS)
-        }
-        Ok(CaptureOutcome::Captured(generation)) => {
-            println!("captured generation {generation}");
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(CaptureOutcome::Restored(_)) => println!("restored"),
+        Ok(CaptureOutcome::Captured(generation)) => println!("captured generation {generation}"),
         Err(e) => {
             print_marker(Marker::CaptureFailed, Some(&chain(&e)));
-            Err(e.into())
+            return Err(e.into());
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `snapboot capture`.
@@ -341,147 +246,10 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     run_capture(&o)
 }
 
-/// `snapboot resume`: returns only when the image was not restored; prints the reason as
-/// a `fallback` marker so the cold boot that follows carries it in its timeline. On a restore
-/// kernel (its release ends in `-snapboot-restore`; `snapboot.coldkernel=` names its kernel
-/// pack) the cold boot is handed to the stock kernel instead: a restore kernel cannot boot
-/// the system itself. Other kernels ignore `snapboot.coldkernel`.
+/// `snapboot resume`: returns only when the image was not restored
+/// ([`ondevice::boot::run_resume`] says what it does), with its exit status.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
-    if a.before_udev {
-        if let Some(why) = wait_for_udev(&kernel_cmdline()) {
-            print_marker(Marker::ResumeAfterUdev, Some(&why));
-            return Ok(ExitCode::from(ondevice::resume::EXIT_AFTER_UDEV));
-        }
-    }
-    // Every boot records its setup, for the capture that may follow in this boot.
-    let t = std::time::Instant::now();
-    let boot_setup = match ondevice::resume::observe_and_record_boot() {
-        Ok(s) => {
-            let secs = t.elapsed().as_secs_f64();
-            print_marker(Marker::BootSetup, Some(&format!("recorded in {secs:.3} s")));
-            Some(s)
-        }
-        Err(e) => {
-            print_marker(Marker::BootSetupUnrecorded, Some(&chain(&e)));
-            None
-        }
-    };
-    let cmdline = kernel_cmdline();
-    let reason = try_resume(a, &cmdline, boot_setup);
-    if let Some(why) = &reason {
-        print_marker(Marker::Fallback, Some(why));
-    }
-    let on_restore_kernel = ondevice::system::running_identity()
-        .release
-        .ends_with(bootparams::RESTORE_KERNEL_SUFFIX);
-    let pack = bootparams::value_of(&cmdline, bootparams::key::COLDKERNEL);
-    if let Some(pack) = pack.filter(|_| on_restore_kernel) {
-        let why = reason.as_deref().unwrap_or("this boot asks for no restore");
-        hand_over(std::path::Path::new(pack), &cmdline, why);
-    }
-    Ok(match reason {
-        Some(_) => ExitCode::from(4),
-        None => ExitCode::SUCCESS,
-    })
-}
-
-/// Before udev: why this boot's resume must wait for udev, if it must. The kernel's own
-/// resume (`snapboot.kresume`, the baseline) waits, to run where initramfs-tools runs it;
-/// so does a restore from a store whose node is not there yet.
-fn wait_for_udev(cmdline: &str) -> Option<String> {
-    let params = BootParams::parse(cmdline).ok()?;
-    if params.kresume.is_some() {
-        return Some("the kernel's own resume runs where initramfs-tools runs it".into());
-    }
-    if params.after_udev {
-        return Some(format!("{} asks for it", bootparams::key::AFTERUDEV));
-    }
-    if params.capture || params.handed_over {
-        return None;
-    }
-    let store = params.store.as_deref()?;
-    let modules = std::path::Path::new("/").join(ondevice::install::STORE_MODULES_PATH);
-    let wait = if modules.exists() {
-        BEFORE_UDEV_WAIT
-    } else {
-        BEFORE_UDEV_WAIT_UNKNOWN
-    };
-    (!ondevice::resume::wait_for_node(std::path::Path::new(store), wait)).then(|| {
-        format!(
-            "{store} is not there before udev: restoring after udev (`snapboot install \
-             --store {store}` has the initramfs load its drivers first)"
-        )
-    })
-}
-
-/// Restores the image the command line or the flags point at; returns only if it was not
-/// restored, with the reason (`None`: this boot asked for no restore).
-fn try_resume(
-    a: ResumeArgs,
-    cmdline: &str,
-    boot_setup: Option<snapimg::BootSetup>,
-) -> Option<String> {
-    // A word that does not parse means no image is restored: the boot continues cold.
-    let params = match BootParams::parse(cmdline) {
-        Ok(p) => p,
-        Err(e) => return Some(e.to_string()),
-    };
-    let images = params.images.clone();
-    let (store, once) = if a.from_cmdline {
-        if params.handed_over {
-            print_marker(
-                Marker::HandedOver,
-                Some("cold boot handed over by the restore kernel, which said why above"),
-            );
-            return None;
-        }
-        if params.capture {
-            return params
-                .cold_kernel
-                .is_some()
-                .then(|| "a restore kernel does not capture: the stock kernel does".into());
-        }
-        if let Some(dev) = &params.kresume {
-            let dev = std::path::Path::new(dev);
-            ondevice::resume::wait_for_node(dev, Duration::from_secs(2));
-            return Some(match ondevice::kernel_native::resume(dev) {
-                Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
-                Err(e) => format!("kernel-native: {}", chain(&e)),
-            });
-        }
-        let Some(s) = &params.store else {
-            return None;
-        };
-        (PathBuf::from(s), params.once)
-    } else {
-        (a.store.unwrap_or_default(), a.once)
-    };
-    let err = resume(&ResumeOptions {
-        store,
-        once,
-        wait: Duration::from_secs(2),
-        boot_setup,
-        images,
-        public_key: None,
-    });
-    Some(chain(&err))
-}
-
-/// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
-/// Returns only if that failed; the console then says why, and the boot cannot go on.
-fn hand_over(pack: &std::path::Path, cmdline: &str, why: &str) {
-    let cold = ondevice::handover::cold_cmdline(cmdline);
-    match ondevice::handover::load(pack, &cold, Duration::from_secs(2)) {
-        Ok(loaded) => {
-            print_marker(
-                Marker::Handover,
-                Some(&format!("{}; because: {why}", loaded.describe())),
-            );
-            let e = ondevice::handover::jump();
-            print_marker(Marker::HandoverFailed, Some(&chain(&e)));
-        }
-        Err(e) => print_marker(Marker::HandoverFailed, Some(&chain(&e))),
-    }
+    Ok(ExitCode::from(ondevice::boot::run_resume(a.request())))
 }
 
 /// An image as `snapboot image inspect` shows it: the store's summary and the check of
@@ -683,26 +451,4 @@ pub fn install(a: crate::device::InstallArgs) -> Result<ExitCode> {
          command line and at every power-on with `snapboot.store=DEV` (docs/real-boards.md)"
     );
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wait_for_udev;
-
-    #[test]
-    fn before_udev_waits_only_for_the_kernels_resume_and_a_missing_store() {
-        let kernel = wait_for_udev("quiet snapboot.kresume=/dev/vdb").unwrap();
-        assert!(kernel.contains("where initramfs-tools runs it"), "{kernel}");
-        let missing = wait_for_udev("snapboot.store=/dev/snapboot-no-such-disk").unwrap();
-        assert!(missing.contains("/dev/snapboot-no-such-disk is not there before udev"));
-        // A store that is there, a capture boot and a boot asking for nothing go on now.
-        assert_eq!(wait_for_udev("ro snapboot.store=/dev/null"), None);
-        assert_eq!(
-            wait_for_udev("snapboot.capture snapboot.store=/dev/snapboot-no-such-disk"),
-            None
-        );
-        assert_eq!(wait_for_udev("root=/dev/vda ro"), None);
-        let asked = wait_for_udev("snapboot.store=/dev/null snapboot.afterudev").unwrap();
-        assert_eq!(asked, "snapboot.afterudev asks for it");
-    }
 }

@@ -1,0 +1,536 @@
+//! The device's boot: what `snapboot resume` does at power-on, what `snapboot ready` does at
+//! the application's ready point, when a restore waits for udev, and when a restore kernel
+//! hands a cold boot to the stock kernel.
+//!
+//! Each decision is a pure function of the kernel command line and what the caller observed
+//! ([`power_on`], [`at_ready`], [`before_udev`], [`hand_over_pack`]), tested below; the
+//! `run_*` functions carry them out and print the markers. The binaries only parse their
+//! arguments and call these.
+
+use crate::capture::{capture, CaptureOptions, CaptureOutcome};
+use crate::guest::print_marker;
+use crate::resume::{resume, ResumeOptions};
+use bootparams::BootParams;
+use boottrace::{error_chain as chain, Marker};
+use snapimg::BootSetup;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Exit status of `snapboot resume --before-udev` when the restore has to wait for udev
+/// (initramfs-tools' init-top script then leaves it to the local-premount one).
+pub const EXIT_AFTER_UDEV: u8 = 3;
+/// Exit status of `snapboot resume` when nothing was restored and the cold boot continues
+/// (the reason is on the console as the `fallback` marker).
+pub const EXIT_NOT_RESTORED: u8 = 4;
+
+/// How long `--before-udev` waits for the store's device node when the initramfs loaded the
+/// store's drivers (`snapboot install --store`: /etc/snapboot/store-modules): a node that
+/// takes longer comes from a driver udev loads.
+pub const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
+/// ... and when it did not: only a node a built-in or already loaded driver made is there.
+pub const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
+/// How long a restore waits for the store's (or the swap device's) node to appear.
+pub const NODE_WAIT: Duration = Duration::from_secs(2);
+
+/// What a power-on with this command line does, before any filesystem is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PowerOn {
+    /// No store named: an ordinary boot.
+    Nothing,
+    /// A cold boot a restore kernel handed over: it said why already.
+    HandedOver,
+    /// A capture boot: the image is taken at the ready point, nothing is restored.
+    CaptureBoot,
+    /// Boot cold for this reason (a word that does not parse, a restore kernel asked to
+    /// capture).
+    Cold(String),
+    /// The benchmarks' baseline: the kernel's own resume from this swap device.
+    KernelNative(PathBuf),
+    /// Restore from the store.
+    Restore {
+        /// The store device.
+        store: PathBuf,
+        /// Remove the image as it is restored.
+        once: bool,
+        /// Images to try first.
+        images: Vec<String>,
+    },
+}
+
+/// What `cmdline` asks of a power-on.
+pub fn power_on(cmdline: &str) -> PowerOn {
+    let p = match BootParams::parse(cmdline) {
+        Ok(p) => p,
+        Err(e) => return PowerOn::Cold(e.to_string()),
+    };
+    if p.handed_over {
+        return PowerOn::HandedOver;
+    }
+    if p.capture {
+        return match p.cold_kernel {
+            Some(_) => {
+                PowerOn::Cold("a restore kernel does not capture: the stock kernel does".into())
+            }
+            None => PowerOn::CaptureBoot,
+        };
+    }
+    if let Some(dev) = p.kresume {
+        return PowerOn::KernelNative(dev.into());
+    }
+    match p.store {
+        Some(store) => PowerOn::Restore {
+            store: store.into(),
+            once: p.once,
+            images: p.images,
+        },
+        None => PowerOn::Nothing,
+    }
+}
+
+/// Before udev (initramfs-tools' init-top): why this boot's resume must wait for udev, if it
+/// must. The kernel's own resume (the baseline) waits, to run where initramfs-tools runs
+/// it; so does a restore that asks for it, and one from a store whose node does not appear
+/// in time: within [`BEFORE_UDEV_WAIT`] when the initramfs loaded the store's drivers
+/// (`store_modules_loaded`), [`BEFORE_UDEV_WAIT_UNKNOWN`] otherwise (`appears` waits).
+pub fn before_udev(
+    cmdline: &str,
+    store_modules_loaded: bool,
+    appears: impl Fn(&Path, Duration) -> bool,
+) -> Option<String> {
+    let params = BootParams::parse(cmdline).ok()?;
+    if params.kresume.is_some() {
+        return Some("the kernel's own resume runs where initramfs-tools runs it".into());
+    }
+    if params.after_udev {
+        return Some(format!("{} asks for it", bootparams::key::AFTERUDEV));
+    }
+    if params.capture || params.handed_over {
+        return None;
+    }
+    let store = params.store.as_deref()?;
+    let wait = if store_modules_loaded {
+        BEFORE_UDEV_WAIT
+    } else {
+        BEFORE_UDEV_WAIT_UNKNOWN
+    };
+    (!appears(Path::new(store), wait)).then(|| {
+        format!(
+            "{store} is not there before udev: restoring after udev (`snapboot install \
+             --store {store}` has the initramfs load its drivers first)"
+        )
+    })
+}
+
+/// The kernel pack a cold boot is handed to: on a restore kernel (`release` ends in
+/// [`bootparams::RESTORE_KERNEL_SUFFIX`]) that names one with `snapboot.coldkernel=`; other
+/// kernels boot cold themselves.
+pub fn hand_over_pack<'a>(cmdline: &'a str, release: &str) -> Option<&'a str> {
+    bootparams::value_of(cmdline, bootparams::key::COLDKERNEL)
+        .filter(|_| release.ends_with(bootparams::RESTORE_KERNEL_SUFFIX))
+}
+
+/// What `snapboot resume` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeRequest {
+    /// What the kernel command line says (the boot scripts' call); `before_udev`: from
+    /// initramfs-tools' init-top, which leaves the restore to a later script when it must
+    /// wait for udev ([`before_udev`]).
+    FromCmdline { before_udev: bool },
+    /// This store (a user's call).
+    Store { store: PathBuf, once: bool },
+}
+
+/// Runs `snapboot resume`: records this boot's setup, restores (never returning then), or
+/// prints why not as the `fallback` marker and, on a restore kernel, hands the cold boot to
+/// the stock kernel. Returns the exit status: 0 when this boot asked for no restore,
+/// [`EXIT_NOT_RESTORED`], or [`EXIT_AFTER_UDEV`].
+pub fn run_resume(req: ResumeRequest) -> u8 {
+    let cmdline = crate::system::kernel_cmdline();
+    if req == (ResumeRequest::FromCmdline { before_udev: true }) {
+        let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
+        if let Some(why) = before_udev(&cmdline, modules.exists(), crate::system::wait_for_node) {
+            print_marker(Marker::ResumeAfterUdev, Some(&why));
+            return EXIT_AFTER_UDEV;
+        }
+    }
+    // Every boot records its setup, for the capture that may follow in this boot.
+    let t = Instant::now();
+    let boot_setup = match crate::resume::observe_and_record_boot() {
+        Ok(s) => {
+            let secs = t.elapsed().as_secs_f64();
+            print_marker(Marker::BootSetup, Some(&format!("recorded in {secs:.3} s")));
+            Some(s)
+        }
+        Err(e) => {
+            print_marker(Marker::BootSetupUnrecorded, Some(&chain(&e)));
+            None
+        }
+    };
+    let plan = match req {
+        ResumeRequest::FromCmdline { .. } => power_on(&cmdline),
+        ResumeRequest::Store { store, once } => PowerOn::Restore {
+            store,
+            once,
+            images: Vec::new(),
+        },
+    };
+    let reason = carry_out(plan, boot_setup);
+    if let Some(why) = &reason {
+        print_marker(Marker::Fallback, Some(why));
+    }
+    let release = crate::system::running_identity().release;
+    if let Some(pack) = hand_over_pack(&cmdline, &release) {
+        let why = reason.as_deref().unwrap_or("this boot asks for no restore");
+        hand_over(Path::new(pack), &cmdline, why);
+    }
+    match reason {
+        Some(_) => EXIT_NOT_RESTORED,
+        None => 0,
+    }
+}
+
+/// Carries out a power-on plan; returns only if nothing was restored, with the reason
+/// (`None`: this boot asked for no restore).
+fn carry_out(plan: PowerOn, boot_setup: Option<BootSetup>) -> Option<String> {
+    match plan {
+        PowerOn::Nothing | PowerOn::CaptureBoot => None,
+        PowerOn::HandedOver => {
+            print_marker(
+                Marker::HandedOver,
+                Some("cold boot handed over by the restore kernel, which said why above"),
+            );
+            None
+        }
+        PowerOn::Cold(why) => Some(why),
+        PowerOn::KernelNative(dev) => {
+            crate::system::wait_for_node(&dev, NODE_WAIT);
+            Some(match crate::kernel_native::resume(&dev) {
+                Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
+                Err(e) => format!("kernel-native: {}", chain(&e)),
+            })
+        }
+        PowerOn::Restore {
+            store,
+            once,
+            images,
+        } => {
+            let err = resume(&ResumeOptions {
+                store,
+                once,
+                wait: NODE_WAIT,
+                boot_setup,
+                images,
+                public_key: None,
+            });
+            Some(chain(&err))
+        }
+    }
+}
+
+/// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
+/// Returns only if that failed; the console then says why, and the boot cannot go on.
+fn hand_over(pack: &Path, cmdline: &str, why: &str) {
+    let cold = crate::handover::cold_cmdline(cmdline);
+    match crate::handover::load(pack, &cold, NODE_WAIT) {
+        Ok(loaded) => {
+            print_marker(
+                Marker::Handover,
+                Some(&format!("{}; because: {why}", loaded.describe())),
+            );
+            let e = crate::handover::jump();
+            print_marker(Marker::HandoverFailed, Some(&chain(&e)));
+        }
+        Err(e) => print_marker(Marker::HandoverFailed, Some(&chain(&e))),
+    }
+}
+
+/// snapboot as the kernel's first process (`rdinit=/bin/snapboot`, what the board gives a
+/// restore kernel): mounts what `/init` would, resumes, and when this boot was not restored
+/// (and not handed to another kernel) runs the `/init` script for the rest of the boot,
+/// telling it the first steps are done. Saves starting a shell and four `mount` processes
+/// before the image is read. Never returns: process 1 must not exit.
+pub fn early_init() -> ! {
+    for f in crate::guest::early_mounts() {
+        eprintln!("snapboot: early init: cannot mount {f}");
+    }
+    print_marker(Marker::Init, None);
+    run_resume(ResumeRequest::FromCmdline { before_udev: false });
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new("/bin/sh")
+        .arg("/init")
+        .env(bootparams::EARLY_ENV, "1")
+        .env("PATH", "/bin")
+        .exec();
+    eprintln!("snapboot: early init: cannot run /init: {err}");
+    let err = std::process::Command::new("/bin/sh").exec();
+    eprintln!("snapboot: early init: cannot run a shell either: {err}");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// What the application's ready point does on a boot with this command line.
+#[derive(Debug, Clone)]
+pub enum AtReady {
+    /// Print the ready marker only.
+    Nothing,
+    /// A capture was asked for with a word that does not parse: fail at once with it, so
+    /// the host sees a capture failure instead of waiting past a console line.
+    Refuse(String),
+    /// The benchmarks' baseline: the kernel's own hibernation to this swap device.
+    KernelNative(PathBuf),
+    /// Capture with these settings.
+    Capture(Box<CaptureOptions>),
+}
+
+/// What `cmdline` asks of the ready point. A word that does not parse on a boot that asks
+/// for no capture is ignored here: resume named it at power-on (`fallback`).
+pub fn at_ready(cmdline: &str) -> AtReady {
+    let p = match BootParams::parse(cmdline) {
+        Ok(p) => p,
+        Err(e) if asks_for_capture(cmdline) => return AtReady::Refuse(e.to_string()),
+        Err(_) => return AtReady::Nothing,
+    };
+    if let Some(dev) = &p.khibernate {
+        return AtReady::KernelNative(dev.into());
+    }
+    match (&p.store, p.capture) {
+        (Some(store), true) => AtReady::Capture(Box::new(capture_options(&p, store))),
+        _ => AtReady::Nothing,
+    }
+}
+
+/// Whether the command line asks for a capture, even if another of its words is bad.
+fn asks_for_capture(cmdline: &str) -> bool {
+    cmdline
+        .split_whitespace()
+        .any(|w| w.split('=').next() == Some(bootparams::key::CAPTURE))
+}
+
+/// Capture settings from the boot parameters.
+pub fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
+    let mut o = CaptureOptions::new(PathBuf::from(store));
+    o.then = p.then;
+    o.force = p.force;
+    o.drop_caches = p.drop_caches;
+    o.compact = p.compact;
+    if let Some(c) = p.compression {
+        o.compression = c;
+    }
+    o.lazy = p.lazy.map(|reclaim| crate::lazy::LazyOptions {
+        reclaim,
+        region_bytes: p.swap_size,
+        verity: p.verity,
+        profile: p.profile,
+    });
+    if let Some(name) = p.images.first() {
+        o.image = name.clone();
+    }
+    o.dedupe = p.dedupe;
+    o.pin = p.pin;
+    o.pm_times = p.pm_times;
+    o
+}
+
+/// Why the ready point failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadyError {
+    /// A capture was asked for with a bad word.
+    #[error("{0}")]
+    BadWord(String),
+    /// The kernel's own hibernation failed.
+    #[error("kernel-native hibernation")]
+    KernelNative(#[source] crate::kernel_native::NativeError),
+    /// The capture failed.
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
+}
+
+/// What the ready point ended with.
+#[derive(Debug)]
+pub enum Ready {
+    /// Nothing to capture (or captured and running on, [`crate::capture::Then::Continue`]:
+    /// the image's generation).
+    Running(Option<u64>),
+    /// This is a system restored from an image taken at this point.
+    Restored,
+}
+
+/// Runs `snapboot ready`: prints the ready marker, captures when the command line asks,
+/// and on a cold boot that goes on starts adding deferred memory. A failure is printed as
+/// the `capture-failed` marker too.
+pub fn run_ready() -> Result<Ready, ReadyError> {
+    crate::guest::ready();
+    let cmdline = crate::system::kernel_cmdline();
+    let (result, powers_off) = match at_ready(&cmdline) {
+        AtReady::Nothing => (Ok(Ready::Running(None)), false),
+        AtReady::Refuse(why) => (Err(ReadyError::BadWord(why)), false),
+        AtReady::KernelNative(dev) => (
+            crate::kernel_native::hibernate(&dev)
+                .map(|()| {
+                    print_marker(Marker::Restored, Some("kernel-native"));
+                    Ready::Restored
+                })
+                .map_err(ReadyError::KernelNative),
+            true,
+        ),
+        AtReady::Capture(o) => {
+            let powers_off = o.then == crate::capture::Then::PowerOff;
+            let r = match capture(&o) {
+                Ok(CaptureOutcome::Restored(_)) => Ok(Ready::Restored),
+                Ok(CaptureOutcome::Captured(generation)) => Ok(Ready::Running(Some(generation))),
+                Err(e) => Err(e.into()),
+            };
+            (r, powers_off)
+        }
+    };
+    if let Err(e) = &result {
+        print_marker(Marker::CaptureFailed, Some(&chain(e)));
+    }
+    // A cold boot that is ready (and captured, if asked, and goes on): the deferred memory
+    // comes now. The restored side starts it after the restore.
+    if let (Ok(Ready::Running(_)), false) = (&result, powers_off) {
+        if let Ok(p) = BootParams::parse(&cmdline) {
+            crate::memory::start_add(&p);
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restore(store: &str, once: bool, images: &[&str]) -> PowerOn {
+        PowerOn::Restore {
+            store: store.into(),
+            once,
+            images: images.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn power_on_restores_only_what_the_command_line_names() {
+        assert_eq!(power_on("root=/dev/vda ro quiet"), PowerOn::Nothing);
+        assert_eq!(
+            power_on("ro snapboot.store=/dev/vdb"),
+            restore("/dev/vdb", false, &[])
+        );
+        assert_eq!(
+            power_on("snapboot.store=/dev/vdb snapboot.once snapboot.image=a,b"),
+            restore("/dev/vdb", true, &["a", "b"])
+        );
+        assert_eq!(
+            power_on("snapboot.store=/dev/vdb snapboot.capture"),
+            PowerOn::CaptureBoot
+        );
+        assert_eq!(
+            power_on("snapboot.kresume=/dev/vdc"),
+            PowerOn::KernelNative("/dev/vdc".into())
+        );
+        assert_eq!(
+            power_on("snapboot.store=/dev/vdb snapboot.handedover"),
+            PowerOn::HandedOver
+        );
+    }
+
+    #[test]
+    fn power_on_boots_cold_with_the_reason_for_a_bad_word_or_a_capturing_restore_kernel() {
+        match power_on("snapboot.store=/dev/vdb snapboot.onse") {
+            PowerOn::Cold(why) => assert!(
+                why.starts_with("unknown boot parameter \"snapboot.onse\""),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            power_on("snapboot.store=/dev/vdb snapboot.capture snapboot.coldkernel=/dev/vdc"),
+            PowerOn::Cold("a restore kernel does not capture: the stock kernel does".into())
+        );
+    }
+
+    #[test]
+    fn before_udev_waits_only_for_the_kernels_resume_and_a_missing_store() {
+        let never = |_: &Path, _: Duration| false;
+        let there = |_: &Path, _: Duration| true;
+        let kernel = before_udev("quiet snapboot.kresume=/dev/vdb", true, there).unwrap();
+        assert!(kernel.contains("where initramfs-tools runs it"), "{kernel}");
+        let missing = before_udev("snapboot.store=/dev/vdz", true, never).unwrap();
+        assert!(
+            missing.starts_with("/dev/vdz is not there before udev"),
+            "{missing}"
+        );
+        // A store that is there, a capture boot and a boot asking for nothing go on now.
+        assert_eq!(before_udev("ro snapboot.store=/dev/vdb", true, there), None);
+        assert_eq!(
+            before_udev("snapboot.capture snapboot.store=/dev/vdz", true, never),
+            None
+        );
+        assert_eq!(before_udev("root=/dev/vda ro", true, never), None);
+        let asked = before_udev("snapboot.store=/dev/vdb snapboot.afterudev", true, there);
+        assert_eq!(asked.as_deref(), Some("snapboot.afterudev asks for it"));
+    }
+
+    #[test]
+    fn before_udev_waits_longer_when_the_initramfs_loaded_the_stores_drivers() {
+        let waited = std::cell::Cell::new(Duration::ZERO);
+        let record = |_: &Path, d: Duration| {
+            waited.set(d);
+            true
+        };
+        before_udev("snapboot.store=/dev/vdb", true, record);
+        assert_eq!(waited.get(), BEFORE_UDEV_WAIT);
+        before_udev("snapboot.store=/dev/vdb", false, record);
+        assert_eq!(waited.get(), BEFORE_UDEV_WAIT_UNKNOWN);
+    }
+
+    #[test]
+    fn only_a_restore_kernel_hands_a_cold_boot_over() {
+        let cmdline = "snapboot.store=/dev/vdb snapboot.coldkernel=/dev/vdc";
+        let rk = format!("6.1.0{}", bootparams::RESTORE_KERNEL_SUFFIX);
+        assert_eq!(hand_over_pack(cmdline, &rk), Some("/dev/vdc"));
+        assert_eq!(hand_over_pack(cmdline, "6.1.0-56-amd64"), None);
+        assert_eq!(hand_over_pack("snapboot.store=/dev/vdb", &rk), None);
+    }
+
+    #[test]
+    fn the_ready_point_captures_with_the_command_lines_settings() {
+        assert!(matches!(at_ready("root=/dev/vda"), AtReady::Nothing));
+        assert!(matches!(
+            at_ready("snapboot.store=/dev/vdb"),
+            AtReady::Nothing
+        ));
+        let AtReady::Capture(o) = at_ready(
+            "snapboot.store=/dev/vdb snapboot.capture snapboot.then=continue snapboot.force \
+             snapboot.nodrop snapboot.compress=none snapboot.lazy=96M snapboot.swapsize=1G \
+             snapboot.image=factory,other snapboot.pin",
+        ) else {
+            panic!("no capture")
+        };
+        assert_eq!(o.store, Path::new("/dev/vdb"));
+        assert_eq!(o.then, crate::capture::Then::Continue);
+        assert!(o.force && !o.drop_caches && o.compact && o.pin);
+        assert_eq!(o.compression, flashstore::Compression::None);
+        assert_eq!(o.image, "factory");
+        let lazy = o.lazy.expect("lazy");
+        assert_eq!(lazy.region_bytes, Some(1 << 30));
+        assert!(matches!(
+            at_ready("snapboot.khibernate=/dev/vdc"),
+            AtReady::KernelNative(d) if d == Path::new("/dev/vdc")
+        ));
+    }
+
+    #[test]
+    fn a_bad_word_fails_the_ready_point_only_when_a_capture_is_asked_for() {
+        match at_ready("snapboot.store=/dev/vdb snapboot.capture snapboot.compress=brotli") {
+            AtReady::Refuse(why) => {
+                assert_eq!(why, "snapboot.compress=brotli: expected lz4 or none")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            at_ready("snapboot.store=/dev/vdb snapboot.compress=brotli"),
+            AtReady::Nothing
+        ));
+    }
+}
