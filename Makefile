@@ -20,7 +20,7 @@ deps:
 	fi
 
 build:
-	cargo build --release -p snapboot
+	cargo build --release -p snapboot -p snapboot-device
 
 kernel: build
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \

@@ -57,8 +57,8 @@ pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInf
 }
 
 /// The snapboot binary the board puts on the device: `snapboot-device` beside the running
-/// binary (`cargo build -p snapboot` builds both), a fraction of the full tool's size; else
-/// the running binary itself, which has the device's commands too.
+/// binary (`cargo build -p snapboot -p snapboot-device` builds both), a fraction of the full
+/// tool's size; else the running binary itself, which has the device's commands too.
 pub fn device_binary() -> Result<PathBuf, HomeError> {
     let exe = std::env::current_exe().map_err(HomeError::Exe)?;
     Ok(device_binary_beside(&exe))

@@ -34,11 +34,11 @@
 //! snapboot.coldkernel=DEV   on a restore kernel: the kernel pack (stock kernel and
 //!                           initramfs) to hand a cold boot to when there is nothing to restore
 //! snapboot.handedover       this cold boot was handed over by a restore kernel: do not resume
-//! snapboot.image=N[,N...]   flash store: capture as image N (the first); at resume try
+//! snapboot.image=N[,N...]   capture as image N (the first); at resume try
 //!                           these images in order, then the store's others, newest first
-//! snapboot.dedupe=D         flash store: storage dedupe at capture: off, full, selective
+//! snapboot.dedupe=D         storage dedupe at capture: off, full, selective
 //!                           (the default: selective:90), selective:USE or selective:USE:RUN
-//! snapboot.pin              flash store: pin the captured image (gc and captures keep it)
+//! snapboot.pin              pin the captured image (gc and captures keep it)
 //! snapboot.pmtimes          the image times each device's restore (pm_print_times), for
 //!                           `snapboot analyze` to name the slowest devices
 //! snapboot.defermem=SIZE    deferred memory: the system boots (and images hold) only its
@@ -88,11 +88,11 @@ pub mod key {
     pub const COLDKERNEL: &str = "snapboot.coldkernel";
     /// This cold boot was handed over by a restore kernel, which already said why.
     pub const HANDEDOVER: &str = "snapboot.handedover";
-    /// Flash store: image names (capture's, then resume's order).
+    /// Image names (capture's, then resume's order).
     pub const IMAGE: &str = "snapboot.image";
-    /// Flash store: storage dedupe policy of a capture.
+    /// Storage dedupe policy of a capture.
     pub const DEDUPE: &str = "snapboot.dedupe";
-    /// Flash store: pin the captured image.
+    /// Pin the captured image.
     pub const PIN: &str = "snapboot.pin";
     /// Capture an image that times every device's restore callback.
     pub const PMTIMES: &str = "snapboot.pmtimes";

@@ -17,7 +17,7 @@ pub enum StoreError {
     #[error("no snapboot store here (neither superblock has the store's magic); `snapboot store init` makes one, losing what the device holds")]
     NotAStore,
     /// The two-slot store of an older snapboot.
-    #[error("a two-slot store of an older snapboot, which this one no longer reads: make a new store with `snapboot store init --force` and capture again")]
+    #[error("a two-slot store of an older snapboot, which this one no longer reads: make a new store with `snapboot store init` and capture again")]
     LegacyStore,
     /// Both superblocks are damaged.
     #[error("no valid superblock (first: {first}; second: {second})")]

@@ -17,13 +17,14 @@
 //!          |                                   part of the image), never on the store
 //!   snapboot-swap-origin  linear -> store device, sectors [region offset, +region size)
 //!          |
-//!   store: | slot A | slot B | area A: image ... swap region | area B: image ... swap region |
+//!   store: | superblocks | ... chunks of images ... | raw region of this image = swap region |
 //! ```
 //!
 //! The table switch happens before `SNAPSHOT_CREATE_IMAGE`, so every restore of the image
 //! starts with the snapshot table: the swap region on the store is only ever read.
-//! The region belongs to the area of the image being written (snapimg `Store::plan_swap`), so
-//! the previous image, in the other area, stays intact until the new one is committed.
+//! The region is clusters the store reserved as the new image's raw region
+//! (`flashstore::Store::reserve_raw`), so every committed image, and its own swap region,
+//! stays intact until the new one is committed.
 
 use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
 use crate::profile::{self, PageSet};
@@ -53,7 +54,7 @@ pub use bootparams::{ProfileMode, Reclaim};
 pub struct LazyOptions {
     /// How much to page out.
     pub reclaim: Reclaim,
-    /// Size of the swap region; `None`: half of a store area.
+    /// Size of the swap region; `None`: half of the store's idle space.
     pub region_bytes: Option<u64>,
     /// Build a dm-verity tree so every page-in is checked.
     pub verity: bool,
@@ -231,7 +232,7 @@ pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), String> {
 /// What [`prepare`] did.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    /// The region to record in the image header.
+    /// The region to record in the image's description.
     pub region: SwapRegion,
     /// Seconds spent paging out.
     pub reclaim_secs: f64,

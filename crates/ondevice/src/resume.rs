@@ -1,13 +1,15 @@
 //! Resume: first thing in the initramfs, before any filesystem is mounted. Find the image on
 //! the store, validate it, stream its pages into `/dev/snapshot`, freeze, atomically restore.
 //!
-//! Every check happens before the kernel is asked to restore anything: the header, the
-//! kernel identity and RAM size up front, and each 1 MiB chunk's checksum before any of its
-//! pages is handed to the kernel. Pages handed over sit in the boot kernel's own buffers
-//! until `SNAPSHOT_ATOMIC_RESTORE`; if a later chunk fails, closing the device discards
-//! them and the cold boot continues with nothing restored.
+//! Every check happens before the kernel is asked to restore anything: the store by its
+//! magic, then per image (newest first, or those asked for) its signature when a key is
+//! configured, its description (kernel identity, RAM size, binding, swap region, stream
+//! length) up front, and each chunk's checksum before any of its pages is handed to the
+//! kernel. Pages handed over sit in the boot kernel's own buffers until
+//! `SNAPSHOT_ATOMIC_RESTORE`; if a later chunk fails, closing the device discards them and
+//! the next image is tried, or the cold boot continues with nothing restored.
 //!
-//! The image is never invalidated (semi-permanent), unless `once` is set.
+//! The image stays on the store (semi-permanent), unless `once` is set.
 
 use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
@@ -80,6 +82,9 @@ pub enum ResumeError {
     /// The configured public key cannot be read: no image is trusted.
     #[error("the public key images must be signed for")]
     Key(#[source] imagekey::KeyError),
+    /// The image's page list and its description disagree on the stream's length.
+    #[error("the image's page list holds {listed} pages, its description says the kernel's stream had {described}")]
+    PageCount { listed: u64, described: u64 },
     /// The store has no image.
     #[error("the store holds no image")]
     NoImage,
@@ -267,6 +272,12 @@ fn load_flash_image(
         .reader(name)
         .map_err(|e| ResumeError::Store(e.into()))?;
     let d = snapimg::Description::decode(reader.user()).map_err(StoreUseError::from)?;
+    if reader.pages() != d.stream_pages {
+        return Err(ResumeError::PageCount {
+            listed: reader.pages(),
+            described: d.stream_pages,
+        });
+    }
     d.identity.check_against(&expected_identity())?;
     check_binding(d.binding().map_err(StoreUseError::from)?.as_ref(), o)?;
     if let Some(sw) = &d.swap {

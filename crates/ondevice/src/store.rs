@@ -46,6 +46,13 @@ pub enum StoreUseError {
     /// Reading the kernel's page stream failed.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// The kernel's page stream is not what a hibernation image looks like.
+    #[error("the kernel's page stream, at page {page}")]
+    Stream {
+        page: u64,
+        #[source]
+        source: snapimg::StreamError,
+    },
     /// Signing or checking a signature failed.
     #[error(transparent)]
     Key(#[from] KeyError),
@@ -83,12 +90,25 @@ pub fn write_image(
     if let Some(e) = raw {
         w.attach_raw(e)?;
     }
+    // The stream's structure (header, PFN index, data pages) is checked as it is read, so an
+    // image that is not one the kernel can restore is never committed.
+    let mut parser = snapimg::StreamParser::new();
     let mut page = [0u8; PAGE_SIZE];
     let mut pages = 0u64;
     while dev.read_page(&mut page)? {
+        parser
+            .push_page(&page)
+            .map_err(|source| StoreUseError::Stream {
+                page: pages,
+                source,
+            })?;
         w.push_page(&page)?;
         pages += 1;
     }
+    parser.finish().map_err(|source| StoreUseError::Stream {
+        page: pages,
+        source,
+    })?;
     let description = describe(pages)?;
     Ok(w.commit(description.encode())?)
 }

@@ -79,7 +79,7 @@ pub struct BuildArgs {
     #[arg(long)]
     mem: Option<u32>,
     /// Put this public key (`snapboot key gen`) in the initramfs: the board then restores
-    /// only images on a flash store signed with its secret key.
+    /// only images signed with its secret key.
     #[arg(long, value_name = "PUBLIC_KEY")]
     image_key: Option<PathBuf>,
     /// Output directory (default: .snapboot/bundles/NAME).
@@ -107,7 +107,7 @@ pub struct RunArgs {
     /// Snapshot-boot from this store file (attached as /dev/vdb).
     #[arg(long)]
     store: Option<PathBuf>,
-    /// Flash store: the images to try first, in order (NAME[,NAME...]); then the others,
+    /// The images to try first, in order (NAME[,NAME...]); then the others,
     /// newest first.
     #[arg(long, requires = "store")]
     image: Option<String>,
@@ -259,7 +259,7 @@ fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
 pub struct BoardCaptureArgs {
     /// The bundle directory (or a built-in workload name).
     pub bundle: String,
-    /// Store file (created if missing; sparse, twice the guest RAM).
+    /// Store file (created if missing: sparse, three times the guest RAM).
     #[arg(long)]
     pub store: PathBuf,
     #[command(flatten)]

@@ -25,10 +25,10 @@ enum Cmd {
     #[command(subcommand)]
     Bench(BenchCmd),
     #[command(flatten)]
-    Device(snapboot::device::DeviceCmd),
+    Device(snapboot_device::DeviceCmd),
     /// Keys for signed images.
     #[command(subcommand)]
-    Key(snapboot::storecmd::KeyCmd),
+    Key(snapboot_device::KeyCmd),
     /// Boot graph, phases, initcalls and the advisor's cheap wins, from boot logs.
     Analyze(crate::analyzecmd::AnalyzeArgs),
     /// Can snapshot boot work with this kernel? Which boot-time options are set?
@@ -64,7 +64,7 @@ enum BenchCmd {
     Cold(crate::benchcmd::ColdArgs),
     /// Cold boot vs kernel-native hibernation resume vs snapboot, N boots each.
     Compare(crate::benchcmd::CompareArgs),
-    /// Re-captures onto a flash store: bytes written per capture with full, selective and
+    /// Re-captures onto a store: bytes written per capture with full, selective and
     /// no storage dedupe, and restore time of the last image against a fresh store.
     Recapture(crate::benchcmd::RecaptureArgs),
     /// Lazy images by how much they page out (`--lazy SIZE`), each also re-captured with
@@ -88,8 +88,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => crate::benchcmd::lazy(a),
         Cmd::Bench(BenchCmd::Memory(a)) => crate::benchcmd::memory(a),
-        Cmd::Device(c) => snapboot::device::dispatch(c),
-        Cmd::Key(c) => snapboot::storecmd::key(c),
+        Cmd::Device(c) => snapboot_device::dispatch(c),
+        Cmd::Key(c) => snapboot_device::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),
         Cmd::CheckKernel(a) => crate::analyzecmd::check_kernel(a),
         Cmd::Board(BoardCmd::Capture(a)) => crate::boardcmd::board_capture(a),
@@ -106,8 +106,8 @@ mod tests {
     fn the_device_commands_are_part_of_the_host_tool() {
         let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
         match cli.cmd {
-            Cmd::Device(snapboot::device::DeviceCmd::Resume(a)) => {
-                assert_eq!(a, snapboot::guestcmd::ResumeArgs::from_cmdline())
+            Cmd::Device(snapboot_device::DeviceCmd::Resume(a)) => {
+                assert_eq!(a, snapboot_device::ResumeArgs::from_cmdline())
             }
             other => panic!("parsed as {other:?}"),
         }
@@ -117,8 +117,8 @@ mod tests {
             .unwrap()
             .cmd
         {
-            Cmd::Device(snapboot::device::DeviceCmd::Profile(
-                snapboot::device::ProfileCmd::Record { wait },
+            Cmd::Device(snapboot_device::DeviceCmd::Profile(
+                snapboot_device::ProfileCmd::Record { wait },
             )) => assert_eq!(wait, 2.5),
             other => panic!("parsed as {other:?}"),
         }

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // The board's boot path (first process, `/init`'s resume) skips clap.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(result) = snapboot::device::fast_path(&argv) {
-        return snapboot::device::exit(result);
+    if let Some(result) = snapboot_device::fast_path(&argv) {
+        return snapboot_device::exit(result);
     }
-    snapboot::device::exit(cli::dispatch(cli::Cli::parse()))
+    snapboot_device::exit(cli::dispatch(cli::Cli::parse()))
 }

@@ -8,7 +8,8 @@
 //! [`Binding::check`] compares what the image recorded with what the running boot observes
 //! and names every difference.
 //!
-//! The binding is stored inside the header slot (its checksum covers it), encoded as below;
+//! The binding is stored in the image's description (the store's checksums and a signature
+//! cover it), encoded as below;
 //! all integers little-endian, strings UTF-8 with a u16 length prefix:
 //!
 //! ```text

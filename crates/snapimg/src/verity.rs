@@ -1,11 +1,12 @@
-//! The dm-verity hash tree over a lazy image's swap area (docs/image-format.md §6).
+//! The dm-verity hash tree over a lazy image's swap area (docs/image-format.md, "Lazy
+//! images").
 //!
 //! The restored kernel reads swapped-out pages back from the store long after the image
 //! itself was checked. So that a damaged block fails loudly instead of handing the
 //! application wrong bytes, capture builds a dm-verity tree (format version 1, SHA-256,
 //! 4096-byte data and hash blocks, salt hashed first) over the swap area and reads it back
-//! through a `verity` target; its root hash and salt are in the image header, which the
-//! header checksum and a flash store's signed digest cover.
+//! through a `verity` target; its root hash and salt are in the image's description, which
+//! the store's catalog checksum and an image's signed digest cover.
 //!
 //! The tree is laid out the way the kernel's `verity_ctr` expects on the hash device,
 //! starting at `hash_start` (in 4096-byte blocks), the top level first:
@@ -26,7 +27,8 @@ pub const DIGEST: usize = 32;
 const PER_BLOCK: u64 = (BLOCK / DIGEST) as u64;
 const PER_BLOCK_BITS: u32 = PER_BLOCK.trailing_zeros();
 
-/// What the kernel's verity target needs besides the devices, as the image header keeps it.
+/// What the kernel's verity target needs besides the devices, as the image's description
+/// keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SwapVerity {
     /// Data blocks covered, from the start of the swap area (block 0 is its header page).

@@ -34,6 +34,25 @@ fn build_lock() -> &'static Mutex<()> {
     L.get_or_init(|| Mutex::new(()))
 }
 
+/// Builds `snapboot-device` (the binary the board puts on the device, another package) in
+/// this test binary's profile, once: `cargo test` builds only the tested package's binaries,
+/// and a stale device binary would test old device code.
+fn device_binary_built() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        c.args(["build", "-p", "snapboot-device"]);
+        if !cfg!(debug_assertions) {
+            c.arg("--release");
+        }
+        let (out, so, se) = run(c);
+        assert!(
+            out.status.success(),
+            "building snapboot-device:\n{so}\n{se}"
+        );
+    });
+}
+
 /// Makes sure the kernel is fetched and the workload's bundle is built by *this* binary
 /// (so the initramfs carries the snapboot under test). Returns the bundle directory.
 pub fn bundle(workload: &str) -> PathBuf {
@@ -44,6 +63,7 @@ pub fn bundle(workload: &str) -> PathBuf {
     if built.lock().unwrap().iter().any(|w| w == workload) {
         return dir;
     }
+    device_binary_built();
     if !home().join("kernel.json").exists() {
         let mut c = snapboot();
         c.args(["board", "fetch-kernel"]);

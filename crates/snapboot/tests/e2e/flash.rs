@@ -262,7 +262,7 @@ fn store_commands_manage_images_on_a_file() {
     );
     let (ok, text) = st(&["stats"]);
     assert!(
-        ok && text.contains("factory") && text.contains("A MiB"),
+        ok && text.contains("factory") && text.contains("UNIQUE MiB"),
         "{text}"
     );
 

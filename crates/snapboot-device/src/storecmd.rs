@@ -155,7 +155,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             .with_context(|| format!("formatting {}", dev.display()))?;
             let u = s.usage();
             println!(
-                "flash store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
+                "store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
                 dev.display(),
                 u.clusters,
                 cluster_kib,

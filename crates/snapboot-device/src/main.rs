@@ -4,7 +4,7 @@
 //! the kernel unpacks, and the restore path maps, a fraction of the full tool.
 
 use clap::Parser;
-use snapboot::device::{dispatch, exit, fast_path, DeviceCmd};
+use snapboot_device::{dispatch, exit, fast_path, DeviceCmd};
 use std::process::ExitCode;
 
 /// Snapshot boot for Linux, the device's commands.

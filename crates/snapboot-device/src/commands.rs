@@ -6,7 +6,9 @@ use clap::Subcommand;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use crate::guestcmd;
+use crate::bootcmd;
+use crate::imagecmd;
+use crate::systemcmd::{self, InstallArgs, MemoryCmd, ProfileCmd};
 
 /// Commands that run on the device (and, for `image` and `store`, on the host too).
 #[derive(Subcommand, Debug)]
@@ -24,14 +26,14 @@ pub enum DeviceCmd {
     /// command line asks for it (snapboot.capture snapboot.store=DEV).
     Ready,
     /// (device) Freeze, create the hibernation image and write it to the store.
-    Capture(guestcmd::CaptureArgs),
+    Capture(bootcmd::CaptureArgs),
     /// (device, initramfs) Validate the store's image and restore it; on any failure print
     /// the reason and return so the cold boot continues.
-    Resume(guestcmd::ResumeArgs),
+    Resume(bootcmd::ResumeArgs),
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
-    /// The flash store: named images, dedupe across images, gc, fsck, signatures.
+    /// The store: named images, dedupe across images, gc, fsck, signatures.
     #[command(subcommand)]
     Store(crate::storecmd::StoreCmd),
     /// (device, restored from a lazy image) The application's working set: record which
@@ -49,67 +51,11 @@ pub enum DeviceCmd {
     Install(InstallArgs),
 }
 
-/// `snapboot install`.
-#[derive(clap::Args, Debug)]
-pub struct InstallArgs {
-    /// The system's root: `/` on the device, or a root tree being built.
-    #[arg(long, default_value = "/")]
-    pub root: std::path::PathBuf,
-    /// The application's unit: the capture waits until it is ready (After= and Requires=;
-    /// with Type=notify that is its READY=1). Repeatable.
-    #[arg(long, value_name = "UNIT")]
-    pub after: Vec<String>,
-    /// The store's device (`/dev/mmcblk0p3`): its drivers' modules, read from /sys, are
-    /// loaded by the initramfs before udev, so the image is restored before udev starts.
-    #[arg(long, value_name = "DEV")]
-    pub store: Option<std::path::PathBuf>,
-    /// A module the store's device needs (repeatable; for a root built elsewhere, where
-    /// --store cannot look at the device).
-    #[arg(long, value_name = "MODULE")]
-    pub store_module: Vec<String>,
-}
-
-/// `snapboot memory`.
-#[derive(Subcommand, Debug)]
-pub enum MemoryCmd {
-    /// Add the deferred memory: load its driver, online each block as it arrives, and at
-    /// the deadline fix and report whatever is missing (`ready` and `restored` start this
-    /// in the background).
-    Add,
-    /// Memory blocks online and offline, and whether the deferred memory's driver is in.
-    Status,
-}
-
-/// `snapboot profile`.
-#[derive(Subcommand, Debug)]
-pub enum ProfileCmd {
-    /// Record the pages touched since the restore (after waiting SECS), for the next
-    /// capture; without it the next capture takes what was touched until it runs.
-    Record {
-        /// Seconds to wait first: the window in which the application serves its first
-        /// requests.
-        #[arg(long, default_value_t = 0.0)]
-        wait: f64,
-    },
-    /// How much of the image's profile, and of the rest of its swapped-out memory, is in
-    /// memory now.
-    Status,
-    /// Read the image's profile back in (what a prefetch-mode image does after restore).
-    Prefetch,
-    /// After SECS, print the major page faults each process took since the restore: the
-    /// memory the eager image lacked (`snapboot.profilecheck` starts it at every restore).
-    Faults {
-        /// Seconds to wait first.
-        #[arg(long, default_value_t = 0)]
-        wait: u32,
-    },
-}
-
 /// `snapboot image`.
 #[derive(Subcommand, Debug)]
 pub enum ImageCmd {
     /// Show an image: identity, counts, checksums verified.
-    Inspect(guestcmd::InspectArgs),
+    Inspect(imagecmd::InspectArgs),
 }
 
 /// Runs a device command.
@@ -119,14 +65,14 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
             let code = ondevice::guest::start(&cmd.join(" "), &env)?;
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
-        DeviceCmd::Ready => guestcmd::ready(),
-        DeviceCmd::Capture(a) => guestcmd::capture_cmd(a),
-        DeviceCmd::Resume(a) => guestcmd::resume_cmd(a),
-        DeviceCmd::Image(ImageCmd::Inspect(a)) => guestcmd::inspect(a),
+        DeviceCmd::Ready => bootcmd::ready(),
+        DeviceCmd::Capture(a) => bootcmd::capture_cmd(a),
+        DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
+        DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
-        DeviceCmd::Profile(c) => guestcmd::profile(c),
-        DeviceCmd::Memory(c) => guestcmd::memory(c),
-        DeviceCmd::Install(a) => guestcmd::install(a),
+        DeviceCmd::Profile(c) => systemcmd::profile(c),
+        DeviceCmd::Memory(c) => systemcmd::memory(c),
+        DeviceCmd::Install(a) => systemcmd::install(a),
     }
 }
 
@@ -140,11 +86,11 @@ pub fn fast_path(argv: &[OsString]) -> Option<Result<ExitCode>> {
         ondevice::boot::early_init();
     }
     if argv == ["resume", "--from-cmdline"] {
-        return Some(guestcmd::resume_cmd(guestcmd::ResumeArgs::from_cmdline()));
+        return Some(bootcmd::resume_cmd(bootcmd::ResumeArgs::from_cmdline()));
     }
     if argv == ["resume", "--from-cmdline", "--before-udev"] {
-        return Some(guestcmd::resume_cmd(
-            guestcmd::ResumeArgs::from_cmdline_before_udev(),
+        return Some(bootcmd::resume_cmd(
+            bootcmd::ResumeArgs::from_cmdline_before_udev(),
         ));
     }
     None
@@ -177,13 +123,13 @@ mod tests {
     fn the_init_fast_path_means_what_the_command_line_says() {
         let cli = Cli::try_parse_from(["snapboot", "resume", "--from-cmdline"]).unwrap();
         match cli.cmd {
-            DeviceCmd::Resume(a) => assert_eq!(a, guestcmd::ResumeArgs::from_cmdline()),
+            DeviceCmd::Resume(a) => assert_eq!(a, bootcmd::ResumeArgs::from_cmdline()),
             other => panic!("parsed as {other:?}"),
         }
         let words = ["snapboot", "resume", "--from-cmdline", "--before-udev"];
         match Cli::try_parse_from(words).unwrap().cmd {
             DeviceCmd::Resume(a) => {
-                assert_eq!(a, guestcmd::ResumeArgs::from_cmdline_before_udev())
+                assert_eq!(a, bootcmd::ResumeArgs::from_cmdline_before_udev())
             }
             other => panic!("parsed as {other:?}"),
         }

@@ -1,0 +1,16 @@
+//! The device's half of snapboot: the commands that run on the device (`start`, `ready`,
+//! `capture`, `resume`, `image`, `store`, `key`, `profile`, `memory`, `install`), parsed
+//! here and carried out by the `ondevice` crate. `snapboot-device`, the small static binary
+//! the board puts in the initramfs and every image carries, is this crate's binary; the host
+//! tool `snapboot` has the same commands through this library.
+
+mod bootcmd;
+mod commands;
+mod imagecmd;
+mod storecmd;
+mod systemcmd;
+
+pub use bootcmd::{CaptureArgs, ResumeArgs};
+pub use commands::{dispatch, exit, fast_path, DeviceCmd, ImageCmd};
+pub use storecmd::{key, KeyCmd, StoreCmd};
+pub use systemcmd::{InstallArgs, MemoryCmd, ProfileCmd};

@@ -1,0 +1,180 @@
+//! The device's system commands: `snapboot memory` (deferred memory), `snapboot profile`
+//! (a lazy image's working set) and `snapboot install` (snapboot into a Debian-style system).
+
+use anyhow::{Context, Result};
+use boottrace::Marker;
+use clap::Subcommand;
+use std::process::ExitCode;
+
+/// `snapboot install`.
+#[derive(clap::Args, Debug)]
+pub struct InstallArgs {
+    /// The system's root: `/` on the device, or a root tree being built.
+    #[arg(long, default_value = "/")]
+    pub root: std::path::PathBuf,
+    /// The application's unit: the capture waits until it is ready (After= and Requires=;
+    /// with Type=notify that is its READY=1). Repeatable.
+    #[arg(long, value_name = "UNIT")]
+    pub after: Vec<String>,
+    /// The store's device (`/dev/mmcblk0p3`): its drivers' modules, read from /sys, are
+    /// loaded by the initramfs before udev, so the image is restored before udev starts.
+    #[arg(long, value_name = "DEV")]
+    pub store: Option<std::path::PathBuf>,
+    /// A module the store's device needs (repeatable; for a root built elsewhere, where
+    /// --store cannot look at the device).
+    #[arg(long, value_name = "MODULE")]
+    pub store_module: Vec<String>,
+}
+
+/// `snapboot memory`.
+#[derive(Subcommand, Debug)]
+pub enum MemoryCmd {
+    /// Add the deferred memory: load its driver, online each block as it arrives, and at
+    /// the deadline fix and report whatever is missing (`ready` and `restored` start this
+    /// in the background).
+    Add,
+    /// Memory blocks online and offline, and whether the deferred memory's driver is in.
+    Status,
+}
+
+/// `snapboot profile`.
+#[derive(Subcommand, Debug)]
+pub enum ProfileCmd {
+    /// Record the pages touched since the restore (after waiting SECS), for the next
+    /// capture; without it the next capture takes what was touched until it runs.
+    Record {
+        /// Seconds to wait first: the window in which the application serves its first
+        /// requests.
+        #[arg(long, default_value_t = 0.0)]
+        wait: f64,
+    },
+    /// How much of the image's profile, and of the rest of its swapped-out memory, is in
+    /// memory now.
+    Status,
+    /// Read the image's profile back in (what a prefetch-mode image does after restore).
+    Prefetch,
+    /// After SECS, print the major page faults each process took since the restore: the
+    /// memory the eager image lacked (`snapboot.profilecheck` starts it at every restore).
+    Faults {
+        /// Seconds to wait first.
+        #[arg(long, default_value_t = 0)]
+        wait: u32,
+    },
+}
+
+/// `snapboot memory`.
+pub fn memory(c: MemoryCmd) -> Result<ExitCode> {
+    use ondevice::memory;
+    match c {
+        MemoryCmd::Add => match memory::add_from_cmdline()? {
+            None => println!("no deferred memory on this boot (no snapboot.defermem)"),
+            Some(r) if !r.complete() => return Ok(ExitCode::from(1)),
+            Some(_) => {}
+        },
+        MemoryCmd::Status => {
+            let b = memory::blocks(std::path::Path::new(memory::MEMORY_SYS))?;
+            println!(
+                "{} MiB online in {} blocks of {} MiB, {} blocks offline; {} {}",
+                b.online_bytes() >> 20,
+                b.online,
+                b.block_bytes >> 20,
+                b.offline.len(),
+                memory::DRIVER,
+                if memory::driver_loaded() {
+                    "loaded"
+                } else {
+                    "not loaded"
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot profile`.
+pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
+    use ondevice::profile;
+    let mib = |pages: u64| pages as f64 * 4096.0 / 1048576.0;
+    match c {
+        ProfileCmd::Record { wait } => {
+            anyhow::ensure!(
+                wait.is_finite() && wait >= 0.0,
+                "--wait {wait}: expected seconds"
+            );
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+            let p = profile::touched_since_restore()?;
+            p.save(std::path::Path::new(profile::PROFILE_PATH))?;
+            println!(
+                "profile: {} pages ({:.1} MiB) touched since the restore, {} processes, {} ranges -> {} (the next capture uses it)",
+                p.pages(),
+                mib(p.pages()),
+                p.processes(),
+                p.ranges(),
+                profile::PROFILE_PATH
+            );
+        }
+        ProfileCmd::Status => match profile::residency()? {
+            None => println!("this image was captured without a profile"),
+            Some(r) => println!("{}", profile::residency_text(&r)),
+        },
+        ProfileCmd::Prefetch => {
+            let b = profile::prefetch()?;
+            println!("prefetch: {} of {} pages in memory", b.present, b.pages);
+        }
+        ProfileCmd::Faults { wait } => {
+            std::thread::sleep(std::time::Duration::from_secs(wait.into()));
+            let text = profile::faults_since_restore()?;
+            ondevice::guest::print_marker(Marker::Faults, Some(&text));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot install`.
+pub fn install(a: InstallArgs) -> Result<ExitCode> {
+    let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
+    let mut store_modules = a.store_module.clone();
+    if let Some(dev) = &a.store {
+        let found = ondevice::install::store_driver_modules(std::path::Path::new("/sys"), dev)?;
+        println!(
+            "{}: drivers {}",
+            dev.display(),
+            if found.is_empty() {
+                "built in (no module to load)".to_string()
+            } else {
+                found.join(", ")
+            }
+        );
+        for m in found {
+            if !store_modules.contains(&m) {
+                store_modules.push(m);
+            }
+        }
+    }
+    let written = ondevice::install::install(&ondevice::install::InstallOptions {
+        root: a.root.clone(),
+        binary,
+        after: a.after.clone(),
+        store_modules,
+    })?;
+    for p in &written {
+        println!("installed {}", p.display());
+    }
+    if a.after.is_empty() {
+        println!(
+            "note: no --after UNIT: the capture waits only for multi-user.target, not for \
+             your application's readiness"
+        );
+    }
+    let chroot = if a.root == std::path::Path::new("/") {
+        String::new()
+    } else {
+        format!("chroot {} ", a.root.display())
+    };
+    println!(
+        "next: {chroot}update-initramfs -u (the initramfs resumes only once it carries \
+         snapboot), then boot once with `snapboot.capture snapboot.store=DEV` on the kernel \
+         command line and at every power-on with `snapboot.store=DEV` (docs/real-boards.md)"
+    );
+    Ok(ExitCode::SUCCESS)
+}
