@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use crate::bootcmd;
+use crate::exit::Exit;
 use crate::imagecmd;
 use crate::systemcmd::{self, InstallArgs, MemoryCmd, ProfileCmd};
 
@@ -102,7 +103,7 @@ pub fn exit(result: Result<ExitCode>) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("snapboot: {e:#}");
-            ExitCode::from(1)
+            Exit::Failed.into()
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `snapboot image inspect`: every image of a store, checked.
 
+use crate::Exit;
 use anyhow::Result;
 use boottrace::error_chain as chain;
 use clap::Args;
@@ -30,7 +31,7 @@ struct Inspected {
 }
 
 /// `snapboot image inspect`: every image of the store, each read whole unless `--no-verify`;
-/// exit status 1 when a chunk fails its check.
+/// exit status 5 ([`Exit::Damaged`]) when a chunk fails its check.
 pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
     let s = ondevice::store::open_store(&a.store, false)?;
     let mut all_ok = true;
@@ -95,7 +96,7 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
     Ok(if all_ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        Exit::Damaged.into()
     })
 }
 

@@ -6,11 +6,13 @@
 
 mod bootcmd;
 mod commands;
+mod exit;
 mod imagecmd;
 mod storecmd;
 mod systemcmd;
 
 pub use bootcmd::{CaptureArgs, ResumeArgs};
 pub use commands::{dispatch, exit, fast_path, DeviceCmd, ImageCmd};
+pub use exit::{Exit, EXIT_HELP};
 pub use storecmd::{key, KeyCmd, StoreCmd};
 pub use systemcmd::{InstallArgs, MemoryCmd, ProfileCmd};

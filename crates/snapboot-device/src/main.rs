@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 /// Snapshot boot for Linux, the device's commands.
 #[derive(Parser, Debug)]
-#[command(name = "snapboot", version, about)]
+#[command(name = "snapboot", version, about, after_help = snapboot_device::EXIT_HELP)]
 struct Cli {
     #[command(subcommand)]
     cmd: DeviceCmd,

@@ -337,7 +337,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             return Ok(if r.clean() {
                 ExitCode::SUCCESS
             } else {
-                ExitCode::from(1)
+                crate::Exit::Damaged.into()
             });
         }
         StoreCmd::Sign { dev, name, key } => {

@@ -68,7 +68,7 @@ pub fn memory(c: MemoryCmd) -> Result<ExitCode> {
     match c {
         MemoryCmd::Add => match memory::add_from_cmdline()? {
             None => println!("no deferred memory on this boot (no snapboot.defermem)"),
-            Some(r) if !r.complete() => return Ok(ExitCode::from(1)),
+            Some(r) if !r.complete() => return Ok(crate::Exit::Damaged.into()),
             Some(_) => {}
         },
         MemoryCmd::Status => {

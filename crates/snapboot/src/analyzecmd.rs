@@ -80,7 +80,7 @@ pub fn check_kernel(a: CheckKernelArgs) -> Result<ExitCode> {
         );
     }
     Ok(if blocked {
-        ExitCode::from(1)
+        snapboot_device::Exit::Blocked.into()
     } else {
         ExitCode::SUCCESS
     })

@@ -9,6 +9,7 @@ use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
 use bootparams::parse_reclaim;
 use clap::Args;
 use ondevice::store::DEFAULT_IMAGE;
+use snapboot_device::Exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -230,7 +231,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         None => Ok(ExitCode::SUCCESS),
         Some(e) => {
             eprintln!("snapboot: board run failed: {e}");
-            Ok(ExitCode::from(3))
+            Ok(Exit::NotUsable.into())
         }
     }
 }
@@ -250,7 +251,7 @@ fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
     Ok(if status.success() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(3)
+        Exit::NotUsable.into()
     })
 }
 

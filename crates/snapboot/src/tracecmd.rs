@@ -54,6 +54,6 @@ pub fn trace(a: TraceArgs) -> Result<ExitCode> {
     Ok(if tl.tti.is_some() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(3)
+        snapboot_device::Exit::NotUsable.into()
     })
 }

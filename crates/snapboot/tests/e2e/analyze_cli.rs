@@ -58,7 +58,11 @@ fn check_kernel_accepts_the_board_kernel_and_names_blockers() {
     let mut c = snapboot();
     c.arg("check-kernel").arg(&cfg);
     let (out, so, _) = run(c);
-    assert_eq!(out.status.code(), Some(1), "{so}");
+    assert_eq!(
+        out.status.code(),
+        Some(snapboot_device::Exit::Blocked.code().into()),
+        "{so}"
+    );
     assert!(
         so.contains("BLOCKER") && so.contains("CONFIG_HIBERNATION"),
         "{so}"
