@@ -76,6 +76,11 @@ pub struct BuildArgs {
     /// Regex the probe's answer matches (with --rootfs).
     #[arg(long, default_value = "^probe-42$")]
     expect: String,
+    /// Your application answers `recapture` on its console by running `snapboot ready`
+    /// again (with --rootfs; as the built-in workloads do): the benchmarks then make
+    /// profiled lazy images of it. Without it they leave those methods out.
+    #[arg(long, requires = "rootfs")]
+    recapture: bool,
     /// Guest memory in MiB (default: the workload's).
     #[arg(long)]
     mem: Option<u32>,
@@ -139,6 +144,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
                 },
                 mem_mib: 512,
                 init: Default::default(),
+                recapture: a.recapture,
             },
             Some(dir.clone()),
         ),
