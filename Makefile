@@ -45,7 +45,7 @@ demo: setup restore-kernel
 	$(SNAPBOOT) board run app --probe
 	@echo "== 2. capture at the ready point =="
 	$(SNAPBOOT) board capture app --store $(SNAPBOOT_HOME)/app.store
-	@echo "== 3. snapshot boot from the same image =="
+	@echo "== 3. snapshot boot from the same image (restore kernel) =="
 	$(SNAPBOOT) board run app --store $(SNAPBOOT_HOME)/app.store --probe
 	@echo "== 4. cold vs kernel-native hibernation resume vs snapboot =="
 	$(SNAPBOOT) bench compare --workload app --runs 3

@@ -360,11 +360,13 @@ impl Bundle {
 pub use kernelpack::is_static_elf;
 
 /// What a bundle is built from besides the kernel and the workload's name: the device's
-/// snapboot binary and the `app` program embedded in this snapboot.
+/// snapboot binary and the workload files embedded in this snapboot (the `app` program,
+/// the `shell` workload's `recapture`).
 pub fn build_id(snapboot: &[u8]) -> String {
     let mut h = blake3::Hasher::new();
     h.update(snapboot);
     h.update(crate::workload::APP_PY.as_bytes());
+    h.update(crate::workload::SHELL_RECAPTURE.as_bytes());
     h.finalize().to_hex().to_string()
 }
 

@@ -46,6 +46,13 @@ pub enum CaptureBootError {
     /// The device reported a failed capture.
     #[error("capture failed in the guest: {0}")]
     Guest(String),
+    /// A re-capture was asked of a workload that does not answer `recapture`: nothing would
+    /// ever capture, so the board is not powered on.
+    #[error(
+        "workload `{0}` does not answer `recapture` on its console, so it cannot re-capture \
+         itself (a --rootfs workload that does is built with `board build --recapture`)"
+    )]
+    NoRecapture(String),
     /// A re-capture needs a restored system, but the board cold-booted.
     #[error("the image was not restored, so there is nothing to re-capture: {0}")]
     NotRestored(String),
@@ -165,8 +172,9 @@ fn end_capture(
 
 /// Snapshot-boots the image in `store` (the boot parameters name it), changes the restored
 /// application's state with `change` (a console query, answered by a line matching
-/// `answer`), then has the application re-capture (`recapture`, for the `app` workload) and
-/// waits for the new image and the power-off. The restored system keeps the capture boot's
+/// `answer`), then has the application re-capture (`recapture`, which every built-in
+/// workload answers: [`crate::Workload::recapture`]) and waits for the new image and the
+/// power-off; a workload that does not answer it is refused before the board powers on. The restored system keeps the capture boot's
 /// settings (its kernel command line is the captured one), so the new image goes to the
 /// same store under the same name. This is a device re-capturing after a small change
 /// without a cold boot.
@@ -177,6 +185,9 @@ pub fn recapture_boot(
     change: &str,
     answer: &Regex,
 ) -> Result<Timeline, CaptureBootError> {
+    if !bundle.workload.recapture {
+        return Err(CaptureBootError::NoRecapture(bundle.workload.name.clone()));
+    }
     let mut opts = opts.clone();
     attach_store(&mut opts, store, false)?;
     let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
@@ -233,6 +244,25 @@ mod tests {
         assert_eq!(
             opts.params.render(),
             ["snapboot.store=/dev/vdb", "snapboot.capture"]
+        );
+    }
+
+    #[test]
+    fn a_workload_that_cannot_recapture_is_refused_before_the_board_powers_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("image.store");
+        let mut bundle = crate::testutil::bundle();
+        bundle.workload.name = "kiosk".into();
+        bundle.workload.recapture = false;
+        let answer = Regex::new("^probe-42$").unwrap();
+        let err =
+            recapture_boot(&bundle, &test_opts(), &store, "echo probe-42", &answer).unwrap_err();
+        assert!(matches!(err, CaptureBootError::NoRecapture(_)), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "workload `kiosk` does not answer `recapture` on its console, so it cannot \
+             re-capture itself (a --rootfs workload that does is built with `board build \
+             --recapture`)"
         );
     }
 

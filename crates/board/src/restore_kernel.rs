@@ -284,9 +284,186 @@ fn unpack_source(deb: &Path, work: &Path) -> Result<PathBuf, RestoreKernelError>
     Ok(moved)
 }
 
+/// Which kernel the user asked a board run to boot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// A snapshot boot restores with the restore kernel when one is built for the bundle's
+    /// kernel (the fast path); every other boot (cold, capture) is the stock kernel's.
+    #[default]
+    Default,
+    /// The stock kernel, whatever the boot (`--stock-kernel`, `--bzimage`).
+    Stock,
+    /// The restore kernel, whatever the boot (`--restore-kernel`); an error when none is
+    /// built.
+    Restore,
+}
+
+/// The kernel a board run boots, as [`boot_kernel`] picks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootKernel {
+    /// The bundle's own (stock) kernel.
+    Stock,
+    /// The stock kernel for a snapshot boot that would restore with the restore kernel by
+    /// default, but none is built for `release`.
+    StockNoRestoreKernel {
+        /// The bundle's kernel release.
+        release: String,
+    },
+    /// A restore kernel.
+    Restore {
+        /// Its vmlinux.
+        vmlinux: PathBuf,
+        /// Whether it was picked by default (not asked for by name).
+        by_default: bool,
+    },
+}
+
+impl BootKernel {
+    /// A one-line note for the user when the pick was the default's: which kernel restores,
+    /// and how to get the other.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            BootKernel::Stock
+            | BootKernel::Restore {
+                by_default: false, ..
+            } => None,
+            BootKernel::StockNoRestoreKernel { release } => Some(format!(
+                "restoring with the stock kernel: no restore kernel built for {release} \
+                 (`snapboot board restore-kernel` builds it, once; snapshot boots then use it)"
+            )),
+            BootKernel::Restore { .. } => Some(
+                "restoring with the restore kernel (--stock-kernel restores with the stock \
+                 kernel)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// `--restore-kernel` without a restore kernel built.
+#[derive(Debug, Error)]
+#[error("no restore kernel built for {release}: run `snapboot board restore-kernel`")]
+pub struct NotBuilt {
+    /// The bundle's kernel release.
+    pub release: String,
+}
+
+/// The kernel a board run of a bundle whose kernel is `release` boots: `choice`, for a
+/// snapshot boot (a store attached, no capture) or not. `built` finds the restore kernel
+/// built for `release` ([`cached`]); it is asked only when the answer depends on it.
+pub fn boot_kernel(
+    choice: KernelChoice,
+    snapshot_boot: bool,
+    release: &str,
+    built: impl FnOnce() -> Option<RestoreKernel>,
+) -> Result<BootKernel, NotBuilt> {
+    match choice {
+        KernelChoice::Stock => Ok(BootKernel::Stock),
+        KernelChoice::Default if !snapshot_boot => Ok(BootKernel::Stock),
+        KernelChoice::Restore => match built() {
+            Some(k) => Ok(BootKernel::Restore {
+                vmlinux: k.vmlinux,
+                by_default: false,
+            }),
+            None => Err(NotBuilt {
+                release: release.to_string(),
+            }),
+        },
+        KernelChoice::Default => Ok(match built() {
+            Some(k) => BootKernel::Restore {
+                vmlinux: k.vmlinux,
+                by_default: true,
+            },
+            None => BootKernel::StockNoRestoreKernel {
+                release: release.to_string(),
+            },
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn built() -> Option<RestoreKernel> {
+        Some(RestoreKernel {
+            vmlinux: PathBuf::from("/rk/vmlinux"),
+            release: "6.1.192-snapboot-restore".into(),
+            source: "linux-source-6.1_6.1.192-2_all.deb".into(),
+            build_secs: 200.0,
+        })
+    }
+
+    #[test]
+    fn a_snapshot_boot_restores_with_the_restore_kernel_by_default_when_one_is_built() {
+        let k = boot_kernel(KernelChoice::Default, true, "6.1.0-56-amd64", built).unwrap();
+        assert_eq!(
+            k,
+            BootKernel::Restore {
+                vmlinux: PathBuf::from("/rk/vmlinux"),
+                by_default: true
+            }
+        );
+        assert_eq!(
+            k.note().unwrap(),
+            "restoring with the restore kernel (--stock-kernel restores with the stock kernel)"
+        );
+    }
+
+    #[test]
+    fn without_a_restore_kernel_a_snapshot_boot_takes_the_stock_kernel_and_says_how_to_build_one() {
+        let k = boot_kernel(KernelChoice::Default, true, "6.1.0-56-amd64", || None).unwrap();
+        assert_eq!(
+            k,
+            BootKernel::StockNoRestoreKernel {
+                release: "6.1.0-56-amd64".into()
+            }
+        );
+        let note = k.note().unwrap();
+        assert!(
+            note.contains("no restore kernel built for 6.1.0-56-amd64")
+                && note.contains("`snapboot board restore-kernel`")
+                && !note.contains('\n'),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn cold_and_capture_boots_and_stock_kernel_runs_never_look_for_a_restore_kernel() {
+        let never = || -> Option<RestoreKernel> { panic!("looked for a restore kernel") };
+        for (choice, snapshot) in [
+            (KernelChoice::Default, false),
+            (KernelChoice::Stock, true),
+            (KernelChoice::Stock, false),
+        ] {
+            let k = boot_kernel(choice, snapshot, "6.1.0-56-amd64", never).unwrap();
+            assert_eq!(k, BootKernel::Stock, "{choice:?} snapshot={snapshot}");
+            assert_eq!(k.note(), None);
+        }
+    }
+
+    #[test]
+    fn an_explicit_restore_kernel_is_used_on_any_boot_and_refused_when_not_built() {
+        for snapshot in [false, true] {
+            let k = boot_kernel(KernelChoice::Restore, snapshot, "6.1.0-56-amd64", built);
+            assert!(
+                matches!(
+                    k,
+                    Ok(BootKernel::Restore {
+                        by_default: false,
+                        ..
+                    })
+                ),
+                "{k:?}"
+            );
+            assert_eq!(k.unwrap().note(), None, "asked for by name: nothing to say");
+        }
+        let err = boot_kernel(KernelChoice::Restore, true, "6.1.0-56-amd64", || None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no restore kernel built for 6.1.0-56-amd64: run `snapboot board restore-kernel`"
+        );
+    }
 
     #[test]
     fn fragment_and_config_lines_parse() {

@@ -51,6 +51,10 @@ pub struct BenchReport {
     pub runs: usize,
     /// Results, the baseline first.
     pub methods: Vec<MethodResult>,
+    /// What the run left out and why (a method this workload or host cannot support), one
+    /// line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Summarises a method's timelines.
@@ -112,6 +116,9 @@ impl BenchReport {
             "{} boots of `{}` ({} on {}, {mem}, {} runs each)",
             self.bench, self.workload, self.kernel, self.accel, self.runs
         )?;
+        for n in &self.notes {
+            writeln!(out, "  note: {n}")?;
+        }
         let base = self
             .methods
             .first()
@@ -176,6 +183,7 @@ mod tests {
             finished_unix: 1_795_400_000,
             runs: 3,
             methods,
+            notes: Vec::new(),
         }
     }
 
@@ -233,5 +241,25 @@ mod tests {
             serde_json::to_value(&deferred).unwrap()["max_mem_mib"],
             16384
         );
+    }
+
+    #[test]
+    fn what_a_run_left_out_is_in_the_table_and_the_json() {
+        let r = report(vec![summarize("cold", &[run(30.0, 29.0)])]);
+        assert!(!r.table().contains("note:"));
+        assert!(serde_json::to_value(&r).unwrap().get("notes").is_none());
+        let why = "snapboot-lazy-profiled left out: workload `kiosk` does not answer `recapture`";
+        let r = BenchReport {
+            notes: vec![why.into()],
+            ..r
+        };
+        let t = r.table();
+        assert_eq!(
+            t.lines().nth(1),
+            Some(format!("  note: {why}").as_str()),
+            "{t}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["notes"][0], why);
     }
 }

@@ -91,13 +91,14 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
     let bundle = bundle_or_build(&a.workload)?;
     let opts = a.board.to_run_options(&bundle)?;
     let work = workdir(&a.workdir);
-    let steps = bench::lazy_steps(sizes.len(), a.runs);
+    let steps = bench::lazy_steps(&bundle.workload, sizes.len(), a.runs);
+    let notes = bench::lazy_notes(&bundle.workload, &sizes);
     boot_and_publish(
         "lazy",
         steps,
-        &bundle,
-        &opts,
+        (&bundle, &opts),
         a.runs,
+        notes,
         a.json.as_deref(),
         |tick| bench::lazy_sizes(&bundle, &opts, &work, &sizes, a.runs, tick),
     )
@@ -110,23 +111,32 @@ fn workdir(given: &Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| board::home::home().join("bench"))
 }
 
-/// Runs a benchmark's `steps` boots under a progress bar, then prints (and writes as JSON)
-/// the summary of every method.
+/// Runs a benchmark's `steps` boots of `board` (bundle and options) under a progress bar,
+/// then prints (and writes as JSON) the summary of every method. The `notes` (what the run
+/// leaves out) are printed before the boots and go into the report.
 fn boot_and_publish(
     name: &str,
     steps: u64,
-    bundle: &board::Bundle,
-    opts: &board::RunOptions,
+    (bundle, opts): (&board::Bundle, &board::RunOptions),
     runs: usize,
+    notes: Vec<String>,
     json: Option<&std::path::Path>,
     boots: impl FnOnce(&mut dyn FnMut()) -> Result<Vec<MethodRuns>, bench::BenchError>,
 ) -> Result<ExitCode> {
+    print_notes(&notes);
     let pb = progress(steps, name);
     let methods = boots(&mut || pb.inc(1));
     pb.finish_and_clear();
     let methods = methods?.iter().map(MethodRuns::summary).collect();
-    publish(name, bundle, opts, runs, methods, json)?;
+    publish(name, bundle, opts, runs, methods, notes, json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a benchmark leaves out, on stderr before its boots (the report repeats it).
+fn print_notes(notes: &[String]) {
+    for n in notes {
+        eprintln!("snapboot: note: {n}");
+    }
 }
 
 /// Arguments of `snapboot bench memory`.
@@ -177,9 +187,9 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
     boot_and_publish(
         "memory",
         steps,
-        &bundle,
-        &opts,
+        (&bundle, &opts),
         a.runs,
+        Vec::new(),
         a.json.as_deref(),
         |tick| bench::memory_boards(&bundle, &opts, &work, &boards, a.runs, tick),
     )
@@ -346,7 +356,15 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         }
     }
     let methods: Vec<_> = r.methods.iter().map(MethodRuns::summary).collect();
-    let report = publish("recapture", &bundle, &opts, a.runs, methods, None)?;
+    let report = publish(
+        "recapture",
+        &bundle,
+        &opts,
+        a.runs,
+        methods,
+        Vec::new(),
+        None,
+    )?;
     if let Some(p) = &a.json {
         let v = serde_json::json!({ "restores": report, "captures": r.costs });
         std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
@@ -380,12 +398,22 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
         stored_bytes: None,
     };
     let methods = vec![cold.summary()];
-    publish("cold", &bundle, &opts, a.runs, methods, a.json.as_deref())?;
+    publish(
+        "cold",
+        &bundle,
+        &opts,
+        a.runs,
+        methods,
+        Vec::new(),
+        a.json.as_deref(),
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// `snapboot bench compare`: cold, kernel-native resume, snapboot and lazy snapboot, and
-/// both snapboot images restored by the restore kernel when one is built.
+/// `snapboot bench compare`: cold, kernel-native resume, snapboot, lazy and profiled lazy
+/// snapboot, and the snapboot images restored by the restore kernel when one is built;
+/// what the workload or host cannot support is left out with a note
+/// ([`bench::ComparePlan`]).
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(board::BenchError::NoRuns);
@@ -401,33 +429,18 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     );
     let work = workdir(&a.workdir);
     let restore_kernel = if a.no_restore_kernel {
-        None
+        bench::RestoreKernelUse::Declined
     } else {
-        let k = board::restore_kernel::cached(
-            &board::home::restore_kernel_cache(),
-            &bundle.kernel.release,
-        );
-        if k.is_none() {
-            eprintln!(
-                "snapboot: no restore kernel built for {}: its methods are left out \
-                 (`snapboot board restore-kernel` builds it)",
-                bundle.kernel.release
-            );
+        let release = &bundle.kernel.release;
+        match board::restore_kernel::cached(&board::home::restore_kernel_cache(), release) {
+            Some(k) => bench::RestoreKernelUse::Measured(k.vmlinux),
+            None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }
-        k.map(|k| k.vmlinux)
     };
-    let pb = progress(
-        bench::compare_steps(a.runs, restore_kernel.is_some()),
-        "compare",
-    );
-    let methods = bench::compare(
-        &bundle,
-        &opts,
-        &work,
-        a.runs,
-        restore_kernel.as_deref(),
-        &mut || pb.inc(1),
-    );
+    let plan = bench::ComparePlan::new(&bundle.workload, restore_kernel);
+    print_notes(&plan.notes);
+    let pb = progress(plan.steps(a.runs), "compare");
+    let methods = bench::compare(&bundle, &opts, &work, a.runs, &plan, &mut || pb.inc(1));
     pb.finish_and_clear();
     let methods = methods?;
 
@@ -449,6 +462,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         &opts,
         a.runs,
         methods,
+        plan.notes,
         a.json.as_deref(),
     )?;
     Ok(ExitCode::SUCCESS)

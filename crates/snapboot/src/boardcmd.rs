@@ -76,6 +76,11 @@ pub struct BuildArgs {
     /// Regex the probe's answer matches (with --rootfs).
     #[arg(long, default_value = "^probe-42$")]
     expect: String,
+    /// Your application answers `recapture` on its console by running `snapboot ready`
+    /// again (with --rootfs; as the built-in workloads do): the benchmarks then make
+    /// profiled lazy images of it. Without it they leave those methods out.
+    #[arg(long, requires = "rootfs")]
+    recapture: bool,
     /// Guest memory in MiB (default: the workload's).
     #[arg(long)]
     mem: Option<u32>,
@@ -105,9 +110,13 @@ pub struct RunArgs {
     /// Write the timeline as JSON.
     #[arg(long)]
     timeline: Option<PathBuf>,
-    /// Snapshot-boot from this store file (attached as /dev/vdb).
+    /// Snapshot-boot from this store file (attached as /dev/vdb). It restores with the
+    /// restore kernel when one is built (`board restore-kernel`), else with the stock kernel.
     #[arg(long)]
     store: Option<PathBuf>,
+    /// Snapshot boot: restore with the stock kernel even when a restore kernel is built.
+    #[arg(long, conflicts_with = "restore_kernel")]
+    stock_kernel: bool,
     /// The images to try first, in order (NAME[,NAME...]); then the others,
     /// newest first.
     #[arg(long, requires = "store")]
@@ -139,6 +148,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
                 },
                 mem_mib: 512,
                 init: Default::default(),
+                recapture: a.recapture,
             },
             Some(dir.clone()),
         ),
@@ -192,9 +202,15 @@ fn mib(b: u64) -> f64 {
 /// `snapboot board run`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let bundle = home::resolve_bundle(&a.bundle)?;
-    let mut opts = a.board.to_run_options(&bundle)?;
+    let choice = a.board.kernel_choice(a.stock_kernel);
+    let (mut opts, kernel) = a
+        .board
+        .to_run_options_for(&bundle, choice, a.store.is_some())?;
     if let Some(store) = &a.store {
         attach_store(&mut opts, store, false)?;
+    }
+    if let Some(note) = kernel.note() {
+        eprintln!("snapboot: {note}");
     }
     if let Some(i) = &a.image {
         opts.params.images = bootparams::parse_images(i)

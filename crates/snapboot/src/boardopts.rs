@@ -1,8 +1,9 @@
 //! The board options every command that powers the board on shares (`board run`, `board
 //! capture`, `bench cold`, `bench compare`), and the run options they make.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use board::qemu::{parse_mem_mib, Disk, KernelImage};
+use board::restore_kernel::{boot_kernel, BootKernel, KernelChoice};
 use board::{Accel, Bundle, RunOptions};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -40,9 +41,10 @@ pub(crate) struct BoardOpts {
     /// Boot the compressed bzImage instead of the uncompressed vmlinux.
     #[arg(long, conflicts_with = "restore_kernel")]
     bzimage: bool,
-    /// Boot the restore kernel (`board restore-kernel`) instead of the bundle's kernel: it
-    /// restores the bundle kernel's images, and hands every boot it cannot restore to the
-    /// bundle's kernel (kexec from the board's kernel pack), which boots cold.
+    /// Boot the restore kernel (`board restore-kernel`) instead of the bundle's kernel, on
+    /// every boot (an error when none is built): it restores the bundle kernel's images,
+    /// and hands every boot it cannot restore to the bundle's kernel (kexec from the
+    /// board's kernel pack), which boots cold. `board run --store` uses it by default.
     #[arg(long)]
     restore_kernel: bool,
     /// Give up after this many seconds.
@@ -56,7 +58,32 @@ impl BoardOpts {
         self.mem.is_some()
     }
 
+    /// The kernel these flags ask for; `stock_kernel` is `board run --stock-kernel`.
+    pub(crate) fn kernel_choice(&self, stock_kernel: bool) -> KernelChoice {
+        if self.restore_kernel {
+            KernelChoice::Restore
+        } else if stock_kernel || self.bzimage {
+            KernelChoice::Stock
+        } else {
+            KernelChoice::Default
+        }
+    }
+
+    /// Run options for a boot that is not a snapshot boot (cold, capture, benchmarks): the
+    /// stock kernel unless --restore-kernel.
     pub(crate) fn to_run_options(&self, bundle: &Bundle) -> Result<RunOptions> {
+        let (o, _) = self.to_run_options_for(bundle, self.kernel_choice(false), false)?;
+        Ok(o)
+    }
+
+    /// Run options for a boot with the kernel `choice`, a snapshot boot or not
+    /// ([`boot_kernel`]), and the kernel picked.
+    pub(crate) fn to_run_options_for(
+        &self,
+        bundle: &Bundle,
+        choice: KernelChoice,
+        snapshot_boot: bool,
+    ) -> Result<(RunOptions, BootKernel)> {
         let mut o = RunOptions::for_bundle(bundle);
         if let Some(m) = &self.mem {
             o.mem_mib = parse_mem_mib(m)?;
@@ -84,17 +111,40 @@ impl BoardOpts {
         if self.bzimage {
             o.kernel = KernelImage::BzImage;
         }
-        if self.restore_kernel {
-            let release = &bundle.kernel.release;
-            let k = board::restore_kernel::cached(&board::home::restore_kernel_cache(), release)
-                .with_context(|| {
-                    format!(
-                        "no restore kernel built for {release}: run `snapboot board restore-kernel`"
-                    )
-                })?;
-            o.kernel = KernelImage::Restore(k.vmlinux);
+        let release = &bundle.kernel.release;
+        let kernel = boot_kernel(choice, snapshot_boot, release, || {
+            board::restore_kernel::cached(&board::home::restore_kernel_cache(), release)
+        })?;
+        if let BootKernel::Restore { vmlinux, .. } = &kernel {
+            o.kernel = KernelImage::Restore(vmlinux.clone());
         }
         o.timeout = Duration::from_secs(self.timeout);
-        Ok(o)
+        Ok((o, kernel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        board: BoardOpts,
+    }
+
+    fn choice(args: &[&str], stock_kernel: bool) -> KernelChoice {
+        let cmd = Cmd::try_parse_from(std::iter::once("run").chain(args.iter().copied()));
+        cmd.unwrap().board.kernel_choice(stock_kernel)
+    }
+
+    #[test]
+    fn the_flags_name_the_kernel_and_nothing_means_the_default() {
+        assert_eq!(choice(&[], false), KernelChoice::Default);
+        assert_eq!(choice(&[], true), KernelChoice::Stock);
+        assert_eq!(choice(&["--bzimage"], false), KernelChoice::Stock);
+        assert_eq!(choice(&["--restore-kernel"], false), KernelChoice::Restore);
+        assert!(Cmd::try_parse_from(["run", "--bzimage", "--restore-kernel"]).is_err());
     }
 }

@@ -21,16 +21,18 @@ pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
-/// Builds the report of a benchmark run, prints its table and writes its JSON to `json`.
+/// Builds the report of a benchmark run (with `notes` on what it left out), prints its
+/// table and writes its JSON to `json`.
 pub(crate) fn publish(
     bench: &str,
     bundle: &Bundle,
     opts: &RunOptions,
     runs: usize,
     methods: Vec<MethodResult>,
+    notes: Vec<String>,
     json: Option<&Path>,
 ) -> Result<BenchReport> {
-    let report = board::bench::report(bench, bundle, opts, runs, methods);
+    let report = board::bench::report(bench, bundle, opts, runs, methods, notes);
     print!("{}", report.table());
     if let Some(p) = json {
         board::bench::write_json(&report, p)?;

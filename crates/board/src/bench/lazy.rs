@@ -2,19 +2,40 @@
 //! per size, each also re-captured with its working-set profile, and one `max` image
 //! without a dm-verity tree (what verification costs); then rounds of one restore of each,
 //! every round starting with the next image. TTI and the first request (the `probe` phase)
-//! per image say which size to default to.
+//! per image say which size to default to. The profiled re-captures are made by the
+//! restored workload itself: a workload that does not answer `recapture` gets only the
+//! plain images ([`lazy_notes`] says so).
 
-use super::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use super::{
+    make_work, no_recapture_note, profiled_image, resume_boot, BenchError, Captured, MethodRuns,
+};
 use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::qemu::RunOptions;
+use crate::workload::Workload;
 use bootparams::Reclaim;
 use std::path::Path;
 
-/// How many times [`lazy_sizes`] calls `tick`: two captures per size and the unverified
-/// one, then every boot.
-pub fn lazy_steps(sizes: usize, runs: usize) -> u64 {
-    ((2 * sizes + 1) * (1 + runs)) as u64
+/// How many times [`lazy_sizes`] calls `tick` on `workload`: the unverified capture and one
+/// per size (two where the workload re-captures itself, for the profiled image), then
+/// every boot of each image.
+pub fn lazy_steps(workload: &Workload, sizes: usize, runs: usize) -> u64 {
+    let per_size = if workload.recapture { 2 } else { 1 };
+    ((per_size * sizes + 1) * (1 + runs)) as u64
+}
+
+/// What [`lazy_sizes`] leaves out on `workload`: the profiled image of every size where the
+/// workload does not answer `recapture`.
+pub fn lazy_notes(workload: &Workload, sizes: &[Reclaim]) -> Vec<String> {
+    if workload.recapture {
+        return Vec::new();
+    }
+    let methods: Vec<String> = sizes
+        .iter()
+        .map(|&s| format!("lazy-{}-profiled", size_word(s)))
+        .collect();
+    let methods: Vec<&str> = methods.iter().map(String::as_str).collect();
+    vec![no_recapture_note(workload, &methods)]
 }
 
 /// The method of the lazy image captured without a dm-verity tree.
@@ -29,8 +50,9 @@ pub fn size_word(r: Reclaim) -> String {
     }
 }
 
-/// `bench lazy`: for every size a lazy image and its profiled re-capture, `runs` restores
-/// each with `opts` (the kernel the caller chose), interleaved.
+/// `bench lazy`: for every size a lazy image and its profiled re-capture (where the
+/// workload re-captures itself), `runs` restores each with `opts` (the kernel the caller
+/// chose), interleaved.
 pub fn lazy_sizes(
     bundle: &Bundle,
     opts: &RunOptions,
@@ -64,11 +86,16 @@ pub fn lazy_sizes(
         let name: &'static str = Box::leak(format!("lazy-{}", size_word(size)).into_boxed_str());
         let plain = capture(name, size, true)?;
         tick();
-        let pname: &'static str = Box::leak(format!("{name}-profiled").into_boxed_str());
-        let profiled = profiled_image(bundle, opts, work, &plain, pname)?;
-        tick();
+        let profiled = if bundle.workload.recapture {
+            let pname: &'static str = Box::leak(format!("{name}-profiled").into_boxed_str());
+            let p = profiled_image(bundle, opts, work, &plain, pname)?;
+            tick();
+            Some((p.runs(pname), p))
+        } else {
+            None
+        };
         images.push((plain.runs(name), plain));
-        images.push((profiled.runs(pname), profiled));
+        images.extend(profiled);
     }
     let n = images.len();
     for round in 0..runs {
@@ -91,6 +118,28 @@ mod tests {
         assert_eq!(size_word(Reclaim::Max), "max");
         assert_eq!(size_word(Reclaim::Bytes(64 << 20)), "64M");
         assert_eq!(size_word(Reclaim::Bytes(1000)), "1000");
-        assert_eq!(lazy_steps(3, 2), 21);
+        assert_eq!(lazy_steps(&Workload::app(), 3, 2), 21);
+    }
+
+    #[test]
+    fn a_workload_that_cannot_recapture_gets_only_the_plain_lazy_images() {
+        let sizes = [Reclaim::Bytes(64 << 20), Reclaim::Max];
+        assert!(lazy_notes(&Workload::shell(), &sizes).is_empty());
+        let kiosk = Workload {
+            name: "kiosk".into(),
+            recapture: false,
+            ..Workload::shell()
+        };
+        // The unverified image and one per size, each captured once and restored twice.
+        assert_eq!(lazy_steps(&kiosk, 2, 2), 9);
+        let notes = lazy_notes(&kiosk, &sizes);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with(
+                "lazy-64M-profiled, lazy-max-profiled left out: workload `kiosk` does not \
+                 answer `recapture`"
+            ),
+            "{notes:?}"
+        );
     }
 }

@@ -2,11 +2,14 @@
 //! to have come up the way its method promises, and the [`BenchReport`] every benchmark
 //! writes (`snapboot bench cold`, `snapboot bench compare`).
 //!
-//! `compare` brings the workload up four ways in one run: cold boot, the kernel's own
-//! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot and snapboot's
-//! lazy snapshot boot (user memory paged in on demand). Given a restore kernel
-//! ([`crate::restore_kernel`]), it adds two more: the same two snapboot images restored by
-//! the restore kernel instead of the stock one. Images are made once per method and
+//! `compare` brings the workload up five ways in one run: cold boot, the kernel's own
+//! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot, snapboot's
+//! lazy snapshot boot (user memory paged in on demand) and the lazy image re-captured with
+//! the working set of its first request (profiled; made by the restored workload itself,
+//! so only where it answers `recapture`). Given a restore kernel
+//! ([`crate::restore_kernel`]), it adds three more: the same snapboot images restored by
+//! the restore kernel instead of the stock one. [`ComparePlan`] says which methods a run
+//! measures and notes the ones it leaves out. Images are made once per method and
 //! reused for every run; the kernel-native one is restored from a saved copy of the swap
 //! device, because the kernel consumes it on resume.
 //!
@@ -21,6 +24,9 @@ use thiserror::Error;
 use bootparams::Reclaim;
 use boottrace::report::{summarize, BenchReport, MethodResult};
 use boottrace::{MilestoneKind, Timeline};
+
+mod plan;
+pub use plan::{no_recapture_note, ComparePlan, RestoreKernelUse, PROFILED_METHODS};
 
 mod recapture;
 pub use recapture::{
@@ -126,19 +132,13 @@ pub const COMPARE_METHODS: [&str; 5] = [
 ];
 
 /// The methods `compare` adds with a restore kernel: the `snapboot`, `snapboot-lazy` and
-/// `snapboot-lazy-profiled` images, restored by it.
+/// `snapboot-lazy-profiled` images, restored by it. Which of all these a run measures:
+/// [`ComparePlan`].
 pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
     "restore-kernel",
     "restore-kernel-lazy",
     "restore-kernel-lazy-profiled",
 ];
-
-/// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus the
-/// four image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
-pub fn compare_steps(runs: usize, with_restore_kernel: bool) -> u64 {
-    let methods = if with_restore_kernel { 8 } else { 5 };
-    methods * runs as u64 + 4
-}
 
 /// One method's boots, and the size of its image where it has one.
 #[derive(Debug, Clone)]
@@ -221,15 +221,25 @@ pub fn cold(
     Ok(timelines)
 }
 
-/// `bench compare`: the four methods of [`COMPARE_METHODS`], `runs` boots each, with the
-/// stores and swap images under `work` (created if missing); with `restore_kernel` (its
-/// vmlinux) also the two of [`RESTORE_KERNEL_METHODS`]. Calls `tick` [`compare_steps`] times.
+/// How a `compare` method brings the workload up.
+enum Boot<'a> {
+    /// A cold boot.
+    Cold,
+    /// The kernel's own resume from the saved swap device.
+    KernelNative,
+    /// A snapshot boot of the image in this store, with these options (which kernel).
+    Image(&'a Path, &'a RunOptions),
+}
+
+/// `bench compare`: the methods of `plan` ([`ComparePlan::methods`]), `runs` boots each,
+/// with the stores and swap images under `work` (created if missing). Calls `tick`
+/// [`ComparePlan::steps`] times.
 pub fn compare(
     bundle: &Bundle,
     opts: &RunOptions,
     work: &Path,
     runs: usize,
-    restore_kernel: Option<&Path>,
+    plan: &ComparePlan,
     tick: &mut dyn FnMut(),
 ) -> Result<Vec<MethodRuns>, BenchError> {
     if runs == 0 {
@@ -244,9 +254,10 @@ pub fn compare(
     };
 
     // First every image: the kernel's own hibernation to swap, a snapboot image and a lazy
-    // one. Then the boots, in rounds of one boot per method, each round starting with the
-    // next method: the host's drift (this one is shared and noisy) and the position after
-    // another method's boot hit every method alike.
+    // one (and its profiled re-capture, where the workload re-captures itself). Then the
+    // boots, in rounds of one boot per method, each round starting with the next method:
+    // the host's drift (this one is shared and noisy) and the position after another
+    // method's boot hit every method alike.
     let swap_saved = work.join("kernel-native.swap");
     let swap = work.join("kernel-native.swap.run");
     native::make_swap(&swap, opts.mem_mib)?;
@@ -264,15 +275,20 @@ pub fn compare(
     tick();
     let lazy = snapboot_image(bundle, opts, work, true)?;
     tick();
-    let profiled = profiled_image(bundle, opts, work, &lazy, COMPARE_METHODS[4])?;
-    tick();
+    let profiled = if plan.profiled {
+        let p = profiled_image(bundle, opts, work, &lazy, COMPARE_METHODS[4])?;
+        tick();
+        Some(p)
+    } else {
+        None
+    };
 
-    let rk_opts = restore_kernel.map(|vmlinux| {
+    let rk_opts = plan.restore_kernel.as_ref().map(|vmlinux| {
         let mut o = opts.clone();
-        o.kernel = KernelImage::Restore(vmlinux.to_path_buf());
+        o.kernel = KernelImage::Restore(vmlinux.clone());
         o
     });
-    // Each method, and the image it restores with which kernel (none: a boot of its own).
+    // Each method, and how it boots.
     let mut methods = vec![
         (
             MethodRuns {
@@ -281,7 +297,7 @@ pub fn compare(
                 image_bytes: None,
                 stored_bytes: None,
             },
-            None,
+            Boot::Cold,
         ),
         (
             MethodRuns {
@@ -290,31 +306,30 @@ pub fn compare(
                 image_bytes: Some(native_raw),
                 stored_bytes: Some(native_disk),
             },
-            None,
-        ),
-        (snap.runs(COMPARE_METHODS[2]), Some((&snap.store, opts))),
-        (lazy.runs(COMPARE_METHODS[3]), Some((&lazy.store, opts))),
-        (
-            profiled.runs(COMPARE_METHODS[4]),
-            Some((&profiled.store, opts)),
+            Boot::KernelNative,
         ),
     ];
+    let images = [Some(&snap), Some(&lazy), profiled.as_ref()];
+    for (image, name) in images.iter().zip(&COMPARE_METHODS[2..]) {
+        if let Some(image) = image {
+            methods.push((image.runs(name), Boot::Image(&image.store, opts)));
+        }
+    }
     if let Some(rk) = rk_opts.as_ref() {
-        for (image, name) in [&snap, &lazy, &profiled]
-            .into_iter()
-            .zip(RESTORE_KERNEL_METHODS)
-        {
-            methods.push((image.runs(name), Some((&image.store, rk))));
+        for (image, name) in images.iter().zip(RESTORE_KERNEL_METHODS) {
+            if let Some(image) = image {
+                methods.push((image.runs(name), Boot::Image(&image.store, rk)));
+            }
         }
     }
     let n = methods.len();
     for round in 0..runs {
         for j in 0..n {
             let k = (round + j) % n;
-            let t = match (k, methods[k].1) {
-                (_, Some((store, o))) => resume_boot(bundle, o, store, methods[k].0.method)?,
-                (0, None) => boot(opts, false, "cold boot")?,
-                _ => {
+            let t = match methods[k].1 {
+                Boot::Image(store, o) => resume_boot(bundle, o, store, methods[k].0.method)?,
+                Boot::Cold => boot(opts, false, "cold boot")?,
+                Boot::KernelNative => {
                     native::sparse_copy(&swap_saved, &swap)?;
                     let o = native::with_swap(opts, &swap, false);
                     boot(&o, true, "kernel-native resume")?
@@ -444,19 +459,23 @@ fn snapboot_image(
     Captured::open(store)
 }
 
-/// The report of a benchmark run of `bundle` with `opts`, finished now.
+/// The report of a benchmark run of `bundle` with `opts`, finished now; `notes` say what
+/// the run left out and why.
 pub fn report(
     bench: &str,
     bundle: &Bundle,
     opts: &RunOptions,
     runs: usize,
     methods: Vec<MethodResult>,
+    notes: Vec<String>,
 ) -> BenchReport {
     let finished_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    report_at(bench, bundle, opts, runs, methods, finished_unix)
+    let mut r = report_at(bench, bundle, opts, runs, methods, finished_unix);
+    r.notes = notes;
+    r
 }
 
 fn report_at(
@@ -477,6 +496,7 @@ fn report_at(
         finished_unix,
         runs,
         methods,
+        notes: Vec::new(),
     }
 }
 
@@ -495,7 +515,7 @@ pub fn write_json(report: &BenchReport, path: &Path) -> Result<(), BenchError> {
 mod tests;
 
 mod lazy;
-pub use lazy::{lazy_sizes, lazy_steps, size_word};
+pub use lazy::{lazy_notes, lazy_sizes, lazy_steps, size_word};
 
 mod memory;
 pub use memory::{boards as memory_board_list, memory_boards, memory_steps, mib_word, MemBoard};

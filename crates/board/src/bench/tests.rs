@@ -57,7 +57,8 @@ fn zero_runs_are_refused_before_anything_boots() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     let mut ticks = 0;
-    let err = compare(&bundle(), &opts(), &work, 0, None, &mut || ticks += 1).unwrap_err();
+    let plan = ComparePlan::new(&bundle().workload, RestoreKernelUse::Declined);
+    let err = compare(&bundle(), &opts(), &work, 0, &plan, &mut || ticks += 1).unwrap_err();
     assert_eq!(err.to_string(), "--runs must be at least 1");
     let err = cold(&bundle(), &opts(), 0, &mut || ticks += 1).unwrap_err();
     assert!(matches!(err, BenchError::NoRuns), "{err}");
@@ -67,9 +68,12 @@ fn zero_runs_are_refused_before_anything_boots() {
 
 #[test]
 fn compare_ticks_once_per_boot_and_capture() {
-    assert_eq!(compare_steps(1, false), 9);
-    assert_eq!(compare_steps(3, false), 19);
-    assert_eq!(compare_steps(3, true), 28);
+    let shell = bundle().workload;
+    let plan = |rk| ComparePlan::new(&shell, rk);
+    assert_eq!(plan(RestoreKernelUse::Declined).steps(1), 9);
+    assert_eq!(plan(RestoreKernelUse::Declined).steps(3), 19);
+    let rk = RestoreKernelUse::Measured("/rk/vmlinux".into());
+    assert_eq!(plan(rk).steps(3), 28);
 }
 
 #[test]

@@ -54,6 +54,18 @@ fn bad_board_options_are_refused_before_qemu_starts() {
         &["board", "run", "shell", "--smp", "0"],
         "0 is not in 1..=64",
     );
+    refused(
+        &[
+            "board",
+            "run",
+            "shell",
+            "--store",
+            s,
+            "--stock-kernel",
+            "--restore-kernel",
+        ],
+        "'--stock-kernel' cannot be used with '--restore-kernel'",
+    );
     assert!(!store.exists(), "a refused capture created its store");
 }
 

@@ -137,7 +137,8 @@ fn restore_kernel_hands_another_kernels_image_to_a_cold_boot_of_the_stock_kernel
 }
 
 /// An image captured with `--pm-times` times every device's restore at each restore, and
-/// `snapboot analyze` names the devices from the console log.
+/// `snapboot analyze` names the devices from the console log. The restore is `board run
+/// --store`'s default: through the restore kernel, once one is built.
 #[test]
 fn a_pm_times_image_shows_its_device_restores_to_analyze() {
     let b = bundle("shell");
@@ -157,15 +158,23 @@ fn a_pm_times_image_shows_its_device_restores_to_analyze() {
         so.contains("@pm-times every restore of this image times its devices"),
         "the capture says it turned timing on:\n{so}"
     );
+    // No --restore-kernel: a snapshot boot restores with it by default once it is built.
     let mut c = snapboot();
     c.args(["board", "run"])
         .arg(&b)
-        .args(["--restore-kernel", "--probe", "--store"])
+        .args(["--probe", "--store"])
         .arg(&store)
         .arg("--log")
         .arg(&log);
     let (out, so, se) = run(c);
     assert!(out.status.success(), "restore failed:\n{so}\n{se}");
+    assert!(
+        se.contains("snapboot: restoring with the restore kernel")
+            && Regex::new(r"linux_version +\+[0-9.]+ s +\S+-snapboot-restore")
+                .unwrap()
+                .is_match(&so),
+        "restored through the restore kernel by default:\n{so}\n{se}"
+    );
     let mut c = snapboot();
     c.arg("analyze").arg(&log);
     let (out, so, se) = run(c);

@@ -1,0 +1,187 @@
+//! Which of `compare`'s methods a run measures: every method works on every built-in
+//! workload; a method a workload or the host cannot support is left out before anything
+//! boots, with a note for the table and the JSON report, never waited for.
+
+use std::path::PathBuf;
+
+use super::{COMPARE_METHODS, RESTORE_KERNEL_METHODS};
+use crate::workload::Workload;
+
+/// The profiled lazy methods: their images are re-captured by the restored workload
+/// (`recapture` on its console).
+pub const PROFILED_METHODS: [&str; 2] = [COMPARE_METHODS[4], RESTORE_KERNEL_METHODS[2]];
+
+/// Whether `compare` measures the restore kernel's methods, and if not, why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreKernelUse {
+    /// Measured, with this restore kernel (its vmlinux).
+    Measured(PathBuf),
+    /// None is built for this kernel release.
+    NotBuilt(String),
+    /// Left out on request (`--no-restore-kernel`).
+    Declined,
+}
+
+/// What `compare` measures: the restore kernel (if any), whether the profiled lazy images
+/// are made, and one note per reason a method is left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComparePlan {
+    /// The restore kernel's vmlinux, when its methods are measured.
+    pub restore_kernel: Option<PathBuf>,
+    /// Whether the profiled lazy methods are measured: the workload re-captures itself.
+    pub profiled: bool,
+    /// Why methods are left out, one line each.
+    pub notes: Vec<String>,
+}
+
+impl ComparePlan {
+    /// The plan for `workload` with `restore_kernel`.
+    pub fn new(workload: &Workload, restore_kernel: RestoreKernelUse) -> Self {
+        let profiled = workload.recapture;
+        let mut notes = Vec::new();
+        if !profiled {
+            notes.push(no_recapture_note(workload, &PROFILED_METHODS));
+        }
+        let left_out = |why: String| {
+            let methods: Vec<&str> = RESTORE_KERNEL_METHODS
+                .into_iter()
+                .filter(|m| profiled || !PROFILED_METHODS.contains(m))
+                .collect();
+            format!("{} left out: {why}", methods.join(", "))
+        };
+        let restore_kernel = match restore_kernel {
+            RestoreKernelUse::Measured(vmlinux) => Some(vmlinux),
+            RestoreKernelUse::NotBuilt(release) => {
+                notes.push(left_out(format!(
+                    "no restore kernel built for {release} (`snapboot board restore-kernel` \
+                     builds it)"
+                )));
+                None
+            }
+            RestoreKernelUse::Declined => {
+                notes.push(left_out("--no-restore-kernel".into()));
+                None
+            }
+        };
+        Self {
+            restore_kernel,
+            profiled,
+            notes,
+        }
+    }
+
+    /// The methods measured, in the report's order (the baseline first).
+    pub fn methods(&self) -> Vec<&'static str> {
+        let rk = self.restore_kernel.is_some();
+        COMPARE_METHODS
+            .into_iter()
+            .chain(RESTORE_KERNEL_METHODS.into_iter().filter(|_| rk))
+            .filter(|m| self.profiled || !PROFILED_METHODS.contains(m))
+            .collect()
+    }
+
+    /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
+    /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
+    pub fn steps(&self, runs: usize) -> u64 {
+        let captures = if self.profiled { 4 } else { 3 };
+        self.methods().len() as u64 * runs as u64 + captures
+    }
+}
+
+/// The note for `methods` left out because `workload` does not answer `recapture`.
+pub fn no_recapture_note(workload: &Workload, methods: &[&str]) -> String {
+    format!(
+        "{} left out: workload `{}` does not answer `recapture` on its console, which makes \
+         their images (build a --rootfs workload that does with `board build --recapture`)",
+        methods.join(", "),
+        workload.name
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn custom() -> Workload {
+        Workload {
+            name: "kiosk".into(),
+            recapture: false,
+            ..Workload::shell()
+        }
+    }
+
+    #[test]
+    fn every_builtin_workload_gets_every_method() {
+        for w in [Workload::shell(), Workload::app(), Workload::debian()] {
+            let plan = ComparePlan::new(&w, RestoreKernelUse::Measured("/rk/vmlinux".into()));
+            assert_eq!(
+                plan.methods(),
+                [
+                    "cold",
+                    "kernel-resume",
+                    "snapboot",
+                    "snapboot-lazy",
+                    "snapboot-lazy-profiled",
+                    "restore-kernel",
+                    "restore-kernel-lazy",
+                    "restore-kernel-lazy-profiled"
+                ],
+                "{}",
+                w.name
+            );
+            assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+            assert_eq!(plan.steps(3), 8 * 3 + 4);
+        }
+    }
+
+    #[test]
+    fn a_workload_that_cannot_recapture_has_its_profiled_methods_left_out_with_a_note() {
+        let plan = ComparePlan::new(&custom(), RestoreKernelUse::Measured("/rk".into()));
+        assert_eq!(
+            plan.methods(),
+            [
+                "cold",
+                "kernel-resume",
+                "snapboot",
+                "snapboot-lazy",
+                "restore-kernel",
+                "restore-kernel-lazy"
+            ]
+        );
+        assert!(!plan.profiled);
+        assert_eq!(
+            plan.notes,
+            [
+                "snapboot-lazy-profiled, restore-kernel-lazy-profiled left out: workload `kiosk` \
+              does not answer `recapture` on its console, which makes their images (build a \
+              --rootfs workload that does with `board build --recapture`)"
+            ]
+        );
+        // No profiling re-capture either: 6 methods' boots and 3 captures.
+        assert_eq!(plan.steps(2), 6 * 2 + 3);
+    }
+
+    #[test]
+    fn without_a_restore_kernel_its_methods_are_left_out_and_the_note_says_how_to_build_it() {
+        let plan = ComparePlan::new(
+            &Workload::shell(),
+            RestoreKernelUse::NotBuilt("6.1.0-56-amd64".into()),
+        );
+        assert_eq!(plan.methods().len(), 5);
+        assert_eq!(plan.steps(1), 9);
+        assert_eq!(
+            plan.notes,
+            [
+                "restore-kernel, restore-kernel-lazy, restore-kernel-lazy-profiled left out: no \
+              restore kernel built for 6.1.0-56-amd64 (`snapboot board restore-kernel` builds \
+              it)"
+            ]
+        );
+        let plan = ComparePlan::new(&custom(), RestoreKernelUse::Declined);
+        assert_eq!(plan.methods().len(), 4);
+        assert_eq!(
+            plan.notes[1], "restore-kernel, restore-kernel-lazy left out: --no-restore-kernel",
+            "the profiled one is named once, in the first note"
+        );
+    }
+}
