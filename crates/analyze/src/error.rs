@@ -11,7 +11,7 @@ pub enum AnalyzeError {
     #[error("no boot log given: pass at least one timeline JSON, stamped log or dmesg capture")]
     NoInput,
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,

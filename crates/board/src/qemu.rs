@@ -139,8 +139,8 @@ pub const MIN_MEM_MIB: u32 = 128;
 /// A guest memory size that is not one.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum MemSizeError {
-    /// Not a number with an optional M or G.
-    #[error("memory size {0:?}: expected e.g. 512M or 1G")]
+    /// Not a number with a unit, M or G.
+    #[error("memory size {0:?}: expected a number with a unit, e.g. 512M or 1G")]
     Syntax(String),
     /// Too small to boot, or too large to count.
     #[error("memory size {0:?}: the board needs at least {MIN_MEM_MIB}M (and at most 4095G)")]
@@ -159,7 +159,7 @@ pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
     let (num, mul) = match s.chars().last() {
         Some('G' | 'g') => (&s[..s.len() - 1], 1024),
         Some('M' | 'm') => (&s[..s.len() - 1], 1),
-        _ => (s, 1),
+        _ => return Err(MemSizeError::Syntax(s.into())),
     };
     let n: u32 = num.parse().map_err(|_| MemSizeError::Syntax(s.into()))?;
     match n.checked_mul(mul) {
@@ -681,12 +681,15 @@ mod tests {
         assert!(check_max_mem(512, 512).is_err() && check_max_mem(512, 600).is_err());
         assert!(check_max_mem(1024, 512).is_err());
         assert_eq!(parse_mem_mib("1G"), Ok(1024));
-        assert_eq!(parse_mem_mib("256"), Ok(256));
+        assert!(
+            matches!(parse_mem_mib("256"), Err(MemSizeError::Syntax(_))),
+            "a size without a unit is refused"
+        );
         assert_eq!(
             parse_mem_mib("lots").unwrap_err().to_string(),
-            "memory size \"lots\": expected e.g. 512M or 1G"
+            "memory size \"lots\": expected a number with a unit, e.g. 512M or 1G"
         );
-        for small in ["0", "127M", "9999999G"] {
+        for small in ["0M", "127M", "9999999G"] {
             assert!(
                 matches!(parse_mem_mib(small), Err(MemSizeError::Range(_))),
                 "{small}"

@@ -81,8 +81,8 @@ pub struct BuildArgs {
     /// profiled lazy images of it. Without it they leave those methods out.
     #[arg(long, requires = "rootfs")]
     recapture: bool,
-    /// Guest memory in MiB (default: the workload's).
-    #[arg(long)]
+    /// Guest memory, e.g. 512M or 1G (default: the workload's).
+    #[arg(long, value_parser = board::qemu::parse_mem_mib)]
     mem: Option<u32>,
     /// Put this public key (`snapboot key gen`) in the initramfs: the board then restores
     /// only images signed with its secret key.

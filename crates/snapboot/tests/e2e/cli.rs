@@ -43,7 +43,7 @@ fn bad_board_options_are_refused_before_qemu_starts() {
         "--lazy garbage: expected max or a size such as 96M",
     );
     refused(
-        &["board", "capture", "shell", "--store", s, "--mem", "0"],
+        &["board", "capture", "shell", "--store", s, "--mem", "0M"],
         "the board needs at least 128M",
     );
     refused(
