@@ -6,7 +6,7 @@ APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-ut
 # Building the restore kernel from the distribution's kernel source.
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
 
-.PHONY: setup deps build kernel restore-kernel demo test bench clean
+.PHONY: setup deps build kernel restore-kernel demo test unit imports bench clean
 
 ## Install what the board needs (Debian packages), fetch the guest kernel, build snapboot.
 setup: deps build kernel
@@ -53,6 +53,15 @@ demo: setup restore-kernel
 ## Unit tests and end-to-end tests that boot the real board (with the restore kernel too).
 test: setup restore-kernel
 	cargo test --release --workspace
+
+## The unit and property tests alone, no QEMU and no browser: every test target but the few
+## scripts/unit-tests.py names (it prints them), in the release profile `make test` builds.
+unit:
+	python3 scripts/unit-tests.py
+
+## No import circle between the modules of any crate (Python 3, no build needed).
+imports:
+	python3 scripts/import-cycles.py
 
 bench: setup restore-kernel
 	$(SNAPBOOT) bench compare --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-shell.json

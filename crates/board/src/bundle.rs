@@ -103,6 +103,9 @@ pub struct BuildOptions {
     pub image_key: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
+    /// Where what outlives one build is kept: the debian workload's base root, made once
+    /// (`home::debian_cache()`).
+    pub cache_dir: PathBuf,
 }
 
 /// A built bundle (the manifest `bundle.json`).
@@ -341,7 +344,7 @@ impl Bundle {
             config: opts.kernel.config.as_deref(),
             snapboot_bin: &opts.snapboot_bin,
             app_py,
-            cache_dir: &crate::home::home().join("debian"),
+            cache_dir: &opts.cache_dir,
             stage: &stage,
             initramfs: &out.join("initramfs.cpio"),
         })?;

@@ -78,6 +78,11 @@ pub fn restore_kernel_cache() -> PathBuf {
     home().join("restore-kernels")
 }
 
+/// Where the debian workload's base root is kept between bundle builds.
+pub fn debian_cache() -> PathBuf {
+    home().join("debian")
+}
+
 /// Where a built-in workload's bundle lives.
 pub fn builtin_bundle_dir(name: &str) -> PathBuf {
     home().join("bundles").join(name)
@@ -94,6 +99,7 @@ pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
         snapboot_bin: device_binary()?,
         image_key: None,
         out: builtin_bundle_dir(name),
+        cache_dir: debian_cache(),
     })?)
 }
 

@@ -1,7 +1,8 @@
 //! Device-mapper through its control device, `/dev/mapper/control`: create a device, load a
 //! table, suspend and resume it, remove it. The ioctls and their buffer layout are in
-//! `sys::dm`; this module turns them into the steps snapboot needs and names the
-//! call and the device when one fails.
+//! `sys::dm`, with the table line ([`Target`]) and the error ([`DmError`]) they take and give;
+//! this module turns them into the steps snapboot needs and names the call and the device when
+//! one fails.
 
 use crate::sys::dm::{
     encode_table, target_msg_payload, Cmd, ControlFd, Reply, Request, CONTROL_PATH,
@@ -10,52 +11,11 @@ use crate::sys::dm::{
 use crate::sys::NodeKind;
 use std::path::{Path, PathBuf};
 
+pub use crate::sys::dm::{DmError, Target};
 pub use crate::sys::DevNum;
 
 /// Sectors are 512 bytes in device-mapper tables.
 pub const SECTOR: u64 = 512;
-
-/// Errors of device-mapper calls; each names the call and the device.
-#[derive(Debug, thiserror::Error)]
-pub enum DmError {
-    /// The control device is missing: no device-mapper in this kernel.
-    #[error("device-mapper is not available ({path}); load the dm-mod module")]
-    NoControl {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-    /// An ioctl failed.
-    #[error("device-mapper {call} of {name}: {err}")]
-    Ioctl {
-        call: &'static str,
-        name: String,
-        err: nix::Error,
-    },
-    /// A name or table line does not fit the interface.
-    #[error("device-mapper {what} too long: {value:?}")]
-    TooLong { what: &'static str, value: String },
-    /// A device node could not be made.
-    #[error("cannot make device node {path}")]
-    Node {
-        path: PathBuf,
-        #[source]
-        err: std::io::Error,
-    },
-}
-
-/// One line of a table: `start length type params`, in sectors.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// First sector of the mapped device this line covers.
-    pub start: u64,
-    /// Sectors covered.
-    pub length: u64,
-    /// Target type: `linear`, `snapshot`, `verity`, ...
-    pub kind: String,
-    /// The target's parameters, as `dmsetup table` prints them.
-    pub params: String,
-}
 
 /// An open device-mapper control device.
 pub struct Control {

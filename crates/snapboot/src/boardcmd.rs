@@ -173,6 +173,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         snapboot_bin: board::home::device_binary()?,
         image_key: a.image_key.clone(),
         out,
+        cache_dir: home::debian_cache(),
     })?;
     println!(
         "bundle {} ({} on {}) built in {:.1} s",

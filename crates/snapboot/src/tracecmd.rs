@@ -39,6 +39,13 @@ pub fn trace(a: TraceArgs) -> Result<ExitCode> {
         .with_context(|| format!("opening {}", a.tty.display()))?;
     ondevice::serial::make_raw(&file, a.baud)
         .with_context(|| format!("configuring {}", a.tty.display()))?;
+    // The port is open and set up: from here every byte is stamped (a test waits for this).
+    eprintln!(
+        "snapboot: listening on {} at {} baud until /{until}/ or {} s: power the board on",
+        a.tty.display(),
+        a.baud,
+        a.timeout
+    );
     let tl = boottrace::serial::record(
         file,
         &a.tty.display().to_string(),

@@ -12,25 +12,10 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
-use serde::Serialize;
+pub use rules::Finding;
 
 use crate::analysis::Analysis;
 use crate::kconfig::KernelConfig;
-
-/// One piece of advice.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    /// The rule that fired (one of [`RULES`]).
-    pub rule: String,
-    /// One-line summary.
-    pub title: String,
-    /// Seconds the fix would save on this boot, when the log shows it.
-    pub saving_s: Option<f64>,
-    /// What in the log (or config) shows the problem.
-    pub evidence: String,
-    /// What to change.
-    pub fix: String,
-}
 
 /// A rule: looks at an analysis and maybe a config, and returns its finding if it fires.
 type Rule = fn(&Analysis, Option<&KernelConfig>) -> Option<Finding>;

@@ -3,10 +3,25 @@
 //! cannot tell.
 
 use boottrace::MilestoneKind;
+use serde::Serialize;
 
-use super::Finding;
 use crate::analysis::{Analysis, PhaseKind};
 use crate::kconfig::KernelConfig;
+
+/// One piece of advice.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The rule that fired (one of [`super::RULES`]).
+    pub rule: String,
+    /// One-line summary.
+    pub title: String,
+    /// Seconds the fix would save on this boot, when the log shows it.
+    pub saving_s: Option<f64>,
+    /// What in the log (or config) shows the problem.
+    pub evidence: String,
+    /// What to change.
+    pub fix: String,
+}
 
 /// Initcalls at least this long (seconds) count as slow.
 const SLOW_INITCALL_S: f64 = 0.02;

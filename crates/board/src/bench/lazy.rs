@@ -6,9 +6,8 @@
 //! restored workload itself: a workload that does not answer `recapture` gets only the
 //! plain images ([`lazy_notes`] says so).
 
-use super::{
-    make_work, no_recapture_note, profiled_image, resume_boot, BenchError, Captured, MethodRuns,
-};
+use super::measure::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use super::plan::no_recapture_note;
 use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::qemu::RunOptions;

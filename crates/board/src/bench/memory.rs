@@ -5,7 +5,7 @@
 //! Every boot of a deferring board also waits for the `memory` marker, so the report has
 //! the time from ready (or restored) until all of the RAM is online.
 
-use super::{check_boot, make_work, BenchError, Captured, MethodRuns};
+use super::measure::{check_boot, make_work, BenchError, BootError, Captured, MethodRuns};
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot};
 use crate::qemu::{run_probe_then, RunOptions};
@@ -67,7 +67,7 @@ fn boot(
     want_restore: bool,
     what: &str,
 ) -> Result<Timeline, BenchError> {
-    let err = |source: super::BootError| BenchError::Boot {
+    let err = |source: BootError| BenchError::Boot {
         what: what.to_string(),
         source,
     };

@@ -17,16 +17,22 @@
 //! to show it.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
-use thiserror::Error;
 
 use bootparams::Reclaim;
-use boottrace::report::{summarize, BenchReport, MethodResult};
-use boottrace::{MilestoneKind, Timeline};
+use boottrace::report::{BenchReport, MethodResult};
+use boottrace::Timeline;
+
+mod measure;
+pub use measure::{check_boot, measured_boot, BenchError, BootError, MethodRuns, PROFILE_ROUNDS};
+use measure::{make_work, profiled_image, resume_boot, Captured};
 
 mod plan;
-pub use plan::{no_recapture_note, ComparePlan, RestoreKernelUse, PROFILED_METHODS};
+pub use plan::{
+    no_recapture_note, ComparePlan, RestoreKernelUse, COMPARE_METHODS, PROFILED_METHODS,
+    RESTORE_KERNEL_METHODS,
+};
 
 mod recapture;
 pub use recapture::{
@@ -35,159 +41,9 @@ pub use recapture::{
 };
 
 use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, recapture_boot, CaptureBootError};
-use crate::native::{self, NativeError};
-use crate::qemu::{run_probe, KernelImage, RunError, RunOptions};
-
-/// Why a measured boot does not count.
-#[derive(Debug, Error)]
-pub enum BootError {
-    /// The board did not answer the probe.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// A restore was expected; the device fell back to a cold boot.
-    #[error("expected a restore, got a cold boot: {0}")]
-    FellBack(String),
-    /// A restore was expected; the board came up without one and without saying why.
-    #[error("the board came up without restoring an image")]
-    NotRestored,
-}
-
-/// Why a benchmark stopped.
-#[derive(Debug, Error)]
-pub enum BenchError {
-    /// Zero runs per method were asked for.
-    #[error("--runs must be at least 1")]
-    NoRuns,
-    /// A cold boot of `bench cold` failed.
-    #[error("cold boot {run} of {runs} failed")]
-    ColdRun {
-        /// Which boot (from 1).
-        run: usize,
-        /// Of how many.
-        runs: usize,
-        /// Why.
-        #[source]
-        source: RunError,
-    },
-    /// A boot of a method did not count.
-    #[error("{what}")]
-    Boot {
-        /// The method and step (`cold boot`, `snapboot resume`, ...).
-        what: String,
-        /// Why.
-        #[source]
-        source: BootError,
-    },
-    /// A snapboot method's capture boot produced no image.
-    #[error("{method} capture")]
-    Capture {
-        /// `snapboot` or `snapboot-lazy`.
-        method: &'static str,
-        /// Why.
-        #[source]
-        source: CaptureBootError,
-    },
-    /// A snapshot boot's store could not be attached.
-    #[error(transparent)]
-    Store(#[from] CaptureBootError),
-    /// The store holds no image after a capture that reported one.
-    #[error("{} holds no image after the capture", .0.display())]
-    NoImage(PathBuf),
-    /// The kernel-native baseline could not be set up.
-    #[error(transparent)]
-    Native(#[from] NativeError),
-    /// A store of the benchmark failed.
-    #[error("{what}")]
-    StoreFile {
-        /// What was being done.
-        what: String,
-        /// Why.
-        #[source]
-        source: flashstore::StoreError,
-    },
-    /// A regex the benchmark waits for is invalid.
-    #[error("invalid regex {0:?}: {1}")]
-    BadRegex(String, String),
-    /// A file of the work directory could not be made or read.
-    #[error("{what} {}", path.display())]
-    WorkFile {
-        /// What was being done.
-        what: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// The methods `compare` measures, the baseline first.
-pub const COMPARE_METHODS: [&str; 5] = [
-    "cold",
-    "kernel-resume",
-    "snapboot",
-    "snapboot-lazy",
-    "snapboot-lazy-profiled",
-];
-
-/// The methods `compare` adds with a restore kernel: the `snapboot`, `snapboot-lazy` and
-/// `snapboot-lazy-profiled` images, restored by it. Which of all these a run measures:
-/// [`ComparePlan`].
-pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
-    "restore-kernel",
-    "restore-kernel-lazy",
-    "restore-kernel-lazy-profiled",
-];
-
-/// One method's boots, and the size of its image where it has one.
-#[derive(Debug, Clone)]
-pub struct MethodRuns {
-    /// Method name (one of [`COMPARE_METHODS`] for `compare`).
-    pub method: &'static str,
-    /// Every boot's timeline, in order.
-    pub timelines: Vec<Timeline>,
-    /// Bytes of the image as the kernel produced it.
-    pub image_bytes: Option<u64>,
-    /// Bytes the image occupies on its storage.
-    pub stored_bytes: Option<u64>,
-}
-
-impl MethodRuns {
-    /// The method's summary for the report.
-    pub fn summary(&self) -> MethodResult {
-        let mut m = summarize(self.method, &self.timelines);
-        m.image_bytes = self.image_bytes;
-        m.stored_bytes = self.stored_bytes;
-        m
-    }
-}
-
-/// Checks that a boot came up the expected way: never through a resume fallback, and with a
-/// restore when `want_restore`.
-pub fn check_boot(tl: &Timeline, want_restore: bool) -> Result<(), BootError> {
-    if let Some(m) = tl.milestone(MilestoneKind::ResumeFallback) {
-        return Err(BootError::FellBack(m.detail.clone().unwrap_or_default()));
-    }
-    if want_restore && tl.first(MilestoneKind::Restored).is_none() {
-        return Err(BootError::NotRestored);
-    }
-    Ok(())
-}
-
-/// Runs one scripted boot with the workload's probe and insists it came up the expected way.
-pub fn measured_boot(
-    bundle: &Bundle,
-    opts: &RunOptions,
-    want_restore: bool,
-) -> Result<Timeline, BootError> {
-    let res = run_probe(bundle, opts, &bundle.workload.probe)?;
-    if let Some(e) = res.error {
-        return Err(e.into());
-    }
-    check_boot(&res.timeline, want_restore)?;
-    Ok(res.timeline)
-}
+use crate::capture::capture_boot;
+use crate::native;
+use crate::qemu::{run_probe, KernelImage, RunOptions};
 
 /// `bench cold`: `runs` cold boots with the workload's probe.
 pub fn cold(
@@ -340,102 +196,6 @@ pub fn compare(
         }
     }
     Ok(methods.into_iter().map(|(m, _)| m).collect())
-}
-
-/// Profiling rounds of the benchmarks' profiled images. One round profiles what the first
-/// request touches after a restore of the plain lazy image; but a profiled image resumes in
-/// the re-capture that made it, and the few pages that path touches on its way back to the
-/// application were never touched in the first round's window. A second round (restore the
-/// profiled image, probe, re-capture; profiles accumulate) adds them: measured 2026-11-24 on
-/// `app` with the restore kernel, first request 0.093 s after one round, 0.074 s after two,
-/// 0.062 s on the full image (docs/measuring.md).
-pub const PROFILE_ROUNDS: usize = 2;
-
-/// The profiled lazy image: a copy of the `lazy` image's store, restored; the workload's
-/// probe is its first request (what it touches is the working set), then the restored
-/// system re-captures itself with that profile (`snapboot.profile=eager`, the default);
-/// [`PROFILE_ROUNDS`] times.
-fn profiled_image(
-    bundle: &Bundle,
-    opts: &RunOptions,
-    work: &Path,
-    lazy: &Captured,
-    method: &'static str,
-) -> Result<Captured, BenchError> {
-    let store = work.join(format!("{method}.store"));
-    native::sparse_copy(&lazy.store, &store)?;
-    let probe = &bundle.workload.probe;
-    let answer = regex::Regex::new(&probe.expect)
-        .map_err(|e| BenchError::BadRegex(probe.expect.clone(), e.to_string()))?;
-    for _ in 0..PROFILE_ROUNDS {
-        recapture_boot(bundle, opts, &store, &probe.send, &answer)
-            .map_err(|source| BenchError::Capture { method, source })?;
-    }
-    Captured::open(store)
-}
-
-/// Creates the benchmark's work directory if it is missing.
-fn make_work(work: &Path) -> Result<(), BenchError> {
-    std::fs::create_dir_all(work).map_err(|source| BenchError::WorkFile {
-        what: "creating",
-        path: work.to_path_buf(),
-        source,
-    })
-}
-
-/// One measured snapshot boot of the image in `store`.
-fn resume_boot(
-    bundle: &Bundle,
-    opts: &RunOptions,
-    store: &Path,
-    method: &str,
-) -> Result<Timeline, BenchError> {
-    let mut o = opts.clone();
-    attach_store(&mut o, store, false)?;
-    measured_boot(bundle, &o, true).map_err(|source| BenchError::Boot {
-        what: format!("{method} resume"),
-        source,
-    })
-}
-
-/// A snapboot image captured for `compare`: its store and sizes.
-struct Captured {
-    store: PathBuf,
-    raw: u64,
-    stored: u64,
-}
-
-impl Captured {
-    /// The newest image of the store at `store`.
-    fn open(store: PathBuf) -> Result<Self, BenchError> {
-        let f = std::fs::File::open(&store).map_err(|source| BenchError::WorkFile {
-            what: "opening",
-            path: store.clone(),
-            source,
-        })?;
-        let s = flashstore::Store::open(f).map_err(|source| BenchError::StoreFile {
-            what: format!("opening {}", store.display()),
-            source,
-        })?;
-        let image = s
-            .newest()
-            .ok_or_else(|| BenchError::NoImage(store.clone()))?;
-        Ok(Captured {
-            raw: image.stats.pages * flashstore::PAGE as u64,
-            stored: image.stats.stored_bytes,
-            store,
-        })
-    }
-
-    /// An empty run list for `method`, restoring this image.
-    fn runs(&self, method: &'static str) -> MethodRuns {
-        MethodRuns {
-            method,
-            timelines: Vec::new(),
-            image_bytes: Some(self.raw),
-            stored_bytes: Some(self.stored),
-        }
-    }
 }
 
 /// Captures one snapboot image (full or lazy) into its own store under `work`.

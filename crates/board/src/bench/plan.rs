@@ -4,8 +4,25 @@
 
 use std::path::PathBuf;
 
-use super::{COMPARE_METHODS, RESTORE_KERNEL_METHODS};
 use crate::workload::Workload;
+
+/// The methods `compare` measures, the baseline first.
+pub const COMPARE_METHODS: [&str; 5] = [
+    "cold",
+    "kernel-resume",
+    "snapboot",
+    "snapboot-lazy",
+    "snapboot-lazy-profiled",
+];
+
+/// The methods `compare` adds with a restore kernel: the `snapboot`, `snapboot-lazy` and
+/// `snapboot-lazy-profiled` images, restored by it. Which of all these a run measures:
+/// [`ComparePlan`].
+pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
+    "restore-kernel",
+    "restore-kernel-lazy",
+    "restore-kernel-lazy-profiled",
+];
 
 /// The profiled lazy methods: their images are re-captured by the restored workload
 /// (`recapture` on its console).

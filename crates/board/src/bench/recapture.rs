@@ -16,7 +16,7 @@
 //! the stores taking turns, each round starting with the next one, so drift and the
 //! position in a round hit all of them alike.
 
-use super::{measured_boot, BenchError, MethodRuns};
+use super::measure::{make_work, measured_boot, BenchError, MethodRuns};
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot, create_store, recapture_boot, store_size};
 use crate::qemu::RunOptions;
@@ -179,7 +179,7 @@ pub fn recapture(
                 .map_err(|e| BenchError::BadRegex(answer.clone(), e.to_string()))?,
         ),
     };
-    super::make_work(work)?;
+    make_work(work)?;
     let size = store_size(opts.mem_mib);
     let path = |n: &str| work.join(format!("recapture-{n}.store"));
     let source = path("source");

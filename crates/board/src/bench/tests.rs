@@ -1,6 +1,6 @@
 use super::*;
 use crate::testutil::{bundle, opts};
-use boottrace::Outcome;
+use boottrace::{MilestoneKind, Outcome};
 
 fn boot(tti: f64, restored: Option<f64>) -> Timeline {
     let mut tl = Timeline::new("test");

@@ -20,9 +20,51 @@
 //! ```
 
 use super::DevNum;
-use crate::dm::{DmError, Target};
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+/// Errors of device-mapper calls; each names the call and the device.
+#[derive(Debug, thiserror::Error)]
+pub enum DmError {
+    /// The control device is missing: no device-mapper in this kernel.
+    #[error("device-mapper is not available ({path}); load the dm-mod module")]
+    NoControl {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    /// An ioctl failed.
+    #[error("device-mapper {call} of {name}: {err}")]
+    Ioctl {
+        call: &'static str,
+        name: String,
+        err: nix::Error,
+    },
+    /// A name or table line does not fit the interface.
+    #[error("device-mapper {what} too long: {value:?}")]
+    TooLong { what: &'static str, value: String },
+    /// A device node could not be made.
+    #[error("cannot make device node {path}")]
+    Node {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+}
+
+/// One line of a table: `start length type params`, in sectors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// First sector of the mapped device this line covers.
+    pub start: u64,
+    /// Sectors covered.
+    pub length: u64,
+    /// Target type: `linear`, `snapshot`, `verity`, ...
+    pub kind: String,
+    /// The target's parameters, as `dmsetup table` prints them.
+    pub params: String,
+}
 
 /// The control device's node.
 pub const CONTROL_PATH: &str = "/dev/mapper/control";

@@ -1,6 +1,6 @@
 //! `snapboot trace` on a serial port: a pseudo-terminal stands in for a real board's UART.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -15,8 +15,19 @@ fn trace_stamps_a_serial_console_until_ready() {
     c.args(["--baud", "115200", "--timeout", "30", "--timeline"])
         .arg(&json);
     c.stdout(std::process::Stdio::piped());
-    let child = c.spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    c.stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // Ready when it says it listens: the port is open and raw, so no byte written from here
+    // is lost or cooked by the line discipline.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("power the board on") {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).unwrap();
+        assert!(n > 0, "trace ended before listening: {said}");
+        said.push_str(&line);
+    }
+    let rest = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
     let mut master = std::fs::File::from(pty.master);
     let lines = [
         "[    0.000000] Linux version 6.1.0-56-amd64 (builder) #1 SMP",
@@ -32,7 +43,9 @@ fn trace_stamps_a_serial_console_until_ready() {
     }
     let out = child.wait_with_output().unwrap();
     let so = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{so}");
+    let se = rest.join().unwrap();
+    assert!(out.status.success(), "{so}\n{se}");
+    assert!(said.contains(&slave_path.display().to_string()), "{said}");
     assert!(
         so.contains(" | snapboot: @init"),
         "stamped lines echoed: {so}"
