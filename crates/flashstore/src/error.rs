@@ -1,7 +1,5 @@
 //! What can go wrong with a store; every variant says what and where.
 
-use crate::layout::SuperblockError;
-
 /// Errors of [`crate::Store`] operations.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -61,4 +59,27 @@ impl StoreError {
         let context = context.into();
         move |source| StoreError::Io { context, source }
     }
+}
+
+/// Why a superblock block is not a valid superblock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    /// Fewer bytes than a superblock.
+    #[error("short block of {len} bytes")]
+    Short { len: usize },
+    /// Not the store's magic.
+    #[error("no store magic")]
+    NoMagic,
+    /// The header of an older snapboot's two-slot store.
+    #[error("a two-slot store of an older snapboot")]
+    Legacy,
+    /// Another format version.
+    #[error("store format version {found} (this build reads {reads})")]
+    Version { found: u32, reads: u32 },
+    /// The superblock's checksum does not match.
+    #[error("superblock checksum mismatch")]
+    Checksum,
+    /// A geometry no store can have.
+    #[error("impossible geometry: {cluster_blocks} blocks per cluster, {clusters} clusters")]
+    Geometry { cluster_blocks: u32, clusters: u64 },
 }

@@ -2,7 +2,7 @@
 //! the dedupe table. Everything but the superblocks is written once into idle clusters and
 //! never overwritten while committed; see docs/store.md for the picture.
 
-use crate::error::StoreError;
+use crate::error::{StoreError, SuperblockError};
 use serde::{Deserialize, Serialize};
 
 /// Bytes per block; every structure starts on a block.
@@ -79,7 +79,10 @@ impl Superblock {
         let u64_at = |a: usize| u64::from_le_bytes(b[a..a + 8].try_into().unwrap_or_default());
         let version = u32_at(8);
         if version != VERSION {
-            return Err(SuperblockError::Version { found: version });
+            return Err(SuperblockError::Version {
+                found: version,
+                reads: VERSION,
+            });
         }
         if blake3::hash(&b[..SB_HASHED]).as_bytes() != &b[SB_HASHED..SB_HASHED + 32] {
             return Err(SuperblockError::Checksum);
@@ -104,29 +107,6 @@ impl Superblock {
         }
         Ok(sb)
     }
-}
-
-/// Why a superblock block is not a valid superblock.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SuperblockError {
-    /// Fewer bytes than a superblock.
-    #[error("short block of {len} bytes")]
-    Short { len: usize },
-    /// Not the store's magic.
-    #[error("no store magic")]
-    NoMagic,
-    /// The header of an older snapboot's two-slot store.
-    #[error("a two-slot store of an older snapboot")]
-    Legacy,
-    /// Another format version.
-    #[error("store format version {found} (this build reads {VERSION})")]
-    Version { found: u32 },
-    /// The superblock's checksum does not match.
-    #[error("superblock checksum mismatch")]
-    Checksum,
-    /// A geometry no store can have.
-    #[error("impossible geometry: {cluster_blocks} blocks per cluster, {clusters} clusters")]
-    Geometry { cluster_blocks: u32, clusters: u64 },
 }
 
 /// Contiguous clusters from `cluster`, holding `len` bytes.

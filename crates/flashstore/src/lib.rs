@@ -17,11 +17,11 @@ mod store;
 mod writer;
 
 pub use compact::CompactReport;
-pub use error::StoreError;
+pub use error::{StoreError, SuperblockError};
 pub use fsck::FsckReport;
 pub use layout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef,
-    SuperblockError, BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LEGACY_MAGIC, MAGIC, PAGE,
+    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
+    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LEGACY_MAGIC, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};

@@ -8,10 +8,10 @@
 //! superblock fails its checksum and the other slot still names the previous state. Nothing a
 //! crash leaves behind is referenced, so it is idle space, not a leak.
 
-use crate::error::StoreError;
+use crate::error::{StoreError, SuperblockError};
 use crate::layout::{
     decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
-    SuperblockError, BLOCK, DEFAULT_CLUSTER_BLOCKS,
+    BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
 use std::collections::{BTreeMap, BTreeSet};

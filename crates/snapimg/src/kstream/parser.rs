@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
-use super::{
-    le_u64, Page, PageCount, StreamError, StreamHeader, PFN_END_OF_MAP, PFN_LIMIT, PFN_ZERO_FLAG,
+use super::header::{
+    le_u64, Page, PageCount, PageKind, StreamError, StreamHeader, PFN_END_OF_MAP, PFN_LIMIT,
+    PFN_ZERO_FLAG,
 };
 
 /// Where a stream parser or producer stands.
@@ -18,23 +19,6 @@ pub enum Phase {
     Data,
     /// All `pages` seen.
     Done,
-}
-
-/// What a page of the stream is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageKind {
-    /// Page 0, `struct swsusp_info`.
-    Header,
-    /// Meta page number `index` (0-based) of the PFN index.
-    Meta {
-        /// 0-based meta page number.
-        index: u64,
-    },
-    /// Data page number `index` (0-based).
-    Data {
-        /// 0-based data page number.
-        index: u64,
-    },
 }
 
 /// Checks a stream page by page: Header → Meta → Data → Done.

@@ -5,8 +5,10 @@
 //! PFNs terminated by `~0UL`, data pages) from a seed, deterministically and
 //! lazily, so tests can exercise capture and restore without a kernel.
 
-use super::{PageCount, PageProducer, Pfn, StreamHeader, PAGE_SIZE, PFNS_PER_PAGE, PFN_END_OF_MAP};
-use crate::kstream::Page;
+use super::header::{
+    Page, PageCount, PageKind, PageProducer, Pfn, StreamHeader, PAGE_SIZE, PFNS_PER_PAGE,
+    PFN_END_OF_MAP,
+};
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -65,7 +67,6 @@ impl SyntheticStream {
 
     /// Fill `buf` with page `index` of the stream; `false` past the end.
     pub fn page(&self, index: u64, buf: &mut Page) -> bool {
-        use super::PageKind;
         match self.header.kind_of(index) {
             None => false,
             Some(PageKind::Header) => {

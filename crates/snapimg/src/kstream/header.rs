@@ -1,0 +1,519 @@
+//! The stream's header page (`struct swsusp_info`), its PFN index and page numbering, the
+//! page producer interface, and the errors of a stream: everything the parser and the
+//! synthetic producer share.
+
+use serde::Serialize;
+use std::fmt;
+use thiserror::Error;
+
+/// Size of one page of the stream (x86_64 `PAGE_SIZE`).
+pub const PAGE_SIZE: usize = 4096;
+/// One page of the stream.
+pub type Page = [u8; PAGE_SIZE];
+/// PFN entries per meta page (`PAGE_SIZE / sizeof(unsigned long)`).
+pub const PFNS_PER_PAGE: u64 = (PAGE_SIZE / 8) as u64;
+/// `RESTORE_MAGIC` of `arch/x86/power/hibernate.c` for `CONFIG_X86_64`.
+pub const X86_64_RESTORE_MAGIC: u64 = 0x2345_6789_ABCD_EF02;
+/// `BM_END_OF_MAP` (`~0UL`): terminates the PFN list inside a meta page.
+pub const PFN_END_OF_MAP: u64 = u64::MAX;
+/// `ENCODED_PFN_ZERO_FLAG` of newer kernels: the page is all zeros and has no
+/// data page in the stream.
+pub const PFN_ZERO_FLAG: u64 = 1 << 63;
+/// PFNs at or above this are rejected (52-bit physical addresses).
+pub const PFN_LIMIT: u64 = 1 << 40;
+
+/// Byte offsets inside the header page (x86_64, LP64 layout).
+pub mod offsets {
+    /// `struct new_utsname uts` (6 × 65 bytes).
+    pub const UTS: usize = 0;
+    /// Length of `struct new_utsname`.
+    pub const UTS_LEN: usize = 6 * 65;
+    /// `u32 version_code` (390 padded up to 4-byte alignment).
+    pub const VERSION_CODE: usize = 392;
+    /// `unsigned long num_physpages`.
+    pub const NUM_PHYSPAGES: usize = 400;
+    /// `int cpus` (never set by current kernels: zero).
+    pub const CPUS: usize = 408;
+    /// `unsigned long image_pages` (412 padded to 8).
+    pub const IMAGE_PAGES: usize = 416;
+    /// `unsigned long pages`.
+    pub const PAGES: usize = 424;
+    /// `unsigned long size` (bytes, `pages << PAGE_SHIFT`).
+    pub const SIZE: usize = 432;
+    /// End of the meaningful part of `struct swsusp_info`.
+    pub const END: usize = 440;
+    /// `restore_data_record.jump_address`.
+    pub const X86_JUMP_ADDRESS: usize = 0;
+    /// `restore_data_record.jump_address_phys`.
+    pub const X86_JUMP_ADDRESS_PHYS: usize = 8;
+    /// `restore_data_record.cr3`.
+    pub const X86_CR3: usize = 16;
+    /// `restore_data_record.magic`.
+    pub const X86_MAGIC: usize = 24;
+    /// `restore_data_record.e820_checksum` (crc32 of the firmware e820 map).
+    pub const X86_E820_CHECKSUM: usize = 32;
+    /// End of `struct restore_data_record`.
+    pub const X86_RECORD_END: usize = 40;
+    /// `MAX_ARCH_HEADER_SIZE`: `sizeof(struct new_utsname) + 4`.
+    pub const MAX_ARCH_HEADER: usize = UTS_LEN + 4;
+}
+
+const _: () = assert!(offsets::VERSION_CODE >= offsets::UTS + offsets::UTS_LEN);
+const _: () = assert!(offsets::X86_RECORD_END <= offsets::MAX_ARCH_HEADER);
+const _: () = assert!(offsets::MAX_ARCH_HEADER <= offsets::NUM_PHYSPAGES);
+const _: () = assert!(offsets::END <= PAGE_SIZE);
+
+/// A physical page frame number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Pfn(pub u64);
+
+/// A number of 4 KiB pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct PageCount(pub u64);
+
+impl PageCount {
+    /// The count as a plain integer.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+    /// Size in bytes, saturating.
+    pub fn bytes(self) -> u64 {
+        self.0.saturating_mul(PAGE_SIZE as u64)
+    }
+    /// Meta pages the kernel needs to list `self` PFNs (`DIV_ROUND_UP(n * 8, PAGE_SIZE)`).
+    pub fn meta_pages_for(self) -> PageCount {
+        PageCount(self.0.div_ceil(PFNS_PER_PAGE))
+    }
+}
+
+impl fmt::Display for PageCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// The architecture-specific part of the header page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ArchRecord {
+    /// x86_64 `struct restore_data_record`.
+    X86_64 {
+        /// Virtual address of `restore_registers` in the image kernel.
+        jump_address: u64,
+        /// Physical address of `restore_registers`.
+        jump_address_phys: u64,
+        /// Image kernel's CR3 with PCID bits cleared.
+        cr3: u64,
+        /// [`X86_64_RESTORE_MAGIC`].
+        magic: u64,
+        /// crc32 of the firmware e820 table (the restoring kernel rejects
+        /// the image if its memory map differs).
+        e820_checksum: u64,
+    },
+    /// Architectures without an arch header: the generic utsname + version.
+    Utsname {
+        /// `uts.sysname`.
+        sysname: String,
+        /// `uts.release`.
+        release: String,
+        /// `uts.version`.
+        version: String,
+        /// `uts.machine`.
+        machine: String,
+        /// `LINUX_VERSION_CODE` of the image kernel.
+        version_code: u32,
+    },
+}
+
+impl ArchRecord {
+    /// The x86 restore magic, if this is an x86_64 record.
+    pub fn x86_magic(&self) -> Option<u64> {
+        match self {
+            ArchRecord::X86_64 { magic, .. } => Some(*magic),
+            ArchRecord::Utsname { .. } => None,
+        }
+    }
+    /// The x86 e820 checksum, if this is an x86_64 record.
+    pub fn e820_checksum(&self) -> Option<u64> {
+        match self {
+            ArchRecord::X86_64 { e820_checksum, .. } => Some(*e820_checksum),
+            ArchRecord::Utsname { .. } => None,
+        }
+    }
+}
+
+/// Why a stream was rejected. Every variant carries the numbers involved.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StreamError {
+    /// Page 0 has neither the x86_64 restore magic nor a utsname.
+    #[error("page 0 is not a hibernation header: magic at offset 24 is {magic:#018x} (x86_64 wants {X86_64_RESTORE_MAGIC:#018x}) and there is no \"Linux\" utsname")]
+    UnknownArch {
+        /// The u64 found where the x86 magic lives.
+        magic: u64,
+    },
+    /// `image_pages` is zero: the kernel never produces an empty image.
+    #[error("header says image_pages=0: the kernel never produces an empty image")]
+    NoDataPages,
+    /// `pages` must be at least `image_pages + 1`.
+    #[error(
+        "header page counts are inconsistent: pages={pages} must exceed image_pages={image_pages}"
+    )]
+    PageCounts {
+        /// `swsusp_info.pages`.
+        pages: u64,
+        /// `swsusp_info.image_pages`.
+        image_pages: u64,
+    },
+    /// The PFN index has too few pages to list every data page.
+    #[error("PFN index of {meta_pages} pages cannot list {image_pages} data pages (needs at least {needed})")]
+    MetaTooSmall {
+        /// `pages - image_pages - 1`.
+        meta_pages: u64,
+        /// `swsusp_info.image_pages`.
+        image_pages: u64,
+        /// `DIV_ROUND_UP(image_pages * 8, 4096)`.
+        needed: u64,
+    },
+    /// The PFN index would list more pages than the machine has.
+    #[error("PFN index of {meta_pages} pages is larger than a machine with num_physpages={num_physpages} needs")]
+    MetaTooLarge {
+        /// `pages - image_pages - 1`.
+        meta_pages: u64,
+        /// `swsusp_info.num_physpages`.
+        num_physpages: u64,
+    },
+    /// `size` is not `pages * 4096`.
+    #[error("header size field {size} is not pages={pages} * 4096")]
+    SizeMismatch {
+        /// `swsusp_info.size`.
+        size: u64,
+        /// `swsusp_info.pages`.
+        pages: u64,
+    },
+    /// More data pages than physical pages.
+    #[error("image_pages={image_pages} exceeds num_physpages={num_physpages}")]
+    ImageLargerThanRam {
+        /// `swsusp_info.image_pages`.
+        image_pages: u64,
+        /// `swsusp_info.num_physpages`.
+        num_physpages: u64,
+    },
+    /// A PFN beyond any plausible physical address.
+    #[error("PFN index entry {entry} is {pfn:#x}, beyond any physical page")]
+    PfnOutOfRange {
+        /// Raw entry value.
+        pfn: u64,
+        /// Entry number across the whole index.
+        entry: u64,
+    },
+    /// PFNs must be strictly ascending (the kernel walks a bitmap).
+    #[error("PFN index entry {entry} is {pfn:#x}, not above the previous {previous:#x}")]
+    PfnNotIncreasing {
+        /// PFN (flag bit removed).
+        pfn: u64,
+        /// Previous PFN.
+        previous: u64,
+        /// Entry number across the whole index.
+        entry: u64,
+    },
+    /// The PFN index lists a different number of data pages than the header.
+    #[error("PFN index lists {listed} data pages but the header says image_pages={image_pages}")]
+    PfnCount {
+        /// Data PFNs (bit 63 clear) found in the index.
+        listed: u64,
+        /// `swsusp_info.image_pages`.
+        image_pages: u64,
+    },
+    /// A page was pushed after the stream was complete.
+    #[error("stream was already complete after {pages} pages; got one more")]
+    PastEnd {
+        /// Pages in the complete stream.
+        pages: u64,
+    },
+    /// The stream ended early.
+    #[error("stream ended after {received} of {expected} pages")]
+    Incomplete {
+        /// Pages received.
+        received: u64,
+        /// `swsusp_info.pages` (0 if the header never arrived).
+        expected: u64,
+    },
+}
+
+pub(crate) fn le_u64(page: &[u8], off: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&page[off..off + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn le_u32(page: &[u8], off: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&page[off..off + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn cstr(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// `struct swsusp_info` as found in page 0 of the stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StreamHeader {
+    /// Arch record (x86_64) or utsname (generic).
+    pub arch: ArchRecord,
+    /// `num_physpages`: present pages of the image kernel's machine. The
+    /// restoring kernel refuses the image ("memory size") if its own differs.
+    pub num_physpages: PageCount,
+    /// `cpus` (unused by current kernels, zero).
+    pub cpus: i32,
+    /// `image_pages`: data pages in the stream.
+    pub image_pages: PageCount,
+    /// `pages`: total pages in the stream (header + meta + data).
+    pub pages: PageCount,
+    /// `size`: `pages * 4096`.
+    pub size: u64,
+}
+
+impl StreamHeader {
+    /// Parse and validate page 0 of a stream.
+    pub fn parse(page: &Page) -> Result<Self, StreamError> {
+        let magic = le_u64(page, offsets::X86_MAGIC);
+        let arch = if magic == X86_64_RESTORE_MAGIC {
+            ArchRecord::X86_64 {
+                jump_address: le_u64(page, offsets::X86_JUMP_ADDRESS),
+                jump_address_phys: le_u64(page, offsets::X86_JUMP_ADDRESS_PHYS),
+                cr3: le_u64(page, offsets::X86_CR3),
+                magic,
+                e820_checksum: le_u64(page, offsets::X86_E820_CHECKSUM),
+            }
+        } else if page.starts_with(b"Linux\0") {
+            let field = |i: usize| cstr(&page[i * 65..(i + 1) * 65]);
+            ArchRecord::Utsname {
+                sysname: field(0),
+                release: field(2),
+                version: field(3),
+                machine: field(4),
+                version_code: le_u32(page, offsets::VERSION_CODE),
+            }
+        } else {
+            return Err(StreamError::UnknownArch { magic });
+        };
+        let mut cpus = [0u8; 4];
+        cpus.copy_from_slice(&page[offsets::CPUS..offsets::CPUS + 4]);
+        let header = StreamHeader {
+            arch,
+            num_physpages: PageCount(le_u64(page, offsets::NUM_PHYSPAGES)),
+            cpus: i32::from_le_bytes(cpus),
+            image_pages: PageCount(le_u64(page, offsets::IMAGE_PAGES)),
+            pages: PageCount(le_u64(page, offsets::PAGES)),
+            size: le_u64(page, offsets::SIZE),
+        };
+        header.validate()?;
+        Ok(header)
+    }
+
+    /// Check the counts against each other (what `load_header()` relies on).
+    pub fn validate(&self) -> Result<(), StreamError> {
+        let (image, pages, phys) = (self.image_pages.0, self.pages.0, self.num_physpages.0);
+        if image == 0 {
+            return Err(StreamError::NoDataPages);
+        }
+        if pages <= image {
+            return Err(StreamError::PageCounts {
+                pages,
+                image_pages: image,
+            });
+        }
+        if pages.checked_mul(PAGE_SIZE as u64) != Some(self.size) {
+            return Err(StreamError::SizeMismatch {
+                size: self.size,
+                pages,
+            });
+        }
+        if image > phys {
+            return Err(StreamError::ImageLargerThanRam {
+                image_pages: image,
+                num_physpages: phys,
+            });
+        }
+        let meta = self.meta_pages().0;
+        let needed = self.image_pages.meta_pages_for().0;
+        if meta < needed {
+            return Err(StreamError::MetaTooSmall {
+                meta_pages: meta,
+                image_pages: image,
+                needed,
+            });
+        }
+        if meta > self.num_physpages.meta_pages_for().0.max(needed) {
+            return Err(StreamError::MetaTooLarge {
+                meta_pages: meta,
+                num_physpages: phys,
+            });
+        }
+        Ok(())
+    }
+
+    /// Pages of PFN index: `pages - image_pages - 1`, as `load_header()` computes it.
+    pub fn meta_pages(&self) -> PageCount {
+        PageCount(
+            self.pages
+                .0
+                .saturating_sub(self.image_pages.0)
+                .saturating_sub(1),
+        )
+    }
+
+    /// What page `index` of this stream is, or `None` past the end.
+    pub fn kind_of(&self, index: u64) -> Option<PageKind> {
+        let meta = self.meta_pages().0;
+        match index {
+            0 => Some(PageKind::Header),
+            i if i <= meta => Some(PageKind::Meta { index: i - 1 }),
+            i if i < self.pages.0 => Some(PageKind::Data {
+                index: i - 1 - meta,
+            }),
+            _ => None,
+        }
+    }
+
+    /// A header as a 6.1 x86_64 kernel would produce it for `image_pages`
+    /// data pages (meta pages = `DIV_ROUND_UP(image_pages * 8, 4096)`).
+    pub fn x86_64(image_pages: u64, num_physpages: u64, e820_checksum: u64) -> Self {
+        let meta = PageCount(image_pages).meta_pages_for().0;
+        let pages = image_pages + meta + 1;
+        StreamHeader {
+            arch: ArchRecord::X86_64 {
+                jump_address: 0xffff_ffff_8100_0000,
+                jump_address_phys: 0x0100_0000,
+                cr3: 0x0200_0000,
+                magic: X86_64_RESTORE_MAGIC,
+                e820_checksum,
+            },
+            num_physpages: PageCount(num_physpages),
+            cpus: 0,
+            image_pages: PageCount(image_pages),
+            pages: PageCount(pages),
+            size: pages * PAGE_SIZE as u64,
+        }
+    }
+
+    /// Encode as page 0 of a stream (zero-filled like `init_header()`).
+    pub fn encode(&self) -> Box<Page> {
+        let mut page = Box::new([0u8; PAGE_SIZE]);
+        let put =
+            |p: &mut Page, off: usize, v: u64| p[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        match &self.arch {
+            ArchRecord::X86_64 {
+                jump_address,
+                jump_address_phys,
+                cr3,
+                magic,
+                e820_checksum,
+            } => {
+                put(&mut page, offsets::X86_JUMP_ADDRESS, *jump_address);
+                put(
+                    &mut page,
+                    offsets::X86_JUMP_ADDRESS_PHYS,
+                    *jump_address_phys,
+                );
+                put(&mut page, offsets::X86_CR3, *cr3);
+                put(&mut page, offsets::X86_MAGIC, *magic);
+                put(&mut page, offsets::X86_E820_CHECKSUM, *e820_checksum);
+            }
+            ArchRecord::Utsname {
+                sysname,
+                release,
+                version,
+                machine,
+                version_code,
+            } => {
+                for (i, s) in [(0, sysname), (2, release), (3, version), (4, machine)] {
+                    let n = s.len().min(64);
+                    page[i * 65..i * 65 + n].copy_from_slice(&s.as_bytes()[..n]);
+                }
+                page[offsets::VERSION_CODE..offsets::VERSION_CODE + 4]
+                    .copy_from_slice(&version_code.to_le_bytes());
+            }
+        }
+        put(&mut page, offsets::NUM_PHYSPAGES, self.num_physpages.0);
+        page[offsets::CPUS..offsets::CPUS + 4].copy_from_slice(&self.cpus.to_le_bytes());
+        put(&mut page, offsets::IMAGE_PAGES, self.image_pages.0);
+        put(&mut page, offsets::PAGES, self.pages.0);
+        put(&mut page, offsets::SIZE, self.size);
+        page
+    }
+}
+
+/// Cursor-style source of a stream, like the kernel's `snapshot_read_next()`:
+/// each call fills `buf` with the next page, `Ok(false)` means the end.
+pub trait PageProducer {
+    /// Error type of the source.
+    type Error;
+    /// Fill `buf` with the next page; `Ok(false)` once the stream is over.
+    fn next_page(&mut self, buf: &mut Page) -> Result<bool, Self::Error>;
+}
+
+/// A [`PageProducer`] over a stream held in memory (trailing partial page ignored).
+#[derive(Debug, Clone)]
+pub struct SliceStream<'a> {
+    pages: std::slice::ChunksExact<'a, u8>,
+}
+
+impl<'a> SliceStream<'a> {
+    /// Produce the pages of `bytes` in order.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        SliceStream {
+            pages: bytes.chunks_exact(PAGE_SIZE),
+        }
+    }
+}
+
+impl PageProducer for SliceStream<'_> {
+    type Error = std::convert::Infallible;
+    fn next_page(&mut self, buf: &mut Page) -> Result<bool, Self::Error> {
+        match self.pages.next() {
+            Some(p) => {
+                buf.copy_from_slice(p);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// Drain a producer into one byte vector (tests and small tools).
+pub fn collect_stream<P: PageProducer>(producer: &mut P) -> Result<Vec<u8>, P::Error> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; PAGE_SIZE];
+    while producer.next_page(&mut buf)? {
+        out.extend_from_slice(&buf);
+    }
+    Ok(out)
+}
+
+/// What a page of the stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    /// Page 0, `struct swsusp_info`.
+    Header,
+    /// Meta page number `index` (0-based) of the PFN index.
+    Meta {
+        /// 0-based meta page number.
+        index: u64,
+    },
+    /// Data page number `index` (0-based).
+    Data {
+        /// 0-based data page number.
+        index: u64,
+    },
+}
