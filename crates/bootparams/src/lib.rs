@@ -382,6 +382,27 @@ pub fn parse_dedupe(s: &str) -> Option<Dedupe> {
     }
 }
 
+/// A value a command-line flag does not take: the value, and what it takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?}: expected {expected}")]
+pub struct BadValue {
+    /// The value given.
+    pub given: String,
+    /// What the flag takes.
+    pub expected: &'static str,
+}
+
+/// What `--dedupe` and `snapboot.dedupe=` take.
+pub const DEDUPE_VALUES: &str = "off, full, selective, selective:USE or selective:USE:RUN";
+
+/// [`parse_dedupe`] for a command-line flag (clap's `value_parser`).
+pub fn dedupe_value(s: &str) -> Result<Dedupe, BadValue> {
+    parse_dedupe(s).ok_or_else(|| BadValue {
+        given: s.into(),
+        expected: DEDUPE_VALUES,
+    })
+}
+
 /// The word form of a dedupe policy, as [`parse_dedupe`] reads it.
 pub fn dedupe_word(d: Dedupe) -> String {
     match d {

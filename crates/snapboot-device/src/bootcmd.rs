@@ -51,16 +51,16 @@ pub struct CaptureArgs {
     /// Re-capture from a restored lazy system: eager keeps the pages touched since the
     /// restore in the image, prefetch reads them back right after each restore, off ignores
     /// them.
-    #[arg(long, value_name = "MODE", default_value = "eager", requires = "lazy")]
-    profile: String,
+    #[arg(long, value_enum, default_value = "eager", requires = "lazy")]
+    profile: ProfileArg,
     /// The image's name.
     #[arg(long, default_value = ondevice::store::DEFAULT_IMAGE)]
     image: String,
     /// Storage dedupe against the store's other images: off, full, selective,
     /// selective:USE or selective:USE:RUN (default: selective, which references an old chunk
     /// only when the image uses 90 % of it).
-    #[arg(long)]
-    dedupe: Option<String>,
+    #[arg(long, value_parser = bootparams::dedupe_value)]
+    dedupe: Option<flashstore::Dedupe>,
     /// Pin the image (captures and gc leave it alone until unpinned).
     #[arg(long)]
     pin: bool,
@@ -72,6 +72,28 @@ pub struct CaptureArgs {
     /// pm_print_times), for `snapboot analyze`.
     #[arg(long)]
     pm_times: bool,
+}
+
+/// What a lazy re-capture does with the pages touched since the restore
+/// (`snapboot capture --profile`, `snapboot.profile=`).
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ProfileArg {
+    /// Keep them in the image.
+    Eager,
+    /// Page them out first and read them back right after each restore.
+    Prefetch,
+    /// Ignore them.
+    Off,
+}
+
+impl From<ProfileArg> for bootparams::ProfileMode {
+    fn from(p: ProfileArg) -> Self {
+        match p {
+            ProfileArg::Eager => Self::Eager,
+            ProfileArg::Prefetch => Self::Prefetch,
+            ProfileArg::Off => Self::Off,
+        }
+    }
 }
 
 /// Chunk compression of `snapboot capture --compress`.
@@ -154,11 +176,11 @@ pub fn ready() -> Result<ExitCode> {
 
 /// Lazy-capture settings from the `--lazy` and `--swap-size` flags (the same values as
 /// `snapboot.lazy` and `snapboot.swapsize`).
-pub fn lazy_options(
+fn lazy_options(
     reclaim: &str,
     region: Option<&str>,
     verity: bool,
-    profile: &str,
+    profile: ProfileArg,
 ) -> Result<ondevice::lazy::LazyOptions> {
     let reclaim = parse_reclaim(reclaim)
         .with_context(|| format!("lazy={reclaim}: expected max or a size such as 96M"))?;
@@ -169,13 +191,11 @@ pub fn lazy_options(
                 .with_context(|| format!("swap size {r}: expected a size such as 512M"))?,
         ),
     };
-    let profile = bootparams::ProfileMode::parse(profile)
-        .with_context(|| format!("--profile {profile}: expected eager, prefetch or off"))?;
     Ok(ondevice::lazy::LazyOptions {
         reclaim,
         region_bytes,
         verity,
-        profile,
+        profile: profile.into(),
     })
 }
 
@@ -209,7 +229,7 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
             l,
             a.swap_size.as_deref(),
             !a.no_verity,
-            &a.profile,
+            a.profile,
         )?);
     }
     anyhow::ensure!(
@@ -218,13 +238,7 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
         a.image
     );
     o.image = a.image;
-    if let Some(d) = &a.dedupe {
-        o.dedupe = Some(bootparams::parse_dedupe(d).with_context(|| {
-            format!(
-                "--dedupe {d}: expected off, full, selective, selective:USE or selective:USE:RUN"
-            )
-        })?);
-    }
+    o.dedupe = a.dedupe;
     o.pin = a.pin;
     o.sign_key = a.sign_key;
     o.pm_times = a.pm_times;

@@ -297,8 +297,8 @@ pub struct BoardCaptureArgs {
     pub image: Option<String>,
     /// Storage dedupe against the store's other images: off, full, selective,
     /// selective:USE or selective:USE:RUN.
-    #[arg(long)]
-    pub dedupe: Option<String>,
+    #[arg(long, value_parser = bootparams::dedupe_value)]
+    pub dedupe: Option<flashstore::Dedupe>,
     /// Pin the image.
     #[arg(long)]
     pub pin: bool,
@@ -327,14 +327,7 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     if !flashstore::valid_name(&name) {
         bail!("--image {name}: 1 to 64 characters of A-Z a-z 0-9 . _ -");
     }
-    let dedupe = match &a.dedupe {
-        None => None,
-        Some(d) => Some(bootparams::parse_dedupe(d).with_context(|| {
-            format!(
-                "--dedupe {d}: expected off, full, selective, selective:USE or selective:USE:RUN"
-            )
-        })?),
-    };
+    let dedupe = a.dedupe;
     let sign_key = match &a.sign_key {
         None => None,
         Some(k) => Some(imagekey::SecretKey::load(k)?),

@@ -132,7 +132,11 @@ fn kernel_panic_ends_the_run_with_a_reason() {
         "120",
     ]);
     let (out, so, se) = run(c);
-    assert_eq!(out.status.code(), Some(3), "{so}\n{se}");
+    assert_eq!(
+        out.status.code(),
+        Some(snapboot_device::Exit::NotUsable.code().into()),
+        "{so}\n{se}"
+    );
     assert!(se.contains("guest kernel panic"), "{se}");
     assert!(se.contains("Unable to mount root fs"), "{se}");
     assert!(
@@ -149,7 +153,11 @@ fn hang_ends_the_run_with_a_timeout() {
     c.args(["board", "run"]).arg(&b);
     c.args(["--probe", "--cmdline", "rdinit=/bin/sh", "--timeout", "10"]);
     let (out, so, se) = run(c);
-    assert_eq!(out.status.code(), Some(3), "{so}\n{se}");
+    assert_eq!(
+        out.status.code(),
+        Some(snapboot_device::Exit::NotUsable.code().into()),
+        "{so}\n{se}"
+    );
     assert!(
         se.contains(
             "timed out after 10.0 s waiting for the application's ready (or restored) marker"

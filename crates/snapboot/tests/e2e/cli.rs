@@ -12,7 +12,7 @@ fn inspect_of_a_missing_store_says_the_cause_once() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         se.trim_end(),
-        "snapboot: I/O error while opening /nonexistent/x: No such file or directory (os error 2)"
+        "snapboot: opening /nonexistent/x: No such file or directory (os error 2)"
     );
 }
 
