@@ -95,6 +95,23 @@ pub enum KeyCmd {
 
 const MIB: f64 = 1048576.0;
 
+/// `snapboot store stats --json`: the store's space and every image's.
+#[derive(serde::Serialize)]
+struct StoreSpace {
+    generation: u64,
+    cluster_bytes: u64,
+    clusters: u64,
+    used_clusters: u64,
+    idle_clusters: u64,
+    chunks: u64,
+    chunk_bytes: u64,
+    chunk_checksum: &'static str,
+    chunk_clusters: usize,
+    chunk_clusters_live_bytes: u64,
+    sparse_chunk_clusters: usize,
+    images: Vec<ImageSpace>,
+}
+
 /// An image in `snapboot store stats --json`: its summary and what a restore of it reads.
 #[derive(serde::Serialize)]
 struct ImageSpace {
@@ -115,231 +132,26 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             cluster_kib,
             force,
             checksum,
-        } => {
-            if !force && ondevice::store::open_store(&dev, false).is_ok() {
-                bail!(
-                    "{} already holds a store (--force replaces it, and its images are lost)",
-                    dev.display()
-                );
-            }
-            if cluster_kib == 0 || cluster_kib % 4 != 0 {
-                bail!("--cluster-kib {cluster_kib}: a positive multiple of 4");
-            }
-            let is_dev = dev.metadata().is_ok_and(|m| !m.is_file());
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(!is_dev)
-                .truncate(false)
-                .open(&dev)
-                .with_context(|| format!("opening {}", dev.display()))?;
-            if !is_dev {
-                let size = size
-                    .as_deref()
-                    .context("--size is needed for a file, e.g. --size 2G")?;
-                let bytes = parse_size(size)
-                    .with_context(|| format!("--size {size}: a size such as 2G"))?;
-                file.set_len(0)?;
-                file.set_len(bytes)?;
-            }
-            let s = Store::format(
-                file,
-                FormatOptions {
-                    cluster_blocks: cluster_kib * 1024 / BLOCK as u32,
-                    check: match checksum {
-                        CheckArg::Xxh3 => ChunkCheck::Xxh3,
-                        CheckArg::Blake3 => ChunkCheck::Blake3,
-                    },
-                },
-            )
-            .with_context(|| format!("formatting {}", dev.display()))?;
-            let u = s.usage();
-            println!(
-                "store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
-                dev.display(),
-                u.clusters,
-                cluster_kib,
-                (u.clusters * s.cluster_bytes()) as f64 / MIB,
-                s.chunk_check().name()
-            );
-        }
-        StoreCmd::Ls(a) => {
-            let s = open_store(&a.dev, false)?;
-            let mut images: Vec<&ImageRec> = s.images().iter().collect();
-            images.sort_by_key(|i| std::cmp::Reverse(i.generation));
-            let images: Vec<_> = images
-                .into_iter()
-                .map(|r| ondevice::store::summary(&s, r))
-                .collect();
-            if a.json {
-                println!("{}", serde_json::to_string_pretty(&images)?);
-            } else {
-                println!(
-                    "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
-                    "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
-                );
-                for r in images {
-                    let kernel = r.identity.map_or_else(
-                        || {
-                            format!(
-                                "(description unusable: {})",
-                                r.description_error.unwrap_or_default()
-                            )
-                        },
-                        |id| id.release,
-                    );
-                    println!(
-                        "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10.1}  {kernel}",
-                        r.name,
-                        r.generation,
-                        if r.pinned { "yes" } else { "no" },
-                        if r.signed { "yes" } else { "no" },
-                        r.stats.pages,
-                        r.stats.shared_pages,
-                        r.stats.stored_bytes as f64 / MIB
-                    );
-                }
-            }
-        }
+        } => init(dev, size, cluster_kib, force, checksum),
+        StoreCmd::Ls(a) => ls(a),
         StoreCmd::Rm { dev, name } => {
             open_store(&dev, true)?.remove(&name)?;
             println!("removed {name} (its space is idle; `snapboot store gc` discards it)");
+            Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Pin { dev, name } => {
             open_store(&dev, true)?.pin(&name, true)?;
             println!("pinned {name}");
+            Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Unpin { dev, name } => {
             open_store(&dev, true)?.pin(&name, false)?;
             println!("unpinned {name}");
+            Ok(ExitCode::SUCCESS)
         }
-        StoreCmd::Stats(a) => {
-            let s = open_store(&a.dev, false)?;
-            let u = s.usage();
-            let cb = s.cluster_bytes();
-            let fill = s.cluster_fill();
-            let live: u64 = fill.values().sum();
-            let sparse = fill
-                .values()
-                .filter(|&&f| f * 100 < cb * u64::from(ondevice::store::RECLAIM_BELOW_PERCENT))
-                .count();
-            let costs = s
-                .images()
-                .iter()
-                .map(|r| s.read_cost(r))
-                .collect::<Result<Vec<_>, _>>()?;
-            if a.json {
-                let images: Vec<_> = s
-                    .images()
-                    .iter()
-                    .zip(&costs)
-                    .map(|(r, c)| ImageSpace {
-                        image: ondevice::store::summary(&s, r),
-                        restore_read_bytes: c.chunk_bytes,
-                        restore_read_amplification: c.amplification(),
-                    })
-                    .collect();
-                let v = serde_json::json!({
-                    "generation": s.generation(),
-                    "cluster_bytes": cb,
-                    "clusters": u.clusters,
-                    "used_clusters": u.used,
-                    "idle_clusters": u.idle,
-                    "chunks": u.chunks,
-                    "chunk_bytes": u.chunk_bytes,
-                    "chunk_checksum": s.chunk_check().name(),
-                    "chunk_clusters": fill.len(),
-                    "chunk_clusters_live_bytes": live,
-                    "sparse_chunk_clusters": sparse,
-                    "images": images,
-                });
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                println!(
-                    "generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), {} idle; \
-                     {} chunks, {:.1} MiB, {} checksums",
-                    s.generation(),
-                    u.used,
-                    u.clusters,
-                    (u.used * cb) as f64 / MIB,
-                    (u.clusters * cb) as f64 / MIB,
-                    u.idle,
-                    u.chunks,
-                    u.chunk_bytes as f64 / MIB,
-                    s.chunk_check().name()
-                );
-                println!(
-                    "chunks fill {} cluster(s), {:.0}% of their bytes live; {sparse} under {}% (`store gc` compacts those)",
-                    fill.len(),
-                    100.0 * live as f64 / (fill.len() as u64 * cb).max(1) as f64,
-                    ondevice::store::RECLAIM_BELOW_PERCENT
-                );
-                println!(
-                    "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
-                    "IMAGE", "RAW MiB", "UNIQUE MiB", "NEW MiB", "STORED MiB", "READ MiB", "×USED"
-                );
-                for (r, c) in s.images().iter().zip(&costs) {
-                    let st = r.stats;
-                    let mib = |pages: u64| (pages * flashstore::PAGE as u64) as f64 / MIB;
-                    println!(
-                        "{:<16} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.3}",
-                        r.name,
-                        mib(st.pages),
-                        mib(st.unique_pages),
-                        mib(st.new_pages),
-                        st.stored_bytes as f64 / MIB,
-                        c.chunk_bytes as f64 / MIB,
-                        c.amplification()
-                    );
-                }
-                println!(
-                    "UNIQUE: after zero pages and dedupe within the image; NEW: after dedupe \
-                     against the other images (pages this image stored itself); STORED: NEW \
-                     compressed, as written; READ: the chunks a restore reads, whole; ×USED: \
-                     READ over the part of it the image uses"
-                );
-            }
-        }
-        StoreCmd::Gc { dev, compact_below } => {
-            let mut s = open_store(&dev, true)?;
-            if compact_below > 0 {
-                let c = s.compact(compact_below)?;
-                println!(
-                    "compacted: {} partly live cluster(s) emptied into {} ({} chunk(s), {:.1} MiB moved, {} commit(s))",
-                    c.emptied,
-                    c.filled,
-                    c.chunks,
-                    c.bytes as f64 / 1048576.0,
-                    c.commits
-                );
-            }
-            let r = s.gc()?;
-            println!("discarded {} cluster(s); {} idle", r.discarded, r.idle);
-        }
-        StoreCmd::Fsck { dev } => {
-            let s = open_store(&dev, false)?;
-            let r = s.fsck();
-            for p in &r.problems {
-                println!("problem: {p}");
-            }
-            println!(
-                "{}: {} image(s), {} chunk(s), {} cluster(s) in use: {}",
-                dev.display(),
-                r.images,
-                r.chunks,
-                r.used_clusters,
-                if r.clean() {
-                    "clean".to_string()
-                } else {
-                    format!("{} problem(s)", r.problems.len())
-                }
-            );
-            return Ok(if r.clean() {
-                ExitCode::SUCCESS
-            } else {
-                crate::Exit::Damaged.into()
-            });
-        }
+        StoreCmd::Stats(a) => stats(a),
+        StoreCmd::Gc { dev, compact_below } => gc(dev, compact_below),
+        StoreCmd::Fsck { dev } => fsck(dev),
         StoreCmd::Sign { dev, name, key } => {
             let k = SecretKey::load(&key)?;
             let rec = sign_image(&dev, &name, &k)?;
@@ -348,9 +160,242 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
                 rec.generation,
                 k.public().id()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `snapboot store init`.
+fn init(
+    dev: PathBuf,
+    size: Option<String>,
+    cluster_kib: u32,
+    force: bool,
+    checksum: CheckArg,
+) -> Result<ExitCode> {
+    if !force && ondevice::store::open_store(&dev, false).is_ok() {
+        bail!(
+            "{} already holds a store (--force replaces it, and its images are lost)",
+            dev.display()
+        );
+    }
+    if cluster_kib == 0 || !cluster_kib.is_multiple_of(4) {
+        bail!("--cluster-kib {cluster_kib}: a positive multiple of 4");
+    }
+    let is_dev = dev.metadata().is_ok_and(|m| !m.is_file());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(!is_dev)
+        .truncate(false)
+        .open(&dev)
+        .with_context(|| format!("opening {}", dev.display()))?;
+    if !is_dev {
+        let size = size
+            .as_deref()
+            .context("--size is needed for a file, e.g. --size 2G")?;
+        let bytes =
+            parse_size(size).with_context(|| format!("--size {size}: a size such as 2G"))?;
+        file.set_len(0)?;
+        file.set_len(bytes)?;
+    }
+    let s = Store::format(
+        file,
+        FormatOptions {
+            cluster_blocks: cluster_kib * 1024 / BLOCK as u32,
+            check: match checksum {
+                CheckArg::Xxh3 => ChunkCheck::Xxh3,
+                CheckArg::Blake3 => ChunkCheck::Blake3,
+            },
+        },
+    )
+    .with_context(|| format!("formatting {}", dev.display()))?;
+    let u = s.usage();
+    println!(
+        "store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
+        dev.display(),
+        u.clusters,
+        cluster_kib,
+        (u.clusters * s.cluster_bytes()) as f64 / MIB,
+        s.chunk_check().name()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot store ls`.
+fn ls(a: DevArgs) -> Result<ExitCode> {
+    let s = open_store(&a.dev, false)?;
+    let mut images: Vec<&ImageRec> = s.images().iter().collect();
+    images.sort_by_key(|i| std::cmp::Reverse(i.generation));
+    let images: Vec<_> = images
+        .into_iter()
+        .map(|r| ondevice::store::summary(&s, r))
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&images)?);
+    } else {
+        println!(
+            "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
+            "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
+        );
+        for r in images {
+            let kernel = r.identity.map_or_else(
+                || {
+                    format!(
+                        "(description unusable: {})",
+                        r.description_error.unwrap_or_default()
+                    )
+                },
+                |id| id.release,
+            );
+            println!(
+                "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10.1}  {kernel}",
+                r.name,
+                r.generation,
+                if r.pinned { "yes" } else { "no" },
+                if r.signed { "yes" } else { "no" },
+                r.stats.pages,
+                r.stats.shared_pages,
+                r.stats.stored_bytes as f64 / MIB
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot store stats`.
+fn stats(a: DevArgs) -> Result<ExitCode> {
+    let s = open_store(&a.dev, false)?;
+    let u = s.usage();
+    let cb = s.cluster_bytes();
+    let fill = s.cluster_fill();
+    let live: u64 = fill.values().sum();
+    let sparse = fill
+        .values()
+        .filter(|&&f| f * 100 < cb * u64::from(ondevice::store::RECLAIM_BELOW_PERCENT))
+        .count();
+    let costs = s
+        .images()
+        .iter()
+        .map(|r| s.read_cost(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    if a.json {
+        let images: Vec<_> = s
+            .images()
+            .iter()
+            .zip(&costs)
+            .map(|(r, c)| ImageSpace {
+                image: ondevice::store::summary(&s, r),
+                restore_read_bytes: c.chunk_bytes,
+                restore_read_amplification: c.amplification(),
+            })
+            .collect();
+        let v = StoreSpace {
+            generation: s.generation(),
+            cluster_bytes: cb,
+            clusters: u.clusters,
+            used_clusters: u.used,
+            idle_clusters: u.idle,
+            chunks: u.chunks,
+            chunk_bytes: u.chunk_bytes,
+            chunk_checksum: s.chunk_check().name(),
+            chunk_clusters: fill.len(),
+            chunk_clusters_live_bytes: live,
+            sparse_chunk_clusters: sparse,
+            images,
+        };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), {} idle; \
+             {} chunks, {:.1} MiB, {} checksums",
+            s.generation(),
+            u.used,
+            u.clusters,
+            (u.used * cb) as f64 / MIB,
+            (u.clusters * cb) as f64 / MIB,
+            u.idle,
+            u.chunks,
+            u.chunk_bytes as f64 / MIB,
+            s.chunk_check().name()
+        );
+        println!(
+            "chunks fill {} cluster(s), {:.0}% of their bytes live; {sparse} under {}% (`store gc` compacts those)",
+            fill.len(),
+            100.0 * live as f64 / (fill.len() as u64 * cb).max(1) as f64,
+            ondevice::store::RECLAIM_BELOW_PERCENT
+        );
+        println!(
+            "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
+            "IMAGE", "RAW MiB", "UNIQUE MiB", "NEW MiB", "STORED MiB", "READ MiB", "×USED"
+        );
+        for (r, c) in s.images().iter().zip(&costs) {
+            let st = r.stats;
+            let mib = |pages: u64| (pages * flashstore::PAGE as u64) as f64 / MIB;
+            println!(
+                "{:<16} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.3}",
+                r.name,
+                mib(st.pages),
+                mib(st.unique_pages),
+                mib(st.new_pages),
+                st.stored_bytes as f64 / MIB,
+                c.chunk_bytes as f64 / MIB,
+                c.amplification()
+            );
+        }
+        println!(
+            "UNIQUE: after zero pages and dedupe within the image; NEW: after dedupe \
+             against the other images (pages this image stored itself); STORED: NEW \
+             compressed, as written; READ: the chunks a restore reads, whole; ×USED: \
+             READ over the part of it the image uses"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot store gc`.
+fn gc(dev: PathBuf, compact_below: u8) -> Result<ExitCode> {
+    let mut s = open_store(&dev, true)?;
+    if compact_below > 0 {
+        let c = s.compact(compact_below)?;
+        println!(
+            "compacted: {} partly live cluster(s) emptied into {} ({} chunk(s), {:.1} MiB moved, {} commit(s))",
+            c.emptied,
+            c.filled,
+            c.chunks,
+            c.bytes as f64 / 1048576.0,
+            c.commits
+        );
+    }
+    let r = s.gc()?;
+    println!("discarded {} cluster(s); {} idle", r.discarded, r.idle);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `snapboot store fsck`: exit status 5 ([`crate::Exit::Damaged`]) when it finds a problem.
+fn fsck(dev: PathBuf) -> Result<ExitCode> {
+    let s = open_store(&dev, false)?;
+    let r = s.fsck();
+    for p in &r.problems {
+        println!("problem: {p}");
+    }
+    println!(
+        "{}: {} image(s), {} chunk(s), {} cluster(s) in use: {}",
+        dev.display(),
+        r.images,
+        r.chunks,
+        r.used_clusters,
+        if r.clean() {
+            "clean".to_string()
+        } else {
+            format!("{} problem(s)", r.problems.len())
+        }
+    );
+    Ok(if r.clean() {
+        ExitCode::SUCCESS
+    } else {
+        crate::Exit::Damaged.into()
+    })
 }
 
 /// Runs a `snapboot key` command.

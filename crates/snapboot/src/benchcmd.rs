@@ -327,13 +327,12 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         );
     }
     for p in ["full", "selective", "off"] {
-        let mut re: Vec<f64> = r
+        let re: Vec<f64> = r
             .costs
             .iter()
             .filter(|c| c.policy == p && c.capture > 1)
             .map(|c| 100.0 * c.written_bytes as f64 / full as f64)
             .collect();
-        re.sort_by(f64::total_cmp);
         let chunks: u64 = r
             .costs
             .iter()
@@ -346,11 +345,13 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
             .filter(|c| c.policy == p)
             .map(|c| c.written_bytes)
             .sum();
-        if let (Some(lo), Some(hi)) = (re.first(), re.last()) {
+        if let Some(st) = boottrace::Stats::from_samples(&re) {
             println!(
-                "{p:>9}: a re-capture writes {:.1}% of a full image (median; {lo:.1}..{hi:.1}%); \
+                "{p:>9}: a re-capture writes {:.1}% of a full image (median; {:.1}..{:.1}%); \
                  metadata adds {:.1}% to the chunk bytes written",
-                re[re.len() / 2],
+                st.median,
+                st.min,
+                st.max,
                 100.0 * written.saturating_sub(chunks) as f64 / chunks.max(1) as f64
             );
         }
@@ -366,7 +367,16 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         None,
     )?;
     if let Some(p) = &a.json {
-        let v = serde_json::json!({ "restores": report, "captures": r.costs });
+        /// The JSON of `bench recapture`: the restores' report and what each capture wrote.
+        #[derive(serde::Serialize)]
+        struct RecaptureJson<'a> {
+            restores: &'a boottrace::report::BenchReport,
+            captures: &'a [board::bench::CaptureCost],
+        }
+        let v = RecaptureJson {
+            restores: &report,
+            captures: &r.costs,
+        };
         std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
     }
     Ok(ExitCode::SUCCESS)
