@@ -28,7 +28,7 @@ pub enum StoreError {
     Truncated { needed: u64, len: u64 },
     /// A structure's checksum or contents do not add up.
     #[error("store is damaged: {0}")]
-    Corrupt(String),
+    Corrupt(#[from] Damage),
     /// The device is too small or the geometry is unusable.
     #[error("bad geometry: {0}")]
     Geometry(String),
@@ -82,4 +82,92 @@ pub enum SuperblockError {
     /// A geometry no store can have.
     #[error("impossible geometry: {cluster_blocks} blocks per cluster, {clusters} clusters")]
     Geometry { cluster_blocks: u32, clusters: u64 },
+}
+
+/// What is damaged in a store: each a structure and its numbers, so a caller can tell one
+/// from another without reading the message.
+#[derive(Debug, thiserror::Error)]
+pub enum Damage {
+    /// A structure could not be encoded (a store bug, not damage on the medium).
+    #[error("cannot encode the {what}: {reason}")]
+    Encode {
+        what: String,
+        reason: postcard::Error,
+    },
+    /// A structure's bytes do not parse.
+    #[error("the {what} does not parse: {reason}")]
+    Parse {
+        what: String,
+        reason: postcard::Error,
+    },
+    /// The catalog's bytes are not what the superblock's checksum says.
+    #[error("catalog checksum mismatch")]
+    CatalogChecksum,
+    /// The dedupe table's bytes are not what the catalog's checksum says.
+    #[error("dedupe table checksum mismatch")]
+    DedupeChecksum,
+    /// An image's page list is not what the catalog's checksum says.
+    #[error("page list of image `{image}`: checksum mismatch")]
+    PageListChecksum { image: String },
+    /// An image's page list names another image.
+    #[error("page list of image `{image}` names image `{named}`")]
+    PageListName { image: String, named: String },
+    /// An image refers to a chunk the catalog does not have.
+    #[error("image `{image}` refers to chunk {chunk}, which the catalog does not have")]
+    MissingChunk { image: String, chunk: u64 },
+    /// An image refers to a slot past the end of a chunk.
+    #[error("image `{image}` refers to slot {slot} of chunk {chunk}, which holds {pages}")]
+    SlotOutside {
+        image: String,
+        chunk: u64,
+        slot: u16,
+        pages: u16,
+    },
+    /// A page list refers to a slot a chunk's bytes do not reach.
+    #[error("page list refers to slot {slot} of chunk {chunk}, which is shorter")]
+    SlotShort { chunk: u64, slot: u16 },
+    /// A chunk is read more often than the image's page list uses it.
+    #[error("chunk {chunk} used more often than counted")]
+    Overused { chunk: u64 },
+    /// A chunk's bytes run past its cluster.
+    #[error("chunk {chunk} lies outside its cluster {cluster}")]
+    ChunkOutside { chunk: u64, cluster: u64 },
+    /// A chunk's bytes are not what its checksum says.
+    #[error("checksum mismatch in chunk {chunk} (cluster {cluster})")]
+    ChunkChecksum { chunk: u64, cluster: u64 },
+    /// An uncompressed chunk holds another number of bytes than its pages.
+    #[error("chunk {chunk} holds {stored} bytes, {pages} pages need {needed}")]
+    ChunkSize {
+        chunk: u64,
+        stored: usize,
+        pages: u16,
+        needed: usize,
+    },
+    /// A compressed chunk does not decompress.
+    #[error("chunk {chunk} does not decompress: {reason}")]
+    Decompress {
+        chunk: u64,
+        reason: lz4_flex::block::DecompressError,
+    },
+    /// A compressed chunk decompresses to another number of bytes than its pages.
+    #[error("chunk {chunk} decompresses to {got} bytes, not {needed}")]
+    DecompressedSize {
+        chunk: u64,
+        got: usize,
+        needed: usize,
+    },
+    /// A structure's extent lies outside the store.
+    #[error("the {what} lies outside the store (clusters {start}..{end} of {clusters})")]
+    ExtentOutside {
+        what: String,
+        start: u64,
+        end: u64,
+        clusters: u64,
+    },
+    /// A structure's length does not fit in memory.
+    #[error("the {what} is impossibly large")]
+    TooLarge { what: String },
+    /// A raw region overlaps a cluster in use.
+    #[error("raw region at cluster {start} overlaps cluster {cluster}, which is in use")]
+    RawOverlap { start: u64, cluster: u64 },
 }

@@ -2,7 +2,7 @@
 //! the dedupe table. Everything but the superblocks is written once into idle clusters and
 //! never overwritten while committed; see docs/store.md for the picture.
 
-use crate::error::{StoreError, SuperblockError};
+use crate::error::{Damage, StoreError, SuperblockError};
 use serde::{Deserialize, Serialize};
 
 /// Bytes per block; every structure starts on a block.
@@ -278,13 +278,23 @@ pub fn page_key(p: &Page) -> [u8; 16] {
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T, what: &str) -> Result<Vec<u8>, StoreError> {
-    postcard::to_stdvec(v)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode the {what}: {e}")))
+    postcard::to_stdvec(v).map_err(|reason| {
+        Damage::Encode {
+            what: what.into(),
+            reason,
+        }
+        .into()
+    })
 }
 
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(b: &[u8], what: &str) -> Result<T, StoreError> {
-    postcard::from_bytes(b)
-        .map_err(|e| StoreError::Corrupt(format!("the {what} does not parse: {e}")))
+    postcard::from_bytes(b).map_err(|reason| {
+        Damage::Parse {
+            what: what.into(),
+            reason,
+        }
+        .into()
+    })
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ mod store;
 mod writer;
 
 pub use compact::CompactReport;
-pub use error::{StoreError, SuperblockError};
+pub use error::{Damage, StoreError, SuperblockError};
 pub use fsck::FsckReport;
 pub use layout::{
     page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,

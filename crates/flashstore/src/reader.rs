@@ -1,7 +1,7 @@
 //! Reading an image back in stream order. Each chunk is read once, its BLAKE3 checked before
 //! it is decompressed, and kept only while pages still to come need it.
 
-use crate::error::StoreError;
+use crate::error::{Damage, StoreError};
 use crate::layout::{ChunkRec, ImageMeta, Page, PageRef, PAGE};
 use crate::medium::Medium;
 use crate::store::Store;
@@ -63,15 +63,19 @@ impl<M: Medium> Store<M> {
         for p in &meta.pages {
             if let PageRef::At { chunk, slot } = *p {
                 let c = chunks.get(&chunk).ok_or_else(|| {
-                    StoreError::Corrupt(format!(
-                        "image `{name}` refers to chunk {chunk}, which the catalog does not have"
-                    ))
+                    StoreError::from(Damage::MissingChunk {
+                        image: name.into(),
+                        chunk,
+                    })
                 })?;
                 if slot >= c.pages {
-                    return Err(StoreError::Corrupt(format!(
-                        "image `{name}` refers to slot {slot} of chunk {chunk}, which holds {}",
-                        c.pages
-                    )));
+                    return Err(Damage::SlotOutside {
+                        image: name.into(),
+                        chunk,
+                        slot,
+                        pages: c.pages,
+                    }
+                    .into());
                 }
                 let n = uses.entry(chunk).or_default();
                 if *n == 0 {
@@ -139,9 +143,10 @@ impl<M: Medium> ImageReader<'_, M> {
                     let raw = self.load(chunk)?;
                     self.cache.insert(chunk, raw);
                 }
-                let n = self.uses.get_mut(&chunk).ok_or_else(|| {
-                    StoreError::Corrupt(format!("chunk {chunk} used more often than counted"))
-                })?;
+                let n = self
+                    .uses
+                    .get_mut(&chunk)
+                    .ok_or_else(|| StoreError::from(Damage::Overused { chunk }))?;
                 *n -= 1;
                 if *n == 0 {
                     self.uses.remove(&chunk);
@@ -281,10 +286,11 @@ pub(crate) fn read_stored<M: Medium>(
         || c.cluster >= store.sb.clusters
         || u64::from(c.offset) + u64::from(c.stored_len) > cb
     {
-        return Err(StoreError::Corrupt(format!(
-            "chunk {} lies outside its cluster {}",
-            c.id, c.cluster
-        )));
+        return Err(Damage::ChunkOutside {
+            chunk: c.id,
+            cluster: c.cluster,
+        }
+        .into());
     }
     let mut stored = vec![0u8; c.stored_len as usize];
     let t0 = Instant::now();
@@ -297,10 +303,11 @@ pub(crate) fn read_stored<M: Medium>(
     let ok = store.catalog.check.digest(&stored) == c.hash;
     t.check += t1.elapsed();
     if !ok {
-        return Err(StoreError::Corrupt(format!(
-            "checksum mismatch in chunk {} (cluster {})",
-            c.id, c.cluster
-        )));
+        return Err(Damage::ChunkChecksum {
+            chunk: c.id,
+            cluster: c.cluster,
+        }
+        .into());
     }
     Ok(stored)
 }
@@ -315,25 +322,32 @@ fn read_chunk_timed<M: Medium>(
     let raw_len = usize::from(c.pages) * PAGE;
     if !c.lz4 {
         if stored.len() != raw_len {
-            return Err(StoreError::Corrupt(format!(
-                "chunk {} holds {} bytes, {} pages need {raw_len}",
-                c.id,
-                stored.len(),
-                c.pages
-            )));
+            return Err(Damage::ChunkSize {
+                chunk: c.id,
+                stored: stored.len(),
+                pages: c.pages,
+                needed: raw_len,
+            }
+            .into());
         }
         return Ok(stored);
     }
     let mut raw = vec![0u8; raw_len];
     let t2 = std::time::Instant::now();
-    let n = lz4_flex::block::decompress_into(&stored, &mut raw)
-        .map_err(|e| StoreError::Corrupt(format!("chunk {} does not decompress: {e}", c.id)))?;
+    let n = lz4_flex::block::decompress_into(&stored, &mut raw).map_err(|reason| {
+        Damage::Decompress {
+            chunk: c.id,
+            reason,
+        }
+    })?;
     t.decode += t2.elapsed();
     if n != raw_len {
-        return Err(StoreError::Corrupt(format!(
-            "chunk {} decompresses to {n} bytes, not {raw_len}",
-            c.id
-        )));
+        return Err(Damage::DecompressedSize {
+            chunk: c.id,
+            got: n,
+            needed: raw_len,
+        }
+        .into());
     }
     Ok(raw)
 }

@@ -6,7 +6,7 @@
 //! digest; the chunk and page-list checksums tie the bytes on the medium to the digest, which
 //! is why only stores whose chunks carry BLAKE3 ([`ChunkCheck::Blake3`]) can sign.
 
-use crate::error::StoreError;
+use crate::error::{Damage, StoreError};
 use crate::layout::{ChunkCheck, ChunkRec, ImageRec};
 use crate::medium::Medium;
 use crate::reader::read_chunk;
@@ -39,10 +39,10 @@ impl<M: Medium> Store<M> {
         h.update(&(rec.chunks.len() as u64).to_le_bytes());
         for id in &rec.chunks {
             let c = chunks.get(id).ok_or_else(|| {
-                StoreError::Corrupt(format!(
-                    "image `{}` refers to chunk {id}, which the catalog does not have",
-                    rec.name
-                ))
+                StoreError::from(Damage::MissingChunk {
+                    image: rec.name.clone(),
+                    chunk: *id,
+                })
             })?;
             h.update(&c.id.to_le_bytes());
             h.update(&c.hash);

@@ -8,7 +8,7 @@
 //! superblock fails its checksum and the other slot still names the previous state. Nothing a
 //! crash leaves behind is referenced, so it is idle space, not a leak.
 
-use crate::error::{StoreError, SuperblockError};
+use crate::error::{Damage, StoreError, SuperblockError};
 use crate::layout::{
     decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
     BLOCK, DEFAULT_CLUSTER_BLOCKS,
@@ -183,7 +183,7 @@ impl<M: Medium> Store<M> {
         }
         let bytes = read_extent(&medium, &sb, sb.catalog, "catalog")?;
         if blake3::hash(&bytes).as_bytes() != &sb.catalog_hash {
-            return Err(StoreError::Corrupt("catalog checksum mismatch".into()));
+            return Err(Damage::CatalogChecksum.into());
         }
         let catalog: Catalog = decode(&bytes, "catalog")?;
         Ok(Store {
@@ -290,14 +290,18 @@ impl<M: Medium> Store<M> {
         let what = format!("page list of image `{}`", rec.name);
         let bytes = read_extent(&self.medium, &self.sb, rec.meta, &what)?;
         if blake3::hash(&bytes).as_bytes() != &rec.meta_hash {
-            return Err(StoreError::Corrupt(format!("{what}: checksum mismatch")));
+            return Err(Damage::PageListChecksum {
+                image: rec.name.clone(),
+            }
+            .into());
         }
         let meta: ImageMeta = decode(&bytes, &what)?;
         if meta.name != rec.name {
-            return Err(StoreError::Corrupt(format!(
-                "{what} names image `{}`",
-                meta.name
-            )));
+            return Err(Damage::PageListName {
+                image: rec.name.clone(),
+                named: meta.name,
+            }
+            .into());
         }
         Ok(meta)
     }
@@ -309,7 +313,7 @@ impl<M: Medium> Store<M> {
         };
         let bytes = read_extent(&self.medium, &self.sb, e, "dedupe table")?;
         if blake3::hash(&bytes).as_bytes() != &hash {
-            return Err(StoreError::Corrupt("dedupe table checksum mismatch".into()));
+            return Err(Damage::DedupeChecksum.into());
         }
         decode(&bytes, "dedupe table")
     }
@@ -554,13 +558,15 @@ pub(crate) fn read_extent<M: Medium>(
 ) -> Result<Vec<u8>, StoreError> {
     let end = e.clusters(sb.cluster_bytes()).end;
     if e.cluster == 0 || end > sb.clusters {
-        return Err(StoreError::Corrupt(format!(
-            "the {what} lies outside the store (clusters {}..{end} of {})",
-            e.cluster, sb.clusters
-        )));
+        return Err(Damage::ExtentOutside {
+            what: what.into(),
+            start: e.cluster,
+            end,
+            clusters: sb.clusters,
+        }
+        .into());
     }
-    let len = usize::try_from(e.len)
-        .map_err(|_| StoreError::Corrupt(format!("the {what} is impossibly large")))?;
+    let len = usize::try_from(e.len).map_err(|_| Damage::TooLarge { what: what.into() })?;
     let mut b = vec![0u8; len];
     medium
         .read_at(&mut b, e.cluster * sb.cluster_bytes())

@@ -17,7 +17,7 @@
 //! there with its neighbours, so the next re-capture finds the whole run in one chunk instead
 //! of short pieces of the oldest image (which it would store again, every time).
 
-use crate::error::StoreError;
+use crate::error::{Damage, StoreError};
 use crate::layout::{
     page_key, ChunkRec, DedupeTable, ImageMeta, ImageRec, ImageStats, Page, PageRef,
     DEFAULT_CHUNK_PAGES, PAGE,
@@ -230,10 +230,11 @@ impl<M: Medium> ImageWriter<'_, M> {
             )));
         }
         if let Some(c) = e.clusters(cb).find(|c| self.taken.contains(c)) {
-            return Err(StoreError::Corrupt(format!(
-                "raw region at cluster {} overlaps cluster {c}, which is in use",
-                e.cluster
-            )));
+            return Err(Damage::RawOverlap {
+                start: e.cluster,
+                cluster: c,
+            }
+            .into());
         }
         self.taken.extend(e.clusters(cb));
         self.raw = Some(e);
@@ -414,11 +415,7 @@ impl<M: Medium> ImageWriter<'_, M> {
                     let page: Page = raw
                         .get(at..at + PAGE)
                         .and_then(|b| b.try_into().ok())
-                        .ok_or_else(|| {
-                            StoreError::Corrupt(format!(
-                                "page list refers to slot {slot} of chunk {chunk}, which is shorter"
-                            ))
-                        })?;
+                        .ok_or_else(|| StoreError::from(Damage::SlotShort { chunk, slot }))?;
                     let to = self.pack(&page, page_key(&page))?;
                     moved.insert((chunk, slot), to);
                     self.stats.shared_pages -= 1;
