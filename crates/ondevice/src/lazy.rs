@@ -196,18 +196,45 @@ pub fn swap_header(pages: u64, uuid: &[u8; 16]) -> Vec<u8> {
     p
 }
 
+/// Why a lazy image's swap region is not as its capture left it.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// The store could not be read there.
+    #[error("reading the {what} at byte {at} of {path}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        at: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The swap header is not the one capture wrote.
+    #[error(
+        "swap region at byte {at} no longer holds this image's swap area (header overwritten)"
+    )]
+    Header { at: u64 },
+    /// The verity tree's top block does not hash to the root the description records.
+    #[error("the verity tree at byte {at} does not hash to the image's root (the swap region was overwritten or damaged)")]
+    Verity { at: u64 },
+}
+
 /// Checks that the swap region of an image still starts with the header capture wrote
 /// (a cheap guard against a store whose region was overwritten; one page read).
-pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), String> {
-    let f = std::fs::File::open(store).map_err(|e| format!("{}: {e}", store.display()))?;
+pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), RegionError> {
+    let read = |what, at| {
+        move |source| RegionError::Read {
+            what,
+            path: store.into(),
+            at,
+            source,
+        }
+    };
+    let f = std::fs::File::open(store).map_err(read("store", 0))?;
     let mut page = vec![0u8; PAGE_SIZE];
     f.read_exact_at(&mut page, region.offset)
-        .map_err(|e| format!("swap region at byte {}: {e}", region.offset))?;
+        .map_err(read("swap region", region.offset))?;
     if &page[PAGE_SIZE - 10..] != SWAP_MAGIC || page[1036..1052] != region.uuid {
-        return Err(format!(
-            "swap region at byte {} no longer holds this image's swap area (header overwritten)",
-            region.offset
-        ));
+        return Err(RegionError::Header { at: region.offset });
     }
     if let Some(v) = &region.verity {
         // The tree's top block (for a one-block area, the block itself) must hash to the
@@ -219,11 +246,9 @@ pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), String> {
         };
         let at = region.offset + top * PAGE_SIZE as u64;
         f.read_exact_at(&mut page, at)
-            .map_err(|e| format!("verity tree at byte {at}: {e}"))?;
+            .map_err(read("verity tree", at))?;
         if !verity::top_matches(v, &page) {
-            return Err(format!(
-                "the verity tree at byte {at} does not hash to the image's root (the swap region was overwritten or damaged)"
-            ));
+            return Err(RegionError::Verity { at });
         }
     }
     Ok(())
@@ -734,17 +759,22 @@ mod tests {
             uuid,
             verity: None,
         };
-        assert_eq!(check_region(&path, &region), Ok(()));
+        check_region(&path, &region).unwrap();
         let other = SwapRegion {
             uuid: [4u8; 16],
             ..region
         };
         let err = check_region(&path, &other).unwrap_err();
-        assert!(err.contains("no longer holds"), "{err}");
+        assert!(matches!(err, RegionError::Header { at: 4096 }), "{err}");
+        assert!(err.to_string().contains("no longer holds"), "{err}");
         let beyond = SwapRegion {
             offset: 1 << 20,
             ..region
         };
-        assert!(check_region(&path, &beyond).is_err());
+        let err = check_region(&path, &beyond).unwrap_err();
+        assert!(
+            matches!(err, RegionError::Read { what: "swap region", at, .. } if at == 1 << 20),
+            "{err}"
+        );
     }
 }

@@ -59,8 +59,8 @@ pub enum ResumeError {
     #[error("lazy image: swap region at byte {offset} ({bytes} bytes) is not the image's own region of the store")]
     SwapOutside { offset: u64, bytes: u64 },
     /// The swap region a lazy image pages from is not as the capture left it.
-    #[error("lazy image: {0}")]
-    SwapRegion(String),
+    #[error("lazy image")]
+    SwapRegion(#[source] crate::lazy::RegionError),
     /// The image records nothing of what it is bound to.
     #[error(
         "the image records no root filesystem or boot setup to check (captured by an older \
