@@ -2,7 +2,7 @@
 //! snapboot binary, the modules the board needs and an `/init` script that snapboot writes.
 //!
 //! It is left uncompressed on purpose: the kernel unpacks a plain cpio with a memcpy, while
-//! a compressed one costs decompression time at every power-on (seed 002).
+//! a compressed one costs decompression time at every power-on.
 //!
 //! The `/init` is where snapshot resume runs: before any filesystem is mounted.
 

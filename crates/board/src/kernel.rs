@@ -2,7 +2,7 @@
 //! its compressed `bzImage` into the uncompressed ELF `vmlinux` that QEMU boots through PVH.
 //!
 //! Under TCG the in-kernel XZ decompressor alone costs seconds of every cold boot, so the board
-//! decompresses the payload once on the host (seed 002's "uncompressed kernel" lesson).
+//! decompresses the payload once on the host (an uncompressed kernel: under TCG the bzImage's own decompressor costs seconds at every boot).
 
 use serde::{Deserialize, Serialize};
 use std::fs;

@@ -187,7 +187,7 @@ pub enum Then {
 pub enum Reclaim {
     /// As much as the kernel can reclaim: the smallest image.
     Max,
-    /// About this many bytes, least recently used first (the kernel's LRU, as in seed 001).
+    /// About this many bytes, least recently used first (the kernel's LRU).
     Bytes(u64),
 }
 

@@ -4,12 +4,24 @@
 //! The source is any byte stream (a configured tty, a pipe, a test's byte slice). A reader
 //! thread stamps bytes as they arrive, so a slow consumer never delays a timestamp.
 
+use rustix::termios::{tcgetattr, tcsetattr, OptionalActions};
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::recorder::{ConsoleLine, LineRecorder};
 use crate::timeline::{MilestoneKind, Outcome, Timeline};
+
+/// Puts a serial port (a tty) into raw mode (no echo, no line editing, 8N1) at `baud`, so a
+/// recording sees the console bytes exactly as the board sends them.
+pub fn make_raw<Fd: AsFd>(fd: Fd, baud: u32) -> std::io::Result<()> {
+    let mut t = tcgetattr(&fd)?;
+    t.make_raw();
+    t.set_speed(baud)?;
+    tcsetattr(&fd, OptionalActions::Now, &t)?;
+    Ok(())
+}
 
 /// Records `source` into a timeline named `name`. Every line goes to `on_line` as it is
 /// recorded; the first line for which `until` is true ends the recording as the answer

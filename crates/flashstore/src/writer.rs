@@ -5,7 +5,7 @@
 //!
 //! Selective dedupe: referencing one page of another image's chunk means reading and
 //! decompressing that whole chunk at restore, and images that reference a little of many old
-//! chunks load slowly (seed 003). [`Dedupe::Selective`] references an old chunk only when the
+//! chunks load slowly. [`Dedupe::Selective`] references an old chunk only when the
 //! new image uses at least `min_use` percent of its pages: at commit, the pages of a chunk it
 //! would use less are stored again, packed in stream order (re-pack), so every chunk a restore
 //! reads is nearly all pages it needs. Optionally (`min_run`) a match must also be a run of

@@ -1,5 +1,5 @@
 //! The baseline snapboot is measured against: the kernel's own hibernation to a swap
-//! partition ("software resume" in seed 000). Hibernate with `echo disk > /sys/power/state`,
+//! partition ("software resume"). Hibernate with `echo disk > /sys/power/state`,
 //! resume by writing the swap device's number to `/sys/power/resume` in the initramfs.
 //!
 //! Only the benchmark uses this; snapboot's own path goes through `/dev/snapshot`.

@@ -1,4 +1,4 @@
-//! Lazy images, "improved snapshot boot" (seed 001) on a stock kernel: just before capture the
+//! Lazy images ("improved snapshot boot": only what stays resident is in the image) on a stock kernel: just before capture the
 //! kernel pages most user memory out to a swap area that lives in the store, so the image
 //! holds only what stayed resident; after a restore the kernel's own page-fault handler pages
 //! the rest back in when it is touched.

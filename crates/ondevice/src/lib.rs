@@ -19,7 +19,6 @@ pub mod memory;
 pub mod profile;
 pub mod restore;
 pub mod resume;
-pub mod serial;
 pub mod snapshot;
 pub mod store;
 #[allow(unsafe_code)]

@@ -1,4 +1,4 @@
-//! Deferred memory (seed 004): the system boots, and its images are captured and restored,
+//! Deferred memory: the system boots, and its images are captured and restored,
 //! with only its boot memory; the rest of the RAM is added after the application is ready
 //! (cold boot) or after `restored` (snapshot boot), in the background, and a deadline check
 //! makes sure it really arrives.

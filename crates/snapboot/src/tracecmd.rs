@@ -37,7 +37,7 @@ pub fn trace(a: TraceArgs) -> Result<ExitCode> {
         .write(true)
         .open(&a.tty)
         .with_context(|| format!("opening {}", a.tty.display()))?;
-    ondevice::serial::make_raw(&file, a.baud)
+    boottrace::serial::make_raw(&file, a.baud)
         .with_context(|| format!("configuring {}", a.tty.display()))?;
     // The port is open and set up: from here every byte is stamped (a test waits for this).
     eprintln!(

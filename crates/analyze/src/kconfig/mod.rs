@@ -338,7 +338,7 @@ pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
         );
         add(opt, Snapshot, verdict, &reason);
     }
-    // Deferred memory (seed 004, snapboot.defermem): each route to the RAM added later.
+    // Deferred memory (snapboot.defermem): each route to the RAM added later.
     for (opt, what) in [
         (
             "MEMORY_HOTPLUG",

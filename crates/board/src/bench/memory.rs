@@ -1,4 +1,4 @@
-//! `bench memory`: deferred memory (seed 004) by board size. For every size a board that
+//! `bench memory`: deferred memory by board size. For every size a board that
 //! boots with all of its RAM and, above the boot size, one that boots with the boot size
 //! and adds the rest after ready or restored (virtio-mem, `snapboot.defermem`). Each board
 //! gets one captured image; then rounds of a cold boot and a snapshot boot of every board.

@@ -1,4 +1,4 @@
-//! `bench recapture`: seed 003's question on the board. A device re-captures (after an
+//! `bench recapture`: what a re-capture costs a flash store, on the board. A device re-captures (after an
 //! update, a new app version, a calibration) and keeps a pinned factory image besides its
 //! current one. How much does each re-capture write with storage dedupe, and does dedupe
 //! slow the restore down?

@@ -60,7 +60,7 @@ fn bad_board_options_are_refused_before_qemu_starts() {
     );
     refused(
         &["board", "run", "shell", "--mem", "lots"],
-        "expected e.g. 512M or 1G",
+        "expected a number with a unit, e.g. 512M or 1G",
     );
     refused(
         &["board", "run", "shell", "--smp", "0"],

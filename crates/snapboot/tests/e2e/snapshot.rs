@@ -624,7 +624,7 @@ fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_lou
     }
 }
 
-/// Deferred memory (seed 004): an image captured on a board that boots with 1 GiB of its
+/// Deferred memory: an image captured on a board that boots with 1 GiB of its
 /// 3 GiB restores with the application's state intact, the other 2 GiB arrive after
 /// `restored` even though the first attempt leaves them offline (the deadline check onlines
 /// them), and the same image on a board with another boot memory is refused.
