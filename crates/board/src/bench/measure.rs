@@ -224,9 +224,16 @@ impl Captured {
         let image = s
             .newest()
             .ok_or_else(|| BenchError::NoImage(store.clone()))?;
+        // What the image takes on the store is every chunk a restore of it reads, shared
+        // or not: an image re-captured into its store writes only the chunks it changed
+        // (its `stored_bytes`), but needs the others as much.
+        let cost = s.read_cost(image).map_err(|source| BenchError::StoreFile {
+            what: format!("reading image {} of {}", image.name, store.display()),
+            source,
+        })?;
         Ok(Captured {
             raw: image.stats.pages * flashstore::PAGE as u64,
-            stored: image.stats.stored_bytes,
+            stored: cost.chunk_bytes,
             store,
         })
     }
