@@ -4,6 +4,7 @@
 //! tree into a bootable *guest bundle*, and the runner that powers the bundle on, records the
 //! serial console with host timestamps and measures time-to-interactive.
 
+pub mod arch;
 pub mod bench;
 pub mod bundle;
 pub mod capture;
@@ -19,6 +20,7 @@ pub mod restore_kernel;
 mod testutil;
 pub mod workload;
 
+pub use arch::Arch;
 pub use bench::{BenchError, BootError};
 pub use bundle::{BuildOptions, Bundle, BundleError};
 pub use capture::CaptureBootError;
