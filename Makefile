@@ -3,6 +3,11 @@ SNAPBOOT := target/x86_64-unknown-linux-gnu/release/snapboot
 export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
 APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap
+# The arm64 board: its emulator and firmware (U-Boot), the tools that make its partitioned
+# boot disk, and the cross build of its device binary (Debian's Rust with the arm64 standard
+# library: rustup here has x86_64 only).
+ARM64_PACKAGES := qemu-system-arm u-boot-qemu u-boot-tools fdisk e2fsprogs \
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64
 # Building the restore kernel from the distribution's kernel source.
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
 
@@ -12,7 +17,9 @@ KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
 setup: deps build kernel
 
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	dpkg --print-foreign-architectures | grep -qx arm64 || { $$SUDO dpkg --add-architecture arm64 && $$SUDO apt-get update -qq; }
+	@missing=""; for p in $(APT_PACKAGES) $(ARM64_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
@@ -21,6 +28,7 @@ deps:
 
 build:
 	cargo build --release -p snapboot -p snapboot-device
+	scripts/device-arm64.sh
 
 kernel: build
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \

@@ -10,6 +10,7 @@
 //! ```
 
 use crate::initramfs::{InitScript, Initramfs};
+use crate::Arch;
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
 use crate::workload::{busybox_applets, check_tree, InitKind, Workload, WorkloadError, BUSYBOX};
@@ -138,9 +139,17 @@ impl Bundle {
     pub fn vmlinux(&self) -> PathBuf {
         self.dir.join("vmlinux")
     }
-    /// The compressed kernel as shipped.
+    /// The compressed kernel as shipped (x86_64); the arm64 `Image` is shipped uncompressed.
     pub fn bzimage(&self) -> PathBuf {
-        self.dir.join("bzImage")
+        match self.kernel.arch {
+            Arch::X86_64 => self.dir.join("bzImage"),
+            Arch::Arm64 => self.kernel_image(),
+        }
+    }
+    /// The kernel the board boots: the ELF `vmlinux` (x86_64, PVH entry) or the arm64 `Image`
+    /// (U-Boot `booti`).
+    pub fn kernel_image(&self) -> PathBuf {
+        kernel_image_in(&self.dir, self.kernel.arch)
     }
     /// The initramfs archive.
     pub fn initramfs(&self) -> PathBuf {
@@ -207,7 +216,7 @@ impl Bundle {
             reason: format!("bundle.json: {e}"),
         })?;
         b.dir = dir.to_path_buf();
-        for f in [b.vmlinux(), b.initramfs(), b.rootfs()] {
+        for f in [b.kernel_image(), b.initramfs(), b.rootfs()] {
             if !f.is_file() {
                 return Err(BundleError::NotABundle {
                     path: dir.to_path_buf(),
@@ -264,7 +273,12 @@ impl Bundle {
             modules: modules.iter().map(|m| m.name.clone()).collect(),
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
-            root_dev: "/dev/vda".into(),
+            root_dev: match opts.kernel.arch {
+                // The x86_64 PC's root is a disk of its own; the arm64 board's is a
+                // partition of its boot disk (crate::bootdisk).
+                Arch::X86_64 => "/dev/vda".into(),
+                Arch::Arm64 => crate::bootdisk::ROOT_PARTITION.into(),
+            },
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),
             env: opts.workload.env.clone(),
@@ -310,7 +324,10 @@ impl Bundle {
         snapboot_blake3: String,
     ) -> Result<Self, BundleError> {
         let out = &opts.out;
-        fs::copy(&opts.kernel.bzimage, out.join("bzImage")).map_err(io(&opts.kernel.bzimage))?;
+        if opts.kernel.arch == Arch::X86_64 {
+            fs::copy(&opts.kernel.bzimage, out.join("bzImage"))
+                .map_err(io(&opts.kernel.bzimage))?;
+        }
         let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let bundle = Bundle {
             dir: out.clone(),
@@ -377,17 +394,32 @@ pub fn build_id(snapboot: &[u8]) -> String {
 /// from (`release=`, `version=`, `machine=` lines), for a restore kernel booting the same
 /// initramfs (its own uname differs; ondevice::system::image_kernel reads it).
 fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleError> {
-    let vmlinux = opts.out.join("vmlinux");
-    extract_vmlinux(&opts.kernel.bzimage, &vmlinux)?;
-    let image = fs::read(&vmlinux).map_err(io(&vmlinux))?;
+    let arch = opts.kernel.arch;
+    let kernel = kernel_image_in(&opts.out, arch);
+    match arch {
+        Arch::X86_64 => extract_vmlinux(&opts.kernel.bzimage, &kernel)?,
+        Arch::Arm64 => {
+            fs::copy(&opts.kernel.bzimage, &kernel).map_err(io(&opts.kernel.bzimage))?;
+        }
+    }
+    let image = fs::read(&kernel).map_err(io(&kernel))?;
     Ok(
         crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
             format!(
-                "release={}\nversion={version}\nmachine=x86_64\n",
-                opts.kernel.release
+                "release={}\nversion={version}\nmachine={}\n",
+                opts.kernel.release,
+                arch.uname_machine()
             )
         }),
     )
+}
+
+/// Where a bundle keeps the kernel the board boots.
+fn kernel_image_in(dir: &Path, arch: Arch) -> PathBuf {
+    match arch {
+        Arch::X86_64 => dir.join("vmlinux"),
+        Arch::Arm64 => dir.join("Image"),
+    }
 }
 
 /// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).

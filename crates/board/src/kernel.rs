@@ -50,6 +50,9 @@ pub struct KernelInfo {
     pub config: Option<PathBuf>,
     /// Where the kernel came from (Debian package name, or "user").
     pub source: String,
+    /// The architecture it runs on (and so the board that boots it).
+    #[serde(default)]
+    pub arch: crate::Arch,
 }
 
 impl KernelInfo {
@@ -87,6 +90,7 @@ impl KernelInfo {
             modules_dir: modules.to_path_buf(),
             config,
             source: "user".into(),
+            arch: image_arch(&data),
         })
     }
 
@@ -97,6 +101,16 @@ impl KernelInfo {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
+    }
+}
+
+/// The architecture of a kernel image: an arm64 `Image` (magic `ARM\x64` at byte 56), else
+/// the x86_64 board's (a bzImage or an ELF vmlinux).
+pub fn image_arch(data: &[u8]) -> crate::Arch {
+    if data.get(56..60) == Some(b"ARM\x64") {
+        crate::Arch::Arm64
+    } else {
+        crate::Arch::of_elf(data).unwrap_or_default()
     }
 }
 
@@ -216,8 +230,13 @@ pub fn locate_in_tree(root: &Path, source: &str) -> Result<KernelInfo, KernelErr
             path: root.join("lib/modules").join(&release),
         })?;
     let config = Some(boot.join(format!("config-{release}"))).filter(|p| p.is_file());
+    let mut head = Vec::with_capacity(64);
+    fs::File::open(&image)
+        .and_then(|f| f.take(64).read_to_end(&mut head))
+        .map_err(io_err(&image))?;
     Ok(KernelInfo {
         release,
+        arch: image_arch(&head),
         bzimage: image,
         modules_dir,
         config,

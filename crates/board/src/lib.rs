@@ -6,6 +6,7 @@
 
 pub mod arch;
 pub mod bench;
+pub mod bootdisk;
 pub mod bundle;
 pub mod capture;
 pub mod debian;
@@ -16,6 +17,8 @@ pub mod modules;
 pub mod native;
 pub mod qemu;
 pub mod restore_kernel;
+pub mod uboot;
+pub mod virt;
 #[cfg(test)]
 mod testutil;
 pub mod workload;

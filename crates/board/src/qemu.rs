@@ -225,35 +225,8 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     };
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());
-    let mut params = opts.params.clone();
-    if deferred.is_some() {
-        params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
-    }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
-        // The kernel pack goes last, after the root (vda) and the extra disks.
-        let letter = (b'b' + opts.disks.len() as u8) as char;
-        params.cold_kernel = Some(format!("/dev/vd{letter}"));
-    }
-    let mut cmdline = BASE_CMDLINE.to_string();
-    for w in bundle.workload.init.kernel_args() {
-        cmdline.push(' ');
-        cmdline.push_str(w);
-    }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
-        // snapboot itself is the restore kernel's first process: no shell before resume.
-        cmdline.push_str(" rdinit=/bin/snapboot");
-    }
-    if deferred.is_some() {
-        // With memory possible above 4 GiB the kernel sets up a 64 MiB bounce buffer for
-        // devices that cannot reach it (swiotlb): measured on the board, +0.2 s of kernel
-        // boot and +64 MiB in every image, for nothing, since every device here is virtio
-        // and reaches all memory. A board whose devices have 32-bit DMA keeps it.
-        cmdline.push_str(" swiotlb=noforce");
-    }
-    for w in params.render().iter().chain(&opts.cmdline) {
-        cmdline.push(' ');
-        cmdline.push_str(w);
-    }
+    let letter = (b'b' + opts.disks.len() as u8) as char;
+    let cmdline = kernel_cmdline(bundle, opts, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
     c.arg("-drive").arg(format!(
         "file={},if=virtio,format=raw,readonly=on",
@@ -278,11 +251,66 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c
 }
 
+/// The kernel command line of a run: the board's console words, the workload's, a restore
+/// kernel's, snapboot's `snapboot.*` words, then the caller's. `cold_kernel` is the device
+/// holding the kernel pack a restore kernel hands a cold boot to.
+pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, cold_kernel: &str) -> String {
+    let deferred = deferred_mib(opts);
+    let mut params = opts.params.clone();
+    if deferred.is_some() {
+        params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
+    }
+    if matches!(opts.kernel, KernelImage::Restore(_)) {
+        params.cold_kernel = Some(cold_kernel.to_string());
+    }
+    let mut cmdline = match bundle.kernel.arch {
+        crate::Arch::X86_64 => BASE_CMDLINE,
+        crate::Arch::Arm64 => crate::virt::BASE_CMDLINE,
+    }
+    .to_string();
+    for w in bundle.workload.init.kernel_args() {
+        cmdline.push(' ');
+        cmdline.push_str(w);
+    }
+    if matches!(opts.kernel, KernelImage::Restore(_)) {
+        // snapboot itself is the restore kernel's first process: no shell before resume.
+        cmdline.push_str(" rdinit=/bin/snapboot");
+    }
+    if deferred.is_some() {
+        // With memory possible above 4 GiB the kernel sets up a 64 MiB bounce buffer for
+        // devices that cannot reach it (swiotlb): measured on the board, +0.2 s of kernel
+        // boot and +64 MiB in every image, for nothing, since every device here is virtio
+        // and reaches all memory. A board whose devices have 32-bit DMA keeps it.
+        cmdline.push_str(" swiotlb=noforce");
+    }
+    for w in params.render().iter().chain(&opts.cmdline) {
+        cmdline.push(' ');
+        cmdline.push_str(w);
+    }
+    cmdline
+}
+
+/// The QEMU command of a run on the bundle's board, with the files that live as long as
+/// the run (the arm64 board's U-Boot environment).
+pub fn board_command(
+    bundle: &Bundle,
+    opts: &RunOptions,
+) -> Result<(Command, Option<tempfile::TempDir>), RunError> {
+    bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
+    match bundle.kernel.arch {
+        crate::Arch::X86_64 => Ok((qemu_command(bundle, opts), None)),
+        crate::Arch::Arm64 => {
+            let (cmd, dir) = crate::virt::command(bundle, opts)?;
+            Ok((cmd, Some(dir)))
+        }
+    }
+}
+
 /// Errors of a board run. Each ends the run with a one-line reason.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// QEMU could not be started.
-    #[error("cannot start qemu-system-x86_64 (package qemu-system-x86): {0}")]
+    #[error("cannot start QEMU (package qemu-system-x86 or qemu-system-arm): {0}")]
     Spawn(std::io::Error),
     /// The guest kernel panicked.
     #[error("guest kernel panic: {0}")]
@@ -310,6 +338,9 @@ pub enum RunError {
     /// The kernel pack (the board's boot partition) could not be made.
     #[error("cannot prepare the board's kernel pack")]
     KernelPack(#[source] crate::bundle::BundleError),
+    /// The arm64 board's boot disk or boot loader environment could not be made.
+    #[error("cannot prepare the arm64 board")]
+    Arm64Board(#[source] crate::virt::VirtError),
 }
 
 enum Chunk {
@@ -330,13 +361,14 @@ pub struct Session {
     cursor: usize,
     exited: bool,
     echo: bool,
+    /// Files of this run only, removed with the session.
+    _run_files: Option<tempfile::TempDir>,
 }
 
 impl Session {
     /// Powers the board on.
     pub fn start(bundle: &Bundle, opts: &RunOptions) -> Result<Self, RunError> {
-        bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
-        let mut cmd = qemu_command(bundle, opts);
+        let (mut cmd, run_files) = board_command(bundle, opts)?;
         cmd.args(["-serial", "stdio", "-monitor", "none"]);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -386,6 +418,7 @@ impl Session {
             cursor: 0,
             exited: false,
             echo: opts.echo,
+            _run_files: run_files,
         })
     }
 

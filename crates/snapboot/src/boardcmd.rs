@@ -255,8 +255,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 
 /// Serial console on this terminal; Ctrl-A X powers the board off.
 fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
-    bundle.ensure_kernel_pack()?;
-    let mut cmd = board::qemu::qemu_command(bundle, opts);
+    let (mut cmd, _run_files) = board::qemu::board_command(bundle, opts)?;
     cmd.args(["-serial", "mon:stdio"]);
     eprintln!(
         "snapboot: console of {} (Ctrl-A X powers off)",
@@ -264,7 +263,7 @@ fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
     );
     let status = cmd
         .status()
-        .context("cannot start qemu-system-x86_64 (package qemu-system-x86)")?;
+        .with_context(|| format!("cannot start {cmd:?} (package qemu-system-x86 or qemu-system-arm)"))?;
     Ok(if status.success() {
         ExitCode::SUCCESS
     } else {

@@ -1,0 +1,273 @@
+//! The arm64 board's boot disk, partitioned like an i.MX-class device's eMMC: U-Boot finds
+//! `extlinux/extlinux.conf` on the first partition and boots the label its environment
+//! names (`crate::uboot`); the root filesystem and the kernel pack (the stock kernel and
+//! initramfs a restore kernel hands a cold boot to) are partitions of the same disk.
+//!
+//! ```text
+//! GPT  | 1 boot (ext4)               | 2 root (squashfs) | 3 coldkernel (raw pack) | GPT
+//!      |   Image           stock     |   rootfs.img      |   coldkernel.pack       |
+//!      |   restore/Image   restore   |                   |                         |
+//!      |   initrd          both      |                   |                         |
+//!      |   extlinux/extlinux.conf    |                   |                         |
+//! 0    1 MiB                                                                  end-1 MiB
+//! ```
+//!
+//! Built once per bundle and restore kernel (rebuilt when one of its inputs changes),
+//! attached read-only: the run's command line and label live in U-Boot's environment.
+
+use crate::bundle::Bundle;
+use crate::uboot::CMDLINE_VAR;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Partition alignment and the room left for each GPT.
+const MIB: u64 = 1 << 20;
+/// Room on the boot partition besides its files (ext4's own structures).
+const BOOT_SLACK: u64 = 8 * MIB;
+
+/// The kernel devices of the partitions as the board's kernels see them (the boot disk is
+/// the first virtio disk).
+pub const ROOT_PARTITION: &str = "/dev/vda2";
+/// The kernel pack partition.
+pub const PACK_PARTITION: &str = "/dev/vda3";
+
+/// Why the boot disk could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BootDiskError {
+    /// A host tool failed.
+    #[error("`{cmd}` failed: {reason} (package {package}; `make deps`)")]
+    Tool {
+        /// The command.
+        cmd: String,
+        /// Its error output.
+        reason: String,
+        /// The Debian package that has it.
+        package: &'static str,
+    },
+    /// Reading or writing a file.
+    #[error("{}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootDiskError + '_ {
+    move |source| BootDiskError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What a boot disk was built from: a disk is reused while these are unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Inputs {
+    files: Vec<(PathBuf, u64, u128)>,
+}
+
+impl Inputs {
+    fn of(paths: &[&Path]) -> Result<Self, BootDiskError> {
+        let mut files = Vec::new();
+        for p in paths {
+            let m = fs::metadata(p).map_err(io_err(p))?;
+            let t = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            files.push((p.to_path_buf(), m.len(), t));
+        }
+        Ok(Inputs { files })
+    }
+}
+
+/// `extlinux.conf` of the boot partition: one label per kernel, the command line from
+/// U-Boot's environment.
+pub fn extlinux_conf(with_restore: bool) -> String {
+    let mut s = String::from("# Written by snapboot: the arm64 board's boot menu.\ndefault stock\n");
+    let mut label = |name: &str, kernel: &str| {
+        s.push_str(&format!(
+            "label {name}\n  kernel {kernel}\n  initrd /initrd\n  append ${{{CMDLINE_VAR}}}\n"
+        ));
+    };
+    label("stock", "/Image");
+    if with_restore {
+        label("restore", "/restore/Image");
+    }
+    s
+}
+
+/// One partition of the disk to be: its GPT name and the file holding its contents.
+struct Part<'a> {
+    name: &'a str,
+    file: &'a Path,
+}
+
+/// The sfdisk script of partitions of these sizes (bytes, whole MiB), 1 MiB aligned.
+fn sfdisk_script(parts: &[(&str, u64)]) -> String {
+    let mut s = String::from("label: gpt\nunit: sectors\n");
+    let mut at = MIB;
+    for (name, bytes) in parts {
+        s.push_str(&format!(
+            "start={}, size={}, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name={name}\n",
+            at / 512,
+            bytes / 512
+        ));
+        at += bytes;
+    }
+    s
+}
+
+fn round_mib(n: u64) -> u64 {
+    n.div_ceil(MIB) * MIB
+}
+
+/// The bundle's boot disk with the stock kernel and, when given, a restore kernel: built
+/// unless an up-to-date one is there.
+pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDiskError> {
+    let pack = bundle.kernel_pack();
+    let kernel = bundle.kernel_image();
+    let initrd = bundle.initramfs();
+    let root = bundle.rootfs();
+    let mut inputs: Vec<&Path> = vec![&kernel, &initrd, &root, &pack];
+    inputs.extend(restore);
+    let want = Inputs::of(&inputs)?;
+    let name = if restore.is_some() { "bootdisk-restore" } else { "bootdisk" };
+    let disk = bundle.dir.join(format!("{name}.img"));
+    let stamp = bundle.dir.join(format!("{name}.json"));
+    let have: Option<Inputs> = fs::read_to_string(&stamp)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    if have.as_ref() == Some(&want) && disk.is_file() {
+        return Ok(disk);
+    }
+    let work = bundle.dir.join(format!("{name}.work"));
+    let _ = fs::remove_dir_all(&work);
+    let tree = work.join("boot");
+    fs::create_dir_all(tree.join("extlinux")).map_err(io_err(&tree))?;
+    let mut boot_bytes = 0;
+    let mut place = |src: &Path, dst: &str| -> Result<(), BootDiskError> {
+        let to = tree.join(dst);
+        if let Some(d) = to.parent() {
+            fs::create_dir_all(d).map_err(io_err(d))?;
+        }
+        if fs::hard_link(src, &to).is_err() {
+            fs::copy(src, &to).map_err(io_err(src))?;
+        }
+        boot_bytes += fs::metadata(&to).map_err(io_err(&to))?.len();
+        Ok(())
+    };
+    place(&kernel, "Image")?;
+    place(&initrd, "initrd")?;
+    if let Some(rk) = restore {
+        place(rk, "restore/Image")?;
+    }
+    let conf = tree.join("extlinux/extlinux.conf");
+    fs::write(&conf, extlinux_conf(restore.is_some())).map_err(io_err(&conf))?;
+    let boot_img = work.join("boot.ext4");
+    let boot_size = round_mib(boot_bytes + BOOT_SLACK);
+    tool(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "boot", "-d"])
+            .arg(&tree)
+            .arg(&boot_img)
+            .arg(format!("{}k", boot_size / 1024)),
+        "e2fsprogs",
+    )?;
+    let parts = [
+        Part { name: "boot", file: &boot_img },
+        Part { name: "root", file: &root },
+        Part { name: "coldkernel", file: &pack },
+    ];
+    let mut sizes = Vec::new();
+    for p in &parts {
+        let len = fs::metadata(p.file).map_err(io_err(p.file))?.len();
+        sizes.push((p.name, round_mib(len)));
+    }
+    let total = MIB + sizes.iter().map(|(_, b)| b).sum::<u64>() + MIB;
+    let tmp = work.join("disk.img");
+    let f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.set_len(total).map_err(io_err(&tmp))?;
+    drop(f);
+    let mut sfdisk = Command::new("sfdisk");
+    sfdisk.args(["-q", "--no-reread", "--no-tell-kernel"]).arg(&tmp);
+    tool_with_input(&mut sfdisk, &sfdisk_script(&sizes), "fdisk")?;
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    let mut at = MIB;
+    for (p, (_, size)) in parts.iter().zip(&sizes) {
+        use std::io::Seek;
+        out.seek(std::io::SeekFrom::Start(at)).map_err(io_err(&tmp))?;
+        let mut src = fs::File::open(p.file).map_err(io_err(p.file))?;
+        std::io::copy(&mut src, &mut out).map_err(io_err(p.file))?;
+        at += size;
+    }
+    out.sync_all().map_err(io_err(&tmp))?;
+    drop(out);
+    fs::rename(&tmp, &disk).map_err(io_err(&disk))?;
+    let json = serde_json::to_string(&want).unwrap_or_default();
+    fs::write(&stamp, json).map_err(io_err(&stamp))?;
+    let _ = fs::remove_dir_all(&work);
+    Ok(disk)
+}
+
+fn tool(cmd: &mut Command, package: &'static str) -> Result<(), BootDiskError> {
+    tool_with_input(cmd, "", package)
+}
+
+fn tool_with_input(cmd: &mut Command, input: &str, package: &'static str) -> Result<(), BootDiskError> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    let fail = |reason: String| BootDiskError::Tool {
+        cmd: shown.clone(),
+        reason,
+        package,
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(e.to_string()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extlinux_has_a_label_per_kernel_and_takes_the_command_line_from_the_environment() {
+        let c = extlinux_conf(true);
+        assert!(c.contains("default stock\n"));
+        assert!(c.contains("label stock\n  kernel /Image\n  initrd /initrd\n  append ${snapboot_cmdline}\n"));
+        assert!(c.contains("label restore\n  kernel /restore/Image\n"));
+        assert!(!extlinux_conf(false).contains("restore"));
+    }
+
+    #[test]
+    fn partitions_are_aligned_and_back_to_back() {
+        let s = sfdisk_script(&[("boot", 40 * MIB), ("root", 3 * MIB), ("coldkernel", 35 * MIB)]);
+        let starts: Vec<&str> = s.lines().filter_map(|l| l.split(", ").next()).collect();
+        assert_eq!(&starts[2..], ["start=2048", "start=83968", "start=90112"], "{s}");
+        assert!(s.contains("name=coldkernel"));
+        assert_eq!(round_mib(1), MIB);
+        assert_eq!(round_mib(MIB), MIB);
+    }
+}

@@ -1,0 +1,103 @@
+//! The arm64 board: QEMU's `virt` machine with a Cortex-A72, powered on into U-Boot (Debian's
+//! `u-boot-qemu`) as its firmware, which boots from the partitioned boot disk
+//! (`crate::bootdisk`) the label and command line its environment names (`crate::uboot`).
+//! The timeline starts at power-on: U-Boot's time, and its reading of the kernel from the
+//! disk, are part of every measured boot, as on a device.
+//!
+//! ```text
+//! pflash 0  U-Boot (-bios)          virtio disk 0  boot disk: boot, root, coldkernel
+//! pflash 1  U-Boot's environment    virtio disk 1… the run's extra disks (the store)
+//! ```
+
+use crate::bootdisk::{self, BootDiskError, PACK_PARTITION};
+use crate::bundle::Bundle;
+use crate::qemu::{deferred_mib, kernel_cmdline, Accel, KernelImage, RunOptions};
+use crate::uboot::{self, BootLabel, UbootError};
+use std::process::Command;
+
+/// The arm64 board's kernel command line: its PL011 console, reboot (and QEMU exit) on
+/// panic, timestamps.
+pub const BASE_CMDLINE: &str = "console=ttyAMA0,115200 panic=-1 printk.time=1";
+
+/// The CPU QEMU emulates (the i.MX 8M's Cortex-A53 has no QEMU model with the features
+/// Debian's kernel wants under TCG; the A72 runs the same arm64 code).
+pub const CPU: &str = "cortex-a72";
+
+/// Why the arm64 board could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtError {
+    /// The boot disk.
+    #[error(transparent)]
+    BootDisk(#[from] BootDiskError),
+    /// U-Boot or its environment.
+    #[error(transparent)]
+    Uboot(#[from] UbootError),
+    /// The run's scratch directory.
+    #[error("cannot make the run's directory: {0}")]
+    RunDir(std::io::Error),
+    /// QEMU 7.2's `virt` has no memory hot-plug for virtio-mem.
+    #[error(
+        "deferred memory ({0} MiB) needs virtio-mem on the arm64 board, which QEMU 7.2's `virt` \
+         machine does not support"
+    )]
+    NoVirtioMem(u32),
+}
+
+/// The QEMU command of one run, and the directory holding the run's U-Boot environment
+/// (removed when dropped).
+pub fn command(
+    bundle: &Bundle,
+    opts: &RunOptions,
+) -> Result<(Command, tempfile::TempDir), crate::RunError> {
+    prepare(bundle, opts).map_err(crate::RunError::Arm64Board)
+}
+
+fn prepare(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, tempfile::TempDir), VirtError> {
+    if let Some(mib) = deferred_mib(opts) {
+        return Err(VirtError::NoVirtioMem(mib));
+    }
+    let (label, restore) = match &opts.kernel {
+        KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path())),
+        KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None),
+    };
+    let disk = bootdisk::ensure(bundle, restore)?;
+    let defaults = uboot::default_env(&crate::home::home().join("u-boot"))?;
+    let cmdline = kernel_cmdline(bundle, opts, PACK_PARTITION);
+    let env = uboot::board_env(&defaults, label, &cmdline)?;
+    let dir = tempfile::Builder::new()
+        .prefix("arm64-run-")
+        .tempdir_in(&bundle.dir)
+        .map_err(VirtError::RunDir)?;
+    let env_flash = dir.path().join("u-boot-env.img");
+    env.write_flash(&env_flash)?;
+
+    let mut c = Command::new(crate::Arch::Arm64.qemu().0);
+    let accel = match opts.accel {
+        Accel::Tcg => "tcg",
+        Accel::Kvm => "kvm",
+    };
+    c.args(["-M", "virt", "-accel", accel, "-cpu", CPU]);
+    c.args(["-nodefaults", "-no-user-config"]);
+    c.args(["-m", &format!("{}M", opts.mem_mib)]);
+    c.args(["-smp", &opts.smp.to_string()]);
+    c.args(["-display", "none", "-no-reboot"]);
+    c.arg("-bios").arg(uboot::U_BOOT_BIN);
+    c.arg("-drive").arg(format!(
+        "if=pflash,unit=1,format=raw,file={}",
+        env_flash.display()
+    ));
+    c.arg("-drive").arg(format!(
+        "file={},if=virtio,format=raw,readonly=on",
+        disk.display()
+    ));
+    // A hardware RNG, so a restored image can reseed the kernel's generator.
+    c.args(["-device", "virtio-rng-pci"]);
+    for d in &opts.disks {
+        let ro = if d.readonly { ",readonly=on" } else { "" };
+        c.arg("-drive").arg(format!(
+            "file={},if=virtio,format=raw,cache=unsafe{ro}",
+            d.path.display()
+        ));
+    }
+    Ok((c, dir))
+}
