@@ -90,7 +90,8 @@ impl Inputs {
 /// `extlinux.conf` of the boot partition: one label per kernel, the command line from
 /// U-Boot's environment.
 pub fn extlinux_conf(with_restore: bool) -> String {
-    let mut s = String::from("# Written by snapboot: the arm64 board's boot menu.\ndefault stock\n");
+    let mut s =
+        String::from("# Written by snapboot: the arm64 board's boot menu.\ndefault stock\n");
     let mut label = |name: &str, kernel: &str| {
         s.push_str(&format!(
             "label {name}\n  kernel {kernel}\n  initrd /initrd\n  append ${{{CMDLINE_VAR}}}\n"
@@ -138,7 +139,11 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
     let mut inputs: Vec<&Path> = vec![&kernel, &initrd, &root, &pack];
     inputs.extend(restore);
     let want = Inputs::of(&inputs)?;
-    let name = if restore.is_some() { "bootdisk-restore" } else { "bootdisk" };
+    let name = if restore.is_some() {
+        "bootdisk-restore"
+    } else {
+        "bootdisk"
+    };
     let disk = bundle.dir.join(format!("{name}.img"));
     let stamp = bundle.dir.join(format!("{name}.json"));
     let have: Option<Inputs> = fs::read_to_string(&stamp)
@@ -181,9 +186,18 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
         "e2fsprogs",
     )?;
     let parts = [
-        Part { name: "boot", file: &boot_img },
-        Part { name: "root", file: &root },
-        Part { name: "coldkernel", file: &pack },
+        Part {
+            name: "boot",
+            file: &boot_img,
+        },
+        Part {
+            name: "root",
+            file: &root,
+        },
+        Part {
+            name: "coldkernel",
+            file: &pack,
+        },
     ];
     let mut sizes = Vec::new();
     for p in &parts {
@@ -196,7 +210,9 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
     f.set_len(total).map_err(io_err(&tmp))?;
     drop(f);
     let mut sfdisk = Command::new("sfdisk");
-    sfdisk.args(["-q", "--no-reread", "--no-tell-kernel"]).arg(&tmp);
+    sfdisk
+        .args(["-q", "--no-reread", "--no-tell-kernel"])
+        .arg(&tmp);
     tool_with_input(&mut sfdisk, &sfdisk_script(&sizes), "fdisk")?;
     let mut out = fs::OpenOptions::new()
         .write(true)
@@ -205,7 +221,8 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
     let mut at = MIB;
     for (p, (_, size)) in parts.iter().zip(&sizes) {
         use std::io::Seek;
-        out.seek(std::io::SeekFrom::Start(at)).map_err(io_err(&tmp))?;
+        out.seek(std::io::SeekFrom::Start(at))
+            .map_err(io_err(&tmp))?;
         let mut src = fs::File::open(p.file).map_err(io_err(p.file))?;
         std::io::copy(&mut src, &mut out).map_err(io_err(p.file))?;
         at += size;
@@ -223,7 +240,11 @@ fn tool(cmd: &mut Command, package: &'static str) -> Result<(), BootDiskError> {
     tool_with_input(cmd, "", package)
 }
 
-fn tool_with_input(cmd: &mut Command, input: &str, package: &'static str) -> Result<(), BootDiskError> {
+fn tool_with_input(
+    cmd: &mut Command,
+    input: &str,
+    package: &'static str,
+) -> Result<(), BootDiskError> {
     let shown = format!("{cmd:?}").replace('"', "");
     let fail = |reason: String| BootDiskError::Tool {
         cmd: shown.clone(),
@@ -243,7 +264,9 @@ fn tool_with_input(cmd: &mut Command, input: &str, package: &'static str) -> Res
     }
     let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {
-        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        return Err(fail(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     Ok(())
 }
@@ -256,16 +279,26 @@ mod tests {
     fn extlinux_has_a_label_per_kernel_and_takes_the_command_line_from_the_environment() {
         let c = extlinux_conf(true);
         assert!(c.contains("default stock\n"));
-        assert!(c.contains("label stock\n  kernel /Image\n  initrd /initrd\n  append ${snapboot_cmdline}\n"));
+        assert!(c.contains(
+            "label stock\n  kernel /Image\n  initrd /initrd\n  append ${snapboot_cmdline}\n"
+        ));
         assert!(c.contains("label restore\n  kernel /restore/Image\n"));
         assert!(!extlinux_conf(false).contains("restore"));
     }
 
     #[test]
     fn partitions_are_aligned_and_back_to_back() {
-        let s = sfdisk_script(&[("boot", 40 * MIB), ("root", 3 * MIB), ("coldkernel", 35 * MIB)]);
+        let s = sfdisk_script(&[
+            ("boot", 40 * MIB),
+            ("root", 3 * MIB),
+            ("coldkernel", 35 * MIB),
+        ]);
         let starts: Vec<&str> = s.lines().filter_map(|l| l.split(", ").next()).collect();
-        assert_eq!(&starts[2..], ["start=2048", "start=83968", "start=90112"], "{s}");
+        assert_eq!(
+            &starts[2..],
+            ["start=2048", "start=83968", "start=90112"],
+            "{s}"
+        );
         assert!(s.contains("name=coldkernel"));
         assert_eq!(round_mib(1), MIB);
         assert_eq!(round_mib(MIB), MIB);

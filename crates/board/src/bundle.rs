@@ -10,10 +10,10 @@
 //! ```
 
 use crate::initramfs::{InitScript, Initramfs};
-use crate::Arch;
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
 use crate::workload::{busybox_applets, check_tree, InitKind, Workload, WorkloadError, BUSYBOX};
+use crate::Arch;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -17,10 +17,10 @@ pub mod modules;
 pub mod native;
 pub mod qemu;
 pub mod restore_kernel;
-pub mod uboot;
-pub mod virt;
 #[cfg(test)]
 mod testutil;
+pub mod uboot;
+pub mod virt;
 pub mod workload;
 
 pub use arch::Arch;

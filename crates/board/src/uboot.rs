@@ -36,7 +36,9 @@ pub const CMDLINE_VAR: &str = "snapboot_cmdline";
 #[derive(Debug, thiserror::Error)]
 pub enum UbootError {
     /// Debian's U-Boot is not installed.
-    #[error("U-Boot for the arm64 board not found at {U_BOOT_BIN} (package u-boot-qemu; `make deps`)")]
+    #[error(
+        "U-Boot for the arm64 board not found at {U_BOOT_BIN} (package u-boot-qemu; `make deps`)"
+    )]
     NoUboot,
     /// QEMU could not be run.
     #[error("cannot run qemu-system-aarch64 (package qemu-system-arm): {0}")]
@@ -264,8 +266,23 @@ pub fn default_env(cache: &Path) -> Result<Env, UbootError> {
 /// Boots U-Boot alone, stops its autoboot and returns what `printenv` printed.
 fn ask_printenv() -> Result<String, UbootError> {
     let mut child = Command::new("qemu-system-aarch64")
-        .args(["-M", "virt", "-cpu", "cortex-a72", "-m", "512", "-nographic"])
-        .args(["-nodefaults", "-no-user-config", "-serial", "stdio", "-monitor", "none"])
+        .args([
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a72",
+            "-m",
+            "512",
+            "-nographic",
+        ])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-serial",
+            "stdio",
+            "-monitor",
+            "none",
+        ])
         .args(["-bios", U_BOOT_BIN, "-no-reboot"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -352,7 +369,10 @@ mod tests {
         assert_eq!(Env::from_area(&area).unwrap(), env);
         assert_eq!(env.get("bootdelay"), Some("0"));
         assert_eq!(env.get("pxe_label_override"), Some("restore"));
-        assert_eq!(env.get(CMDLINE_VAR), Some("console=ttyAMA0 snapboot.store=/dev/vdb"));
+        assert_eq!(
+            env.get(CMDLINE_VAR),
+            Some("console=ttyAMA0 snapboot.store=/dev/vdb")
+        );
         area[10] ^= 1;
         assert!(matches!(Env::from_area(&area), Err(UbootError::Corrupt(m)) if m.contains("CRC")));
     }

@@ -261,9 +261,9 @@ fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
         "snapboot: console of {} (Ctrl-A X powers off)",
         bundle.workload.name
     );
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {cmd:?} (package qemu-system-x86 or qemu-system-arm)"))?;
+    let status = cmd.status().with_context(|| {
+        format!("cannot start {cmd:?} (package qemu-system-x86 or qemu-system-arm)")
+    })?;
     Ok(if status.success() {
         ExitCode::SUCCESS
     } else {
