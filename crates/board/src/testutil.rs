@@ -18,6 +18,7 @@ pub fn bundle() -> Bundle {
             modules_dir: PathBuf::from("/nonexistent/modules"),
             config: None,
             source: "user".into(),
+            arch: crate::Arch::X86_64,
         },
         workload: Workload::shell(),
         modules: Vec::new(),
