@@ -42,6 +42,27 @@ pub enum Incompat {
         /// Bytes of the running system.
         running: u64,
     },
+    /// The stream's arm64 header names another kernel build than the one that restores it.
+    #[error("the image's arm64 header was written by kernel {image:?}, it must be restored by {running:?}")]
+    HeaderKernel {
+        /// `uts_version` of the stream's header page.
+        image: String,
+        /// `uname -v` of the kernel the image must be restored by.
+        running: String,
+    },
+    /// The CPU the image hibernated on is not on this machine.
+    #[error("the image hibernated on the CPU with MPIDR {mpidr:#x}, this machine has none (its CPUs: {})", hex_list(cpus))]
+    NoSleepCpu {
+        /// `sleep_cpu_mpidr` of the stream's header page.
+        mpidr: u64,
+        /// MPIDRs of this machine's CPUs.
+        cpus: Vec<u64>,
+    },
+}
+
+fn hex_list(values: &[u64]) -> String {
+    let text: Vec<String> = values.iter().map(|v| format!("{v:#x}")).collect();
+    text.join(", ")
 }
 
 impl Identity {
