@@ -178,7 +178,7 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     if let Some(why) = &reason {
         print_marker(Marker::Fallback, Some(why));
     }
-    let release = crate::system::running_identity().release;
+    let release = crate::system::running_release();
     if let Some(pack) = hand_over_pack(&cmdline, &release) {
         let why = reason.as_deref().unwrap_or("this boot asks for no restore");
         hand_over(Path::new(pack), &cmdline, why);

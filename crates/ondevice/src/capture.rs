@@ -6,12 +6,16 @@
 //! system restored from this image it returns `Restored`: capture thaws user space and tells
 //! its caller, so the application knows it was snapshot-booted.
 
+use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
-use crate::system::{parse_mounts, running_identity, writable_block_mounts};
+use crate::system::{
+    check_running_page_size, parse_mounts, running_identity, writable_block_mounts,
+    UnsupportedPageSize,
+};
 use boottrace::Marker;
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
@@ -74,6 +78,12 @@ impl CaptureOptions {
 /// Errors of capture; each says which step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// The kernel's pages are not the 4 KiB snapboot's images are made of.
+    #[error("refusing to capture")]
+    PageSize(#[source] UnsupportedPageSize),
+    /// The boot device tree, whose reserved memory the image records, cannot be read.
+    #[error("cannot record the memory layout")]
+    DeviceTree(#[source] DeviceTreeError),
     /// Deferred memory is online.
     #[error("refusing to capture")]
     Memory(#[source] crate::memory::MemoryError),
@@ -146,6 +156,7 @@ fn enable_pm_times() -> Result<(), String> {
 
 /// Runs a capture; see the module docs.
 pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
+    check_running_page_size().map_err(CaptureError::PageSize)?;
     if !o.force {
         let mounts =
             parse_mounts(&std::fs::read_to_string("/proc/self/mounts").unwrap_or_default());
@@ -158,6 +169,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
     let binding = observe_binding().map_err(CaptureError::Binding)?;
+    let identity = running_identity(&boot_device_tree().map_err(CaptureError::DeviceTree)?);
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
     let mut store = crate::store::open_store(&o.store, true)?;
@@ -207,7 +219,6 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             Err(why) => print_marker(Marker::PmTimes, Some(&why)),
         }
     }
-    let identity = running_identity();
     let created_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -9,6 +9,7 @@
 pub mod binding;
 pub mod boot;
 pub mod capture;
+pub mod devicetree;
 pub mod dm;
 pub mod guest;
 pub mod handover;

@@ -3,9 +3,10 @@
 //!
 //! Every check happens before the kernel is asked to restore anything: the store by its
 //! magic, then per image (newest first, or those asked for) its signature when a key is
-//! configured, its description (kernel identity, RAM size, binding, swap region, stream
-//! length) up front, and each chunk's checksum before any of its pages is handed to the
-//! kernel. Pages handed over sit in the boot kernel's own buffers until
+//! configured, its description (kernel identity, RAM size, memory layout, binding, swap
+//! region, stream length) up front, the stream's header page (arm64: the kernel build and
+//! the CPU it names) before the first page, and each chunk's checksum before any of its
+//! pages is handed to the kernel. Pages handed over sit in the boot kernel's own buffers until
 //! `SNAPSHOT_ATOMIC_RESTORE`; if a later chunk fails, closing the device discards them and
 //! the next image is tried, or the cold boot continues with nothing restored.
 //!
@@ -14,13 +15,14 @@
 use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
 };
+use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
-use crate::system::running_identity;
+use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
 use boottrace::error_chain as chain;
 use boottrace::Marker;
-use snapimg::{BindingMismatch, BootSetup, Incompat, PAGE_SIZE};
+use snapimg::{BindingMismatch, BootSetup, Identity, Incompat, Page, StreamHeader, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,6 +51,15 @@ pub struct ResumeOptions {
 /// Why the image was not restored. The cold boot continues in every case.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
+    /// The running kernel's pages are not the 4 KiB snapboot's images are made of.
+    #[error("refusing to resume")]
+    PageSize(#[source] UnsupportedPageSize),
+    /// This machine's boot device tree (its reserved memory and CPUs) cannot be read.
+    #[error("cannot read this machine's memory layout")]
+    DeviceTree(#[source] DeviceTreeError),
+    /// The image's first page is not a hibernation header snapboot can check.
+    #[error("the image's stream header")]
+    Header(#[source] snapimg::StreamError),
     /// The store device never appeared.
     #[error("store device {0} not found")]
     NoDevice(PathBuf),
@@ -139,15 +150,18 @@ fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<
 }
 
 /// Hands every page of `src` to a fresh `/dev/snapshot` and reports the `resume-loaded`
-/// marker. On error the device is closed, which discards what it was given.
+/// marker; `check_header` sees page 0 first, and the device is opened only if it passes.
+/// On error the device is closed, which discards what it was given.
 fn load<M: flashstore::Medium>(
     src: &mut flashstore::ImageReader<'_, M>,
     what: &str,
+    check_header: impl FnOnce(&Page) -> Result<(), ResumeError>,
 ) -> Result<SnapshotDev, ResumeError> {
     let started = Instant::now();
     let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let mut slowest = (Duration::ZERO, 0u64);
-    let mut dev = SnapshotDev::open_restore()?;
+    let mut check_header = Some(check_header);
+    let mut dev = None;
     let mut t = Instant::now();
     loop {
         let run = src
@@ -156,9 +170,19 @@ fn load<M: flashstore::Medium>(
         let now = Instant::now();
         read_time += now - t;
         t = now;
-        if run.is_empty() {
+        let Some(page0) = run.first() else {
             break;
-        }
+        };
+        let dev = match &mut dev {
+            Some(dev) => dev,
+            None => {
+                if let Some(check) = check_header.take() {
+                    check(page0)?;
+                }
+                t = Instant::now();
+                dev.insert(SnapshotDev::open_restore()?)
+            }
+        };
         let first = dev.pages();
         dev.write_pages(&run)?;
         let now = Instant::now();
@@ -168,6 +192,10 @@ fn load<M: flashstore::Medium>(
         write_time += now - t;
         t = now;
     }
+    let dev = dev.ok_or(ResumeError::Header(snapimg::StreamError::Incomplete {
+        received: 0,
+        expected: 0,
+    }))?;
     let secs = started.elapsed().as_secs_f64();
     print_marker(
         Marker::ResumeLoaded,
@@ -199,10 +227,33 @@ fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
     )
 }
 
-/// The image kernel this system's images must have been made by.
-fn expected_identity() -> snapimg::Identity {
-    let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
-    crate::system::image_kernel(running_identity(), record.as_deref())
+/// What this boot checks every image against, observed once.
+struct Expected {
+    /// The image kernel this system's images must have been made by, with this machine's
+    /// RAM and memory layout.
+    identity: Identity,
+    /// MPIDRs of this machine's CPUs (empty: not known).
+    cpus: Vec<u64>,
+}
+
+impl Expected {
+    fn observe() -> Result<Self, ResumeError> {
+        let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
+        let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
+        Ok(Expected {
+            identity: crate::system::image_kernel(running_identity(&dt), record.as_deref()),
+            cpus: dt.cpus,
+        })
+    }
+
+    /// Refuses a stream whose header page the restoring kernel would not take (see
+    /// [`snapimg::ArchRecord::check_restorable`]).
+    fn check_header(&self, page0: &Page) -> Result<(), ResumeError> {
+        let header = StreamHeader::parse(page0).map_err(ResumeError::Header)?;
+        Ok(header
+            .arch
+            .check_restorable(&self.identity.version, &self.cpus)?)
+    }
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
@@ -225,6 +276,8 @@ fn restore(mut dev: SnapshotDev) -> Result<std::convert::Infallible, ResumeError
 /// (signature when a key is configured, kernel, binding, every chunk as it is read) and the
 /// first that passes restored. Each refused image is named with its reason on the console.
 fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
+    check_running_page_size().map_err(ResumeError::PageSize)?;
+    let expected = Expected::observe()?;
     let key_path = o
         .public_key
         .clone()
@@ -237,7 +290,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
     }
     let mut reasons = Vec::new();
     for name in order {
-        match load_flash_image(&store, &name, key.as_ref(), o) {
+        match load_flash_image(&store, &name, key.as_ref(), &expected, o) {
             Ok(dev) => {
                 if o.once {
                     store.remove(&name).map_err(StoreUseError::from)?;
@@ -260,6 +313,7 @@ fn load_flash_image(
     store: &flashstore::Store<std::fs::File>,
     name: &str,
     key: Option<&imagekey::PublicKey>,
+    expected: &Expected,
     o: &ResumeOptions,
 ) -> Result<SnapshotDev, ResumeError> {
     let rec = store
@@ -278,7 +332,7 @@ fn load_flash_image(
             described: d.stream_pages,
         });
     }
-    d.identity.check_against(&expected_identity())?;
+    d.identity.check_against(&expected.identity)?;
     check_binding(d.binding().map_err(StoreUseError::from)?.as_ref(), o)?;
     if let Some(sw) = &d.swap {
         if !crate::store::swap_inside(store, rec, sw) {
@@ -297,5 +351,77 @@ fn load_flash_image(
     load(
         &mut reader,
         &format!("image {name} (generation {}{signed}): ", rec.generation),
+        |page0| expected.check_header(page0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use snapimg::{ArchRecord, MemoryMap, StreamError};
+
+    const VERSION: &str = "#1 SMP Debian 6.1.192-2 (2026-11-16)";
+
+    fn expected(version: &str, cpus: Vec<u64>) -> Expected {
+        Expected {
+            identity: Identity {
+                release: "6.1.0-56-arm64".into(),
+                version: version.into(),
+                machine: "aarch64".into(),
+                ram_bytes: 512 << 20,
+                memory: MemoryMap::default(),
+            },
+            cpus,
+        }
+    }
+
+    fn arm64_page0(version: &str, mpidr: u64) -> Box<Page> {
+        StreamHeader::arm64(100, 131072, version, mpidr).encode()
+    }
+
+    #[test]
+    fn an_arm64_header_of_another_kernel_or_cpu_is_refused_as_incompatible() {
+        let e = expected(VERSION, vec![0, 1]);
+        assert!(e.check_header(&arm64_page0(VERSION, 1)).is_ok());
+        let other = e.check_header(&arm64_page0("#2 SMP Debian", 1));
+        assert!(
+            matches!(
+                other,
+                Err(ResumeError::Incompatible(Incompat::HeaderKernel { .. }))
+            ),
+            "{other:?}"
+        );
+        let cpu = e.check_header(&arm64_page0(VERSION, 0x100));
+        assert!(
+            matches!(
+                cpu,
+                Err(ResumeError::Incompatible(Incompat::NoSleepCpu {
+                    mpidr: 0x100,
+                    ..
+                }))
+            ),
+            "{cpu:?}"
+        );
+        let text = chain(&cpu.unwrap_err());
+        assert!(
+            text.contains("MPIDR 0x100") && text.contains("0x0, 0x1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_page_0_that_is_no_header_is_refused_and_x86_passes() {
+        let e = expected(VERSION, vec![0]);
+        let garbage = e.check_header(&[0xa5; PAGE_SIZE]);
+        assert!(
+            matches!(
+                garbage,
+                Err(ResumeError::Header(StreamError::UnknownArch { .. }))
+            ),
+            "{garbage:?}"
+        );
+        let x86 = StreamHeader::x86_64(100, 131072, 7);
+        assert!(matches!(x86.arch, ArchRecord::X86_64 { .. }));
+        assert!(e.check_header(&x86.encode()).is_ok());
+    }
 }

@@ -1,16 +1,19 @@
 //! Facts about the running system that capture and resume compare: the kernel's identity,
 //! the RAM size, the kernel command line and the mounted filesystems.
 
-use snapimg::Identity;
+use crate::devicetree::BootDeviceTree;
+use snapimg::{Identity, MemoryMap, PhysRange, PAGE_SIZE};
 use std::path::Path;
 
 /// The running kernel and machine. RAM is the sum of the firmware's "System RAM" ranges in
-/// `/proc/iomem`, which does not depend on what the kernel reserved during this boot.
-pub fn running_identity() -> Identity {
+/// `/proc/iomem`, which does not depend on what the kernel reserved during this boot; the
+/// memory layout is those ranges and what the boot device tree `dt` reserves.
+pub fn running_identity(dt: &BootDeviceTree) -> Identity {
     let u = rustix::system::uname();
     let s = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
     let iomem = std::fs::read_to_string("/proc/iomem").unwrap_or_default();
-    let ram = match system_ram_bytes(&iomem) {
+    let ram = system_ram_ranges(&iomem);
+    let ram_bytes = match ram.iter().map(|r| r.size).sum() {
         0 => meminfo_total().unwrap_or(0),
         n => n,
     };
@@ -18,8 +21,39 @@ pub fn running_identity() -> Identity {
         release: s(u.release()),
         version: s(u.version()),
         machine: s(u.machine()),
-        ram_bytes: ram,
+        ram_bytes,
+        memory: MemoryMap::new(ram, dt.reserved.clone()),
     }
+}
+
+/// `uname -r` of the running kernel.
+pub fn running_release() -> String {
+    rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A kernel whose pages are not 4 KiB (arm64 with 16K or 64K pages).
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+#[error("this kernel uses {} KiB pages ({found} bytes): snapboot supports 4 KiB pages only, not a 16K or 64K page kernel", .found / 1024)]
+pub struct UnsupportedPageSize {
+    /// The kernel's page size in bytes.
+    pub found: usize,
+}
+
+/// Refuses a page size other than the stream's 4 KiB.
+pub fn check_page_size(found: usize) -> Result<(), UnsupportedPageSize> {
+    if found == PAGE_SIZE {
+        Ok(())
+    } else {
+        Err(UnsupportedPageSize { found })
+    }
+}
+
+/// Refuses the running kernel unless its pages are 4 KiB (`sysconf(_SC_PAGESIZE)`).
+pub fn check_running_page_size() -> Result<(), UnsupportedPageSize> {
+    check_page_size(rustix::param::page_size())
 }
 
 pub use bootparams::RESTORE_KERNEL_SUFFIX;
@@ -30,7 +64,8 @@ pub const IMAGE_KERNEL_RECORD: &str = "/etc/snapboot/image-kernel";
 /// The identity an image must have to be restored here. On the kernel that makes the
 /// images it is `running`. On a restore kernel (its release ends in
 /// [`RESTORE_KERNEL_SUFFIX`]) it is the image kernel recorded in the initramfs, with
-/// `running`'s RAM: the restore kernel hands over to that kernel, on this machine.
+/// `running`'s RAM and memory layout: the restore kernel hands over to that kernel, on this
+/// machine.
 pub fn image_kernel(running: Identity, record: Option<&str>) -> Identity {
     if !running.release.ends_with(RESTORE_KERNEL_SUFFIX) {
         return running;
@@ -47,13 +82,14 @@ pub fn image_kernel(running: Identity, record: Option<&str>) -> Identity {
             version,
             machine,
             ram_bytes: running.ram_bytes,
+            memory: running.memory,
         },
         _ => running,
     }
 }
 
-/// Sum of the top-level `System RAM` ranges of an `/proc/iomem` text.
-pub fn system_ram_bytes(iomem: &str) -> u64 {
+/// The top-level `System RAM` ranges of an `/proc/iomem` text, in its order.
+pub fn system_ram_ranges(iomem: &str) -> Vec<PhysRange> {
     iomem
         .lines()
         .filter(|l| !l.starts_with(' ') && l.ends_with(": System RAM"))
@@ -62,9 +98,14 @@ pub fn system_ram_bytes(iomem: &str) -> u64 {
             let (a, b) = range.split_once('-')?;
             let a = u64::from_str_radix(a.trim(), 16).ok()?;
             let b = u64::from_str_radix(b.trim(), 16).ok()?;
-            Some(b.saturating_sub(a) + 1)
+            Some(PhysRange::inclusive(a, b))
         })
-        .sum()
+        .collect()
+}
+
+/// Sum of the top-level `System RAM` ranges of an `/proc/iomem` text.
+pub fn system_ram_bytes(iomem: &str) -> u64 {
+    system_ram_ranges(iomem).iter().map(|r| r.size).sum()
 }
 
 fn meminfo_total() -> Option<u64> {
@@ -168,6 +209,7 @@ mod tests {
             version: "#1 restore".into(),
             machine: "x86_64".into(),
             ram_bytes: 512 << 20,
+            memory: MemoryMap::new(vec![PhysRange::inclusive(0x1000, 0x1fff_ffff)], vec![]),
         };
         let record = "release=6.1.0-56-amd64\nversion=#1 SMP Debian\nmachine=x86_64\n";
         let stock = running("6.1.0-56-amd64");
@@ -178,6 +220,7 @@ mod tests {
             version: "#1 SMP Debian".into(),
             machine: "x86_64".into(),
             ram_bytes: 512 << 20,
+            memory: MemoryMap::new(vec![PhysRange::inclusive(0x1000, 0x1fff_ffff)], vec![]),
         };
         assert_eq!(image_kernel(restore.clone(), Some(record)), want);
         // Without a (complete) record the restore kernel is only itself: nothing matches it.
@@ -190,6 +233,28 @@ mod tests {
         let iomem = "00000000-00000fff : Reserved\n00001000-0009fbff : System RAM\n\
                      00100000-3ffdffff : System RAM\n  01000000-01e00000 : Kernel code\n";
         assert_eq!(system_ram_bytes(iomem), 0x9ec00 + 0x3fee0000);
+        assert_eq!(
+            system_ram_ranges(iomem),
+            vec![
+                PhysRange::inclusive(0x1000, 0x9fbff),
+                PhysRange::inclusive(0x10_0000, 0x3ffd_ffff)
+            ]
+        );
+    }
+
+    #[test]
+    fn only_4k_pages_are_supported() {
+        assert_eq!(check_page_size(4096), Ok(()));
+        for found in [16384, 65536] {
+            let e = check_page_size(found).unwrap_err();
+            assert_eq!(e, UnsupportedPageSize { found });
+            assert!(
+                e.to_string()
+                    .contains(&format!("uses {} KiB pages", found / 1024)),
+                "{e}"
+            );
+        }
+        assert_eq!(check_running_page_size(), Ok(()));
     }
 
     #[test]

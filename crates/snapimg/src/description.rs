@@ -1,7 +1,7 @@
 //! The image description: what snapboot keeps with an image besides its pages. The store
 //! holds it as the image's metadata (checksummed with the catalog, covered by a signature);
 //! resume reads it before the first page and refuses an image whose kernel, machine, RAM
-//! size or binding does not match the running system.
+//! size, memory layout or binding does not match the running system.
 //!
 //! Encoding: postcard of [`Description`], whose first field is [`DESCRIPTION_VERSION`]; a
 //! decoder refuses any other version with both numbers. The binding keeps its own
@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Version of [`Description`]'s encoding.
-pub const DESCRIPTION_VERSION: u32 = 2;
+///
+/// 3: the identity carries the memory layout ([`crate::MemoryMap`]).
+pub const DESCRIPTION_VERSION: u32 = 3;
 /// Room for the binding record (it is bounded far below this).
 const BINDING_ROOM: usize = 64 << 10;
 
@@ -124,6 +126,10 @@ mod tests {
             version: "#1 SMP".into(),
             machine: "x86_64".into(),
             ram_bytes: 1 << 30,
+            memory: crate::MemoryMap::new(
+                vec![crate::PhysRange::inclusive(0x4000_0000, 0x7fff_ffff)],
+                vec![crate::PhysRange::inclusive(0x4800_0000, 0x4800_0fff)],
+            ),
         }
     }
 
@@ -155,7 +161,11 @@ mod tests {
         let mut d = Description::new(identity(), 0, None, 1, None).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 2"), "{e}");
+        assert!(e.contains("version 1, this snapboot reads 3"), "{e}");
+        // Version 2 had no memory layout: named by its version, not as garbage.
+        d.version = 2;
+        let e = Description::decode(&d.encode()).unwrap_err();
+        assert!(matches!(e, DescriptionError::Version { found: 2 }), "{e}");
         let bad = SwapRegion {
             used_pages: 40,
             ..swap()

@@ -1,11 +1,13 @@
 //! The kernel and machine an image belongs to, and the check that refuses an image made by
-//! another kernel build or on another RAM size, naming the field that differs.
+//! another kernel build, on another RAM size or under another memory layout, naming the
+//! field that differs.
 
+use crate::memory_map::{MemoryMap, MemoryMapMismatch};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// The kernel and machine an image belongs to, as recorded at capture and as found at resume
-/// (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size).
+/// (`uname -r`, `uname -v`, `uname -m`, the firmware's RAM size, the memory layout).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     /// `uname -r`.
@@ -17,6 +19,8 @@ pub struct Identity {
     /// RAM size in bytes (capture and resume must use the same source, snapboot sums the
     /// "System RAM" ranges of /proc/iomem).
     pub ram_bytes: u64,
+    /// The physical memory layout ([`MemoryMap`]).
+    pub memory: MemoryMap,
 }
 
 /// Why an image cannot be restored on the running system.
@@ -42,6 +46,30 @@ pub enum Incompat {
         /// Bytes of the running system.
         running: u64,
     },
+    /// The physical memory layout differs.
+    #[error(transparent)]
+    MemoryLayout(MemoryMapMismatch),
+    /// The stream's arm64 header names another kernel build than the one that restores it.
+    #[error("the image's arm64 header was written by kernel {image:?}, it must be restored by {running:?}")]
+    HeaderKernel {
+        /// `uts_version` of the stream's header page.
+        image: String,
+        /// `uname -v` of the kernel the image must be restored by.
+        running: String,
+    },
+    /// The CPU the image hibernated on is not on this machine.
+    #[error("the image hibernated on the CPU with MPIDR {mpidr:#x}, this machine has none (its CPUs: {})", hex_list(cpus))]
+    NoSleepCpu {
+        /// `sleep_cpu_mpidr` of the stream's header page.
+        mpidr: u64,
+        /// MPIDRs of this machine's CPUs.
+        cpus: Vec<u64>,
+    },
+}
+
+fn hex_list(values: &[u64]) -> String {
+    let text: Vec<String> = values.iter().map(|v| format!("{v:#x}")).collect();
+    text.join(", ")
 }
 
 impl Identity {
@@ -67,7 +95,9 @@ impl Identity {
                 running: running.ram_bytes,
             });
         }
-        Ok(())
+        self.memory
+            .check_against(&running.memory)
+            .map_err(Incompat::MemoryLayout)
     }
 }
 
@@ -81,6 +111,10 @@ mod tests {
             version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2".into(),
             machine: "x86_64".into(),
             ram_bytes: 1 << 30,
+            memory: MemoryMap::new(
+                vec![crate::PhysRange::inclusive(0x1000, 0x9fbff)],
+                Vec::new(),
+            ),
         }
     }
 
@@ -100,5 +134,9 @@ mod tests {
         let e = id().check_against(&other).unwrap_err().to_string();
         assert!(e.starts_with("RAM size differs"), "{e}");
         assert!(e.contains("1073741824") && e.contains("536870912"), "{e}");
+        let mut other = id();
+        other.memory.ram[0].base += 4096;
+        let e = id().check_against(&other).unwrap_err();
+        assert!(matches!(e, Incompat::MemoryLayout(_)), "{e}");
     }
 }

@@ -4,7 +4,7 @@
 //! * [`kstream`] understands the page stream the kernel hands out through `/dev/snapshot`
 //!   (`struct swsusp_info`, the PFN index, the data pages) and can check and regenerate it.
 //! * [`description`]: what is kept with an image besides its pages: the kernel and machine
-//!   ([`Identity`]), what it is bound to ([`Binding`]), the stream's size and a lazy
+//!   ([`Identity`], with its [`MemoryMap`]), what it is bound to ([`Binding`]), the stream's size and a lazy
 //!   image's [`SwapRegion`]. Resume checks all of it before the first page.
 //! * [`verity`] builds and checks the dm-verity tree of a lazy image's swap region.
 //!
@@ -15,6 +15,7 @@ pub mod binding;
 pub mod description;
 pub mod identity;
 pub mod kstream;
+pub mod memory_map;
 pub mod swap;
 pub mod verity;
 
@@ -27,5 +28,6 @@ pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,
 };
+pub use memory_map::{MemoryMap, MemoryMapMismatch, PhysRange};
 pub use swap::{BadSwapRegion, SwapRegion, MIN_SWAP_PAGES, UUID_LEN};
 pub use verity::SwapVerity;

@@ -2,6 +2,7 @@
 //! page producer interface, and the errors of a stream: everything the parser and the
 //! synthetic producer share.
 
+use super::arch::{ArchRecord, ARM64_UTS_VERSION_LEN, X86_64_RESTORE_MAGIC};
 use serde::Serialize;
 use std::fmt;
 use thiserror::Error;
@@ -12,8 +13,6 @@ pub const PAGE_SIZE: usize = 4096;
 pub type Page = [u8; PAGE_SIZE];
 /// PFN entries per meta page (`PAGE_SIZE / sizeof(unsigned long)`).
 pub const PFNS_PER_PAGE: u64 = (PAGE_SIZE / 8) as u64;
-/// `RESTORE_MAGIC` of `arch/x86/power/hibernate.c` for `CONFIG_X86_64`.
-pub const X86_64_RESTORE_MAGIC: u64 = 0x2345_6789_ABCD_EF02;
 /// `BM_END_OF_MAP` (`~0UL`): terminates the PFN list inside a meta page.
 pub const PFN_END_OF_MAP: u64 = u64::MAX;
 /// `ENCODED_PFN_ZERO_FLAG` of newer kernels: the page is all zeros and has no
@@ -54,12 +53,24 @@ pub mod offsets {
     pub const X86_E820_CHECKSUM: usize = 32;
     /// End of `struct restore_data_record`.
     pub const X86_RECORD_END: usize = 40;
+    /// arm64 `arch_hibernate_hdr.ttbr1_el1` (after the 65-byte `uts_version`, aligned to 8).
+    pub const ARM64_TTBR1_EL1: usize = 72;
+    /// arm64 `arch_hibernate_hdr.reenter_kernel`.
+    pub const ARM64_REENTER_KERNEL: usize = 80;
+    /// arm64 `arch_hibernate_hdr.__hyp_stub_vectors`.
+    pub const ARM64_HYP_STUB_VECTORS: usize = 88;
+    /// arm64 `arch_hibernate_hdr.sleep_cpu_mpidr`.
+    pub const ARM64_SLEEP_CPU_MPIDR: usize = 96;
+    /// End of arm64's `struct arch_hibernate_hdr`.
+    pub const ARM64_RECORD_END: usize = 104;
     /// `MAX_ARCH_HEADER_SIZE`: `sizeof(struct new_utsname) + 4`.
     pub const MAX_ARCH_HEADER: usize = UTS_LEN + 4;
 }
 
 const _: () = assert!(offsets::VERSION_CODE >= offsets::UTS + offsets::UTS_LEN);
 const _: () = assert!(offsets::X86_RECORD_END <= offsets::MAX_ARCH_HEADER);
+const _: () = assert!(ARM64_UTS_VERSION_LEN.next_multiple_of(8) == offsets::ARM64_TTBR1_EL1);
+const _: () = assert!(offsets::ARM64_RECORD_END <= offsets::MAX_ARCH_HEADER);
 const _: () = assert!(offsets::MAX_ARCH_HEADER <= offsets::NUM_PHYSPAGES);
 const _: () = assert!(offsets::END <= PAGE_SIZE);
 
@@ -100,61 +111,11 @@ impl fmt::Display for Pfn {
     }
 }
 
-/// The architecture-specific part of the header page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ArchRecord {
-    /// x86_64 `struct restore_data_record`.
-    X86_64 {
-        /// Virtual address of `restore_registers` in the image kernel.
-        jump_address: u64,
-        /// Physical address of `restore_registers`.
-        jump_address_phys: u64,
-        /// Image kernel's CR3 with PCID bits cleared.
-        cr3: u64,
-        /// [`X86_64_RESTORE_MAGIC`].
-        magic: u64,
-        /// crc32 of the firmware e820 table (the restoring kernel rejects
-        /// the image if its memory map differs).
-        e820_checksum: u64,
-    },
-    /// Architectures without an arch header: the generic utsname + version.
-    Utsname {
-        /// `uts.sysname`.
-        sysname: String,
-        /// `uts.release`.
-        release: String,
-        /// `uts.version`.
-        version: String,
-        /// `uts.machine`.
-        machine: String,
-        /// `LINUX_VERSION_CODE` of the image kernel.
-        version_code: u32,
-    },
-}
-
-impl ArchRecord {
-    /// The x86 restore magic, if this is an x86_64 record.
-    pub fn x86_magic(&self) -> Option<u64> {
-        match self {
-            ArchRecord::X86_64 { magic, .. } => Some(*magic),
-            ArchRecord::Utsname { .. } => None,
-        }
-    }
-    /// The x86 e820 checksum, if this is an x86_64 record.
-    pub fn e820_checksum(&self) -> Option<u64> {
-        match self {
-            ArchRecord::X86_64 { e820_checksum, .. } => Some(*e820_checksum),
-            ArchRecord::Utsname { .. } => None,
-        }
-    }
-}
-
 /// Why a stream was rejected. Every variant carries the numbers involved.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StreamError {
-    /// Page 0 has neither the x86_64 restore magic nor a utsname.
-    #[error("page 0 is not a hibernation header: magic at offset 24 is {magic:#018x} (x86_64 wants {X86_64_RESTORE_MAGIC:#018x}) and there is no \"Linux\" utsname")]
+    /// Page 0 starts with none of the records snapboot knows.
+    #[error("page 0 is not a hibernation header: magic at offset 24 is {magic:#018x} (x86_64 wants {X86_64_RESTORE_MAGIC:#018x}), bytes 0..65 are not an arm64 uts version (\"#...\", NUL-terminated, zeros after) and there is no \"Linux\" utsname")]
     UnknownArch {
         /// The u64 found where the x86 magic lives.
         magic: u64,
@@ -197,6 +158,16 @@ pub enum StreamError {
         size: u64,
         /// `swsusp_info.pages`.
         pages: u64,
+    },
+    /// `size` is `pages` times a larger page: the image kernel does not use 4 KiB pages.
+    #[error("header size field {size} is pages={pages} * {page_size}: the image kernel uses {} KiB pages, snapboot supports 4 KiB pages only", page_size / 1024)]
+    PageSize {
+        /// `swsusp_info.size`.
+        size: u64,
+        /// `swsusp_info.pages`.
+        pages: u64,
+        /// The page size `size / pages` gives (16 KiB or 64 KiB).
+        page_size: u64,
     },
     /// More data pages than physical pages.
     #[error("image_pages={image_pages} exceeds num_physpages={num_physpages}")]
@@ -254,17 +225,6 @@ pub(crate) fn le_u64(page: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn le_u32(page: &[u8], off: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&page[off..off + 4]);
-    u32::from_le_bytes(b)
-}
-
-fn cstr(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
 /// `struct swsusp_info` as found in page 0 of the stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StreamHeader {
@@ -286,27 +246,9 @@ pub struct StreamHeader {
 impl StreamHeader {
     /// Parse and validate page 0 of a stream.
     pub fn parse(page: &Page) -> Result<Self, StreamError> {
-        let magic = le_u64(page, offsets::X86_MAGIC);
-        let arch = if magic == X86_64_RESTORE_MAGIC {
-            ArchRecord::X86_64 {
-                jump_address: le_u64(page, offsets::X86_JUMP_ADDRESS),
-                jump_address_phys: le_u64(page, offsets::X86_JUMP_ADDRESS_PHYS),
-                cr3: le_u64(page, offsets::X86_CR3),
-                magic,
-                e820_checksum: le_u64(page, offsets::X86_E820_CHECKSUM),
-            }
-        } else if page.starts_with(b"Linux\0") {
-            let field = |i: usize| cstr(&page[i * 65..(i + 1) * 65]);
-            ArchRecord::Utsname {
-                sysname: field(0),
-                release: field(2),
-                version: field(3),
-                machine: field(4),
-                version_code: le_u32(page, offsets::VERSION_CODE),
-            }
-        } else {
-            return Err(StreamError::UnknownArch { magic });
-        };
+        let arch = ArchRecord::decode(page).ok_or(StreamError::UnknownArch {
+            magic: le_u64(page, offsets::X86_MAGIC),
+        })?;
         let mut cpus = [0u8; 4];
         cpus.copy_from_slice(&page[offsets::CPUS..offsets::CPUS + 4]);
         let header = StreamHeader {
@@ -334,6 +276,16 @@ impl StreamHeader {
             });
         }
         if pages.checked_mul(PAGE_SIZE as u64) != Some(self.size) {
+            if let Some(page_size) = [16 << 10, 64 << 10]
+                .into_iter()
+                .find(|&p| pages.checked_mul(p) == Some(self.size))
+            {
+                return Err(StreamError::PageSize {
+                    size: self.size,
+                    pages,
+                    page_size,
+                });
+            }
             return Err(StreamError::SizeMismatch {
                 size: self.size,
                 pages,
@@ -386,19 +338,13 @@ impl StreamHeader {
         }
     }
 
-    /// A header as a 6.1 x86_64 kernel would produce it for `image_pages`
-    /// data pages (meta pages = `DIV_ROUND_UP(image_pages * 8, 4096)`).
-    pub fn x86_64(image_pages: u64, num_physpages: u64, e820_checksum: u64) -> Self {
+    /// A header with `arch` for `image_pages` data pages, counted as a 6.1 kernel counts
+    /// them (meta pages = `DIV_ROUND_UP(image_pages * 8, 4096)`).
+    pub fn with_counts(arch: ArchRecord, image_pages: u64, num_physpages: u64) -> Self {
         let meta = PageCount(image_pages).meta_pages_for().0;
         let pages = image_pages + meta + 1;
         StreamHeader {
-            arch: ArchRecord::X86_64 {
-                jump_address: 0xffff_ffff_8100_0000,
-                jump_address_phys: 0x0100_0000,
-                cr3: 0x0200_0000,
-                magic: X86_64_RESTORE_MAGIC,
-                e820_checksum,
-            },
+            arch,
             num_physpages: PageCount(num_physpages),
             cpus: 0,
             image_pages: PageCount(image_pages),
@@ -407,44 +353,42 @@ impl StreamHeader {
         }
     }
 
+    /// A header as a 6.1 x86_64 kernel would produce it for `image_pages` data pages.
+    pub fn x86_64(image_pages: u64, num_physpages: u64, e820_checksum: u64) -> Self {
+        let arch = ArchRecord::X86_64 {
+            jump_address: 0xffff_ffff_8100_0000,
+            jump_address_phys: 0x0100_0000,
+            cr3: 0x0200_0000,
+            magic: X86_64_RESTORE_MAGIC,
+            e820_checksum,
+        };
+        Self::with_counts(arch, image_pages, num_physpages)
+    }
+
+    /// A header as a 6.1 arm64 kernel (4 KiB pages, 48-bit VA, QEMU virt's RAM at 1 GiB)
+    /// would produce it for `image_pages` data pages, hibernated on CPU `sleep_cpu_mpidr`.
+    pub fn arm64(
+        image_pages: u64,
+        num_physpages: u64,
+        uts_version: &str,
+        sleep_cpu_mpidr: u64,
+    ) -> Self {
+        let arch = ArchRecord::Arm64 {
+            uts_version: uts_version.into(),
+            ttbr1_el1: 0x4213_a000,
+            reenter_kernel: 0xffff_8000_0802_1000,
+            hyp_stub_vectors: 0x4020_0800,
+            sleep_cpu_mpidr,
+        };
+        Self::with_counts(arch, image_pages, num_physpages)
+    }
+
     /// Encode as page 0 of a stream (zero-filled like `init_header()`).
     pub fn encode(&self) -> Box<Page> {
         let mut page = Box::new([0u8; PAGE_SIZE]);
         let put =
             |p: &mut Page, off: usize, v: u64| p[off..off + 8].copy_from_slice(&v.to_le_bytes());
-        match &self.arch {
-            ArchRecord::X86_64 {
-                jump_address,
-                jump_address_phys,
-                cr3,
-                magic,
-                e820_checksum,
-            } => {
-                put(&mut page, offsets::X86_JUMP_ADDRESS, *jump_address);
-                put(
-                    &mut page,
-                    offsets::X86_JUMP_ADDRESS_PHYS,
-                    *jump_address_phys,
-                );
-                put(&mut page, offsets::X86_CR3, *cr3);
-                put(&mut page, offsets::X86_MAGIC, *magic);
-                put(&mut page, offsets::X86_E820_CHECKSUM, *e820_checksum);
-            }
-            ArchRecord::Utsname {
-                sysname,
-                release,
-                version,
-                machine,
-                version_code,
-            } => {
-                for (i, s) in [(0, sysname), (2, release), (3, version), (4, machine)] {
-                    let n = s.len().min(64);
-                    page[i * 65..i * 65 + n].copy_from_slice(&s.as_bytes()[..n]);
-                }
-                page[offsets::VERSION_CODE..offsets::VERSION_CODE + 4]
-                    .copy_from_slice(&version_code.to_le_bytes());
-            }
-        }
+        self.arch.encode_into(&mut page);
         put(&mut page, offsets::NUM_PHYSPAGES, self.num_physpages.0);
         page[offsets::CPUS..offsets::CPUS + 4].copy_from_slice(&self.cpus.to_le_bytes());
         put(&mut page, offsets::IMAGE_PAGES, self.image_pages.0);

@@ -10,7 +10,9 @@
 //!    first 40 bytes are overwritten by the x86 `struct restore_data_record`
 //!    (`arch/x86/power/hibernate.c`) because x86 selects
 //!    `CONFIG_ARCH_HIBERNATION_HEADER`. The utsname is therefore *not* in the
-//!    stream on x86: snapboot records kernel identity itself;
+//!    stream on x86: snapboot records kernel identity itself. arm64 selects it
+//!    too and writes its `struct arch_hibernate_hdr` there instead, which holds
+//!    the image kernel's `uname -v` (module `arch` draws both records);
 //! 2. `pages - image_pages - 1` meta pages: the PFN index, 512 `unsigned long`
 //!    PFNs per page in ascending order, terminated by `~0UL` when the page has
 //!    room. (Kernels with the zero-page optimisation also list all-zero pages
@@ -21,10 +23,12 @@
 //! [`PageProducer`] trait is the cursor-style interface (like the kernel's
 //! `snapshot_read_next()`) restore uses to regenerate it.
 
+mod arch;
 mod header;
 mod parser;
 mod synthetic;
 
+pub use arch::{ArchRecord, ARM64_UTS_VERSION_LEN, MPIDR_HWID_MASK, X86_64_RESTORE_MAGIC};
 pub use header::*;
 pub use parser::{Phase, StreamParser};
 pub use synthetic::{synthetic_stream, SyntheticStream};

@@ -3,8 +3,10 @@
 //! [`SyntheticStream`] builds a stream shaped like what a 6.1 x86_64 kernel
 //! emits (x86 restore record, exact `DIV_ROUND_UP` meta pages, ascending
 //! PFNs terminated by `~0UL`, data pages) from a seed, deterministically and
-//! lazily, so tests can exercise capture and restore without a kernel.
+//! lazily, so tests can exercise capture and restore without a kernel;
+//! [`SyntheticStream::with_arch`] gives it another arch record (arm64's).
 
+use super::arch::ArchRecord;
 use super::header::{
     Page, PageCount, PageKind, PageProducer, Pfn, StreamHeader, PAGE_SIZE, PFNS_PER_PAGE,
     PFN_END_OF_MAP,
@@ -45,6 +47,25 @@ impl SyntheticStream {
             seed,
             cur: 0,
         }
+    }
+
+    /// The same stream with `arch` at the start of its header page (the counts and pages
+    /// stay as they are).
+    pub fn with_arch(mut self, arch: ArchRecord) -> Self {
+        self.header.arch = arch;
+        self
+    }
+
+    /// The whole stream as bytes (header + PFN index + data). Test helper: holds
+    /// everything in memory.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let pages = usize::try_from(self.pages().0).unwrap_or(0);
+        let mut out = vec![0u8; pages * PAGE_SIZE];
+        for (i, chunk) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            let page: &mut Page = chunk.try_into().expect("chunks are PAGE_SIZE long");
+            self.page(i as u64, page);
+        }
+        out
     }
 
     /// The header page's contents.
@@ -116,13 +137,5 @@ impl PageProducer for SyntheticStream {
 /// The whole synthetic stream for `image_pages` data pages as bytes
 /// (header + PFN index + data). Test helper: holds everything in memory.
 pub fn synthetic_stream(image_pages: u64, seed: u64) -> Vec<u8> {
-    let s = SyntheticStream::new(image_pages, seed);
-    let pages = usize::try_from(s.pages().0).unwrap_or(0);
-    let mut out = vec![0u8; pages * PAGE_SIZE];
-    for (i, chunk) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
-        let mut buf = [0u8; PAGE_SIZE];
-        s.page(i as u64, &mut buf);
-        chunk.copy_from_slice(&buf);
-    }
-    out
+    SyntheticStream::new(image_pages, seed).to_bytes()
 }

@@ -160,3 +160,52 @@ fn producers_regenerate_identical_stream() {
     assert_eq!(collect_stream(&mut SliceStream::new(&s)).unwrap(), s);
     assert_ne!(synthetic_stream(1025, 4), s);
 }
+
+#[test]
+fn arm64_stream_round_trips_through_the_parser() {
+    let version = "#1 SMP Debian 6.1.192-2 (2026-11-16)";
+    let arch = StreamHeader::arm64(1, 1, version, 0x3).arch;
+    let syn = SyntheticStream::new(700, 9).with_arch(arch.clone());
+    let s = syn.to_bytes();
+    assert_eq!(&s[..version.len()], version.as_bytes());
+    let mut p = StreamParser::new();
+    for i in 0..s.len() / PAGE_SIZE {
+        p.push_page(page_of(&s, i)).unwrap();
+    }
+    let h = p.finish().unwrap();
+    assert_eq!(h.arch, arch);
+    assert_eq!(h, syn.header());
+    assert_eq!(h.image_pages, PageCount(700));
+    // The counts follow the arch record exactly as on x86.
+    let h = StreamHeader::arm64(1000, 4096, version, 0);
+    assert_eq!(StreamHeader::parse(&h.encode()).unwrap(), h);
+    assert_eq!(le_u64(&h.encode()[..], 424), 1003);
+}
+
+#[test]
+fn garbage_at_the_start_of_page_0_is_named() {
+    let mut p = StreamHeader::arm64(10, 100, "#1 SMP", 0).encode();
+    p[..8].copy_from_slice(b"garbage!");
+    let e = StreamHeader::parse(&p).unwrap_err();
+    assert!(matches!(e, StreamError::UnknownArch { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("x86_64") && text.contains("arm64"), "{text}");
+}
+
+#[test]
+fn a_large_page_kernel_is_named_by_its_page_size() {
+    for (page_size, kib) in [(16u64 << 10, "16 KiB"), (64 << 10, "64 KiB")] {
+        let mut h = StreamHeader::arm64(10, 100, "#1 SMP", 0);
+        h.size = h.pages.0 * page_size;
+        let e = StreamHeader::parse(&h.encode()).unwrap_err();
+        assert_eq!(
+            e,
+            StreamError::PageSize {
+                size: h.size,
+                pages: h.pages.0,
+                page_size
+            }
+        );
+        assert!(e.to_string().contains(kib), "{e}");
+    }
+}
