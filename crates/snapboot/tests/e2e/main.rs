@@ -3,6 +3,7 @@
 //! shared by every test.
 
 mod analyze_cli;
+mod arm64;
 mod binding;
 mod board;
 mod cli;

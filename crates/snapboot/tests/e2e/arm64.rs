@@ -1,0 +1,232 @@
+//! End-to-end tests on the arm64 board (QEMU `virt`, powered on into U-Boot, which boots the
+//! partitioned boot disk): capture and restore on Debian's arm64 kernel and on the arm64
+//! restore kernel, and the refusals that must end in a cold boot with the reason.
+
+use crate::common::{home, run, snapboot};
+use crate::snapshot::{
+    assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
+};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+fn lock() -> &'static Mutex<()> {
+    static L: OnceLock<Mutex<()>> = OnceLock::new();
+    L.get_or_init(|| Mutex::new(()))
+}
+
+/// The arm64 device binary, cross-built once per test binary from the code under test.
+fn device_binary_built() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/device-arm64.sh");
+        let (out, so, se) = run(Command::new(script));
+        assert!(
+            out.status.success(),
+            "cross-building snapboot-device:\n{so}\n{se}"
+        );
+    });
+}
+
+/// The arm64 bundle of `workload`, built once by this test binary.
+pub(crate) fn arm64_bundle(workload: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let _g = lock().lock().unwrap_or_else(|e| e.into_inner());
+    let dir = home().join("bundles").join("arm64").join(workload);
+    if built.lock().unwrap().iter().any(|w| w == workload) {
+        return dir;
+    }
+    device_binary_built();
+    let mut c = snapboot();
+    c.args(["board", "fetch-kernel", "--arch", "arm64"]);
+    let (out, so, se) = run(c);
+    assert!(
+        out.status.success(),
+        "fetch-kernel --arch arm64 failed:\n{so}\n{se}"
+    );
+    let mut c = snapboot();
+    c.args(["board", "build", "--workload", workload, "--arch", "arm64"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "arm64 build failed:\n{so}\n{se}");
+    built.lock().unwrap().push(workload.to_string());
+    dir
+}
+
+/// The arm64 restore kernel, built once (minutes on a fresh machine, then cached).
+fn arm64_restore_kernel() -> PathBuf {
+    static K: OnceLock<PathBuf> = OnceLock::new();
+    K.get_or_init(|| {
+        arm64_bundle("shell");
+        let mut c = snapboot();
+        c.args(["board", "restore-kernel", "--arch", "arm64"]);
+        let (out, so, se) = run(c);
+        assert!(
+            out.status.success(),
+            "restore-kernel --arch arm64 failed:\n{so}\n{se}"
+        );
+        let path = so
+            .lines()
+            .find_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("Image ")
+                    .or_else(|| l.strip_prefix("vmlinux "))
+            })
+            .and_then(|rest| rest.split(" (").next())
+            .unwrap_or_else(|| panic!("no kernel line in:\n{so}"));
+        PathBuf::from(path)
+    })
+    .clone()
+}
+
+/// Captures `workload` on the arm64 board once; returns the store.
+fn captured(workload: &str) -> PathBuf {
+    static STORES: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
+    let stores = STORES.get_or_init(|| Mutex::new(Vec::new()));
+    let mut g = stores.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = g.iter().find(|(w, _)| w == workload) {
+        return p.clone();
+    }
+    let b = arm64_bundle(workload);
+    let store = home().join(format!("test-arm64-{workload}.store"));
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b)
+        .arg("--store")
+        .arg(&store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "arm64 capture failed:\n{so}\n{se}");
+    assert!(so.contains("image current generation 2"), "{so}");
+    g.push((workload.to_string(), store.clone()));
+    store
+}
+
+/// Powers on the arm64 `workload` with `store` as its second disk.
+fn session(
+    workload: &str,
+    store: &Path,
+    restore_kernel: bool,
+    mem_extra: u32,
+) -> board::qemu::Session {
+    let b = board::Bundle::load(&arm64_bundle(workload)).unwrap();
+    assert_eq!(b.kernel.arch, board::Arch::Arm64);
+    let mut o = board::RunOptions::for_bundle(&b);
+    if restore_kernel {
+        o.kernel = board::qemu::KernelImage::Restore(arm64_restore_kernel());
+    }
+    o.mem_mib += mem_extra;
+    o.timeout = Duration::from_secs(300);
+    o.disks.push(board::qemu::Disk {
+        path: store.to_path_buf(),
+        readonly: false,
+    });
+    o.params.store = Some("/dev/vdb".into());
+    board::qemu::Session::start(&b, &o).unwrap()
+}
+
+fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str) -> String {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .0
+}
+
+/// The arm64 `app` image restores through U-Boot, on the stock kernel and on the restore
+/// kernel, with the application's state intact, its clock current and its RNG fresh.
+#[test]
+fn arm64_app_restores_on_the_stock_and_the_restore_kernel() {
+    let store = copy_store(&captured("app"), "test-arm64-app-restores.store");
+    let expected = host_checksum();
+    let mut randoms = Vec::new();
+    for (boot, rk) in [false, true, true].into_iter().enumerate() {
+        let mut s = session("app", &store, rk, 0);
+        expect(&mut s, r"U-Boot 20\d\d", "U-Boot's banner");
+        let banner = expect(&mut s, r"Linux version \S+", "kernel banner");
+        assert_eq!(
+            banner.contains("snapboot-restore"),
+            rk,
+            "boot {boot} booted the wrong kernel: {banner}"
+        );
+        expect(&mut s, r"snapboot: @restored", "restored marker");
+        randoms.push(check_restored_app(&mut s, boot, &expected));
+        s.finish(boottrace::Outcome::Answered);
+    }
+    assert_all_differ(randoms);
+}
+
+/// Runs the arm64 shell on `store` and expects a refusal naming `reason`, then a cold boot
+/// that reaches ready (on the restore kernel: handed to the stock kernel first).
+fn expect_fallback(store: &Path, restore_kernel: bool, mem_extra: u32, reason: &str) {
+    let mut s = session("shell", store, restore_kernel, mem_extra);
+    let line = expect(&mut s, r"snapboot: @fallback", "fallback marker");
+    assert!(line.contains(reason), "fallback {line:?} lacks {reason:?}");
+    if restore_kernel {
+        expect(
+            &mut s,
+            r"snapboot: @handover",
+            "hand-over to the stock kernel",
+        );
+        expect(
+            &mut s,
+            r"Linux version 6\.1\.\S+-arm64 ",
+            "stock kernel banner",
+        );
+    }
+    expect(&mut s, r"snapboot: @ready", "the cold boot reaching ready");
+    s.finish(boottrace::Outcome::Ready);
+}
+
+#[test]
+fn arm64_corrupt_image_is_refused_and_boots_cold() {
+    let bad = copy_store(&captured("shell"), "test-arm64-bad-data.store");
+    let chunk = damage_newest_image(&bad);
+    expect_fallback(
+        &bad,
+        false,
+        0,
+        &format!("checksum mismatch in chunk {chunk}"),
+    );
+}
+
+/// An image whose kernel build differs (the uts version arm64 compares, recorded in the
+/// image's identity) is refused before any page is written, on both kernels.
+#[test]
+fn arm64_image_of_another_kernel_build_is_refused_and_boots_cold() {
+    let bad = copy_store(&captured("shell"), "test-arm64-foreign.store");
+    rewrite_version(&bad);
+    expect_fallback(&bad, false, 0, "kernel version differs");
+    expect_fallback(&bad, true, 0, "kernel version differs");
+}
+
+#[test]
+fn arm64_other_ram_size_is_refused_and_boots_cold() {
+    let copy = copy_store(&captured("shell"), "test-arm64-ram.store");
+    expect_fallback(&copy, false, 128, "differs");
+}
+
+/// Rewrites the newest image's description as if another build of the same release had
+/// captured it (`uname -v` differs).
+fn rewrite_version(store: &Path) {
+    let mut s = ondevice::store::open_store(store, true).unwrap();
+    let rec = s.newest().unwrap().clone();
+    let mut d = ondevice::store::description(&s, &rec).unwrap();
+    assert!(d.identity.version.starts_with("#1 "), "{:?}", d.identity);
+    d.identity.version.replace_range(0..2, "#2");
+    let mut pages = Vec::new();
+    let mut r = s.reader(&rec.name).unwrap();
+    let mut page = [0u8; flashstore::PAGE];
+    while r.next_page(&mut page).unwrap() {
+        pages.push(page);
+    }
+    drop(r);
+    let mut w = s
+        .writer(&rec.name, flashstore::WriteOptions::default())
+        .unwrap();
+    for p in &pages {
+        w.push_page(p).unwrap();
+    }
+    w.commit(d.encode()).unwrap();
+}
