@@ -329,11 +329,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_header_page_of_a_stored_arm64_image_is_read_back() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("s.store");
-        File::create(&path).unwrap().set_len(8 << 20).unwrap();
+    /// An empty 16 MiB store in file `s.store` of `dir`.
+    fn file_store(dir: &Path) -> Store<File> {
+        let path = dir.join("s.store");
+        let f = File::create(&path).unwrap();
+        f.set_len(16 << 20).unwrap();
+        drop(f);
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -343,7 +344,13 @@ mod tests {
             cluster_blocks: 16,
             ..Default::default()
         };
-        let mut s = Store::format(f, fmt).unwrap();
+        Store::format(f, fmt).unwrap()
+    }
+
+    #[test]
+    fn the_header_page_of_a_stored_arm64_image_is_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = file_store(d.path());
         let arch = snapimg::StreamHeader::arm64(1, 1, "#1 SMP", 2).arch;
         let stream = snapimg::SyntheticStream::new(40, 5).with_arch(arch);
         let opts = WriteOptions {
@@ -362,20 +369,7 @@ mod tests {
     /// A file store holding image `b`, which kept every other chunk of the removed image
     /// `a`: the clusters `a` wrote are partly live.
     fn store_with_holes(dir: &Path) -> Store<File> {
-        let path = dir.join("s.store");
-        let f = File::create(&path).unwrap();
-        f.set_len(16 << 20).unwrap();
-        drop(f);
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let fmt = flashstore::FormatOptions {
-            cluster_blocks: 16,
-            ..Default::default()
-        };
-        let mut s = Store::format(f, fmt).unwrap();
+        let mut s = file_store(dir);
         let noisy = |i: u64, seed: u64| {
             let mut p = [0u8; PAGE_SIZE];
             for (j, w) in p[..1024].chunks_exact_mut(8).enumerate() {
