@@ -119,6 +119,24 @@ pub fn description(store: &Store<File>, rec: &ImageRec) -> Result<Description, S
     Ok(Description::decode(&meta.user)?)
 }
 
+/// The kernel's header page of image `name` (page 0 of its stream), parsed.
+pub fn stream_header(
+    store: &Store<File>,
+    name: &str,
+) -> Result<snapimg::StreamHeader, StoreUseError> {
+    let mut page = [0u8; PAGE_SIZE];
+    if !store.reader(name)?.next_page(&mut page)? {
+        return Err(StoreUseError::Stream {
+            page: 0,
+            source: snapimg::StreamError::Incomplete {
+                received: 0,
+                expected: 0,
+            },
+        });
+    }
+    snapimg::StreamHeader::parse(&page).map_err(|source| StoreUseError::Stream { page: 0, source })
+}
+
 /// Whether the swap region a description records lies in the raw region the store gave
 /// image `rec` (a description pointing elsewhere is refused).
 pub fn swap_inside(store: &Store<File>, rec: &ImageRec, swap: &snapimg::SwapRegion) -> bool {
@@ -311,9 +329,8 @@ mod tests {
         }
     }
 
-    /// A file store holding image `b`, which kept every other chunk of the removed image
-    /// `a`: the clusters `a` wrote are partly live.
-    fn store_with_holes(dir: &Path) -> Store<File> {
+    /// An empty 16 MiB store in file `s.store` of `dir`.
+    fn file_store(dir: &Path) -> Store<File> {
         let path = dir.join("s.store");
         let f = File::create(&path).unwrap();
         f.set_len(16 << 20).unwrap();
@@ -327,7 +344,32 @@ mod tests {
             cluster_blocks: 16,
             ..Default::default()
         };
-        let mut s = Store::format(f, fmt).unwrap();
+        Store::format(f, fmt).unwrap()
+    }
+
+    #[test]
+    fn the_header_page_of_a_stored_arm64_image_is_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = file_store(d.path());
+        let arch = snapimg::StreamHeader::arm64(1, 1, "#1 SMP", 2).arch;
+        let stream = snapimg::SyntheticStream::new(40, 5).with_arch(arch);
+        let opts = WriteOptions {
+            chunk_pages: 8,
+            ..WriteOptions::default()
+        };
+        let mut w = s.writer("arm", opts).unwrap();
+        for page in stream.to_bytes().chunks_exact(PAGE_SIZE) {
+            w.push_page(page.try_into().unwrap()).unwrap();
+        }
+        w.commit(Vec::new()).unwrap();
+        assert_eq!(&stream_header(&s, "arm").unwrap(), stream.header());
+        assert!(stream_header(&s, "missing").is_err());
+    }
+
+    /// A file store holding image `b`, which kept every other chunk of the removed image
+    /// `a`: the clusters `a` wrote are partly live.
+    fn store_with_holes(dir: &Path) -> Store<File> {
+        let mut s = file_store(dir);
         let noisy = |i: u64, seed: u64| {
             let mut p = [0u8; PAGE_SIZE];
             for (j, w) in p[..1024].chunks_exact_mut(8).enumerate() {

@@ -28,6 +28,10 @@ struct Inspected {
     image: ondevice::store::ImageSummary,
     /// `ok`, `not verified`, or why a chunk failed.
     verify: String,
+    /// The kernel's header page (page 0 of the stream), with its arch record.
+    stream_header: Option<snapimg::StreamHeader>,
+    /// Why the header page could not be read or parsed.
+    stream_header_error: Option<String>,
 }
 
 /// `snapboot image inspect`: every image of the store, each read whole unless `--no-verify`;
@@ -50,10 +54,13 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
                 }
             }
         };
+        let header = ondevice::store::stream_header(&s, &r.name);
         out.push((
             Inspected {
                 image: ondevice::store::summary(&s, r),
                 verify,
+                stream_header_error: header.as_ref().err().map(|e| chain(e)),
+                stream_header: header.ok(),
             },
             read,
         ));
@@ -91,6 +98,11 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
                     w.used_pages
                 )),
             );
+            let header = i.stream_header.as_ref();
+            println!(
+                "  {}",
+                header_line(header.ok_or(i.stream_header_error.as_deref()))
+            );
         }
     }
     Ok(if all_ok {
@@ -101,3 +113,72 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
 }
 
 const MIB: f64 = 1048576.0;
+
+/// What `image inspect` says of an image's header page: its arch record and counts, or
+/// why it could not be read.
+fn header_line(header: Result<&snapimg::StreamHeader, Option<&str>>) -> String {
+    use snapimg::ArchRecord;
+    let h = match header {
+        Ok(h) => h,
+        Err(why) => {
+            return format!("stream header: unreadable ({})", why.unwrap_or("not read"));
+        }
+    };
+    let arch = match &h.arch {
+        ArchRecord::X86_64 {
+            jump_address,
+            cr3,
+            e820_checksum,
+            ..
+        } => format!(
+            "x86_64, jump address {jump_address:#x}, cr3 {cr3:#x}, e820 checksum {e820_checksum:#010x}"
+        ),
+        ArchRecord::Arm64 {
+            uts_version,
+            ttbr1_el1,
+            reenter_kernel,
+            hyp_stub_vectors,
+            sleep_cpu_mpidr,
+        } => format!(
+            "arm64, uts version {uts_version:?}, ttbr1_el1 {ttbr1_el1:#x}, re-entry {reenter_kernel:#x}, \
+             hyp stub vectors {hyp_stub_vectors:#x}, sleep CPU MPIDR {sleep_cpu_mpidr:#x}"
+        ),
+        ArchRecord::Utsname {
+            release, version, ..
+        } => format!("utsname {release} {version:?}"),
+    };
+    format!(
+        "stream header: {arch}; {} data pages, {} pages in all, num_physpages {}",
+        h.image_pages, h.pages, h.num_physpages
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_line_shows_every_arm64_field() {
+        let h = snapimg::StreamHeader::arm64(100, 131072, "#1 SMP Debian 6.1.192-2", 0x101);
+        let line = header_line(Ok(&h));
+        for want in [
+            "arm64, uts version \"#1 SMP Debian 6.1.192-2\"",
+            "ttbr1_el1 0x4213a000",
+            "re-entry 0xffff800008021000",
+            "hyp stub vectors 0x40200800",
+            "sleep CPU MPIDR 0x101",
+            "100 data pages",
+        ] {
+            assert!(line.contains(want), "{want}: {line}");
+        }
+        let json = serde_json::to_value(&h).unwrap();
+        assert_eq!(json["arch"]["kind"], "arm64");
+        assert_eq!(json["arch"]["sleep_cpu_mpidr"], 0x101);
+        assert_eq!(json["arch"]["uts_version"], "#1 SMP Debian 6.1.192-2");
+        let bad = header_line(Err(Some("chunk 3 failed its checksum")));
+        assert!(
+            bad.ends_with("unreadable (chunk 3 failed its checksum)"),
+            "{bad}"
+        );
+    }
+}
