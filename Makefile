@@ -3,8 +3,9 @@ SNAPBOOT := target/x86_64-unknown-linux-gnu/release/snapboot
 export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
 APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap
-# Building the restore kernel from the distribution's kernel source.
-KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev
+# Building the restore kernel from the distribution's kernel source (gcc-aarch64-linux-gnu:
+# the arm64 one, `snapboot board restore-kernel --arch arm64`).
+KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu
 
 .PHONY: setup deps build kernel restore-kernel demo test unit imports bench clean
 

@@ -5,6 +5,7 @@
 //! serial console with host timestamps and measures time-to-interactive.
 
 pub mod arch;
+pub mod arm64_image;
 pub mod bench;
 pub mod bundle;
 pub mod capture;
@@ -18,6 +19,7 @@ pub mod qemu;
 pub mod restore_kernel;
 #[cfg(test)]
 mod testutil;
+pub mod version_stamp;
 pub mod workload;
 
 pub use arch::Arch;
