@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+use crate::arch::Arch;
 use crate::bundle::{BuildOptions, Bundle, BundleError};
 use crate::kernel::{KernelError, KernelInfo};
 use crate::workload::{Workload, WorkloadError};
@@ -16,6 +17,9 @@ pub enum HomeError {
         "no kernel fetched yet: run `snapboot board fetch-kernel` or pass --kernel and --modules"
     )]
     NoKernel(#[source] KernelError),
+    /// No kernel of a non-default architecture was fetched.
+    #[error("no {0} kernel fetched yet: run `snapboot board fetch-kernel --arch {0}`")]
+    NoKernelOf(Arch, #[source] KernelError),
     /// The kernel named on the command line is unusable.
     #[error(transparent)]
     Kernel(#[from] KernelError),
@@ -38,12 +42,21 @@ pub fn home() -> PathBuf {
     std::path::absolute(&h).unwrap_or(h)
 }
 
-/// Where `board fetch-kernel` records the fetched kernel.
-pub fn kernel_record() -> PathBuf {
-    home().join("kernel.json")
+/// Where `board fetch-kernel` records the fetched kernel of `arch`: `kernel.json` for x86_64
+/// (as before arm64 existed), `kernel-arm64.json` for arm64.
+pub fn kernel_record(arch: Arch) -> PathBuf {
+    home().join(kernel_record_name(arch))
 }
 
-/// Where the fetched kernel packages are unpacked.
+fn kernel_record_name(arch: Arch) -> String {
+    match arch {
+        Arch::X86_64 => "kernel.json".into(),
+        other => format!("kernel-{other}.json"),
+    }
+}
+
+/// Where the fetched kernel packages of every architecture are unpacked (the package names
+/// differ by architecture).
 pub fn kernel_cache() -> PathBuf {
     home().join("kernels")
 }
@@ -53,7 +66,15 @@ pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInf
     if let (Some(k), Some(m)) = (kernel, modules) {
         return Ok(KernelInfo::from_paths(k, m)?);
     }
-    KernelInfo::load(&kernel_record()).map_err(HomeError::NoKernel)
+    fetched_kernel(Arch::X86_64)
+}
+
+/// The kernel `board fetch-kernel` fetched for `arch`.
+pub fn fetched_kernel(arch: Arch) -> Result<KernelInfo, HomeError> {
+    KernelInfo::load(&kernel_record(arch)).map_err(|e| match arch {
+        Arch::X86_64 => HomeError::NoKernel(e),
+        other => HomeError::NoKernelOf(other, e),
+    })
 }
 
 /// The snapboot binary the board puts on the device: `snapboot-device` beside the running
@@ -174,6 +195,8 @@ mod tests {
         );
         assert!(bundle_dir("shell").ends_with("bundles/shell"));
         assert!(home().is_absolute());
+        assert_eq!(kernel_record_name(Arch::X86_64), "kernel.json");
+        assert_eq!(kernel_record_name(Arch::Arm64), "kernel-arm64.json");
     }
 
     #[test]

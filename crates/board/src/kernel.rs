@@ -1,9 +1,13 @@
 //! The guest kernel: fetching a stock distribution kernel without installing it, and turning
-//! its compressed `bzImage` into the uncompressed ELF `vmlinux` that QEMU boots through PVH.
+//! its compressed `bzImage` into the uncompressed ELF `vmlinux` that QEMU boots through PVH
+//! (x86_64), or its gzipped `vmlinuz` into the uncompressed `Image` (arm64, see
+//! [`crate::arm64_image`]).
 //!
 //! Under TCG the in-kernel XZ decompressor alone costs seconds of every cold boot, so the board
 //! decompresses the payload once on the host (an uncompressed kernel: under TCG the bzImage's own decompressor costs seconds at every boot).
 
+use crate::arch::Arch;
+use crate::arm64_image;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::{Read, Write};
@@ -22,6 +26,36 @@ pub enum KernelError {
     /// The bzImage is malformed or uses an unsupported compressor.
     #[error("cannot extract vmlinux from {path}: {reason}")]
     Extract { path: PathBuf, reason: String },
+    /// apt knows no packages of the foreign architecture the kernel is for.
+    #[error(
+        "apt knows no {debian} packages ({meta} not found): run `dpkg --add-architecture \
+         {debian} && apt-get update` once, as root"
+    )]
+    NoForeignPackages {
+        /// Debian's name of the architecture.
+        debian: &'static str,
+        /// The meta package asked for.
+        meta: String,
+    },
+    /// The arm64 `vmlinuz` does not give an uncompressed Image.
+    #[error("cannot unpack the arm64 Image from {path}")]
+    Arm64Image {
+        /// The compressed kernel.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: arm64_image::UnpackError,
+    },
+    /// The kernel image's banner names another release than its package does.
+    #[error("{path}: the banner says release {banner:?}, the package {package:?}")]
+    ReleaseMismatch {
+        /// The uncompressed kernel.
+        path: PathBuf,
+        /// `Linux version RELEASE` of the banner (empty when there is none).
+        banner: String,
+        /// The release of `vmlinuz-RELEASE` and the modules directory.
+        package: String,
+    },
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -50,9 +84,17 @@ pub struct KernelInfo {
     pub config: Option<PathBuf>,
     /// Where the kernel came from (Debian package name, or "user").
     pub source: String,
-    /// The architecture it runs on (and so the board that boots it).
+    /// The architecture it runs on (records written before arm64 was known are x86_64).
     #[serde(default)]
-    pub arch: crate::Arch,
+    pub arch: Arch,
+    /// The uncompressed kernel unpacked when it was fetched: arm64's `Image`. (x86_64's
+    /// vmlinux is extracted into each bundle instead.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<PathBuf>,
+    /// Its `uname -v` ([`uts_version`]), when read at fetch (arm64: a restore kernel has to
+    /// carry the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl KernelInfo {
@@ -72,7 +114,9 @@ impl KernelInfo {
             });
         }
         let data = fs::read(kernel).map_err(io_err(kernel))?;
+        let arm64 = arm64_image::is_image(&data);
         let release = bzimage_release(&data)
+            .or_else(|| arm64.then(|| banner_release(&data)).flatten())
             .or_else(|| {
                 modules
                     .file_name()
@@ -85,12 +129,14 @@ impl KernelInfo {
             .map(|root| root.join("boot").join(format!("config-{release}")))
             .filter(|p| p.is_file());
         Ok(Self {
+            version: arm64.then(|| uts_version(&data, &release)).flatten(),
             release,
             bzimage: kernel.to_path_buf(),
             modules_dir: modules.to_path_buf(),
             config,
             source: "user".into(),
-            arch: image_arch(&data),
+            arch: if arm64 { Arch::Arm64 } else { Arch::X86_64 },
+            image: arm64.then(|| kernel.to_path_buf()),
         })
     }
 
@@ -101,16 +147,6 @@ impl KernelInfo {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
-    }
-}
-
-/// The architecture of a kernel image: an arm64 `Image` (magic `ARM\x64` at byte 56), else
-/// the x86_64 board's (a bzImage or an ELF vmlinux).
-pub fn image_arch(data: &[u8]) -> crate::Arch {
-    if data.get(56..60) == Some(b"ARM\x64") {
-        crate::Arch::Arm64
-    } else {
-        crate::Arch::of_elf(data).unwrap_or_default()
     }
 }
 
@@ -146,14 +182,35 @@ fn parse_depends(out: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Resolves the kernel package of `arch`'s `meta` package (e.g. `linux-image-arm64:arm64`),
+/// saying how to teach apt a foreign architecture when it knows none of its packages.
+pub fn resolve_kernel_package(arch: Arch, meta: &str) -> Result<String, KernelError> {
+    let foreign = meta.contains(':');
+    match resolve_meta_package(meta) {
+        Err(KernelError::Command { reason, .. })
+            if foreign && reason.contains("No packages found") =>
+        {
+            Err(KernelError::NoForeignPackages {
+                debian: arch.debian(),
+                meta: meta.to_string(),
+            })
+        }
+        other => other,
+    }
+}
+
 /// Downloads the kernel package `meta` depends on with `apt-get download` and unpacks it with
 /// `dpkg-deb -x` below `cache` (never installing it on the host). Reuses an earlier unpack.
-pub fn fetch_debian(cache: &Path, meta: &str) -> Result<KernelInfo, KernelError> {
-    let pkg = resolve_meta_package(meta)?;
-    let dir = cache.join(&pkg);
+/// An arm64 kernel's gzipped `vmlinuz` is unpacked to `Image` beside the package's tree, its
+/// banner's release checked against the package's and its `uname -v` recorded.
+pub fn fetch_debian(cache: &Path, arch: Arch, meta: &str) -> Result<KernelInfo, KernelError> {
+    let pkg = resolve_kernel_package(arch, meta)?;
+    // `linux-image-6.1.0-56-arm64:arm64`: the name already says the architecture.
+    let dir = cache.join(pkg.split(':').next().unwrap_or(&pkg));
     let info_path = dir.join("kernel.json");
     if let Ok(info) = KernelInfo::load(&info_path) {
-        if info.bzimage.is_file() && info.modules_dir.is_dir() {
+        let image_ok = info.image.as_ref().is_none_or(|p| p.is_file());
+        if info.arch == arch && info.bzimage.is_file() && info.modules_dir.is_dir() && image_ok {
             return Ok(info);
         }
     }
@@ -175,10 +232,45 @@ pub fn fetch_debian(cache: &Path, meta: &str) -> Result<KernelInfo, KernelError>
     let _ = fs::remove_dir_all(&root);
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
     let _ = fs::remove_file(&deb);
-    let info = locate_in_tree(&root, &pkg)?;
+    let mut info = locate_in_tree(&root, &pkg, arch)?;
+    if arch == Arch::Arm64 {
+        unpack_arm64_image(&mut info, &dir.join("Image"))?;
+    }
     let json = serde_json::to_string_pretty(&info).unwrap_or_default();
     fs::write(&info_path, json).map_err(io_err(&info_path))?;
     Ok(info)
+}
+
+/// Unpacks `info`'s gzipped arm64 `vmlinuz` to the uncompressed Image `out`, checks that the
+/// banner's release is the package's and records the Image and its `uname -v` in `info`.
+pub fn unpack_arm64_image(info: &mut KernelInfo, out: &Path) -> Result<(), KernelError> {
+    let data = fs::read(&info.bzimage).map_err(io_err(&info.bzimage))?;
+    let image =
+        arm64_image::write_uncompressed(&data, out).map_err(|source| KernelError::Arm64Image {
+            path: info.bzimage.clone(),
+            source,
+        })?;
+    let banner = banner_release(&image).unwrap_or_default();
+    if banner != info.release {
+        return Err(KernelError::ReleaseMismatch {
+            path: out.to_path_buf(),
+            banner,
+            package: info.release.clone(),
+        });
+    }
+    info.version = uts_version(&image, &info.release);
+    info.image = Some(out.to_path_buf());
+    Ok(())
+}
+
+/// The release of the last `Linux version RELEASE (` banner in an uncompressed kernel image.
+pub fn banner_release(image: &[u8]) -> Option<String> {
+    let needle = b"Linux version ";
+    let at = image.windows(needle.len()).rposition(|w| w == needle)? + needle.len();
+    let rest = image.get(at..at + 128.min(image.len() - at))?;
+    let end = rest.iter().position(|&b| b == b' ')?;
+    let release = std::str::from_utf8(&rest[..end]).ok()?;
+    (rest.get(end + 1) == Some(&b'(') && !release.is_empty()).then(|| release.to_string())
 }
 
 /// The kernel's `uname -v` (`UTS_VERSION`, e.g. `#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2
@@ -199,7 +291,7 @@ pub fn uts_version(vmlinux: &[u8], release: &str) -> Option<String> {
 }
 
 /// Finds bzImage, modules and config in an unpacked kernel package (`/lib` or merged `/usr/lib`).
-pub fn locate_in_tree(root: &Path, source: &str) -> Result<KernelInfo, KernelError> {
+pub fn locate_in_tree(root: &Path, source: &str, arch: Arch) -> Result<KernelInfo, KernelError> {
     let boot = root.join("boot");
     let image = fs::read_dir(&boot)
         .map_err(io_err(&boot))?
@@ -230,17 +322,15 @@ pub fn locate_in_tree(root: &Path, source: &str) -> Result<KernelInfo, KernelErr
             path: root.join("lib/modules").join(&release),
         })?;
     let config = Some(boot.join(format!("config-{release}"))).filter(|p| p.is_file());
-    let mut head = Vec::with_capacity(64);
-    fs::File::open(&image)
-        .and_then(|f| f.take(64).read_to_end(&mut head))
-        .map_err(io_err(&image))?;
     Ok(KernelInfo {
         release,
-        arch: image_arch(&head),
         bzimage: image,
         modules_dir,
         config,
         source: source.to_string(),
+        arch,
+        image: None,
+        version: None,
     })
 }
 
@@ -404,6 +494,77 @@ mod tests {
             Some("#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)")
         );
         assert_eq!(uts_version(img, "6.1.0-57-amd64"), None);
+    }
+
+    #[test]
+    fn banner_release_is_the_last_banners() {
+        let img = b"\0Linux version 6.1.0-56-arm64 (d@l) # SMP x\n\0Linux version 6.1.0-56-arm64 (d@l) #1 SMP x\n";
+        assert_eq!(banner_release(img).as_deref(), Some("6.1.0-56-arm64"));
+        assert_eq!(banner_release(b"Linux version of nothing"), None);
+        assert_eq!(banner_release(b"no banner at all"), None);
+    }
+
+    #[test]
+    fn a_kernel_record_from_before_arm64_loads_as_x86_64() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kernel.json");
+        fs::write(
+            &p,
+            r#"{"release":"6.1.0-56-amd64","bzimage":"/b","modules_dir":"/m","config":null,"source":"s"}"#,
+        )
+        .unwrap();
+        let k = KernelInfo::load(&p).unwrap();
+        assert_eq!((k.arch, k.image, k.version), (Arch::X86_64, None, None));
+    }
+
+    /// A gzipped arm64 Image whose banner names `release`.
+    fn arm64_vmlinuz(release: &str) -> Vec<u8> {
+        let mut img = vec![0u8; 64];
+        img[arm64_image::MAGIC_OFFSET..][..4].copy_from_slice(&arm64_image::MAGIC);
+        img.extend_from_slice(
+            format!("Linux version {release} (d@l) (gcc) #1 SMP Debian 6.1.192-2 (2026-11-16)\n")
+                .as_bytes(),
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&img).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn an_arm64_vmlinuz_is_unpacked_and_its_version_recorded_when_the_release_agrees() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("boot")).unwrap();
+        fs::create_dir_all(root.join("usr/lib/modules/6.1.0-56-arm64")).unwrap();
+        let vmlinuz = root.join("boot/vmlinuz-6.1.0-56-arm64");
+        fs::write(&vmlinuz, arm64_vmlinuz("6.1.0-56-arm64")).unwrap();
+        let mut info = locate_in_tree(&root, "pkg", Arch::Arm64).unwrap();
+        assert_eq!(info.arch, Arch::Arm64);
+        let out = dir.path().join("Image");
+        unpack_arm64_image(&mut info, &out).unwrap();
+        assert_eq!(info.image.as_deref(), Some(out.as_path()));
+        assert_eq!(
+            info.version.as_deref(),
+            Some("#1 SMP Debian 6.1.192-2 (2026-11-16)")
+        );
+        let user = KernelInfo::from_paths(&out, &info.modules_dir).unwrap();
+        assert_eq!(
+            (user.arch, user.release.as_str(), user.version),
+            (Arch::Arm64, "6.1.0-56-arm64", info.version.clone()),
+            "a user's uncompressed Image is recognised too"
+        );
+
+        fs::write(&vmlinuz, arm64_vmlinuz("6.1.0-57-arm64")).unwrap();
+        let err = unpack_arm64_image(&mut info, &out).unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "the banner says release \"6.1.0-57-arm64\", the package \"6.1.0-56-arm64\""
+            ),
+            "{err}"
+        );
+        fs::write(&vmlinuz, b"\x1f\x8b not really gzip").unwrap();
+        let err = unpack_arm64_image(&mut info, &out).unwrap_err();
+        assert!(matches!(err, KernelError::Arm64Image { .. }), "{err}");
     }
 
     #[test]

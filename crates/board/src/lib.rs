@@ -5,6 +5,7 @@
 //! serial console with host timestamps and measures time-to-interactive.
 
 pub mod arch;
+pub mod arm64_image;
 pub mod bench;
 pub mod bootdisk;
 pub mod bundle;
@@ -21,6 +22,7 @@ pub mod restore_kernel;
 mod testutil;
 pub mod uboot;
 pub mod virt;
+pub mod version_stamp;
 pub mod workload;
 
 pub use arch::Arch;

@@ -3,15 +3,22 @@
 //! need not be restored by the kernel that made it: arch/x86/power/hibernate.c carries the
 //! image kernel's entry point and page tables in the image header).
 //!
-//! It is `make allnoconfig` plus the fragment in `kernel/restore.config`, everything built
-//! in. Its release string is its own (`…-snapboot-restore`): what the image must match is
-//! recorded separately, never forged into `uname`. A build is cached under a key of the
-//! source package version, the fragment and the compiler, and is never on the resume path.
+//! It is `make allnoconfig` plus the architecture's fragment (`kernel/restore.config` for
+//! x86_64, `kernel/restore-arm64.config` for arm64, cross-compiled with
+//! `aarch64-linux-gnu-gcc`), everything built in. Its release string is its own
+//! (`…-snapboot-restore`): what the image must match is recorded separately, never forged into
+//! `uname -r`. arm64 is stricter: arch/arm64/kernel/hibernate.c restores only images whose
+//! uts version (`uname -v`) is the restoring kernel's, so the arm64 build is stamped with the
+//! stock kernel's ([`crate::version_stamp`]) and the result checked. A build is cached under a
+//! key of the source package version, the fragment and the compiler (and, for arm64, the
+//! architecture and the stamped version), and is never on the resume path.
 //!
 //! ```text
 //! apt-get download linux-source-X.Y  ->  usr/src/linux-source-X.Y.tar.xz  ->  tree
-//! make allnoconfig KCONFIG_ALLCONFIG=restore.config  ->  .config (every fragment line checked)
-//! make vmlinux  ->  CACHE/restore-KEY/vmlinux + restore.json
+//! make allnoconfig KCONFIG_ALLCONFIG=FRAGMENT  ->  .config (every fragment line checked;
+//!                                                 arm64: the uts version words checked)
+//! make vmlinux | Image  ->  CACHE/restore-KEY/vmlinux | Image + restore.json
+//!                           (arm64: the Image's uts version checked against the stock one)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -21,10 +28,32 @@ use std::process::Command;
 use std::time::Instant;
 use thiserror::Error;
 
-use crate::kernel::{run, KernelError};
+use crate::arch::Arch;
+use crate::kernel::{banner_release, run, uts_version, KernelError, KernelInfo};
+use crate::version_stamp::{check_built, StampError, VersionMismatch, VersionStamp, WordsMismatch};
 
-/// The configuration fragment, applied on top of `allnoconfig`.
+/// The x86_64 configuration fragment, applied on top of `allnoconfig`.
 pub const FRAGMENT: &str = include_str!("../kernel/restore.config");
+/// The arm64 configuration fragment, applied on top of `ARCH=arm64 allnoconfig`.
+pub const FRAGMENT_ARM64: &str = include_str!("../kernel/restore-arm64.config");
+
+/// The configuration fragment of `arch`'s restore kernel.
+pub fn fragment(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => FRAGMENT,
+        Arch::Arm64 => FRAGMENT_ARM64,
+    }
+}
+
+/// What the build of `arch` makes and keeps, and where the kernel's build system leaves it:
+/// the ELF vmlinux QEMU boots through PVH (x86_64), the uncompressed Image that U-Boot's
+/// booti, QEMU's -kernel and kexec_file_load take (arm64).
+pub fn product(arch: Arch) -> (&'static str, &'static str) {
+    match arch {
+        Arch::X86_64 => ("vmlinux", "vmlinux"),
+        Arch::Arm64 => ("Image", "arch/arm64/boot/Image"),
+    }
+}
 
 /// Why no restore kernel could be built.
 #[derive(Debug, Error)]
@@ -36,6 +65,23 @@ pub enum RestoreKernelError {
     /// source is of another version).
     #[error("the restore kernel's configuration lacks what the fragment asks for: {}", .0.join(", "))]
     Config(Vec<String>),
+    /// The stock kernel's uts version is not known (arm64 needs it to stamp the build).
+    #[error("the uts version of the {arch} kernel {release} is not known: fetch it again with `snapboot board fetch-kernel --arch {arch}`")]
+    NoVersion {
+        /// The stock kernel's architecture.
+        arch: Arch,
+        /// Its release.
+        release: String,
+    },
+    /// The stock kernel's uts version cannot be reproduced by a build.
+    #[error(transparent)]
+    Stamp(#[from] StampError),
+    /// The configuration would give other uts version words than the stock kernel's.
+    #[error(transparent)]
+    Words(#[from] WordsMismatch),
+    /// The built kernel's uts version is not the stock kernel's.
+    #[error(transparent)]
+    Version(#[from] VersionMismatch),
     /// A file of the build could not be read or written.
     #[error("{}", path.display())]
     Io {
@@ -57,10 +103,18 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreKernelError + '_
 /// A built restore kernel.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RestoreKernel {
-    /// The uncompressed ELF kernel QEMU boots (PVH).
-    pub vmlinux: PathBuf,
+    /// The uncompressed kernel ([`product`]): x86_64's ELF vmlinux QEMU boots (PVH),
+    /// arm64's Image.
+    #[serde(alias = "vmlinux")]
+    pub image: PathBuf,
+    /// The architecture it runs on (records from before arm64 are x86_64).
+    #[serde(default)]
+    pub arch: Arch,
     /// Its own `uname -r`.
     pub release: String,
+    /// Its `uname -v`, when read after the build (arm64: the stock kernel's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// The source package and version it was built from.
     pub source: String,
     /// Seconds the build took (configure + compile), when it was built.
@@ -117,11 +171,13 @@ pub fn missing(fragment: &str, config: &str) -> Vec<String> {
         .collect()
 }
 
-/// The cache key of a build: BLAKE3 of the source package file name (it carries the
-/// version), the fragment and the compiler's version, 16 hex digits.
-pub fn cache_key(source_deb: &str, fragment: &str, compiler: &str) -> String {
+/// The cache key of a build: BLAKE3 of its parts, 16 hex digits. The parts are the source
+/// package file name (it carries the version), the fragment and the compiler's version; an
+/// arm64 build adds the architecture and the uts version it is stamped with. (x86_64 keeps
+/// its three parts, so that restore kernels built before arm64 existed are still found.)
+pub fn cache_key(parts: &[&str]) -> String {
     let mut h = blake3::Hasher::new();
-    for part in [source_deb, fragment, compiler] {
+    for part in parts {
         h.update(&(part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
@@ -136,33 +192,87 @@ pub fn source_package(image_release: &str) -> Option<String> {
         .then(|| format!("linux-source-{major}.{minor}"))
 }
 
-/// The restore kernel already built in `cache` for `image_release` with this fragment and
-/// compiler, if any.
-pub fn cached(cache: &Path, image_release: &str) -> Option<RestoreKernel> {
-    let pkg = source_package(image_release)?;
+/// The uts version an arm64 restore kernel has to be stamped with (the stock kernel's), or
+/// `None` for x86_64, which needs none.
+fn stock_stamp(stock: &KernelInfo) -> Result<Option<(VersionStamp, &str)>, RestoreKernelError> {
+    if stock.arch == Arch::X86_64 {
+        return Ok(None);
+    }
+    let version = stock
+        .version
+        .as_deref()
+        .ok_or_else(|| RestoreKernelError::NoVersion {
+            arch: stock.arch,
+            release: stock.release.clone(),
+        })?;
+    Ok(Some((VersionStamp::parse(version)?, version)))
+}
+
+/// The first line of the (cross) compiler's `--version`.
+fn compiler(arch: Arch) -> Result<String, KernelError> {
+    let gcc = format!("{}gcc", arch.kbuild().1);
+    let out = run(Command::new(gcc).arg("--version"))?;
+    Ok(out.lines().next().unwrap_or("").to_string())
+}
+
+/// The cache key of `stock`'s restore kernel built from `deb_name` with `compiler`.
+fn key_of(
+    stock: &KernelInfo,
+    deb_name: &str,
+    compiler: &str,
+) -> Result<String, RestoreKernelError> {
+    let fragment = fragment(stock.arch);
+    Ok(match stock_stamp(stock)? {
+        None => cache_key(&[deb_name, fragment, compiler]),
+        Some((_, version)) => {
+            cache_key(&[deb_name, fragment, compiler, stock.arch.name(), version])
+        }
+    })
+}
+
+/// `make` in `tree` for `arch` (`ARCH=` and `CROSS_COMPILE=` when cross-compiling).
+fn make(tree: &Path, arch: Arch) -> Command {
+    let mut cmd = Command::new("make");
+    let (karch, cross) = arch.kbuild();
+    if !cross.is_empty() {
+        cmd.arg(format!("ARCH={karch}"))
+            .arg(format!("CROSS_COMPILE={cross}"));
+    }
+    cmd.arg("-s").current_dir(tree);
+    cmd
+}
+
+/// The restore kernel already built in `cache` for the stock kernel `stock` with this
+/// fragment and compiler, if any.
+pub fn cached(cache: &Path, stock: &KernelInfo) -> Option<RestoreKernel> {
+    let pkg = source_package(&stock.release)?;
     let deb = find_deb(&cache.join("source"), &pkg)?;
     let deb_name = deb.file_name()?.to_string_lossy().into_owned();
-    let compiler = run(Command::new("gcc").arg("--version")).ok()?;
-    let key = cache_key(&deb_name, FRAGMENT, compiler.lines().next().unwrap_or(""));
+    let key = key_of(stock, &deb_name, &compiler(stock.arch).ok()?).ok()?;
     let text = fs::read_to_string(cache.join(format!("restore-{key}/restore.json"))).ok()?;
     serde_json::from_str::<RestoreKernel>(&text)
         .ok()
-        .filter(|k| k.vmlinux.is_file())
+        .filter(|k| k.image.is_file())
 }
 
-/// Builds (or reuses from `cache`) the restore kernel for the distribution kernel
-/// `image_release`, with `jobs` parallel compile jobs. Progress goes to stderr.
+/// Builds (or reuses from `cache`) the restore kernel for the distribution kernel `stock`,
+/// with `jobs` parallel compile jobs. Progress goes to stderr.
 pub fn build(
     cache: &Path,
-    image_release: &str,
+    stock: &KernelInfo,
     jobs: usize,
 ) -> Result<RestoreKernel, RestoreKernelError> {
-    let pkg = source_package(image_release).ok_or_else(|| {
+    let arch = stock.arch;
+    let pkg = source_package(&stock.release).ok_or_else(|| {
         RestoreKernelError::Step(KernelError::Command {
             cmd: "restore kernel".into(),
-            reason: format!("cannot tell the source package of release {image_release:?}"),
+            reason: format!(
+                "cannot tell the source package of release {:?}",
+                stock.release
+            ),
         })
     })?;
+    let stamp = stock_stamp(stock)?;
     let dl = cache.join("source");
     fs::create_dir_all(&dl).map_err(io_err(&dl))?;
     let deb = match find_deb(&dl, &pkg) {
@@ -182,11 +292,10 @@ pub fn build(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if let Some(k) = cached(cache, image_release) {
+    if let Some(k) = cached(cache, stock) {
         return Ok(k);
     }
-    let compiler = run(Command::new("gcc").arg("--version"))?;
-    let key = cache_key(&deb_name, FRAGMENT, compiler.lines().next().unwrap_or(""));
+    let key = key_of(stock, &deb_name, &compiler(arch)?)?;
     let out = cache.join(format!("restore-{key}"));
     let record = out.join("restore.json");
     let t = Instant::now();
@@ -210,38 +319,54 @@ pub fn build(
             what: "kernel source tree",
             path: work.clone(),
         })?;
-    let fragment = work.join("restore.config");
-    fs::write(&fragment, FRAGMENT).map_err(io_err(&fragment))?;
-    run(Command::new("make")
-        .arg("-s")
+    let fragment_text = fragment(arch);
+    let fragment_path = work.join("restore.config");
+    fs::write(&fragment_path, fragment_text).map_err(io_err(&fragment_path))?;
+    run(make(&tree, arch)
         .arg("allnoconfig")
-        .arg(format!("KCONFIG_ALLCONFIG={}", fragment.display()))
-        .current_dir(&tree))?;
+        .arg(format!("KCONFIG_ALLCONFIG={}", fragment_path.display())))?;
     let config_path = tree.join(".config");
     let config = fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
-    let lacking = missing(FRAGMENT, &config);
+    let lacking = missing(fragment_text, &config);
     if !lacking.is_empty() {
         return Err(RestoreKernelError::Config(lacking));
     }
-    eprintln!("snapboot: compiling the restore kernel ({jobs} jobs, a few minutes)");
-    run(Command::new("make")
-        .arg("-s")
-        .arg(format!("-j{}", jobs.max(1)))
-        .arg("vmlinux")
-        .current_dir(&tree))?;
-    let release = run(Command::new("make")
-        .args(["-s", "kernelrelease"])
-        .current_dir(&tree))?
-    .trim()
-    .to_string();
+    if let Some((stamp, _)) = &stamp {
+        stamp.check_config(&config)?;
+    }
+    let (name, built_at) = product(arch);
+    eprintln!("snapboot: compiling the {arch} restore kernel ({jobs} jobs, a few minutes)");
+    let mut compile = make(&tree, arch);
+    compile.arg(format!("-j{}", jobs.max(1))).arg(name);
+    // init/Makefile prefers KBUILD_BUILD_VERSION_TIMESTAMP to KBUILD_BUILD_TIMESTAMP.
+    compile.env_remove("KBUILD_BUILD_VERSION_TIMESTAMP");
+    for (var, value) in stamp.iter().flat_map(|(s, _)| s.make_vars()) {
+        compile.arg(format!("{var}={value}"));
+    }
+    run(&mut compile)?;
+    let release = run(make(&tree, arch).arg("kernelrelease"))?
+        .trim()
+        .to_string();
+    let built = tree.join(built_at);
+    let version = match &stamp {
+        None => None,
+        Some((_, stock_version)) => {
+            let data = fs::read(&built).map_err(io_err(&built))?;
+            let version = banner_release(&data).and_then(|r| uts_version(&data, &r));
+            check_built(version.as_deref(), stock_version)?;
+            version
+        }
+    };
     fs::create_dir_all(&out).map_err(io_err(&out))?;
-    let vmlinux = out.join("vmlinux");
-    fs::copy(tree.join("vmlinux"), &vmlinux).map_err(io_err(&vmlinux))?;
+    let image = out.join(name);
+    fs::copy(&built, &image).map_err(io_err(&image))?;
     let config_out = out.join("config");
     fs::write(&config_out, &config).map_err(io_err(&config_out))?;
     let k = RestoreKernel {
-        vmlinux,
+        image,
+        arch,
         release,
+        version,
         source: deb_name.trim_end_matches(".deb").to_string(),
         build_secs: t.elapsed().as_secs_f64(),
     };
@@ -362,7 +487,7 @@ pub fn boot_kernel(
         KernelChoice::Default if !snapshot_boot => Ok(BootKernel::Stock),
         KernelChoice::Restore => match built() {
             Some(k) => Ok(BootKernel::Restore {
-                vmlinux: k.vmlinux,
+                vmlinux: k.image,
                 by_default: false,
             }),
             None => Err(NotBuilt {
@@ -371,7 +496,7 @@ pub fn boot_kernel(
         },
         KernelChoice::Default => Ok(match built() {
             Some(k) => BootKernel::Restore {
-                vmlinux: k.vmlinux,
+                vmlinux: k.image,
                 by_default: true,
             },
             None => BootKernel::StockNoRestoreKernel {
@@ -387,8 +512,10 @@ mod tests {
 
     fn built() -> Option<RestoreKernel> {
         Some(RestoreKernel {
-            vmlinux: PathBuf::from("/rk/vmlinux"),
+            image: PathBuf::from("/rk/vmlinux"),
+            arch: Arch::X86_64,
             release: "6.1.192-snapboot-restore".into(),
+            version: None,
             source: "linux-source-6.1_6.1.192-2_all.deb".into(),
             build_secs: 200.0,
         })
@@ -513,17 +640,99 @@ mod tests {
             && x.value == format!("\"{}\"", bootparams::RESTORE_KERNEL_SUFFIX)));
     }
 
+    fn arm64_stock(version: Option<&str>) -> KernelInfo {
+        KernelInfo {
+            release: "6.1.0-56-arm64".into(),
+            bzimage: PathBuf::from("/k/vmlinuz"),
+            modules_dir: PathBuf::from("/k/modules"),
+            config: None,
+            source: "linux-image-6.1.0-56-arm64:arm64".into(),
+            arch: Arch::Arm64,
+            image: Some(PathBuf::from("/k/Image")),
+            version: version.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn an_arm64_key_names_the_architecture_and_the_stamped_version() {
+        let deb = "linux-source-6.1_6.1.192-2_all.deb";
+        let v1 = "#1 SMP Debian 6.1.192-2 (2026-11-16)";
+        let arm = key_of(&arm64_stock(Some(v1)), deb, "gcc 12").unwrap();
+        assert_eq!(
+            arm,
+            cache_key(&[deb, FRAGMENT_ARM64, "gcc 12", "arm64", v1])
+        );
+        let v2 = "#1 SMP Debian 6.1.193-1 (2026-12-01)";
+        assert_ne!(arm, key_of(&arm64_stock(Some(v2)), deb, "gcc 12").unwrap());
+        let mut x86 = arm64_stock(None);
+        x86.arch = Arch::X86_64;
+        assert_eq!(
+            key_of(&x86, deb, "gcc 12").unwrap(),
+            cache_key(&[deb, FRAGMENT, "gcc 12"]),
+            "x86_64's key is what it was before arm64"
+        );
+        let err = key_of(&arm64_stock(None), deb, "gcc 12").unwrap_err();
+        assert!(matches!(err, RestoreKernelError::NoVersion { .. }), "{err}");
+        assert!(
+            err.to_string().contains("fetch-kernel --arch arm64"),
+            "{err}"
+        );
+        let cut = key_of(&arm64_stock(Some("#1 SMP")), deb, "gcc 12").unwrap_err();
+        assert!(matches!(cut, RestoreKernelError::Stamp(_)), "{cut}");
+    }
+
+    #[test]
+    fn the_arm64_fragment_asks_for_what_restoring_and_the_stamp_need() {
+        let s = settings(FRAGMENT_ARM64);
+        let on = |name: &str| s.iter().any(|x| x.name == name && x.value == "y");
+        for need in [
+            "CONFIG_HIBERNATION",
+            "CONFIG_HIBERNATION_SNAPSHOT_DEV",
+            "CONFIG_SUSPEND",
+            "CONFIG_ARM_PSCI_FW",
+            "CONFIG_PCI_HOST_GENERIC",
+            "CONFIG_VIRTIO_BLK",
+            "CONFIG_SERIAL_AMBA_PL011_CONSOLE",
+            "CONFIG_RTC_DRV_PL031",
+            "CONFIG_KEXEC_FILE",
+            "CONFIG_ARM64_VA_BITS_48",
+        ] {
+            assert!(on(need), "{need}");
+        }
+        // Debian's arm64 kernel is "#1 SMP Debian ...": the fragment's words must be SMP.
+        let stamp = VersionStamp::parse("#1 SMP Debian 6.1.192-2 (2026-11-16)").unwrap();
+        assert_eq!(stamp.check_config(FRAGMENT_ARM64), Ok(()));
+        assert!(s.iter().any(|x| x.name == "CONFIG_LOCALVERSION"
+            && x.value == format!("\"{}\"", bootparams::RESTORE_KERNEL_SUFFIX)));
+        assert_eq!(fragment(Arch::Arm64), FRAGMENT_ARM64);
+        assert_eq!(product(Arch::Arm64), ("Image", "arch/arm64/boot/Image"));
+        assert_eq!(product(Arch::X86_64).0, "vmlinux");
+    }
+
+    #[test]
+    fn a_restore_record_from_before_arm64_loads_as_x86_64() {
+        let old = r#"{"vmlinux":"/rk/vmlinux","release":"6.1.192-snapboot-restore","source":"s","build_secs":200.0}"#;
+        let k: RestoreKernel = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (k.image, k.arch, k.version),
+            (PathBuf::from("/rk/vmlinux"), Arch::X86_64, None)
+        );
+    }
+
     #[test]
     fn keys_and_packages() {
-        let a = cache_key("linux-source-6.1_6.1.192-2_all.deb", "F", "gcc 12");
+        let deb = "linux-source-6.1_6.1.192-2_all.deb";
+        let a = cache_key(&[deb, "F", "gcc 12"]);
         assert_eq!(a.len(), 16);
         assert_ne!(
             a,
-            cache_key("linux-source-6.1_6.1.193-1_all.deb", "F", "gcc 12")
+            cache_key(&["linux-source-6.1_6.1.193-1_all.deb", "F", "gcc 12"])
         );
+        assert_ne!(a, cache_key(&[deb, "F2", "gcc 12"]));
         assert_ne!(
-            a,
-            cache_key("linux-source-6.1_6.1.192-2_all.deb", "F2", "gcc 12")
+            cache_key(&["ab", "c"]),
+            cache_key(&["a", "bc"]),
+            "parts are delimited"
         );
         assert_eq!(
             source_package("6.1.0-56-amd64").as_deref(),

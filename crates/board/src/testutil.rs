@@ -19,6 +19,8 @@ pub fn bundle() -> Bundle {
             config: None,
             source: "user".into(),
             arch: crate::Arch::X86_64,
+            image: None,
+            version: None,
         },
         workload: Workload::shell(),
         modules: Vec::new(),

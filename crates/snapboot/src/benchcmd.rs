@@ -442,8 +442,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         bench::RestoreKernelUse::Declined
     } else {
         let release = &bundle.kernel.release;
-        match board::restore_kernel::cached(&board::home::restore_kernel_cache(), release) {
-            Some(k) => bench::RestoreKernelUse::Measured(k.vmlinux),
+        match board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel) {
+            Some(k) => bench::RestoreKernelUse::Measured(k.image),
             None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }
     };

@@ -14,12 +14,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `snapboot board fetch-kernel`.
-pub fn fetch_kernel(meta: &str) -> Result<ExitCode> {
-    let k = board::kernel::fetch_debian(&home::kernel_cache(), meta)?;
+pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
+    let meta = meta.unwrap_or(arch.kernel_meta());
+    let k = board::kernel::fetch_debian(&home::kernel_cache(), arch, meta)?;
     std::fs::create_dir_all(home::home())?;
-    std::fs::write(home::kernel_record(), serde_json::to_string_pretty(&k)?)?;
-    println!("kernel {} from {}", k.release, k.source);
+    std::fs::write(home::kernel_record(arch), serde_json::to_string_pretty(&k)?)?;
+    println!("kernel {} ({arch}) from {}", k.release, k.source);
     println!("  image   {}", k.bzimage.display());
+    if let Some(image) = &k.image {
+        println!("  Image   {} (uncompressed)", image.display());
+    }
+    if let Some(v) = &k.version {
+        println!("  version {v}");
+    }
     println!("  modules {}", k.modules_dir.display());
     if let Some(c) = &k.config {
         println!("  config  {}", c.display());
@@ -28,21 +35,24 @@ pub fn fetch_kernel(meta: &str) -> Result<ExitCode> {
 }
 
 /// `snapboot board restore-kernel`.
-pub fn restore_kernel(jobs: Option<usize>) -> Result<ExitCode> {
-    let image_kernel = home::kernel(None, None)?;
+pub fn restore_kernel(arch: board::Arch, jobs: Option<usize>) -> Result<ExitCode> {
+    let stock = home::fetched_kernel(arch)?;
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let k =
-        board::restore_kernel::build(&home::restore_kernel_cache(), &image_kernel.release, jobs)?;
+    let k = board::restore_kernel::build(&home::restore_kernel_cache(), &stock, jobs)?;
     println!(
-        "restore kernel {} from {} for images of {}",
-        k.release, k.source, image_kernel.release
+        "restore kernel {} ({arch}) from {} for images of {}",
+        k.release, k.source, stock.release
     );
+    let (name, _) = board::restore_kernel::product(arch);
     println!(
-        "  vmlinux {} ({:.1} MiB, built in {:.0} s)",
-        k.vmlinux.display(),
-        std::fs::metadata(&k.vmlinux).map_or(0.0, |m| mib(m.len())),
+        "  {name} {} ({:.1} MiB, built in {:.0} s)",
+        k.image.display(),
+        std::fs::metadata(&k.image).map_or(0.0, |m| mib(m.len())),
         k.build_secs
     );
+    if let Some(v) = &k.version {
+        println!("  version {v} (the stock kernel's)");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

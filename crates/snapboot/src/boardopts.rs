@@ -113,7 +113,7 @@ impl BoardOpts {
         }
         let release = &bundle.kernel.release;
         let kernel = boot_kernel(choice, snapshot_boot, release, || {
-            board::restore_kernel::cached(&board::home::restore_kernel_cache(), release)
+            board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel)
         })?;
         if let BootKernel::Restore { vmlinux, .. } = &kernel {
             o.kernel = KernelImage::Restore(vmlinux.clone());
@@ -121,6 +121,13 @@ impl BoardOpts {
         o.timeout = Duration::from_secs(self.timeout);
         Ok((o, kernel))
     }
+}
+
+/// `--arch`: the board's architectures, listed by clap.
+pub fn arch_parser() -> impl clap::builder::TypedValueParser<Value = board::Arch> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(board::Arch::ALL.map(board::Arch::name))
+        .try_map(|s| s.parse::<board::Arch>())
 }
 
 #[cfg(test)]

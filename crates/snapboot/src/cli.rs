@@ -39,13 +39,20 @@ enum Cmd {
 enum BoardCmd {
     /// Download the distribution kernel (never installed on the host) into the cache.
     FetchKernel {
-        /// Meta package whose dependency is the kernel.
-        #[arg(long, default_value = "linux-image-amd64")]
-        meta: String,
+        /// The board's architecture.
+        #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
+        arch: board::Arch,
+        /// Meta package whose dependency is the kernel (default: the architecture's,
+        /// linux-image-amd64 or linux-image-arm64:arm64).
+        #[arg(long)]
+        meta: Option<String>,
     },
     /// Build the restore kernel: a small kernel from the distribution's own source, only to
     /// restore images of the fetched kernel (cached; a few minutes the first time).
     RestoreKernel {
+        /// The board's architecture (arm64 cross-compiles with gcc-aarch64-linux-gnu).
+        #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
+        arch: board::Arch,
         /// Parallel compile jobs (default: one per CPU).
         #[arg(long)]
         jobs: Option<usize>,
@@ -78,8 +85,12 @@ enum BenchCmd {
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {
-        Cmd::Board(BoardCmd::FetchKernel { meta }) => crate::boardcmd::fetch_kernel(&meta),
-        Cmd::Board(BoardCmd::RestoreKernel { jobs }) => crate::boardcmd::restore_kernel(jobs),
+        Cmd::Board(BoardCmd::FetchKernel { arch, meta }) => {
+            crate::boardcmd::fetch_kernel(arch, meta.as_deref())
+        }
+        Cmd::Board(BoardCmd::RestoreKernel { arch, jobs }) => {
+            crate::boardcmd::restore_kernel(arch, jobs)
+        }
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
         Cmd::Board(BoardCmd::Run(a)) => crate::boardcmd::run(a),
         Cmd::Trace(a) => crate::tracecmd::trace(a),
