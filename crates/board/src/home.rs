@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+use crate::arch::Arch;
 use crate::bundle::{BuildOptions, Bundle, BundleError};
 use crate::kernel::{KernelError, KernelInfo};
 use crate::workload::{Workload, WorkloadError};
@@ -83,6 +84,12 @@ pub fn debian_cache() -> PathBuf {
     home().join("debian")
 }
 
+/// Where Debian's packages of a foreign architecture are downloaded and unpacked
+/// (`crate::foreign`), one directory per architecture.
+pub fn debs_cache(arch: Arch) -> PathBuf {
+    home().join("debs").join(arch.debian())
+}
+
 /// Where a built-in workload's bundle lives.
 pub fn builtin_bundle_dir(name: &str) -> PathBuf {
     home().join("bundles").join(name)
@@ -100,6 +107,7 @@ pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
         image_key: None,
         out: builtin_bundle_dir(name),
         cache_dir: debian_cache(),
+        arch: Arch::X86_64,
     })?)
 }
 

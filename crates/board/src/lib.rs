@@ -7,13 +7,17 @@
 pub mod arch;
 pub mod bench;
 pub mod bundle;
+pub mod busybox;
 pub mod capture;
 pub mod debian;
+pub mod dynlink;
+pub mod foreign;
 pub mod home;
 pub mod initramfs;
 pub mod kernel;
 pub mod modules;
 pub mod native;
+pub mod python;
 pub mod qemu;
 pub mod restore_kernel;
 #[cfg(test)]
