@@ -38,28 +38,24 @@ pub enum LinkError {
     },
     /// A shared object a program needs is nowhere the loader looks.
     #[error(
-        "{needed}, which /{} needs, is not in the root {} (looked in {})",
-        by.display(), root.display(), dirs.join(", ")
+        "{needed}, which {} needs, is not where the loader looks in its root ({})",
+        by.display(), search_dirs(*arch).iter().map(|d| format!("/{d}")).collect::<Vec<_>>().join(", ")
     )]
     MissingLibrary {
         /// The `DT_NEEDED` name.
         needed: String,
-        /// The program or library that needs it, relative to the root.
+        /// The program or library that needs it.
         by: PathBuf,
-        /// The root.
-        root: PathBuf,
-        /// Where the loader looks, relative to the root.
-        dirs: Vec<String>,
+        /// The root's architecture (which names the loader's directories).
+        arch: Arch,
     },
     /// A program's interpreter is not in the root.
-    #[error("the program interpreter {interp} of /{} is not in the root {}", by.display(), root.display())]
+    #[error("the program interpreter {interp} of {} is not in its root", by.display())]
     MissingInterpreter {
         /// The `PT_INTERP` path.
         interp: String,
-        /// The program, relative to the root.
+        /// The program.
         by: PathBuf,
-        /// The root.
-        root: PathBuf,
     },
     /// Filesystem error.
     #[error("{}", path.display())]
@@ -208,8 +204,7 @@ pub fn check_root(root: &Path, arch: Arch) -> Result<usize, LinkError> {
                 if !resolve_in(root, Path::new(interp)).is_some_and(|p| root.join(p).is_file()) {
                     return Err(LinkError::MissingInterpreter {
                         interp: interp.clone(),
-                        by: rel,
-                        root: root.to_path_buf(),
+                        by: e.path(),
                     });
                 }
             }
@@ -220,9 +215,8 @@ pub fn check_root(root: &Path, arch: Arch) -> Result<usize, LinkError> {
             {
                 return Err(LinkError::MissingLibrary {
                     needed: lib.clone(),
-                    by: rel,
-                    root: root.to_path_buf(),
-                    dirs: search_dirs(arch),
+                    by: e.path(),
+                    arch,
                 });
             }
         }
@@ -289,7 +283,10 @@ mod tests {
         fs::write(r.join("bin/script"), "#!/bin/sh\n").unwrap();
         let err = check_root(r, Arch::X86_64).unwrap_err().to_string();
         assert!(
-            err.contains("program interpreter /lib64/ld-linux-x86-64.so.2 of /bin/ls"),
+            err.contains(&format!(
+                "program interpreter /lib64/ld-linux-x86-64.so.2 of {}/bin/ls is not",
+                r.display()
+            )),
             "{err}"
         );
         // The interpreter where the host has it, reached through an absolute link as there.
@@ -300,7 +297,13 @@ mod tests {
         fs::create_dir_all(r.join("lib64")).unwrap();
         symlink(host.join(&interp), r.join("lib64/ld-linux-x86-64.so.2")).unwrap();
         let err = check_root(r, Arch::X86_64).unwrap_err().to_string();
-        assert!(err.contains("which /bin/ls needs"), "{err}");
+        assert!(
+            err.contains(&format!("which {}/bin/ls needs", r.display()))
+                && err.ends_with(
+                    "(/lib/x86_64-linux-gnu, /usr/lib/x86_64-linux-gnu, /lib, /usr/lib)"
+                ),
+            "{err}"
+        );
         // Then the libraries, as the host's loader finds them, and theirs in turn.
         let mut todo = vec![PathBuf::from("bin/ls")];
         while let Some(f) = todo.pop() {

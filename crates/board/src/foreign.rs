@@ -13,7 +13,8 @@
 //!   dpkg-deb -x each                           -> CACHE/trees/KEY/  (+ KEY.packages)
 //! ```
 //!
-//! A tree is reused for as long as the resolved name=version list is the same; new
+//! A resolution is remembered while apt's lists are unchanged (`CACHE/resolved`), and a
+//! tree is reused for as long as the resolved name=version list is the same; new
 //! versions in apt's lists give a new key and a new tree. Nothing is configured: no
 //! maintainer script runs, so the tree is the packages' files as shipped.
 
@@ -329,7 +330,82 @@ pub fn resolve(names: &[&str], arch: Arch) -> Result<Vec<Package>, ForeignError>
 /// The package set `names` of `arch` with its closure, unpacked under `cache` (made once per
 /// name=version list; the `.deb` files are kept in `cache/debs` across versions of the set).
 pub fn unpack(names: &[&str], arch: Arch, cache: &Path) -> Result<PackageTree, ForeignError> {
-    unpack_resolved(resolve(names, arch)?, arch, cache)
+    unpack_resolved(resolve_cached(names, arch, cache)?, arch, cache)
+}
+
+/// apt's package lists: what a resolution depends on besides the names asked for.
+const APT_LISTS: &str = "/var/lib/apt/lists";
+
+/// A stamp of apt's package lists (names, sizes, modification times): `apt-get update`
+/// that changes a list changes it.
+fn lists_stamp(lists: &Path) -> String {
+    let mut entries: Vec<String> = fs::read_dir(lists)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            let t = m
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            Some(format!("{:?} {} {}", e.file_name(), m.len(), t.as_nanos()))
+        })
+        .collect();
+    entries.sort();
+    entries.join("\n")
+}
+
+/// [`resolve`], remembered under `cache/resolved` for as long as apt's lists are unchanged:
+/// each apt-cache run costs seconds where apt keeps no binary cache (container images).
+pub fn resolve_cached(
+    names: &[&str],
+    arch: Arch,
+    cache: &Path,
+) -> Result<Vec<Package>, ForeignError> {
+    let query = format!(
+        "{}\n{}\n{}",
+        arch.debian(),
+        names.join(" "),
+        lists_stamp(Path::new(APT_LISTS))
+    );
+    let dir = cache.join("resolved");
+    let file = dir.join(&blake3::hash(query.as_bytes()).to_hex()[..16]);
+    if let Some(known) = fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| parse_resolved(&t))
+    {
+        return Ok(known);
+    }
+    let packages = resolve(names, arch)?;
+    fs::create_dir_all(&dir).map_err(io(&dir))?;
+    fs::write(&file, write_resolved(&packages)).map_err(io(&file))?;
+    Ok(packages)
+}
+
+/// A resolved set as text: a line `NAME VERSION SOURCE-VERSION` a package.
+fn write_resolved(packages: &[Package]) -> String {
+    packages
+        .iter()
+        .map(|p| format!("{} {} {}\n", p.name, p.version, p.source_version))
+        .collect()
+}
+
+/// Reads [`write_resolved`]'s text back; `None` if any line is not one.
+fn parse_resolved(text: &str) -> Option<Vec<Package>> {
+    let packages: Option<Vec<Package>> = text
+        .lines()
+        .map(|l| match l.split(' ').collect::<Vec<_>>()[..] {
+            [name, version, source_version] => Some(Package {
+                name: name.into(),
+                version: version.into(),
+                source_version: source_version.into(),
+            }),
+            _ => None,
+        })
+        .collect();
+    packages.filter(|p| !p.is_empty())
 }
 
 /// [`unpack`] for a set already resolved.
@@ -581,6 +657,24 @@ Architecture: all
         newer[1].version = "2.36-9+deb12u15".into();
         assert_ne!(k, key(Arch::Arm64, &newer));
         assert_ne!(k, key(Arch::Arm64, &p[..1]));
+    }
+
+    #[test]
+    fn a_resolved_set_reads_back_and_a_damaged_one_does_not() {
+        let p = parse_show(SHOW, Arch::Arm64);
+        assert_eq!(parse_resolved(&write_resolved(&p)), Some(p));
+        assert_eq!(parse_resolved("libc6 2.36\n"), None);
+        assert_eq!(parse_resolved(""), None);
+    }
+
+    #[test]
+    fn the_lists_stamp_changes_with_a_list() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("a_Packages"), "Package: a\n").unwrap();
+        let before = lists_stamp(d.path());
+        assert_eq!(before, lists_stamp(d.path()));
+        fs::write(d.path().join("a_Packages"), "Package: a\nVersion: 2\n").unwrap();
+        assert_ne!(before, lists_stamp(d.path()));
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! staged where the host has them. On arm64 they come from Debian's arm64 packages,
 //! unpacked by [`crate::foreign`]; an arm64 program cannot run here, so the libraries are
 //! found by reading `PT_INTERP` and `DT_NEEDED` ([`crate::dynlink`]) and staged in the
-//! merged-`/usr` layout Debian's loader expects (`/lib` a link to `usr/lib`), and the staged
-//! root is checked for every library its programs need before the build goes on.
+//! merged-`/usr` layout Debian's loader expects (`/lib` a link to `usr/lib`); the workload
+//! then checks the staged root for every library its programs need
+//! ([`crate::dynlink::check_root`]).
 
 use crate::arch::Arch;
 use crate::dynlink::{self, LinkError};
@@ -70,9 +71,7 @@ pub fn stage_python(stage: &Path, arch: Arch, debs: &Path) -> Result<(), Workloa
         }
         return Ok(());
     }
-    stage_libraries(&root, arch, &elves, stage)?;
-    dynlink::check_root(stage, arch)?;
-    Ok(())
+    stage_libraries(&root, arch, &elves, stage)
 }
 
 /// The interpreter `/usr/bin/python3` of `root` and its standard library, both relative to
@@ -198,9 +197,8 @@ fn stage_libraries(
             let (dir, _) = dynlink::find_library(root, arch, &name).ok_or_else(|| {
                 LinkError::MissingLibrary {
                     needed: name.clone(),
-                    by: elf.strip_prefix(root).unwrap_or(&elf).to_path_buf(),
-                    root: root.to_path_buf(),
-                    dirs: dynlink::search_dirs(arch),
+                    by: elf.clone(),
+                    arch,
                 }
             })?;
             wanted.push(Path::new(&dir).join(name));
@@ -236,9 +234,21 @@ fn place(root: &Path, rel: &Path, stage: &Path) -> Result<PathBuf, WorkloadError
             fs::create_dir_all(p).map_err(io(p))?;
         }
         let _ = fs::remove_file(&link);
-        symlink(Path::new("/").join(&to), &link).map_err(io(&link))?;
+        let dir = from.parent().unwrap_or(Path::new(""));
+        symlink(relative(dir, &to), &link).map_err(io(&link))?;
     }
     Ok(real)
+}
+
+/// The path of `to` from the directory `dir`, both relative to one root (`../lib/x`): a
+/// link that holds in the device's root, in a chroot and under `qemu-aarch64 -L` alike.
+fn relative(dir: &Path, to: &Path) -> PathBuf {
+    let dir: Vec<_> = dir.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = dir.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out: PathBuf = dir[common..].iter().map(|_| "..").collect();
+    out.extend(&to[common..]);
+    out
 }
 
 #[cfg(test)]
@@ -279,6 +289,18 @@ mod tests {
     }
 
     #[test]
+    fn links_are_relative_to_their_directory() {
+        let r = |d: &str, t: &str| relative(Path::new(d), Path::new(t));
+        assert_eq!(
+            r("usr/lib/x", "usr/lib/x/libz.so.1.2"),
+            PathBuf::from("libz.so.1.2")
+        );
+        assert_eq!(r("usr/lib", "usr/lib/x/ld.so"), PathBuf::from("x/ld.so"));
+        assert_eq!(r("usr/lib/x", "usr/lib/y/l.so"), PathBuf::from("../y/l.so"));
+        assert_eq!(r("", "usr/lib/l.so"), PathBuf::from("usr/lib/l.so"));
+    }
+
+    #[test]
     fn a_library_keeps_debians_link_and_its_real_file() {
         let tree = tempfile::tempdir().unwrap();
         let t = tree.path();
@@ -302,7 +324,7 @@ mod tests {
         );
         assert_eq!(
             fs::read_link(s.join("usr/lib/ld-linux-aarch64.so.1")).unwrap(),
-            PathBuf::from("/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1")
+            PathBuf::from("aarch64-linux-gnu/ld-linux-aarch64.so.1")
         );
         // With the stage's /lib linked to usr/lib, the program interpreter's path holds.
         symlink("usr/lib", s.join("lib")).unwrap();

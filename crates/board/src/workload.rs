@@ -212,6 +212,11 @@ impl Workload {
             fs::create_dir_all(&app).map_err(io(&app))?;
             fs::write(app.join("app.py"), APP_PY).map_err(io(&app))?;
         }
+        if arch != Arch::X86_64 {
+            // No `ldd` vouched for a foreign root's libraries: every program's are checked
+            // here, so a missing one fails the build by name rather than the boot.
+            crate::dynlink::check_root(stage, arch)?;
+        }
         Ok(())
     }
 }
