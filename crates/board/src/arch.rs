@@ -84,6 +84,15 @@ impl Arch {
         }
     }
 
+    /// Debian's multiarch triplet: the directory name under `/lib` and `/usr/lib` where the
+    /// architecture's shared libraries live, and which its dynamic loader searches.
+    pub fn multiarch(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64-linux-gnu",
+            Arch::Arm64 => "aarch64-linux-gnu",
+        }
+    }
+
     /// The architecture of an ELF file (`e_machine`), if it is one of the board's.
     pub fn of_elf(data: &[u8]) -> Option<Arch> {
         if data.len() < 20 || &data[..4] != b"\x7fELF" {

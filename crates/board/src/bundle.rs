@@ -9,11 +9,12 @@
 //!   rootfs.img       read-only root filesystem (squashfs) with the workload
 //! ```
 
+use crate::arch::Arch;
+use crate::busybox::Busybox;
 use crate::initramfs::{InitScript, Initramfs};
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
-use crate::workload::{busybox_applets, check_tree, InitKind, Workload, WorkloadError, BUSYBOX};
-use crate::Arch;
+use crate::workload::{check_tree, InitKind, Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,9 @@ pub struct BuildOptions {
     /// Where what outlives one build is kept: the debian workload's base root, made once
     /// (`home::debian_cache()`).
     pub cache_dir: PathBuf,
+    /// The board's architecture: which busybox and python the built-in workloads get
+    /// (a foreign one's from Debian's packages, unpacked under `home::debs_cache`).
+    pub arch: Arch,
 }
 
 /// A built bundle (the manifest `bundle.json`).
@@ -252,9 +256,11 @@ impl Bundle {
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
         let mut ir = Initramfs::new();
-        let bb = fs::read(BUSYBOX).map_err(io(Path::new(BUSYBOX)))?;
+        let debs = crate::home::debs_cache(opts.arch);
+        let busybox = Busybox::for_arch(opts.arch, &debs)?;
+        let bb = fs::read(&busybox.path).map_err(io(&busybox.path))?;
         ir.file("bin/busybox", 0o755, bb);
-        for applet in busybox_applets()? {
+        for applet in &busybox.applets {
             let name = applet.rsplit('/').next().unwrap_or_default();
             if !name.is_empty() && name != "busybox" {
                 ir.symlink(&format!("bin/{name}"), "busybox");
@@ -308,7 +314,8 @@ impl Bundle {
             None => {
                 let stage = out.join("stage");
                 let _ = fs::remove_dir_all(&stage);
-                opts.workload.stage_builtin(&stage)?;
+                opts.workload
+                    .stage_builtin(&stage, opts.arch, &busybox, &debs)?;
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);
             }
@@ -454,7 +461,7 @@ mod tests {
     fn static_check_tells_static_from_dynamic() {
         let ls = fs::read("/bin/ls").unwrap();
         assert!(!is_static_elf(&ls), "/bin/ls is dynamic");
-        if let Ok(bb) = fs::read(BUSYBOX) {
+        if let Ok(bb) = fs::read(crate::busybox::BUSYBOX) {
             assert!(is_static_elf(&bb), "busybox-static is static");
         }
         assert!(!is_static_elf(b"#!/bin/sh\n"));

@@ -104,6 +104,12 @@ pub fn debian_cache() -> PathBuf {
     home().join("debian")
 }
 
+/// Where Debian's packages of a foreign architecture are downloaded and unpacked
+/// (`crate::foreign`), one directory per architecture.
+pub fn debs_cache(arch: Arch) -> PathBuf {
+    home().join("debs").join(arch.debian())
+}
+
 /// Where a built-in workload's bundle lives.
 pub fn builtin_bundle_dir(name: &str) -> PathBuf {
     home().join("bundles").join(name)
@@ -121,6 +127,7 @@ pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
         image_key: None,
         out: builtin_bundle_dir(name),
         cache_dir: debian_cache(),
+        arch: Arch::X86_64,
     })?)
 }
 

@@ -9,13 +9,17 @@ pub mod arm64_image;
 pub mod bench;
 pub mod bootdisk;
 pub mod bundle;
+pub mod busybox;
 pub mod capture;
 pub mod debian;
+pub mod dynlink;
+pub mod foreign;
 pub mod home;
 pub mod initramfs;
 pub mod kernel;
 pub mod modules;
 pub mod native;
+pub mod python;
 pub mod qemu;
 pub mod restore_kernel;
 #[cfg(test)]

@@ -4,12 +4,15 @@
 //! The built-in `shell` and `app` workloads are assembled into a staging tree exactly like a
 //! user's own `--rootfs DIR --start CMD`; nothing else in snapboot knows their internals.
 
+use crate::arch::Arch;
+use crate::busybox::Busybox;
+use crate::dynlink::LinkError;
+use crate::foreign::ForeignError;
+use crate::python::stage_python;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The `app` workload's program, embedded so the snapboot binary is self-contained.
 pub const APP_PY: &str = include_str!("../../../guest/app/app.py");
@@ -37,6 +40,20 @@ pub enum WorkloadError {
         /// The tree.
         root: PathBuf,
         /// What is wrong.
+        reason: String,
+    },
+    /// Debian's packages of a foreign architecture could not be had.
+    #[error(transparent)]
+    Foreign(#[from] ForeignError),
+    /// A staged program's libraries are not all in the root.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// A foreign busybox whose applets cannot be known without running it.
+    #[error("busybox {}: {reason}", path.display())]
+    BusyboxApplets {
+        /// The foreign binary.
+        path: PathBuf,
+        /// Why its applet list is not known.
         reason: String,
     },
     /// Filesystem error.
@@ -112,9 +129,6 @@ impl InitKind {
     }
 }
 
-/// The host's busybox-static binary.
-pub const BUSYBOX: &str = "/bin/busybox";
-
 impl Workload {
     /// The built-in `shell` workload: usable when a shell answers on the console, where
     /// `recapture` is a command of its root ([`SHELL_RECAPTURE`]).
@@ -176,42 +190,48 @@ impl Workload {
         }
     }
 
-    /// Assembles a built-in workload's root filesystem tree into `stage`.
-    pub fn stage_builtin(&self, stage: &Path) -> Result<(), WorkloadError> {
-        stage_base(stage)?;
+    /// Assembles a built-in workload's root filesystem tree for `arch` into `stage`, with
+    /// `busybox` ([`Busybox::for_arch`]); a foreign architecture's Debian packages are
+    /// unpacked under `debs`.
+    pub fn stage_builtin(
+        &self,
+        stage: &Path,
+        arch: Arch,
+        busybox: &Busybox,
+        debs: &Path,
+    ) -> Result<(), WorkloadError> {
+        stage_base(stage, busybox)?;
         if self.name == "shell" {
             let cmd = stage.join("bin/recapture");
             fs::write(&cmd, SHELL_RECAPTURE).map_err(io(&cmd))?;
             make_executable(&cmd)?;
         }
         if self.name == "app" {
-            stage_python(stage)?;
+            stage_python(stage, arch, debs)?;
             let app = stage.join("opt/app");
             fs::create_dir_all(&app).map_err(io(&app))?;
             fs::write(app.join("app.py"), APP_PY).map_err(io(&app))?;
+        }
+        if arch != Arch::X86_64 {
+            // No `ldd` vouched for a foreign root's libraries: every program's are checked
+            // here, so a missing one fails the build by name rather than the boot.
+            crate::dynlink::check_root(stage, arch)?;
         }
         Ok(())
     }
 }
 
 /// A minimal root: busybox with its applets, and the mount points the board uses.
-fn stage_base(stage: &Path) -> Result<(), WorkloadError> {
+fn stage_base(stage: &Path, busybox: &Busybox) -> Result<(), WorkloadError> {
     for d in [
         "bin", "sbin", "dev", "proc", "sys", "run", "tmp", "etc", "root",
     ] {
         let p = stage.join(d);
         fs::create_dir_all(&p).map_err(io(&p))?;
     }
-    let bb = Path::new(BUSYBOX);
-    if !bb.is_file() {
-        return Err(WorkloadError::Missing {
-            what: "busybox (package busybox-static)".into(),
-            path: bb.to_path_buf(),
-        });
-    }
     let dst = stage.join("bin/busybox");
-    fs::copy(bb, &dst).map_err(io(&dst))?;
-    for applet in busybox_applets()? {
+    fs::copy(&busybox.path, &dst).map_err(io(&dst))?;
+    for applet in &busybox.applets {
         let link = stage.join(applet.trim_start_matches('/'));
         if link.exists() || link.symlink_metadata().is_ok() {
             continue;
@@ -224,124 +244,6 @@ fn stage_base(stage: &Path) -> Result<(), WorkloadError> {
     let passwd = stage.join("etc/passwd");
     fs::write(&passwd, "root:x:0:0:root:/root:/bin/sh\n").map_err(io(&passwd))?;
     Ok(())
-}
-
-/// Full paths of the applets busybox offers (`/bin/sh`, `/sbin/switch_root`, ...).
-pub fn busybox_applets() -> Result<Vec<String>, WorkloadError> {
-    let out = Command::new(BUSYBOX)
-        .arg("--list-full")
-        .output()
-        .map_err(|e| WorkloadError::Command {
-            cmd: format!("{BUSYBOX} --list-full"),
-            reason: e.to_string(),
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| format!("/{}", l.trim().trim_start_matches('/')))
-        .filter(|l| l.len() > 1)
-        .collect())
-}
-
-/// Directories of the python stdlib that a device image would not ship.
-const PY_SKIP: &[&str] = &[
-    "test",
-    "idlelib",
-    "tkinter",
-    "turtledemo",
-    "ensurepip",
-    "lib2to3",
-    "config-3",
-    "site-packages",
-    "dist-packages",
-];
-
-/// Copies Debian's python3 interpreter, its stdlib and every shared library they need.
-fn stage_python(stage: &Path) -> Result<(), WorkloadError> {
-    let py = Path::new("/usr/bin/python3");
-    let real = fs::canonicalize(py).map_err(|_| WorkloadError::Missing {
-        what: "Debian's python3 (package python3)".into(),
-        path: py.to_path_buf(),
-    })?;
-    let ver = real
-        .file_name()
-        .map(|n| n.to_string_lossy().trim_start_matches("python").to_string())
-        .unwrap_or_default();
-    let lib = PathBuf::from(format!("/usr/lib/python{ver}"));
-    if !lib.join("os.py").is_file() {
-        return Err(WorkloadError::Missing {
-            what: format!("python {ver} standard library"),
-            path: lib,
-        });
-    }
-    copy_file(&real, &stage.join("usr/bin/python3"))?;
-    let mut elves = vec![real];
-    copy_tree(
-        &lib,
-        &stage.join(lib.strip_prefix("/").unwrap_or(&lib)),
-        &mut elves,
-    )?;
-    let mut libs = BTreeSet::new();
-    for elf in &elves {
-        libs.extend(shared_libs(elf)?);
-    }
-    for l in libs {
-        copy_file(&l, &stage.join(l.strip_prefix("/").unwrap_or(&l)))?;
-    }
-    Ok(())
-}
-
-fn copy_file(src: &Path, dst: &Path) -> Result<(), WorkloadError> {
-    if let Some(p) = dst.parent() {
-        fs::create_dir_all(p).map_err(io(p))?;
-    }
-    fs::copy(src, dst).map_err(io(src))?;
-    Ok(())
-}
-
-fn copy_tree(src: &Path, dst: &Path, elves: &mut Vec<PathBuf>) -> Result<(), WorkloadError> {
-    fs::create_dir_all(dst).map_err(io(dst))?;
-    for e in fs::read_dir(src).map_err(io(src))?.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let path = e.path();
-        if PY_SKIP.iter().any(|s| name.starts_with(s)) {
-            continue;
-        }
-        let meta = fs::metadata(&path).map_err(io(&path))?;
-        if meta.is_dir() {
-            copy_tree(&path, &dst.join(&name), elves)?;
-        } else {
-            copy_file(&path, &dst.join(&name))?;
-            if name.ends_with(".so") {
-                elves.push(path);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The shared libraries (and the dynamic loader) an ELF file needs, as `ldd` reports them.
-pub fn shared_libs(elf: &Path) -> Result<Vec<PathBuf>, WorkloadError> {
-    let out = Command::new("ldd")
-        .arg(elf)
-        .output()
-        .map_err(|e| WorkloadError::Command {
-            cmd: format!("ldd {}", elf.display()),
-            reason: e.to_string(),
-        })?;
-    Ok(parse_ldd(&String::from_utf8_lossy(&out.stdout)))
-}
-
-fn parse_ldd(text: &str) -> Vec<PathBuf> {
-    text.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            let path = match l.split_once("=>") {
-                Some((_, rhs)) => rhs.split_whitespace().next()?,
-                None => l.split_whitespace().next()?,
-            };
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
 }
 
 /// Makes sure a staged or user tree has the mount points the board needs.
@@ -380,18 +282,7 @@ pub fn make_executable(path: &Path) -> Result<(), WorkloadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ldd_output_parsed() {
-        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibm.so.6 => /lib/x86_64-linux-gnu/libm.so.6 (0x7f)\n\t/lib64/ld-linux-x86-64.so.2 (0x7f)\n";
-        assert_eq!(
-            parse_ldd(out),
-            vec![
-                PathBuf::from("/lib/x86_64-linux-gnu/libm.so.6"),
-                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
-            ]
-        );
-    }
+    use std::process::Command;
 
     #[test]
     fn builtins_are_known_and_others_are_refused() {

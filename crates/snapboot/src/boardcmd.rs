@@ -184,6 +184,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         image_key: a.image_key.clone(),
         out,
         cache_dir: home::debian_cache(),
+        arch: board::Arch::X86_64,
     })?;
     println!(
         "bundle {} ({} on {}) built in {:.1} s",
