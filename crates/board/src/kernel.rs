@@ -185,15 +185,20 @@ fn parse_depends(out: &str) -> Option<String> {
 /// Resolves the kernel package of `arch`'s `meta` package (e.g. `linux-image-arm64:arm64`),
 /// saying how to teach apt a foreign architecture when it knows none of its packages.
 pub fn resolve_kernel_package(arch: Arch, meta: &str) -> Result<String, KernelError> {
-    let foreign = meta.contains(':');
-    match resolve_meta_package(meta) {
-        Err(KernelError::Command { reason, .. })
-            if foreign && reason.contains("No packages found") =>
+    resolve_meta_package(meta).map_err(|e| foreign_hint(arch, meta, e))
+}
+
+/// `apt-cache depends PKG:ARCH` answers "No packages found" when apt knows no packages of
+/// that architecture: that becomes [`KernelError::NoForeignPackages`], which says what to do.
+fn foreign_hint(arch: Arch, meta: &str, e: KernelError) -> KernelError {
+    match e {
+        KernelError::Command { reason, .. }
+            if meta.contains(':') && reason.contains("No packages found") =>
         {
-            Err(KernelError::NoForeignPackages {
+            KernelError::NoForeignPackages {
                 debian: arch.debian(),
                 meta: meta.to_string(),
-            })
+            }
         }
         other => other,
     }
@@ -565,6 +570,22 @@ mod tests {
         fs::write(&vmlinuz, b"\x1f\x8b not really gzip").unwrap();
         let err = unpack_arm64_image(&mut info, &out).unwrap_err();
         assert!(matches!(err, KernelError::Arm64Image { .. }), "{err}");
+    }
+
+    #[test]
+    fn apt_without_arm64_packages_is_told_how_to_learn_them() {
+        let not_found = || KernelError::Command {
+            cmd: "apt-cache depends linux-image-arm64:arm64".into(),
+            reason: "E: No packages found".into(),
+        };
+        let e = foreign_hint(Arch::Arm64, "linux-image-arm64:arm64", not_found());
+        assert_eq!(
+            e.to_string(),
+            "apt knows no arm64 packages (linux-image-arm64:arm64 not found): run \
+             `dpkg --add-architecture arm64 && apt-get update` once, as root"
+        );
+        let native = foreign_hint(Arch::X86_64, "linux-image-amd64", not_found());
+        assert!(matches!(native, KernelError::Command { .. }), "{native}");
     }
 
     #[test]
