@@ -108,9 +108,6 @@ pub struct BuildOptions {
     /// Where what outlives one build is kept: the debian workload's base root, made once
     /// (`home::debian_cache()`).
     pub cache_dir: PathBuf,
-    /// The board's architecture: which busybox and python the built-in workloads get
-    /// (a foreign one's from Debian's packages, unpacked under `home::debs_cache`).
-    pub arch: Arch,
 }
 
 /// A built bundle (the manifest `bundle.json`).
@@ -256,8 +253,8 @@ impl Bundle {
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
         let mut ir = Initramfs::new();
-        let debs = crate::home::debs_cache(opts.arch);
-        let busybox = Busybox::for_arch(opts.arch, &debs)?;
+        let debs = crate::home::debs_cache(opts.kernel.arch);
+        let busybox = Busybox::for_arch(opts.kernel.arch, &debs)?;
         let bb = fs::read(&busybox.path).map_err(io(&busybox.path))?;
         ir.file("bin/busybox", 0o755, bb);
         for applet in &busybox.applets {
@@ -315,7 +312,7 @@ impl Bundle {
                 let stage = out.join("stage");
                 let _ = fs::remove_dir_all(&stage);
                 opts.workload
-                    .stage_builtin(&stage, opts.arch, &busybox, &debs)?;
+                    .stage_builtin(&stage, opts.kernel.arch, &busybox, &debs)?;
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);
             }

@@ -17,6 +17,12 @@ pub enum HomeError {
         "no kernel fetched yet: run `snapboot board fetch-kernel` or pass --kernel and --modules"
     )]
     NoKernel(#[source] KernelError),
+    /// The device binary for the board's architecture is not built.
+    #[error(
+        "no {arch} snapboot-device at {} (build it with `make build` or scripts/device-arm64.sh)",
+        path.display()
+    )]
+    NoDeviceBinary { arch: Arch, path: PathBuf },
     /// No kernel of a non-default architecture was fetched.
     #[error("no {0} kernel fetched yet: run `snapboot board fetch-kernel --arch {0}`")]
     NoKernelOf(Arch, #[source] KernelError),
@@ -62,11 +68,15 @@ pub fn kernel_cache() -> PathBuf {
 }
 
 /// The kernel to use: `kernel` and `modules` when both are given, else the fetched one.
-pub fn kernel(kernel: Option<&Path>, modules: Option<&Path>) -> Result<KernelInfo, HomeError> {
+pub fn kernel(
+    kernel: Option<&Path>,
+    modules: Option<&Path>,
+    arch: Arch,
+) -> Result<KernelInfo, HomeError> {
     if let (Some(k), Some(m)) = (kernel, modules) {
         return Ok(KernelInfo::from_paths(k, m)?);
     }
-    fetched_kernel(Arch::X86_64)
+    fetched_kernel(arch)
 }
 
 /// The kernel `board fetch-kernel` fetched for `arch`.
@@ -77,12 +87,43 @@ pub fn fetched_kernel(arch: Arch) -> Result<KernelInfo, HomeError> {
     })
 }
 
-/// The snapboot binary the board puts on the device: `snapboot-device` beside the running
-/// binary (`cargo build -p snapboot -p snapboot-device` builds both), a fraction of the full
-/// tool's size; else the running binary itself, which has the device's commands too.
-pub fn device_binary() -> Result<PathBuf, HomeError> {
+/// The snapboot binary the board of `arch` puts on the device. x86_64: `snapboot-device`
+/// beside the running binary (`cargo build -p snapboot -p snapboot-device` builds both), a
+/// fraction of the full tool's size, else the running binary itself, which has the device's
+/// commands too. arm64: the cross-built one (`scripts/device-arm64.sh`, `make build`) in
+/// `target/arm64`, or `$SNAPBOOT_DEVICE_ARM64`.
+pub fn device_binary(arch: Arch) -> Result<PathBuf, HomeError> {
     let exe = std::env::current_exe().map_err(HomeError::Exe)?;
-    Ok(device_binary_beside(&exe))
+    match arch {
+        Arch::X86_64 => Ok(device_binary_beside(&exe)),
+        Arch::Arm64 => {
+            let path = std::env::var_os("SNAPBOOT_DEVICE_ARM64")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cross_built_beside(&exe, arch));
+            let head = std::fs::read(&path)
+                .map(|b| b.into_iter().take(64).collect::<Vec<u8>>())
+                .unwrap_or_default();
+            if Arch::of_elf(&head) != Some(arch) {
+                return Err(HomeError::NoDeviceBinary { arch, path });
+            }
+            Ok(path)
+        }
+    }
+}
+
+/// `target/ARCH/TRIPLE/release/snapboot-device` of the workspace whose
+/// `target/HOST_TRIPLE/PROFILE/` holds `exe`.
+fn cross_built_beside(exe: &Path, arch: Arch) -> PathBuf {
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("target"));
+    target
+        .join(arch.name())
+        .join(arch.rust_target())
+        .join("release")
+        .join("snapboot-device")
 }
 
 fn device_binary_beside(exe: &Path) -> PathBuf {
@@ -110,49 +151,53 @@ pub fn debs_cache(arch: Arch) -> PathBuf {
     home().join("debs").join(arch.debian())
 }
 
-/// Where a built-in workload's bundle lives.
-pub fn builtin_bundle_dir(name: &str) -> PathBuf {
-    home().join("bundles").join(name)
+/// Where a built-in workload's bundle for the board of `arch` lives: `bundles/NAME` on the
+/// x86_64 PC, `bundles/arm64/NAME` on the arm64 board.
+pub fn builtin_bundle_dir(name: &str, arch: Arch) -> PathBuf {
+    match arch {
+        Arch::X86_64 => home().join("bundles").join(name),
+        other => home().join("bundles").join(other.name()).join(name),
+    }
 }
 
-/// Builds a built-in workload's bundle with the fetched kernel and this snapboot binary.
-pub fn build_builtin(name: &str) -> Result<Bundle, HomeError> {
-    let kernel = kernel(None, None)?;
+/// Builds a built-in workload's bundle with the fetched kernel of `arch` and the snapboot
+/// device binary for it.
+pub fn build_builtin(name: &str, arch: Arch) -> Result<Bundle, HomeError> {
+    let kernel = kernel(None, None, arch)?;
     let workload = Workload::builtin(name)?;
     Ok(Bundle::build(&BuildOptions {
         kernel,
         workload,
         rootfs_dir: None,
-        snapboot_bin: device_binary()?,
+        snapboot_bin: device_binary(arch)?,
         image_key: None,
-        out: builtin_bundle_dir(name),
+        out: builtin_bundle_dir(name, arch),
         cache_dir: debian_cache(),
-        arch: Arch::X86_64,
     })?)
 }
 
 /// What a bundle argument names: a directory (holding `bundle.json`, or any path with a
 /// `/`), else a built-in workload's bundle under the home directory.
-pub fn bundle_dir(arg: &str) -> PathBuf {
+pub fn bundle_dir(arg: &str, arch: Arch) -> PathBuf {
     let p = Path::new(arg);
     if p.join("bundle.json").exists() || arg.contains('/') {
         p.to_path_buf()
     } else {
-        builtin_bundle_dir(arg)
+        builtin_bundle_dir(arg, arch)
     }
 }
 
 /// A bundle by directory or built-in name. A built-in bundle that carries another snapboot
 /// binary is rebuilt (the board runs the snapboot inside the bundle); another directory
 /// only gets a warning on stderr.
-pub fn resolve_bundle(arg: &str) -> Result<Bundle, HomeError> {
-    let dir = bundle_dir(arg);
+pub fn resolve_bundle(arg: &str, arch: Arch) -> Result<Bundle, HomeError> {
+    let dir = bundle_dir(arg, arch);
     let b = Bundle::load(&dir)?;
-    if let Ok(exe) = device_binary() {
+    if let Ok(exe) = device_binary(b.kernel.arch) {
         if !b.carries(&exe) {
             if is_builtin_name(arg) {
                 eprintln!("snapboot: bundle `{arg}` was built by another snapboot; rebuilding it");
-                return build_builtin(arg);
+                return build_builtin(arg, b.kernel.arch);
             }
             eprintln!(
                 "snapboot: warning: {} was built by another snapboot binary; rebuild it to run this one on the board",
@@ -164,12 +209,12 @@ pub fn resolve_bundle(arg: &str) -> Result<Bundle, HomeError> {
 }
 
 /// [`resolve_bundle`], building a missing built-in bundle first.
-pub fn bundle_or_build(arg: &str) -> Result<Bundle, HomeError> {
-    match resolve_bundle(arg) {
+pub fn bundle_or_build(arg: &str, arch: Arch) -> Result<Bundle, HomeError> {
+    match resolve_bundle(arg, arch) {
         Ok(b) => Ok(b),
         Err(_) if is_builtin_name(arg) => {
-            eprintln!("snapboot: building the `{arg}` bundle first");
-            build_builtin(arg)
+            eprintln!("snapboot: building the {arch} `{arg}` bundle first");
+            build_builtin(arg, arch)
         }
         Err(e) => Err(e),
     }

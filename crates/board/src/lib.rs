@@ -25,8 +25,8 @@ pub mod restore_kernel;
 #[cfg(test)]
 mod testutil;
 pub mod uboot;
-pub mod virt;
 pub mod version_stamp;
+pub mod virt;
 pub mod workload;
 
 pub use arch::Arch;

@@ -1,4 +1,4 @@
-//! The kernel pack: the stock kernel (a bzImage) and its initramfs in one checked container,
+//! The kernel pack: the stock kernel (an x86 bzImage or an arm64 Image) and its initramfs in one checked container,
 //! written to a raw partition or a file.
 //!
 //! A restore kernel can restore an image but cannot boot the system cold: it has no modules,
@@ -18,7 +18,7 @@
 //! 0x028      8  initramfs length in bytes
 //! 0x030     32  BLAKE3 of the kernel
 //! 0x050     32  BLAKE3 of the initramfs
-//! 0x070     64  the kernel's release (from its setup header), NUL-padded UTF-8
+//! 0x070     64  the kernel's release (bzImage: setup header; Image: banner), NUL-padded
 //! 0x0B0  ....   zero
 //! 0xFE0     32  BLAKE3 of bytes 0x000..0xFE0
 //! 0x1000 ....   kernel, zero padding to 4096, initramfs, zero padding to 4096
@@ -57,9 +57,13 @@ pub enum PackError {
         #[source]
         source: std::io::Error,
     },
-    /// The kernel is not a bzImage (no `HdrS` setup header).
-    #[error("the kernel is not a bzImage (no HdrS setup header)")]
-    NotBzImage,
+    /// The kernel is neither an x86 bzImage (`HdrS` setup header) nor an arm64 `Image`
+    /// (`ARM\x64` at byte 56) with its `Linux version` banner.
+    #[error(
+        "the kernel is neither a bzImage (no HdrS setup header) nor an arm64 Image with a \
+         `Linux version` banner"
+    )]
+    NotAKernel,
     /// The first bytes are not a pack's.
     #[error("no kernel pack here (magic {0:02x?})")]
     NotAPack([u8; 8]),
@@ -96,11 +100,39 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> PackError {
     move |source| PackError::Io { what, source }
 }
 
+/// The release of a kernel kexec can load: an x86 bzImage (from its setup header) or an
+/// arm64 `Image` (from its `Linux version RELEASE (` banner).
+pub fn kernel_release(kernel: &[u8]) -> Result<String, PackError> {
+    if kernel.get(56..60) == Some(b"ARM\x64") {
+        return arm64_release(kernel);
+    }
+    bzimage_release(kernel)
+}
+
+/// The release in an arm64 `Image`'s banner (the uncompressed kernel holds it as text).
+fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
+    let needle = b"Linux version ";
+    kernel
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .find_map(|(at, _)| {
+            let rest = &kernel[at + needle.len()..];
+            let end = rest.iter().take(128).position(|&b| b == b' ')?;
+            let release = std::str::from_utf8(&rest[..end]).ok()?;
+            let well_formed = !release.is_empty()
+                && release.starts_with(|c: char| c.is_ascii_digit())
+                && rest.get(end + 1) == Some(&b'(');
+            well_formed.then(|| release.to_string())
+        })
+        .ok_or(PackError::NotAKernel)
+}
+
 /// The release string a bzImage's setup header points at (`6.1.0-56-amd64`), if it is a
-/// bzImage. Errors with [`PackError::NotBzImage`] if it is not one.
+/// bzImage. Errors with [`PackError::NotAKernel`] if it is not one.
 pub fn bzimage_release(kernel: &[u8]) -> Result<String, PackError> {
     if kernel.len() < 0x210 || &kernel[0x202..0x206] != b"HdrS" {
-        return Err(PackError::NotBzImage);
+        return Err(PackError::NotAKernel);
     }
     let ptr = u16::from_le_bytes([kernel[0x20E], kernel[0x20F]]) as usize + 0x200;
     let text = kernel.get(ptr..).unwrap_or_default();
@@ -136,7 +168,7 @@ fn padded(len: u64) -> u64 {
 impl Header {
     /// The header for these payloads, laid out one after the other.
     pub fn new(kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
-        let release = bzimage_release(kernel)?;
+        let release = kernel_release(kernel)?;
         for (what, len, max) in [
             ("kernel", kernel.len() as u64, MAX_KERNEL),
             ("initramfs", initrd.len() as u64, MAX_INITRD),

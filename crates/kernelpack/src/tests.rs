@@ -40,7 +40,7 @@ fn reads_back_what_it_wrote_with_the_release() {
 #[test]
 fn a_kernel_that_is_not_a_bzimage_is_refused_when_packing() {
     let e = write(Vec::new(), b"\x7fELF not a bzImage", b"i").unwrap_err();
-    assert!(matches!(e, PackError::NotBzImage), "{e}");
+    assert!(matches!(e, PackError::NotAKernel), "{e}");
 }
 
 #[test]
@@ -124,4 +124,21 @@ proptest! {
     fn random_headers_never_panic(bytes in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 64)) {
         let _ = Header::decode(&bytes);
     }
+}
+
+/// An arm64 `Image`: the magic at byte 56 and the banner somewhere in the kernel's text.
+#[test]
+fn arm64_image_is_packed_with_the_release_of_its_banner() {
+    let mut k = vec![0u8; 8192];
+    k[56..60].copy_from_slice(b"ARM\x64");
+    let banner = b"Linux version 6.1.0-56-arm64 (debian-kernel@lists.debian.org) (gcc) #1 SMP";
+    k[5000..5000 + banner.len()].copy_from_slice(banner);
+    let h = Header::new(&k, b"initrd").unwrap();
+    assert_eq!(h.release, "6.1.0-56-arm64");
+    let mut no_banner = k.clone();
+    no_banner[5000..5014].copy_from_slice(b"Linux versio_ ");
+    assert!(matches!(
+        Header::new(&no_banner, b"i"),
+        Err(PackError::NotAKernel)
+    ));
 }

@@ -88,7 +88,7 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
                 .ok_or_else(|| anyhow::anyhow!("--sizes {w}: expected max or a size such as 96M"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let bundle = bundle_or_build(&a.workload)?;
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
     let work = workdir(&a.workdir);
     let steps = bench::lazy_steps(&bundle.workload, sizes.len(), a.runs);
@@ -173,7 +173,7 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
             anyhow::Context::with_context(board::qemu::parse_mem_mib(w), || format!("--sizes {w}"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let bundle = bundle_or_build(&a.workload)?;
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let mut opts = a.board.to_run_options(&bundle)?;
     if !a.board.mem_given() {
         opts.mem_mib = 512;
@@ -247,7 +247,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
             ),
         },
     };
-    let bundle = bundle_or_build(&a.workload)?;
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
     let work = workdir(&a.workdir);
     let from = match a.from.as_str() {
@@ -387,7 +387,7 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(board::BenchError::NoRuns);
     }
-    let bundle = bundle_or_build(&a.workload)?;
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
     let pb = progress(a.runs as u64, "cold boots");
     let timelines = bench::cold(&bundle, &opts, a.runs, &mut || pb.inc(1));
@@ -428,7 +428,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(board::BenchError::NoRuns);
     }
-    let bundle = bundle_or_build(&a.workload)?;
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
     // With --restore-kernel every boot would start on the restore kernel: the cold baseline
     // would be a hand-over to the stock kernel, and no method would use the stock kernel.

@@ -98,9 +98,13 @@ pub struct BuildArgs {
     /// only images signed with its secret key.
     #[arg(long, value_name = "PUBLIC_KEY")]
     image_key: Option<PathBuf>,
-    /// Output directory (default: .snapboot/bundles/NAME).
+    /// Output directory (default: .snapboot/bundles/NAME, or bundles/arm64/NAME).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The board: x86_64 (the PC) or arm64 (booted by U-Boot); its fetched kernel
+    /// (`board fetch-kernel --arch`) and device binary go into the bundle.
+    #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
+    arch: board::Arch,
     #[command(flatten)]
     kernel: KernelArgs,
 }
@@ -144,7 +148,12 @@ pub struct RunArgs {
 
 /// `snapboot board build`.
 pub fn build(a: BuildArgs) -> Result<ExitCode> {
-    let kernel = home::kernel(a.kernel.kernel.as_deref(), a.kernel.modules.as_deref())?;
+    let kernel = home::kernel(
+        a.kernel.kernel.as_deref(),
+        a.kernel.modules.as_deref(),
+        a.arch,
+    )?;
+    let arch = kernel.arch;
     let (mut workload, rootfs_dir) = match (&a.workload, &a.rootfs) {
         (Some(w), _) => (Workload::builtin(w)?, None),
         (None, Some(dir)) => (
@@ -171,7 +180,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     }
     let out = a
         .out
-        .unwrap_or_else(|| home::builtin_bundle_dir(&workload.name));
+        .unwrap_or_else(|| home::builtin_bundle_dir(&workload.name, arch));
     if let Some(k) = &a.image_key {
         imagekey::PublicKey::load(k)?;
     }
@@ -180,11 +189,10 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         kernel,
         workload,
         rootfs_dir,
-        snapboot_bin: board::home::device_binary()?,
+        snapboot_bin: board::home::device_binary(arch)?,
         image_key: a.image_key.clone(),
         out,
         cache_dir: home::debian_cache(),
-        arch: board::Arch::X86_64,
     })?;
     println!(
         "bundle {} ({} on {}) built in {:.1} s",
@@ -213,7 +221,7 @@ fn mib(b: u64) -> f64 {
 
 /// `snapboot board run`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    let bundle = home::resolve_bundle(&a.bundle)?;
+    let bundle = home::resolve_bundle(&a.bundle, a.board.arch())?;
     let choice = a.board.kernel_choice(a.stock_kernel);
     let (mut opts, kernel) = a
         .board
@@ -342,7 +350,7 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
         None => None,
         Some(k) => Some(imagekey::SecretKey::load(k)?),
     };
-    let bundle = home::resolve_bundle(&a.bundle)?;
+    let bundle = home::resolve_bundle(&a.bundle, a.board.arch())?;
     let mut opts = a.board.to_run_options(&bundle)?;
     opts.echo = a.console;
     opts.params.lazy = lazy;

@@ -19,6 +19,10 @@ pub(crate) enum AccelArg {
 
 #[derive(Args, Debug, Clone)]
 pub(crate) struct BoardOpts {
+    /// The board a built-in workload name means: x86_64 (the PC) or arm64 (booted by
+    /// U-Boot). A bundle directory names its own.
+    #[arg(long, default_value = "x86_64", value_parser = arch_parser())]
+    arch: board::Arch,
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
     #[arg(long)]
     mem: Option<String>,
@@ -53,6 +57,11 @@ pub(crate) struct BoardOpts {
 }
 
 impl BoardOpts {
+    /// The board a built-in workload name means.
+    pub(crate) fn arch(&self) -> board::Arch {
+        self.arch
+    }
+
     /// Whether --mem was given.
     pub(crate) fn mem_given(&self) -> bool {
         self.mem.is_some()
