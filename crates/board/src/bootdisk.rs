@@ -25,6 +25,12 @@ use std::process::{Command, Stdio};
 
 /// Partition alignment and the room left for each GPT.
 const MIB: u64 = 1 << 20;
+/// The boot partition's size, the same whichever kernels it holds: a restored kernel keeps
+/// the partition table it booted with, so the root partition must start at the same
+/// sector whether the stock kernel or the restore kernel restores it (measured: with the
+/// boot partition sized to its files, the root moved by 5 MiB between the two disks and
+/// the restored system read squashfs garbage). A device's partition table is fixed too.
+pub const BOOT_PARTITION_BYTES: u64 = 128 * MIB;
 /// Room on the boot partition besides its files (ext4's own structures).
 const BOOT_SLACK: u64 = 8 * MIB;
 
@@ -47,6 +53,14 @@ pub enum BootDiskError {
         /// The Debian package that has it.
         package: &'static str,
     },
+    /// The kernels and initramfs do not fit the boot partition.
+    #[error("the boot partition's files need {bytes} bytes, it has room for {room}")]
+    BootTooSmall {
+        /// Bytes of the files.
+        bytes: u64,
+        /// Bytes they may take.
+        room: u64,
+    },
     /// Reading or writing a file.
     #[error("{}", path.display())]
     Io {
@@ -68,6 +82,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootDiskError + '_ {
 /// What a boot disk was built from: a disk is reused while these are unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Inputs {
+    /// The fixed boot partition's size: a disk of another layout is rebuilt.
+    boot_partition: u64,
     files: Vec<(PathBuf, u64, u128)>,
 }
 
@@ -83,7 +99,10 @@ impl Inputs {
                 .map_or(0, |d| d.as_nanos());
             files.push((p.to_path_buf(), m.len(), t));
         }
-        Ok(Inputs { files })
+        Ok(Inputs {
+            boot_partition: BOOT_PARTITION_BYTES,
+            files,
+        })
     }
 }
 
@@ -176,7 +195,13 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
     let conf = tree.join("extlinux/extlinux.conf");
     fs::write(&conf, extlinux_conf(restore.is_some())).map_err(io_err(&conf))?;
     let boot_img = work.join("boot.ext4");
-    let boot_size = round_mib(boot_bytes + BOOT_SLACK);
+    if boot_bytes + BOOT_SLACK > BOOT_PARTITION_BYTES {
+        return Err(BootDiskError::BootTooSmall {
+            bytes: boot_bytes,
+            room: BOOT_PARTITION_BYTES - BOOT_SLACK,
+        });
+    }
+    let boot_size = BOOT_PARTITION_BYTES;
     tool(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-L", "boot", "-d"])
@@ -204,6 +229,8 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
         let len = fs::metadata(p.file).map_err(io_err(p.file))?.len();
         sizes.push((p.name, round_mib(len)));
     }
+    // Whatever the ext4 image came to, the partition is the fixed size.
+    sizes[0].1 = BOOT_PARTITION_BYTES;
     let total = MIB + sizes.iter().map(|(_, b)| b).sum::<u64>() + MIB;
     let tmp = work.join("disk.img");
     let f = fs::File::create(&tmp).map_err(io_err(&tmp))?;

@@ -65,8 +65,8 @@ fn prepare(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, tempfile::Tem
     let cmdline = kernel_cmdline(bundle, opts, PACK_PARTITION);
     let env = uboot::board_env(&defaults, label, &cmdline)?;
     let dir = tempfile::Builder::new()
-        .prefix("arm64-run-")
-        .tempdir_in(&bundle.dir)
+        .prefix("snapboot-arm64-run-")
+        .tempdir()
         .map_err(VirtError::RunDir)?;
     let env_flash = dir.path().join("u-boot-env.img");
     env.write_flash(&env_flash)?;
