@@ -35,9 +35,11 @@ kernel: build
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \
 	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
+	$(SNAPBOOT) board fetch-kernel --arch arm64
 
-## The restore kernel: the distribution's kernel source, the project's fragment
-## (crates/board/kernel/restore.config), built once (minutes) and cached under .snapboot.
+## The restore kernels: the distribution's kernel source, the project's fragments
+## (crates/board/kernel/restore.config, restore-arm64.config), each built once (minutes)
+## and cached under .snapboot.
 restore-kernel: kernel
 	@missing=""; for p in $(KERNEL_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -46,6 +48,7 @@ restore-kernel: kernel
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	$(SNAPBOOT) board restore-kernel
+	$(SNAPBOOT) board restore-kernel --arch arm64
 
 ## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.
 demo: setup restore-kernel
@@ -75,6 +78,8 @@ imports:
 bench: setup restore-kernel
 	$(SNAPBOOT) bench compare --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-shell.json
 	$(SNAPBOOT) bench compare --workload app --runs 3 --json $(SNAPBOOT_HOME)/compare-app.json
+	$(SNAPBOOT) bench compare --arch arm64 --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-arm64-shell.json
+	$(SNAPBOOT) bench compare --arch arm64 --workload app --runs 3 --json $(SNAPBOOT_HOME)/compare-arm64-app.json
 
 clean:
 	rm -rf $(SNAPBOOT_HOME) target
