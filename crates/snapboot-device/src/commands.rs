@@ -37,6 +37,9 @@ pub enum DeviceCmd {
     /// The store: named images, dedupe across images, gc, fsck, signatures.
     #[command(subcommand)]
     Store(crate::storecmd::StoreCmd),
+    /// The kernel pack a restore kernel hands cold boots to (`snapboot.coldkernel=`).
+    #[command(subcommand)]
+    KernelPack(crate::packcmd::KernelPackCmd),
     /// (device, restored from a lazy image) The application's working set: record which
     /// swapped-out pages it touched since the restore, for the next capture.
     #[command(subcommand)]
@@ -71,6 +74,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
         DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
+        DeviceCmd::KernelPack(c) => crate::packcmd::kernel_pack(c),
         DeviceCmd::Profile(c) => systemcmd::profile(c),
         DeviceCmd::Memory(c) => systemcmd::memory(c),
         DeviceCmd::Install(a) => systemcmd::install(a),
