@@ -196,27 +196,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     if opts.accel == Accel::Kvm {
         c.args(["-cpu", "host"]);
     }
-    let deferred = deferred_mib(opts);
-    let mem = match deferred {
-        Some(_) => format!(
-            "{}M,maxmem={}M",
-            opts.mem_mib,
-            opts.max_mem_mib.unwrap_or(0)
-        ),
-        None => format!("{}M", opts.mem_mib),
-    };
-    c.args(["-m", &mem, "-smp", &opts.smp.to_string()]);
-    if let Some(rest) = deferred {
-        // The rest of the RAM: a virtio-mem device that asks for all of it from power-on.
-        // The guest takes it when it loads the driver (after ready or restored); until then
-        // the kernel, the image and the restore see only the boot memory.
-        c.args([
-            "-object",
-            &format!("memory-backend-ram,id=deferred,size={rest}M"),
-            "-device",
-            &format!("virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M"),
-        ]);
-    }
+    memory_args(&mut c, opts);
     c.args(["-display", "none", "-no-reboot"]);
     let kernel = match &opts.kernel {
         KernelImage::Vmlinux => bundle.vmlinux(),
@@ -249,6 +229,32 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
         bundle.kernel_pack().display()
     ));
     c
+}
+
+/// `-m`, `-smp` and, with deferred memory, the virtio-mem device holding the rest of the
+/// RAM: the same on both boards.
+pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {
+    let deferred = deferred_mib(opts);
+    let mem = match deferred {
+        Some(_) => format!(
+            "{}M,maxmem={}M",
+            opts.mem_mib,
+            opts.max_mem_mib.unwrap_or(0)
+        ),
+        None => format!("{}M", opts.mem_mib),
+    };
+    c.args(["-m", &mem, "-smp", &opts.smp.to_string()]);
+    if let Some(rest) = deferred {
+        // The rest of the RAM: a virtio-mem device that asks for all of it from power-on.
+        // The guest takes it when it loads the driver (after ready or restored); until then
+        // the kernel, the image and the restore see only the boot memory.
+        c.args([
+            "-object",
+            &format!("memory-backend-ram,id=deferred,size={rest}M"),
+            "-device",
+            &format!("virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M"),
+        ]);
+    }
 }
 
 /// The kernel command line of a run: the board's console words, the workload's, a restore

@@ -11,7 +11,7 @@
 
 use crate::bootdisk::{self, BootDiskError, PACK_PARTITION};
 use crate::bundle::Bundle;
-use crate::qemu::{deferred_mib, kernel_cmdline, Accel, KernelImage, RunOptions};
+use crate::qemu::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
 use crate::uboot::{self, BootLabel, UbootError};
 use std::process::Command;
 
@@ -35,12 +35,6 @@ pub enum VirtError {
     /// The run's scratch directory.
     #[error("cannot make the run's directory: {0}")]
     RunDir(std::io::Error),
-    /// QEMU 7.2's `virt` has no memory hot-plug for virtio-mem.
-    #[error(
-        "deferred memory ({0} MiB) needs virtio-mem on the arm64 board, which QEMU 7.2's `virt` \
-         machine does not support"
-    )]
-    NoVirtioMem(u32),
 }
 
 /// The QEMU command of one run, and the directory holding the run's U-Boot environment
@@ -53,9 +47,6 @@ pub fn command(
 }
 
 fn prepare(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, tempfile::TempDir), VirtError> {
-    if let Some(mib) = deferred_mib(opts) {
-        return Err(VirtError::NoVirtioMem(mib));
-    }
     let (label, restore) = match &opts.kernel {
         KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path())),
         KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None),
@@ -78,8 +69,7 @@ fn prepare(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, tempfile::Tem
     };
     c.args(["-M", "virt", "-accel", accel, "-cpu", CPU]);
     c.args(["-nodefaults", "-no-user-config"]);
-    c.args(["-m", &format!("{}M", opts.mem_mib)]);
-    c.args(["-smp", &opts.smp.to_string()]);
+    memory_args(&mut c, opts);
     c.args(["-display", "none", "-no-reboot"]);
     c.arg("-bios").arg(uboot::U_BOOT_BIN);
     c.arg("-drive").arg(format!(

@@ -5,6 +5,7 @@
 use crate::common::{home, run, snapboot};
 use crate::snapshot::{
     assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
+    region_hash, swap_of,
 };
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -229,4 +230,116 @@ fn rewrite_version(store: &Path) {
         w.push_page(p).unwrap();
     }
     w.commit(d.encode()).unwrap();
+}
+
+/// A lazy image on the arm64 board (zram, dm-snapshot, dm-verity over the store's swap
+/// region): it restores through U-Boot with the application's state intact; with bytes of
+/// its swap region flipped, dm-verity fails the page-ins loudly and no checksum is answered.
+#[test]
+fn arm64_lazy_image_restores_and_a_flipped_swap_byte_fails_loudly() {
+    let b = arm64_bundle("app");
+    let store = home().join("test-arm64-app-lazy.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b)
+        .arg("--store")
+        .arg(&store)
+        .arg("--lazy");
+    let (out, so, se) = run(c);
+    assert!(
+        out.status.success(),
+        "arm64 lazy capture failed:\n{so}\n{se}"
+    );
+    let (off, len, used) = swap_of(&store);
+    assert!(used > 1000, "the lazy image swapped out only {used} pages");
+    let expected = host_checksum();
+
+    let mut s = session("app", &store, false, 0);
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    check_restored_app(&mut s, 0, &expected);
+    s.finish(boottrace::Outcome::Answered);
+    let pristine = region_hash(&store, off, len);
+
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&store)
+            .unwrap();
+        for slot in (1..=used).step_by(16) {
+            let at = off + slot * 4096 + 1000;
+            let mut byte = [0u8];
+            f.read_exact_at(&mut byte, at).unwrap();
+            f.write_all_at(&[byte[0] ^ 0x5a], at).unwrap();
+        }
+    }
+    assert_ne!(region_hash(&store, off, len), pristine);
+    let mut s = session("app", &store, false, 0);
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    s.send("checksum").unwrap();
+    let outcome = Regex::new(
+        r"^checksum [0-9a-f]{64}$|verity: .*data block \d+ is corrupted|@poweroff|Kernel panic",
+    )
+    .unwrap();
+    let (line, _) = s
+        .wait_for(
+            &outcome,
+            "checksum or a loud failure",
+            Duration::from_secs(180),
+        )
+        .unwrap();
+    assert!(
+        !line.starts_with("checksum "),
+        "a damaged swap region answered a checksum: {line}"
+    );
+    let sum = Regex::new(r"^checksum [0-9a-f]{64}$").unwrap();
+    assert!(
+        s.wait_for(&sum, "a checksum", Duration::from_secs(20))
+            .is_err(),
+        "a checksum came after the failure {line:?}"
+    );
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// Deferred memory on the arm64 board: captured booting with 512 MiB of 768, restored by the
+/// restore kernel, the other 256 MiB arrive after `restored`.
+#[test]
+fn arm64_deferred_memory_arrives_after_restore() {
+    let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
+    let store = home().join("test-arm64-defer.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b.dir)
+        .args([
+            "--arch",
+            "arm64",
+            "--mem",
+            "512M",
+            "--max-mem",
+            "768M",
+            "--store",
+        ])
+        .arg(&store);
+    let (out, so, se) = run(c);
+    assert!(
+        out.status.success(),
+        "arm64 deferred capture failed:\n{so}\n{se}"
+    );
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.kernel = board::qemu::KernelImage::Restore(arm64_restore_kernel());
+    o.mem_mib = 512;
+    o.max_mem_mib = Some(768);
+    o.disks.push(board::qemu::Disk {
+        path: store,
+        readonly: false,
+    });
+    o.params.store = Some("/dev/vdb".into());
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    let line = expect(&mut s, r"snapboot: @memory ", "deferred memory online");
+    assert!(line.contains("768 of 768 MiB online"), "{line}");
+    s.finish(boottrace::Outcome::Answered);
 }

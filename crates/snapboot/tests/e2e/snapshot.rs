@@ -372,7 +372,7 @@ fn boot_once_image_is_invalidated_by_its_restore() {
 }
 
 /// The newest image of `snapboot image inspect --json` of a store.
-fn inspect(store: &Path) -> serde_json::Value {
+pub(crate) fn inspect(store: &Path) -> serde_json::Value {
     let mut c = snapboot();
     c.args(["image", "inspect", "--json"]).arg(store);
     let (out, so, se) = run(c);
@@ -471,7 +471,7 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
 }
 
 /// The swap region's pages, as `inspect` shows the image: (offset, bytes, used pages).
-fn swap_of(store: &Path) -> (u64, u64, u64) {
+pub(crate) fn swap_of(store: &Path) -> (u64, u64, u64) {
     let swap = inspect(store)["swap"].clone();
     (
         swap["offset"].as_u64().unwrap(),
