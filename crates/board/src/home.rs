@@ -232,7 +232,10 @@ mod tests {
     fn names_and_directories() {
         assert!(is_builtin_name("shell") && is_builtin_name("app"));
         assert!(!is_builtin_name("./shell") && !is_builtin_name("mine"));
-        assert_eq!(bundle_dir("out/mine"), PathBuf::from("out/mine"));
+        assert_eq!(
+            bundle_dir("out/mine", Arch::X86_64),
+            PathBuf::from("out/mine")
+        );
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("snapboot");
         assert_eq!(
@@ -245,7 +248,13 @@ mod tests {
             device_binary_beside(&exe),
             dir.path().join("snapboot-device")
         );
-        assert!(bundle_dir("shell").ends_with("bundles/shell"));
+        assert!(bundle_dir("shell", Arch::X86_64).ends_with("bundles/shell"));
+        assert!(bundle_dir("shell", Arch::Arm64).ends_with("bundles/arm64/shell"));
+        let exe = Path::new("/w/target/x86_64-unknown-linux-gnu/release/snapboot");
+        assert_eq!(
+            cross_built_beside(exe, Arch::Arm64),
+            Path::new("/w/target/arm64/aarch64-unknown-linux-gnu/release/snapboot-device")
+        );
         assert!(home().is_absolute());
         assert_eq!(kernel_record_name(Arch::X86_64), "kernel.json");
         assert_eq!(kernel_record_name(Arch::Arm64), "kernel-arm64.json");
@@ -255,7 +264,7 @@ mod tests {
     fn a_missing_directory_is_not_a_bundle() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nothing-here");
-        let err = resolve_bundle(missing.to_str().unwrap()).unwrap_err();
+        let err = resolve_bundle(missing.to_str().unwrap(), Arch::X86_64).unwrap_err();
         assert!(matches!(err, HomeError::Bundle(_)), "{err}");
     }
 }
