@@ -61,6 +61,23 @@ pub enum BundleError {
     /// The snapboot binary to embed is not statically linked.
     #[error("{0} is dynamically linked; the initramfs needs a static snapboot (build with the workspace's .cargo/config.toml)")]
     NotStatic(PathBuf),
+    /// The snapboot binary is for another architecture than the kernel.
+    #[error("{path} is a {found} binary; the {arch} board needs snapboot-device built for {arch}")]
+    WrongArch {
+        /// The binary.
+        path: PathBuf,
+        /// What it is built for.
+        found: String,
+        /// The kernel's, and so the board's, architecture.
+        arch: Arch,
+    },
+    /// The `debian` workload has no arm64 root yet.
+    #[error(
+        "the debian workload is built for x86_64 only: its root is made by mmdebstrap and \
+         initramfs-tools running on the host; an arm64 root needs them under emulation \
+         (not done)"
+    )]
+    DebianArch(Arch),
     /// mksquashfs failed.
     #[error("building the root filesystem failed: {0}")]
     Rootfs(String),
@@ -235,6 +252,17 @@ impl Bundle {
         let snapboot = fs::read(&opts.snapboot_bin).map_err(io(&opts.snapboot_bin))?;
         if !is_static_elf(&snapboot) {
             return Err(BundleError::NotStatic(opts.snapboot_bin.clone()));
+        }
+        let found = Arch::of_elf(&snapboot);
+        if found != Some(opts.kernel.arch) {
+            return Err(BundleError::WrongArch {
+                path: opts.snapboot_bin.clone(),
+                found: found.map_or("foreign".into(), |a| a.to_string()),
+                arch: opts.kernel.arch,
+            });
+        }
+        if opts.workload.init == InitKind::Debian && opts.kernel.arch != Arch::X86_64 {
+            return Err(BundleError::DebianArch(opts.kernel.arch));
         }
         if opts.workload.init == InitKind::Debian {
             return Self::build_debian(opts, &snapboot);

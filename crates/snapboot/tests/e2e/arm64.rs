@@ -343,3 +343,29 @@ fn arm64_deferred_memory_arrives_after_restore() {
     assert!(line.contains("768 of 768 MiB online"), "{line}");
     s.finish(boottrace::Outcome::Answered);
 }
+
+/// What the arm64 board cannot build is refused by name, and nothing is left half-built.
+#[test]
+fn arm64_debian_workload_is_refused_with_the_reason() {
+    arm64_bundle("shell"); // the arm64 kernel and device binary are there
+    let out_dir = home().join("test-arm64-debian");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let mut c = snapboot();
+    c.args([
+        "board",
+        "build",
+        "--workload",
+        "debian",
+        "--arch",
+        "arm64",
+        "--out",
+    ])
+    .arg(&out_dir);
+    let (out, _so, se) = run(c);
+    assert!(!out.status.success());
+    assert!(
+        se.contains("debian workload is built for x86_64 only"),
+        "{se}"
+    );
+    assert!(!out_dir.join("bundle.json").exists());
+}
