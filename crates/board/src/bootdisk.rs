@@ -15,7 +15,6 @@
 //! Built once per bundle and restore kernel (rebuilt when one of its inputs changes),
 //! attached read-only: the run's command line and label live in U-Boot's environment.
 
-use crate::bundle::Bundle;
 use crate::uboot::CMDLINE_VAR;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -148,14 +147,33 @@ fn round_mib(n: u64) -> u64 {
     n.div_ceil(MIB) * MIB
 }
 
-/// The bundle's boot disk with the stock kernel and, when given, a restore kernel: built
-/// unless an up-to-date one is there.
-pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDiskError> {
-    let pack = bundle.kernel_pack();
-    let kernel = bundle.kernel_image();
-    let initrd = bundle.initramfs();
-    let root = bundle.rootfs();
-    let mut inputs: Vec<&Path> = vec![&kernel, &initrd, &root, &pack];
+/// The files a boot disk is made of (a bundle's, `crate::bundle::Bundle`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootFiles {
+    /// The stock kernel's Image (boot partition).
+    pub kernel: PathBuf,
+    /// The initramfs both kernels boot with (boot partition).
+    pub initrd: PathBuf,
+    /// The root filesystem image (root partition).
+    pub root: PathBuf,
+    /// The kernel pack (coldkernel partition).
+    pub pack: PathBuf,
+}
+
+/// The boot disk of `files` with the stock kernel and, when given, a restore kernel, kept in
+/// `dir` (the bundle's directory): built unless an up-to-date one is there.
+pub fn ensure(
+    dir: &Path,
+    files: &BootFiles,
+    restore: Option<&Path>,
+) -> Result<PathBuf, BootDiskError> {
+    let BootFiles {
+        kernel,
+        initrd,
+        root,
+        pack,
+    } = files;
+    let mut inputs: Vec<&Path> = vec![kernel, initrd, root, pack];
     inputs.extend(restore);
     let want = Inputs::of(&inputs)?;
     let name = if restore.is_some() {
@@ -163,15 +181,15 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
     } else {
         "bootdisk"
     };
-    let disk = bundle.dir.join(format!("{name}.img"));
-    let stamp = bundle.dir.join(format!("{name}.json"));
+    let disk = dir.join(format!("{name}.img"));
+    let stamp = dir.join(format!("{name}.json"));
     let have: Option<Inputs> = fs::read_to_string(&stamp)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     if have.as_ref() == Some(&want) && disk.is_file() {
         return Ok(disk);
     }
-    let work = bundle.dir.join(format!("{name}.work"));
+    let work = dir.join(format!("{name}.work"));
     let _ = fs::remove_dir_all(&work);
     let tree = work.join("boot");
     fs::create_dir_all(tree.join("extlinux")).map_err(io_err(&tree))?;
@@ -187,8 +205,8 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
         boot_bytes += fs::metadata(&to).map_err(io_err(&to))?.len();
         Ok(())
     };
-    place(&kernel, "Image")?;
-    place(&initrd, "initrd")?;
+    place(kernel, "Image")?;
+    place(initrd, "initrd")?;
     if let Some(rk) = restore {
         place(rk, "restore/Image")?;
     }
@@ -217,11 +235,11 @@ pub fn ensure(bundle: &Bundle, restore: Option<&Path>) -> Result<PathBuf, BootDi
         },
         Part {
             name: "root",
-            file: &root,
+            file: root,
         },
         Part {
             name: "coldkernel",
-            file: &pack,
+            file: pack,
         },
     ];
     let mut sizes = Vec::new();

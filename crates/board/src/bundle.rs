@@ -14,7 +14,8 @@ use crate::busybox::Busybox;
 use crate::initramfs::{InitScript, Initramfs};
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
-use crate::workload::{check_tree, InitKind, Workload, WorkloadError};
+use crate::workload::{check_tree, InitKind, Workload};
+use crate::workload_error::WorkloadError;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -125,6 +126,10 @@ pub struct BuildOptions {
     /// Where what outlives one build is kept: the debian workload's base root, made once
     /// (`home::debian_cache()`).
     pub cache_dir: PathBuf,
+    /// Where Debian's packages of a foreign architecture are downloaded and unpacked: the
+    /// busybox and python of a kernel's architecture that is not the host's
+    /// (`home::debs_cache(arch)`).
+    pub debs_dir: PathBuf,
 }
 
 /// A built bundle (the manifest `bundle.json`).
@@ -281,8 +286,8 @@ impl Bundle {
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
         let mut ir = Initramfs::new();
-        let debs = crate::home::debs_cache(opts.kernel.arch);
-        let busybox = Busybox::for_arch(opts.kernel.arch, &debs)?;
+        let debs = &opts.debs_dir;
+        let busybox = Busybox::for_arch(opts.kernel.arch, debs)?;
         let bb = fs::read(&busybox.path).map_err(io(&busybox.path))?;
         ir.file("bin/busybox", 0o755, bb);
         for applet in &busybox.applets {
@@ -340,7 +345,7 @@ impl Bundle {
                 let stage = out.join("stage");
                 let _ = fs::remove_dir_all(&stage);
                 opts.workload
-                    .stage_builtin(&stage, opts.kernel.arch, &busybox, &debs)?;
+                    .stage_builtin(&stage, opts.kernel.arch, &busybox, debs)?;
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);
             }

@@ -10,7 +10,7 @@
 
 use crate::arch::Arch;
 use crate::foreign;
-use crate::workload::WorkloadError;
+use crate::workload_error::WorkloadError;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

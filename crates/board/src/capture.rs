@@ -10,7 +10,8 @@ use boottrace::{Marker, Outcome, Timeline};
 use flashstore::{ChunkCheck, FormatOptions, Store, StoreError};
 
 use crate::bundle::Bundle;
-use crate::qemu::{Disk, RunError, RunOptions, Session};
+use crate::qemu::{RunError, Session};
+use crate::run_options::{Disk, RunOptions};
 
 /// Why a capture boot produced no image.
 #[derive(Debug, Error)]
@@ -271,8 +272,8 @@ mod tests {
             mem_mib: 128,
             max_mem_mib: None,
             smp: 1,
-            accel: crate::qemu::Accel::Tcg,
-            kernel: crate::qemu::KernelImage::Vmlinux,
+            accel: crate::run_options::Accel::Tcg,
+            kernel: crate::run_options::KernelImage::Vmlinux,
             params: bootparams::BootParams::default(),
             cmdline: Vec::new(),
             disks: Vec::new(),

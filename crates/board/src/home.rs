@@ -7,7 +7,8 @@ use thiserror::Error;
 use crate::arch::Arch;
 use crate::bundle::{BuildOptions, Bundle, BundleError};
 use crate::kernel::{KernelError, KernelInfo};
-use crate::workload::{Workload, WorkloadError};
+use crate::workload::Workload;
+use crate::workload_error::WorkloadError;
 
 /// Why no kernel or bundle could be had.
 #[derive(Debug, Error)]
@@ -165,6 +166,7 @@ pub fn builtin_bundle_dir(name: &str, arch: Arch) -> PathBuf {
 pub fn build_builtin(name: &str, arch: Arch) -> Result<Bundle, HomeError> {
     let kernel = kernel(None, None, arch)?;
     let workload = Workload::builtin(name)?;
+    let debs_dir = debs_cache(kernel.arch);
     Ok(Bundle::build(&BuildOptions {
         kernel,
         workload,
@@ -173,6 +175,7 @@ pub fn build_builtin(name: &str, arch: Arch) -> Result<Bundle, HomeError> {
         image_key: None,
         out: builtin_bundle_dir(name, arch),
         cache_dir: debian_cache(),
+        debs_dir,
     })?)
 }
 

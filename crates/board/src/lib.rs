@@ -17,17 +17,20 @@ pub mod foreign;
 pub mod home;
 pub mod initramfs;
 pub mod kernel;
+pub mod kernel_config;
 pub mod modules;
 pub mod native;
 pub mod python;
 pub mod qemu;
 pub mod restore_kernel;
+pub mod run_options;
 #[cfg(test)]
 mod testutil;
 pub mod uboot;
 pub mod version_stamp;
 pub mod virt;
 pub mod workload;
+pub mod workload_error;
 
 pub use arch::Arch;
 pub use bench::{BenchError, BootError};
@@ -35,5 +38,6 @@ pub use bundle::{BuildOptions, Bundle, BundleError};
 pub use capture::CaptureBootError;
 pub use home::HomeError;
 pub use kernel::{KernelError, KernelInfo};
-pub use qemu::{Accel, RunError, RunOptions, RunResult};
+pub use qemu::{RunError, RunResult};
+pub use run_options::{Accel, RunOptions};
 pub use workload::{Probe, Workload};

@@ -11,7 +11,8 @@ use thiserror::Error;
 use boottrace::Outcome;
 
 use crate::bundle::Bundle;
-use crate::qemu::{Disk, RunError, RunOptions, Session};
+use crate::qemu::{RunError, Session};
+use crate::run_options::{Disk, RunOptions};
 
 /// Why the kernel-native baseline could not be set up.
 #[derive(Debug, Error)]
@@ -129,8 +130,8 @@ mod tests {
             mem_mib: 128,
             max_mem_mib: None,
             smp: 1,
-            accel: crate::qemu::Accel::Tcg,
-            kernel: crate::qemu::KernelImage::Vmlinux,
+            accel: crate::run_options::Accel::Tcg,
+            kernel: crate::run_options::KernelImage::Vmlinux,
             params: bootparams::BootParams::default(),
             cmdline: vec!["quiet".into()],
             disks: vec![Disk {

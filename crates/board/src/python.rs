@@ -13,7 +13,7 @@
 use crate::arch::Arch;
 use crate::dynlink::{self, LinkError};
 use crate::foreign;
-use crate::workload::WorkloadError;
+use crate::workload_error::{io, WorkloadError};
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -36,13 +36,6 @@ const PY_SKIP: &[&str] = &[
     "site-packages",
     "dist-packages",
 ];
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkloadError + '_ {
-    move |source| WorkloadError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// Stages python for `arch` into `stage`; a foreign architecture's packages are unpacked
 /// under `debs`.

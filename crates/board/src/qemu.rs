@@ -1,172 +1,16 @@
-//! Powering the board on: the QEMU command line, a console session with host timestamps
-//! from power-on (grabserial-style), the usability probe and time-to-interactive.
+//! Powering the board on: the QEMU command line (the x86_64 PC's here, the arm64 board's in
+//! `crate::virt`, both from the run's `crate::run_options`), a console session with host
+//! timestamps from power-on (grabserial-style), the usability probe and time-to-interactive.
 
 use crate::bundle::Bundle;
+use crate::run_options::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
 use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
 use regex::Regex;
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use thiserror::Error;
-
-/// How QEMU executes guest code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Accel {
-    /// Software emulation: slow, but runs everywhere.
-    Tcg,
-    /// Hardware virtualisation.
-    Kvm,
-}
-
-impl Accel {
-    /// KVM only when `/dev/kvm` exists *and* the host CPU shows real vmx/svm flags: a nested,
-    /// software-emulated `/dev/kvm` without them does not run stock kernels.
-    pub fn detect() -> Self {
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        Self::decide(std::path::Path::new("/dev/kvm").exists(), &cpuinfo)
-    }
-
-    fn decide(dev_kvm: bool, cpuinfo: &str) -> Self {
-        let hw = cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
-        if dev_kvm && hw {
-            Accel::Kvm
-        } else {
-            Accel::Tcg
-        }
-    }
-}
-
-/// Which kernel image QEMU boots.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KernelImage {
-    /// The uncompressed ELF through its PVH entry (default).
-    Vmlinux,
-    /// The compressed bzImage as shipped (baseline).
-    BzImage,
-    /// A restore kernel (ELF, PVH; `crate::restore_kernel`) with the bundle's initramfs: it
-    /// restores the bundle kernel's images, and cannot boot the root filesystem cold.
-    Restore(PathBuf),
-}
-
-/// An extra disk.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Disk {
-    /// Backing file.
-    pub path: PathBuf,
-    /// Attach read-only.
-    pub readonly: bool,
-}
-
-/// How to run the board.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    /// Guest RAM in MiB: what the board boots with.
-    pub mem_mib: u32,
-    /// Deferred memory: the board's total RAM in MiB when it is more than `mem_mib`. The
-    /// rest is a virtio-mem device that the guest plugs after ready or restored
-    /// (`snapboot.defermem`).
-    pub max_mem_mib: Option<u32>,
-    /// Virtual CPUs.
-    pub smp: u32,
-    /// Accelerator.
-    pub accel: Accel,
-    /// Kernel image to boot.
-    pub kernel: KernelImage,
-    /// What snapboot on the device is asked to do (`snapboot.*` words, rendered after the
-    /// board's own command line).
-    pub params: bootparams::BootParams,
-    /// Extra kernel command-line words, appended last.
-    pub cmdline: Vec<String>,
-    /// Extra virtio disks after the root disk (`/dev/vdb`, ...).
-    pub disks: Vec<Disk>,
-    /// Give up after this long.
-    pub timeout: Duration,
-    /// Copy console output to our stdout as it arrives.
-    pub echo: bool,
-}
-
-impl RunOptions {
-    /// Defaults for a bundle: its workload's memory, one CPU, detected accelerator.
-    pub fn for_bundle(bundle: &Bundle) -> Self {
-        Self {
-            mem_mib: bundle.workload.mem_mib,
-            max_mem_mib: None,
-            smp: 1,
-            accel: Accel::detect(),
-            kernel: KernelImage::Vmlinux,
-            params: bootparams::BootParams::default(),
-            cmdline: Vec::new(),
-            disks: Vec::new(),
-            timeout: Duration::from_secs(300),
-            echo: false,
-        }
-    }
-}
-
-/// Deferred memory is plugged in blocks of this many MiB (Linux memory blocks on x86_64).
-pub const DEFER_BLOCK_MIB: u32 = 128;
-
-/// MiB of deferred memory (the virtio-mem device's size), if the options defer any.
-pub fn deferred_mib(opts: &RunOptions) -> Option<u32> {
-    opts.max_mem_mib
-        .filter(|&m| m > opts.mem_mib)
-        .map(|m| m - opts.mem_mib)
-}
-
-/// Checks a `--max-mem` against the boot memory: more than it, and the difference whole
-/// memory blocks (virtio-mem plugs them whole).
-pub fn check_max_mem(mem_mib: u32, max_mib: u32) -> Result<(), MemSizeError> {
-    let rest = max_mib.checked_sub(mem_mib).filter(|&r| r > 0);
-    match rest {
-        Some(r) if r.is_multiple_of(DEFER_BLOCK_MIB) => Ok(()),
-        _ => Err(MemSizeError::Deferred {
-            mem: mem_mib,
-            max: max_mib,
-        }),
-    }
-}
-
-/// Smallest guest memory the board boots (Debian's kernel and initramfs need about this).
-pub const MIN_MEM_MIB: u32 = 128;
-
-/// A guest memory size that is not one.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum MemSizeError {
-    /// Not a number with a unit, M or G.
-    #[error("memory size {0:?}: expected a number with a unit, e.g. 512M or 1G")]
-    Syntax(String),
-    /// Too small to boot, or too large to count.
-    #[error("memory size {0:?}: the board needs at least {MIN_MEM_MIB}M (and at most 4095G)")]
-    Range(String),
-    /// `--max-mem` is not the boot memory plus whole memory blocks.
-    #[error(
-        "--max-mem {max}M with --mem {mem}M: the deferred part must be more than 0 and a \
-         multiple of {DEFER_BLOCK_MIB}M"
-    )]
-    Deferred { mem: u32, max: u32 },
-}
-
-/// Parses a guest memory size (`512M`, `1G`, MiB without a unit) into MiB.
-pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last() {
-        Some('G' | 'g') => (&s[..s.len() - 1], 1024),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1),
-        _ => return Err(MemSizeError::Syntax(s.into())),
-    };
-    let n: u32 = num.parse().map_err(|_| MemSizeError::Syntax(s.into()))?;
-    match n.checked_mul(mul) {
-        Some(mib) if mib >= MIN_MEM_MIB => Ok(mib),
-        _ => Err(MemSizeError::Range(s.into())),
-    }
-}
 
 /// The board's kernel command line: serial console, reboot (and so QEMU exit) on panic.
 ///
@@ -206,7 +50,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c.arg("-kernel").arg(kernel);
     c.arg("-initrd").arg(bundle.initramfs());
     let letter = (b'b' + opts.disks.len() as u8) as char;
-    let cmdline = kernel_cmdline(bundle, opts, &format!("/dev/vd{letter}"));
+    let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
     c.arg("-drive").arg(format!(
         "file={},if=virtio,format=raw,readonly=on",
@@ -231,71 +75,6 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c
 }
 
-/// `-m`, `-smp` and, with deferred memory, the virtio-mem device holding the rest of the
-/// RAM: the same on both boards.
-pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {
-    let deferred = deferred_mib(opts);
-    let mem = match deferred {
-        Some(_) => format!(
-            "{}M,maxmem={}M",
-            opts.mem_mib,
-            opts.max_mem_mib.unwrap_or(0)
-        ),
-        None => format!("{}M", opts.mem_mib),
-    };
-    c.args(["-m", &mem, "-smp", &opts.smp.to_string()]);
-    if let Some(rest) = deferred {
-        // The rest of the RAM: a virtio-mem device that asks for all of it from power-on.
-        // The guest takes it when it loads the driver (after ready or restored); until then
-        // the kernel, the image and the restore see only the boot memory.
-        c.args([
-            "-object",
-            &format!("memory-backend-ram,id=deferred,size={rest}M"),
-            "-device",
-            &format!("virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M"),
-        ]);
-    }
-}
-
-/// The kernel command line of a run: the board's console words, the workload's, a restore
-/// kernel's, snapboot's `snapboot.*` words, then the caller's. `cold_kernel` is the device
-/// holding the kernel pack a restore kernel hands a cold boot to.
-pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, cold_kernel: &str) -> String {
-    let deferred = deferred_mib(opts);
-    let mut params = opts.params.clone();
-    if deferred.is_some() {
-        params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
-    }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
-        params.cold_kernel = Some(cold_kernel.to_string());
-    }
-    let mut cmdline = match bundle.kernel.arch {
-        crate::Arch::X86_64 => BASE_CMDLINE,
-        crate::Arch::Arm64 => crate::virt::BASE_CMDLINE,
-    }
-    .to_string();
-    for w in bundle.workload.init.kernel_args() {
-        cmdline.push(' ');
-        cmdline.push_str(w);
-    }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
-        // snapboot itself is the restore kernel's first process: no shell before resume.
-        cmdline.push_str(" rdinit=/bin/snapboot");
-    }
-    if deferred.is_some() {
-        // With memory possible above 4 GiB the kernel sets up a 64 MiB bounce buffer for
-        // devices that cannot reach it (swiotlb): measured on the board, +0.2 s of kernel
-        // boot and +64 MiB in every image, for nothing, since every device here is virtio
-        // and reaches all memory. A board whose devices have 32-bit DMA keeps it.
-        cmdline.push_str(" swiotlb=noforce");
-    }
-    for w in params.render().iter().chain(&opts.cmdline) {
-        cmdline.push(' ');
-        cmdline.push_str(w);
-    }
-    cmdline
-}
-
 /// The QEMU command of a run on the bundle's board, with the files that live as long as
 /// the run (the arm64 board's U-Boot environment).
 pub fn board_command(
@@ -306,7 +85,7 @@ pub fn board_command(
     match bundle.kernel.arch {
         crate::Arch::X86_64 => Ok((qemu_command(bundle, opts), None)),
         crate::Arch::Arm64 => {
-            let (cmd, dir) = crate::virt::command(bundle, opts)?;
+            let (cmd, dir) = crate::virt::command(bundle, opts).map_err(RunError::Arm64Board)?;
             Ok((cmd, Some(dir)))
         }
     }
@@ -712,29 +491,8 @@ pub fn run_probe_then(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_sizes() {
-        assert_eq!(parse_mem_mib("512M"), Ok(512));
-        assert_eq!(check_max_mem(512, 16384), Ok(()));
-        assert!(check_max_mem(512, 512).is_err() && check_max_mem(512, 600).is_err());
-        assert!(check_max_mem(1024, 512).is_err());
-        assert_eq!(parse_mem_mib("1G"), Ok(1024));
-        assert!(
-            matches!(parse_mem_mib("256"), Err(MemSizeError::Syntax(_))),
-            "a size without a unit is refused"
-        );
-        assert_eq!(
-            parse_mem_mib("lots").unwrap_err().to_string(),
-            "memory size \"lots\": expected a number with a unit, e.g. 512M or 1G"
-        );
-        for small in ["0M", "127M", "9999999G"] {
-            assert!(
-                matches!(parse_mem_mib(small), Err(MemSizeError::Range(_))),
-                "{small}"
-            );
-        }
-    }
+    use crate::run_options::Disk;
+    use std::path::PathBuf;
 
     fn args(c: &Command) -> Vec<String> {
         c.get_args()
@@ -779,14 +537,5 @@ mod tests {
             );
             assert_eq!(append.contains("rdinit=/bin/snapboot"), restore, "{append}");
         }
-    }
-
-    #[test]
-    fn kvm_needs_device_and_cpu_flags() {
-        let vmx = "flags\t\t: fpu vme vmx sse\n";
-        let none = "flags\t\t: fpu vme sse hypervisor\n";
-        assert_eq!(Accel::decide(true, vmx), Accel::Kvm);
-        assert_eq!(Accel::decide(true, none), Accel::Tcg);
-        assert_eq!(Accel::decide(false, vmx), Accel::Tcg);
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::bundle::Bundle;
 use crate::kernel::KernelInfo;
-use crate::qemu::{Accel, KernelImage, RunOptions};
+use crate::run_options::{Accel, KernelImage, RunOptions};
 use crate::workload::Workload;
 use bootparams::BootParams;
 use std::path::PathBuf;

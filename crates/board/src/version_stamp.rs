@@ -17,7 +17,7 @@
 //! The two values a build can be given are therefore read off a stock kernel's version, and
 //! the words are checked against the restore kernel's configuration before it is compiled.
 
-use crate::restore_kernel::settings;
+use crate::kernel_config::settings;
 use thiserror::Error;
 
 /// The longest `UTS_VERSION` init/Makefile writes (it cuts the rest).

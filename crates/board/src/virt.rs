@@ -9,9 +9,9 @@
 //! pflash 1  U-Boot's environment    virtio disk 1… the run's extra disks (the store)
 //! ```
 
-use crate::bootdisk::{self, BootDiskError, PACK_PARTITION};
+use crate::bootdisk::{self, BootDiskError, BootFiles, PACK_PARTITION};
 use crate::bundle::Bundle;
-use crate::qemu::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
+use crate::run_options::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
 use crate::uboot::{self, BootLabel, UbootError};
 use std::process::Command;
 
@@ -42,18 +42,20 @@ pub enum VirtError {
 pub fn command(
     bundle: &Bundle,
     opts: &RunOptions,
-) -> Result<(Command, tempfile::TempDir), crate::RunError> {
-    prepare(bundle, opts).map_err(crate::RunError::Arm64Board)
-}
-
-fn prepare(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, tempfile::TempDir), VirtError> {
+) -> Result<(Command, tempfile::TempDir), VirtError> {
     let (label, restore) = match &opts.kernel {
         KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path())),
         KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None),
     };
-    let disk = bootdisk::ensure(bundle, restore)?;
+    let files = BootFiles {
+        kernel: bundle.kernel_image(),
+        initrd: bundle.initramfs(),
+        root: bundle.rootfs(),
+        pack: bundle.kernel_pack(),
+    };
+    let disk = bootdisk::ensure(&bundle.dir, &files, restore)?;
     let defaults = uboot::default_env(&crate::home::home().join("u-boot"))?;
-    let cmdline = kernel_cmdline(bundle, opts, PACK_PARTITION);
+    let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, PACK_PARTITION);
     let env = uboot::board_env(&defaults, label, &cmdline)?;
     let dir = tempfile::Builder::new()
         .prefix("snapboot-arm64-run-")

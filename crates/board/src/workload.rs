@@ -6,70 +6,18 @@
 
 use crate::arch::Arch;
 use crate::busybox::Busybox;
-use crate::dynlink::LinkError;
-use crate::foreign::ForeignError;
 use crate::python::stage_python;
+use crate::workload_error::{io, WorkloadError};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The `app` workload's program, embedded so the snapboot binary is self-contained.
 pub const APP_PY: &str = include_str!("../../../guest/app/app.py");
 
 /// The `shell` workload's `recapture` command (`/bin/recapture`), embedded likewise.
 pub const SHELL_RECAPTURE: &str = include_str!("../../../guest/shell/recapture");
-
-/// Errors while assembling a workload's root filesystem tree.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkloadError {
-    /// Unknown built-in workload name.
-    #[error(
-        "unknown workload `{0}` (built in: shell, app, debian; or use --rootfs DIR --start CMD)"
-    )]
-    Unknown(String),
-    /// A host file the workload needs is missing.
-    #[error("{what} not found at {path} (see the README's set-up)")]
-    Missing { what: String, path: PathBuf },
-    /// A host command failed.
-    #[error("`{cmd}` failed: {reason}")]
-    Command { cmd: String, reason: String },
-    /// A `--rootfs` tree lacks what the board's boot needs.
-    #[error("root filesystem tree {root}: {reason} (README, \"Your own application\")")]
-    BadTree {
-        /// The tree.
-        root: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Debian's packages of a foreign architecture could not be had.
-    #[error(transparent)]
-    Foreign(#[from] ForeignError),
-    /// A staged program's libraries are not all in the root.
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    /// A foreign busybox whose applets cannot be known without running it.
-    #[error("busybox {}: {reason}", path.display())]
-    BusyboxApplets {
-        /// The foreign binary.
-        path: PathBuf,
-        /// Why its applet list is not known.
-        reason: String,
-    },
-    /// Filesystem error.
-    #[error("{path}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkloadError + '_ {
-    move |source| WorkloadError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 /// How the runner proves the system is usable: text typed on the console after the ready
 /// marker, and a regular expression its answer must match.

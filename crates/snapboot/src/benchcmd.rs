@@ -170,7 +170,9 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
         .sizes
         .iter()
         .map(|w| {
-            anyhow::Context::with_context(board::qemu::parse_mem_mib(w), || format!("--sizes {w}"))
+            anyhow::Context::with_context(board::run_options::parse_mem_mib(w), || {
+                format!("--sizes {w}")
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
@@ -179,7 +181,7 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
         opts.mem_mib = 512;
     }
     for &s in sizes.iter().filter(|&&s| s > opts.mem_mib) {
-        board::qemu::check_max_mem(opts.mem_mib, s)?;
+        board::run_options::check_max_mem(opts.mem_mib, s)?;
     }
     let boards = bench::memory_board_list(&sizes, opts.mem_mib);
     let work = workdir(&a.workdir);
@@ -433,7 +435,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     // With --restore-kernel every boot would start on the restore kernel: the cold baseline
     // would be a hand-over to the stock kernel, and no method would use the stock kernel.
     anyhow::ensure!(
-        !matches!(opts.kernel, board::qemu::KernelImage::Restore(_)),
+        !matches!(opts.kernel, board::run_options::KernelImage::Restore(_)),
         "bench compare measures the restore kernel as methods of its own (restore-kernel, \
          restore-kernel-lazy) beside the stock kernel's; drop --restore-kernel"
     );

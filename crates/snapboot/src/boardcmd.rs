@@ -92,7 +92,7 @@ pub struct BuildArgs {
     #[arg(long, requires = "rootfs")]
     recapture: bool,
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
-    #[arg(long, value_parser = board::qemu::parse_mem_mib)]
+    #[arg(long, value_parser = board::run_options::parse_mem_mib)]
     mem: Option<u32>,
     /// Put this public key (`snapboot key gen`) in the initramfs: the board then restores
     /// only images signed with its secret key.
@@ -193,6 +193,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         image_key: a.image_key.clone(),
         out,
         cache_dir: home::debian_cache(),
+        debs_dir: home::debs_cache(arch),
     })?;
     println!(
         "bundle {} ({} on {}) built in {:.1} s",

@@ -2,8 +2,8 @@
 //! capture`, `bench cold`, `bench compare`), and the run options they make.
 
 use anyhow::Result;
-use board::qemu::{parse_mem_mib, Disk, KernelImage};
 use board::restore_kernel::{boot_kernel, BootKernel, KernelChoice};
+use board::run_options::{parse_mem_mib, Disk, KernelImage};
 use board::{Accel, Bundle, RunOptions};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -99,7 +99,7 @@ impl BoardOpts {
         }
         if let Some(m) = &self.max_mem {
             let max = parse_mem_mib(m)?;
-            board::qemu::check_max_mem(o.mem_mib, max)?;
+            board::run_options::check_max_mem(o.mem_mib, max)?;
             o.max_mem_mib = Some(max);
         }
         o.smp = self.smp;

@@ -10,7 +10,7 @@ use super::measure::{make_work, profiled_image, resume_boot, BenchError, Capture
 use super::plan::no_recapture_note;
 use crate::bundle::Bundle;
 use crate::capture::capture_boot;
-use crate::qemu::RunOptions;
+use crate::run_options::RunOptions;
 use crate::workload::Workload;
 use bootparams::Reclaim;
 use std::path::Path;

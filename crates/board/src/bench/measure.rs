@@ -12,7 +12,8 @@ use boottrace::{MilestoneKind, Timeline};
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, recapture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
-use crate::qemu::{run_probe, RunError, RunOptions};
+use crate::qemu::{run_probe, RunError};
+use crate::run_options::RunOptions;
 
 /// Why a measured boot does not count.
 #[derive(Debug, Error)]

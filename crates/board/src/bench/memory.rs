@@ -8,7 +8,8 @@
 use super::measure::{check_boot, make_work, BenchError, BootError, Captured, MethodRuns};
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot};
-use crate::qemu::{run_probe_then, RunOptions};
+use crate::qemu::run_probe_then;
+use crate::run_options::RunOptions;
 use boottrace::Timeline;
 use std::path::Path;
 

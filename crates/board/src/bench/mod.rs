@@ -43,7 +43,8 @@ pub use recapture::{
 use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::native;
-use crate::qemu::{run_probe, KernelImage, RunOptions};
+use crate::qemu::run_probe;
+use crate::run_options::{KernelImage, RunOptions};
 
 /// `bench cold`: `runs` cold boots with the workload's probe.
 pub fn cold(
@@ -252,7 +253,7 @@ fn report_at(
         kernel: bundle.kernel.release.clone(),
         accel: format!("{:?}", opts.accel).to_lowercase(),
         mem_mib: opts.mem_mib,
-        max_mem_mib: crate::qemu::deferred_mib(opts).and(opts.max_mem_mib),
+        max_mem_mib: crate::run_options::deferred_mib(opts).and(opts.max_mem_mib),
         finished_unix,
         runs,
         methods,

@@ -116,11 +116,11 @@ fn session(
     assert_eq!(b.kernel.arch, board::Arch::Arm64);
     let mut o = board::RunOptions::for_bundle(&b);
     if restore_kernel {
-        o.kernel = board::qemu::KernelImage::Restore(arm64_restore_kernel());
+        o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());
     }
     o.mem_mib += mem_extra;
     o.timeout = Duration::from_secs(300);
-    o.disks.push(board::qemu::Disk {
+    o.disks.push(board::run_options::Disk {
         path: store.to_path_buf(),
         readonly: false,
     });
@@ -329,10 +329,10 @@ fn arm64_deferred_memory_arrives_after_restore() {
         "arm64 deferred capture failed:\n{so}\n{se}"
     );
     let mut o = board::RunOptions::for_bundle(&b);
-    o.kernel = board::qemu::KernelImage::Restore(arm64_restore_kernel());
+    o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());
     o.mem_mib = 512;
     o.max_mem_mib = Some(768);
-    o.disks.push(board::qemu::Disk {
+    o.disks.push(board::run_options::Disk {
         path: store,
         readonly: false,
     });

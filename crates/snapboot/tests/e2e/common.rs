@@ -84,7 +84,7 @@ pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board:
     let b = board::Bundle::load(dir).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.timeout = std::time::Duration::from_secs(300);
-    o.disks.push(board::qemu::Disk {
+    o.disks.push(board::run_options::Disk {
         path: store.to_path_buf(),
         readonly: false,
     });

@@ -142,14 +142,15 @@ fn data_session(store: &Path, data: &Path, restore_kernel: bool) -> board::qemu:
     let mut o = board::RunOptions::for_bundle(&b);
     o.timeout = Duration::from_secs(300);
     for (path, readonly) in [(store, false), (data, false)] {
-        o.disks.push(board::qemu::Disk {
+        o.disks.push(board::run_options::Disk {
             path: path.to_path_buf(),
             readonly,
         });
     }
     o.params.store = Some("/dev/vdb".into());
     if restore_kernel {
-        o.kernel = board::qemu::KernelImage::Restore(crate::restore_kernel::restore_kernel());
+        o.kernel =
+            board::run_options::KernelImage::Restore(crate::restore_kernel::restore_kernel());
     }
     board::qemu::Session::start(&b, &o).unwrap()
 }

@@ -41,10 +41,10 @@ pub(crate) fn restore_session(
     let vmlinux = restore_kernel();
     let b = board::Bundle::load(&bundle(workload)).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
-    o.kernel = board::qemu::KernelImage::Restore(vmlinux);
+    o.kernel = board::run_options::KernelImage::Restore(vmlinux);
     o.mem_mib += mem_extra;
     o.timeout = Duration::from_secs(300);
-    o.disks.push(board::qemu::Disk {
+    o.disks.push(board::run_options::Disk {
         path: store.to_path_buf(),
         readonly: false,
     });

@@ -306,7 +306,7 @@ fn different_ram_size_is_refused() {
     let b = board::Bundle::load(&bundle("shell")).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.mem_mib += 128;
-    o.disks.push(board::qemu::Disk {
+    o.disks.push(board::run_options::Disk {
         path: copy,
         readonly: false,
     });
@@ -649,7 +649,7 @@ fn deferred_memory_arrives_after_restore_and_a_wrong_boot_memory_is_refused() {
         let mut o = board::RunOptions::for_bundle(&b);
         o.mem_mib = mem;
         o.max_mem_mib = Some(3072);
-        o.disks.push(board::qemu::Disk {
+        o.disks.push(board::run_options::Disk {
             path: store.clone(),
             readonly: false,
         });

@@ -21,7 +21,7 @@
 //! whose sleep CPU it cannot find; it has no check of the memory layout (see
 //! [`crate::MemoryMap`]).
 
-use super::header::{le_u64, offsets, Page};
+use super::page::{le_u64, offsets, Page};
 use crate::identity::Incompat;
 use serde::Serialize;
 
@@ -32,6 +32,8 @@ pub const ARM64_UTS_VERSION_LEN: usize = 65;
 /// The MPIDR bits a CPU's device-tree `reg` and the kernel's `cpu_logical_map()` hold
 /// (`MPIDR_HWID_BITMASK`: Aff3 and Aff2..Aff0).
 pub const MPIDR_HWID_MASK: u64 = 0xff_00ff_ffff;
+
+const _: () = assert!(ARM64_UTS_VERSION_LEN.next_multiple_of(8) == offsets::ARM64_TTBR1_EL1);
 
 /// The architecture-specific part of the header page.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -4,9 +4,9 @@
 use serde::Serialize;
 
 use super::header::{
-    le_u64, Page, PageCount, PageKind, StreamError, StreamHeader, PFN_END_OF_MAP, PFN_LIMIT,
-    PFN_ZERO_FLAG,
+    PageCount, PageKind, StreamError, StreamHeader, PFN_END_OF_MAP, PFN_LIMIT, PFN_ZERO_FLAG,
 };
+use super::page::{le_u64, Page};
 
 /// Where a stream parser or producer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -8,9 +8,9 @@
 
 use super::arch::ArchRecord;
 use super::header::{
-    Page, PageCount, PageKind, PageProducer, Pfn, StreamHeader, PAGE_SIZE, PFNS_PER_PAGE,
-    PFN_END_OF_MAP,
+    PageCount, PageKind, PageProducer, Pfn, StreamHeader, PFNS_PER_PAGE, PFN_END_OF_MAP,
 };
+use super::page::{Page, PAGE_SIZE};
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);

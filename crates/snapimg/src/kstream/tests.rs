@@ -1,5 +1,6 @@
 //! Tests of the stream header, parser and producers.
 
+use super::page::le_u64;
 use super::*;
 
 fn page_of(bytes: &[u8], i: usize) -> &Page {
