@@ -3,7 +3,9 @@
 //! timestamps from power-on (grabserial-style), the usability probe and time-to-interactive.
 
 use crate::bundle::Bundle;
-use crate::run_options::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
+use crate::run_options::{
+    kernel_cmdline, memory_args, virtio_disks, Accel, KernelImage, RunOptions,
+};
 use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
 use regex::Regex;
@@ -52,19 +54,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     let letter = (b'b' + opts.disks.len() as u8) as char;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
-    c.arg("-drive").arg(format!(
-        "file={},if=virtio,format=raw,readonly=on",
-        bundle.rootfs().display()
-    ));
-    // A hardware RNG, so a restored image can reseed the kernel's generator.
-    c.args(["-device", "virtio-rng-pci"]);
-    for d in &opts.disks {
-        let ro = if d.readonly { ",readonly=on" } else { "" };
-        c.arg("-drive").arg(format!(
-            "file={},if=virtio,format=raw,cache=unsafe{ro}",
-            d.path.display()
-        ));
-    }
+    virtio_disks(&mut c, &bundle.rootfs(), opts);
     // The board's boot partition, last: the kernel pack a restore kernel hands a cold boot
     // to. It is attached on every boot, whichever kernel runs: the firmware's memory map
     // depends on the devices, and an image only restores onto the map it was captured on.

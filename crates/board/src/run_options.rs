@@ -167,6 +167,24 @@ pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
 
 /// `-m`, `-smp` and, with deferred memory, the virtio-mem device holding the rest of the
 /// RAM: the same on both boards.
+/// The board's virtio devices after its first disk: the first disk (`vda`, read-only: the
+/// PC's root, the arm64 board's boot disk), a hardware RNG (so a restored image can reseed
+/// the kernel's generator), then the run's disks (`vdb`, ...).
+pub(crate) fn virtio_disks(c: &mut Command, first: &std::path::Path, opts: &RunOptions) {
+    c.arg("-drive").arg(format!(
+        "file={},if=virtio,format=raw,readonly=on",
+        first.display()
+    ));
+    c.args(["-device", "virtio-rng-pci"]);
+    for d in &opts.disks {
+        let ro = if d.readonly { ",readonly=on" } else { "" };
+        c.arg("-drive").arg(format!(
+            "file={},if=virtio,format=raw,cache=unsafe{ro}",
+            d.path.display()
+        ));
+    }
+}
+
 pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {
     let deferred = deferred_mib(opts);
     let mem = match deferred {

@@ -11,7 +11,9 @@
 
 use crate::bootdisk::{self, BootDiskError, BootFiles, PACK_PARTITION};
 use crate::bundle::Bundle;
-use crate::run_options::{kernel_cmdline, memory_args, Accel, KernelImage, RunOptions};
+use crate::run_options::{
+    kernel_cmdline, memory_args, virtio_disks, Accel, KernelImage, RunOptions,
+};
 use crate::uboot::{self, BootLabel, UbootError};
 use std::process::Command;
 
@@ -78,18 +80,6 @@ pub fn command(
         "if=pflash,unit=1,format=raw,file={}",
         env_flash.display()
     ));
-    c.arg("-drive").arg(format!(
-        "file={},if=virtio,format=raw,readonly=on",
-        disk.display()
-    ));
-    // A hardware RNG, so a restored image can reseed the kernel's generator.
-    c.args(["-device", "virtio-rng-pci"]);
-    for d in &opts.disks {
-        let ro = if d.readonly { ",readonly=on" } else { "" };
-        c.arg("-drive").arg(format!(
-            "file={},if=virtio,format=raw,cache=unsafe{ro}",
-            d.path.display()
-        ));
-    }
+    virtio_disks(&mut c, &disk, opts);
     Ok((c, dir))
 }

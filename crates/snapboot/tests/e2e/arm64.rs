@@ -2,10 +2,10 @@
 //! partitioned boot disk): capture and restore on Debian's arm64 kernel and on the arm64
 //! restore kernel, and the refusals that must end in a cold boot with the reason.
 
-use crate::common::{home, run, snapboot};
+use crate::common::{home, run, snapboot, store_options};
 use crate::snapshot::{
     assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
-    region_hash, swap_of,
+    region_hash, rewrite_identity, swap_of,
 };
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -114,17 +114,11 @@ fn session(
 ) -> board::qemu::Session {
     let b = board::Bundle::load(&arm64_bundle(workload)).unwrap();
     assert_eq!(b.kernel.arch, board::Arch::Arm64);
-    let mut o = board::RunOptions::for_bundle(&b);
+    let mut o = store_options(&b, store);
     if restore_kernel {
         o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());
     }
     o.mem_mib += mem_extra;
-    o.timeout = Duration::from_secs(300);
-    o.disks.push(board::run_options::Disk {
-        path: store.to_path_buf(),
-        readonly: false,
-    });
-    o.params.store = Some("/dev/vdb".into());
     board::qemu::Session::start(&b, &o).unwrap()
 }
 
@@ -211,25 +205,10 @@ fn arm64_other_ram_size_is_refused_and_boots_cold() {
 /// Rewrites the newest image's description as if another build of the same release had
 /// captured it (`uname -v` differs).
 fn rewrite_version(store: &Path) {
-    let mut s = ondevice::store::open_store(store, true).unwrap();
-    let rec = s.newest().unwrap().clone();
-    let mut d = ondevice::store::description(&s, &rec).unwrap();
-    assert!(d.identity.version.starts_with("#1 "), "{:?}", d.identity);
-    d.identity.version.replace_range(0..2, "#2");
-    let mut pages = Vec::new();
-    let mut r = s.reader(&rec.name).unwrap();
-    let mut page = [0u8; flashstore::PAGE];
-    while r.next_page(&mut page).unwrap() {
-        pages.push(page);
-    }
-    drop(r);
-    let mut w = s
-        .writer(&rec.name, flashstore::WriteOptions::default())
-        .unwrap();
-    for p in &pages {
-        w.push_page(p).unwrap();
-    }
-    w.commit(d.encode()).unwrap();
+    rewrite_identity(store, |id| {
+        assert!(id.version.starts_with("#1 "), "{id:?}");
+        id.version.replace_range(0..2, "#2");
+    });
 }
 
 /// A lazy image on the arm64 board (zram, dm-snapshot, dm-verity over the store's swap
@@ -328,15 +307,10 @@ fn arm64_deferred_memory_arrives_after_restore() {
         out.status.success(),
         "arm64 deferred capture failed:\n{so}\n{se}"
     );
-    let mut o = board::RunOptions::for_bundle(&b);
+    let mut o = store_options(&b, &store);
     o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());
     o.mem_mib = 512;
     o.max_mem_mib = Some(768);
-    o.disks.push(board::run_options::Disk {
-        path: store,
-        readonly: false,
-    });
-    o.params.store = Some("/dev/vdb".into());
     let mut s = board::qemu::Session::start(&b, &o).unwrap();
     expect(&mut s, r"snapboot: @restored", "restored marker");
     let line = expect(&mut s, r"snapboot: @memory ", "deferred memory online");

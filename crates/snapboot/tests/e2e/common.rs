@@ -78,17 +78,23 @@ pub fn bundle(workload: &str) -> PathBuf {
     dir
 }
 
-/// Powers on the bundle in `dir` with `store` as `/dev/vdb` (`snapboot.store=/dev/vdb`) and
-/// `extra_cmdline`, for a test to follow its console.
-pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
-    let b = board::Bundle::load(dir).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
+/// Run options for bundle `b` with `store` as `/dev/vdb` (`snapboot.store=/dev/vdb`).
+pub fn store_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
+    let mut o = board::RunOptions::for_bundle(b);
     o.timeout = std::time::Duration::from_secs(300);
     o.disks.push(board::run_options::Disk {
         path: store.to_path_buf(),
         readonly: false,
     });
-    o.cmdline.push("snapboot.store=/dev/vdb".into());
+    o.params.store = Some("/dev/vdb".into());
+    o
+}
+
+/// Powers on the bundle in `dir` with `store` as `/dev/vdb` and `extra_cmdline`, for a test
+/// to follow its console.
+pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
+    let b = board::Bundle::load(dir).unwrap();
+    let mut o = store_options(&b, store);
     o.cmdline
         .extend(extra_cmdline.iter().map(|s| s.to_string()));
     board::qemu::Session::start(&b, &o).unwrap()

@@ -40,15 +40,9 @@ pub(crate) fn restore_session(
 ) -> board::qemu::Session {
     let vmlinux = restore_kernel();
     let b = board::Bundle::load(&bundle(workload)).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
+    let mut o = crate::common::store_options(&b, store);
     o.kernel = board::run_options::KernelImage::Restore(vmlinux);
     o.mem_mib += mem_extra;
-    o.timeout = Duration::from_secs(300);
-    o.disks.push(board::run_options::Disk {
-        path: store.to_path_buf(),
-        readonly: false,
-    });
-    o.params.store = Some("/dev/vdb".into());
     board::qemu::Session::start(&b, &o).unwrap()
 }
 

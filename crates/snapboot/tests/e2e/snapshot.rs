@@ -265,14 +265,13 @@ fn what_is_not_a_store_is_refused_and_left_as_it_was() {
     );
 }
 
-/// Rewrites the newest image with another kernel release in its description, as if
+/// Rewrites the newest image's description with `change` applied to its identity, as if
 /// another kernel build had captured it (the image is otherwise valid: checksums, catalog).
-pub(crate) fn rename_release(store: &Path) {
+pub(crate) fn rewrite_identity(store: &Path, change: impl FnOnce(&mut snapimg::Identity)) {
     let mut s = ondevice::store::open_store(store, true).unwrap();
     let rec = s.newest().unwrap().clone();
     let mut d = ondevice::store::description(&s, &rec).unwrap();
-    assert!(d.identity.release.starts_with("6."), "{:?}", d.identity);
-    d.identity.release.replace_range(0..1, "9");
+    change(&mut d.identity);
     let mut pages = Vec::new();
     let mut r = s.reader(&rec.name).unwrap();
     let mut page = [0u8; flashstore::PAGE];
@@ -287,6 +286,14 @@ pub(crate) fn rename_release(store: &Path) {
         w.push_page(p).unwrap();
     }
     w.commit(d.encode()).unwrap();
+}
+
+/// Rewrites the newest image with another kernel release in its description.
+pub(crate) fn rename_release(store: &Path) {
+    rewrite_identity(store, |id| {
+        assert!(id.release.starts_with("6."), "{id:?}");
+        id.release.replace_range(0..1, "9");
+    });
 }
 
 /// An image from another kernel: the header names another release (and is otherwise valid,
