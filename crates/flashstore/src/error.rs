@@ -49,6 +49,9 @@ pub enum StoreError {
          store made with BLAKE3 chunk checksums (`snapboot store init --checksum blake3`)"
     )]
     NotSignable(&'static str),
+    /// A label that cannot be stored.
+    #[error("bad store label {0:?}: at most 32 bytes of UTF-8, no spaces or control characters")]
+    BadLabel(String),
     /// A name that cannot be stored.
     #[error("bad image name `{0}`: 1 to 64 characters of [A-Za-z0-9._-]")]
     BadName(String),
@@ -74,8 +77,15 @@ pub enum SuperblockError {
     #[error("a two-slot store of an older snapboot")]
     Legacy,
     /// Another format version.
-    #[error("store format version {found} (this build reads {reads})")]
-    Version { found: u32, reads: u32 },
+    #[error("store format version {found} (this build reads {oldest} to {newest})")]
+    Version {
+        found: u32,
+        oldest: u32,
+        newest: u32,
+    },
+    /// The label field is not a label (checked after the checksum: written so by a bug).
+    #[error("the label field holds no valid label")]
+    Label,
     /// The superblock's checksum does not match.
     #[error("superblock checksum mismatch")]
     Checksum,

@@ -13,8 +13,10 @@ pub const PAGE: usize = 4096;
 pub type Page = [u8; PAGE];
 /// Superblock magic.
 pub const MAGIC: &[u8; 8] = b"SBFLASH\0";
-/// Superblock format version.
-pub const VERSION: u32 = 1;
+/// Superblock format version every commit writes (2: with a label).
+pub const VERSION: u32 = 2;
+/// The oldest superblock format version this build reads (1: without a label).
+pub const OLDEST_VERSION: u32 = 1;
 /// What the two-slot store of older snapboot releases had at the start of each header slot
 /// (blocks 0 and 1): recognised only to refuse it with a way forward.
 pub const LEGACY_MAGIC: &[u8; 8] = b"SNAPBOOT";
@@ -23,8 +25,56 @@ pub const DEFAULT_CLUSTER_BLOCKS: u32 = 64;
 /// Default pages per chunk.
 pub const DEFAULT_CHUNK_PAGES: u16 = 32;
 
-/// Bytes of the superblock covered by its checksum, which follows them.
-const SB_HASHED: usize = 0x50;
+/// Bytes of a version-1 superblock covered by its checksum, which follows them.
+const SB_HASHED_V1: usize = 0x50;
+/// Bytes of a version-2 superblock covered by its checksum: the version-1 fields, the label
+/// (0x50..0x70, zero-padded) and 16 reserved zero bytes.
+const SB_HASHED: usize = 0x80;
+/// Where the label is in a version-2 superblock.
+const SB_LABEL: std::ops::Range<usize> = 0x50..0x70;
+
+/// Most bytes of a store label.
+pub const LABEL_BYTES: usize = SB_LABEL.end - SB_LABEL.start;
+
+/// The store's own name (`snapboot store init --label`, `snapboot.store=LABEL=`): up to
+/// [`LABEL_BYTES`] bytes of UTF-8 without whitespace, control characters or `NUL`; empty
+/// when the store has none (every version-1 store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Label {
+    bytes: [u8; LABEL_BYTES],
+    len: u8,
+}
+
+impl Label {
+    /// A label, if `s` can be one.
+    pub fn new(s: &str) -> Result<Self, StoreError> {
+        let ok = s.len() <= LABEL_BYTES && !s.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !ok {
+            return Err(StoreError::BadLabel(s.into()));
+        }
+        let mut bytes = [0u8; LABEL_BYTES];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Ok(Label {
+            bytes,
+            len: s.len() as u8,
+        })
+    }
+
+    /// The label's text (empty: none).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+
+    /// Reads the zero-padded label field of a superblock.
+    fn decode(field: &[u8]) -> Result<Self, SuperblockError> {
+        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+        let text = std::str::from_utf8(&field[..end]).map_err(|_| SuperblockError::Label)?;
+        if field[end..].iter().any(|&b| b != 0) {
+            return Err(SuperblockError::Label);
+        }
+        Label::new(text).map_err(|_| SuperblockError::Label)
+    }
+}
 
 /// One of the two superblocks (blocks 0 and 1 of cluster 0): the only structure rewritten in
 /// place. The valid one with the highest generation is the store's committed state.
@@ -40,6 +90,8 @@ pub struct Superblock {
     pub catalog: Extent,
     /// BLAKE3 of the catalog's bytes.
     pub catalog_hash: [u8; 32],
+    /// The store's label (empty in a version-1 superblock).
+    pub label: Label,
 }
 
 impl Superblock {
@@ -48,7 +100,7 @@ impl Superblock {
         u64::from(self.cluster_blocks) * BLOCK
     }
 
-    /// The superblock's block: fields, then the BLAKE3 of everything before it.
+    /// The superblock's block ([`VERSION`]): fields, then the BLAKE3 of everything before it.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK as usize];
         b[0..8].copy_from_slice(MAGIC);
@@ -59,12 +111,26 @@ impl Superblock {
         b[32..40].copy_from_slice(&self.catalog.cluster.to_le_bytes());
         b[40..48].copy_from_slice(&self.catalog.len.to_le_bytes());
         b[48..80].copy_from_slice(&self.catalog_hash);
+        b[SB_LABEL][..usize::from(self.label.len)].copy_from_slice(self.label.as_str().as_bytes());
         let h = blake3::hash(&b[..SB_HASHED]);
         b[SB_HASHED..SB_HASHED + 32].copy_from_slice(h.as_bytes());
         b
     }
 
-    /// Parses and checks a superblock block; the error says why it is not valid.
+    /// The block as a version-1 superblock (an older snapboot's: no label, its checksum at
+    /// 0x50), for tests that read old stores.
+    #[cfg(test)]
+    pub(crate) fn encode_v1(&self) -> Vec<u8> {
+        let mut b = self.encode();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[SB_HASHED_V1..].fill(0);
+        let h = blake3::hash(&b[..SB_HASHED_V1]);
+        b[SB_HASHED_V1..SB_HASHED_V1 + 32].copy_from_slice(h.as_bytes());
+        b
+    }
+
+    /// Parses and checks a superblock block of version 1 or 2; the error says why it is not
+    /// valid.
     pub fn decode(b: &[u8]) -> Result<Self, SuperblockError> {
         if b.len() < SB_HASHED + 32 {
             return Err(SuperblockError::Short { len: b.len() });
@@ -78,15 +144,24 @@ impl Superblock {
         let u32_at = |a: usize| u32::from_le_bytes(b[a..a + 4].try_into().unwrap_or_default());
         let u64_at = |a: usize| u64::from_le_bytes(b[a..a + 8].try_into().unwrap_or_default());
         let version = u32_at(8);
-        if version != VERSION {
-            return Err(SuperblockError::Version {
-                found: version,
-                reads: VERSION,
-            });
-        }
-        if blake3::hash(&b[..SB_HASHED]).as_bytes() != &b[SB_HASHED..SB_HASHED + 32] {
+        let hashed = match version {
+            1 => SB_HASHED_V1,
+            VERSION => SB_HASHED,
+            _ => {
+                return Err(SuperblockError::Version {
+                    found: version,
+                    oldest: OLDEST_VERSION,
+                    newest: VERSION,
+                })
+            }
+        };
+        if blake3::hash(&b[..hashed]).as_bytes() != &b[hashed..hashed + 32] {
             return Err(SuperblockError::Checksum);
         }
+        let label = match version {
+            1 => Label::default(),
+            _ => Label::decode(&b[SB_LABEL])?,
+        };
         let mut catalog_hash = [0u8; 32];
         catalog_hash.copy_from_slice(&b[48..80]);
         let sb = Superblock {
@@ -98,6 +173,7 @@ impl Superblock {
                 len: u64_at(40),
             },
             catalog_hash,
+            label,
         };
         if sb.cluster_blocks < 2 || sb.clusters < 2 {
             return Err(SuperblockError::Geometry {
@@ -311,17 +387,77 @@ mod tests {
                 len: 1234,
             },
             catalog_hash: [9; 32],
+            label: Label::new("factory-α").unwrap(),
+        }
+    }
+
+    fn every_bit_flip_is_caught(b: &[u8], upto: usize) {
+        for i in 0..upto {
+            for bit in 0..8 {
+                let mut c = b.to_vec();
+                c[i] ^= 1 << bit;
+                assert!(
+                    Superblock::decode(&c).is_err(),
+                    "flip of bit {bit} at {i:#x} accepted"
+                );
+            }
         }
     }
 
     #[test]
-    fn superblock_round_trips_and_every_flip_is_caught() {
+    fn superblock_round_trips_with_its_label_and_every_flip_is_caught() {
         let b = sb().encode();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), VERSION);
         assert_eq!(Superblock::decode(&b).unwrap(), sb());
-        for i in 0..SB_HASHED + 32 {
-            let mut c = b.clone();
-            c[i] ^= 0x10;
-            assert!(Superblock::decode(&c).is_err(), "flip at {i} accepted");
+        assert_eq!(Superblock::decode(&b).unwrap().label.as_str(), "factory-α");
+        every_bit_flip_is_caught(&b, SB_HASHED + 32);
+        let unlabelled = Superblock {
+            label: Label::default(),
+            ..sb()
+        };
+        assert_eq!(
+            Superblock::decode(&unlabelled.encode()).unwrap(),
+            unlabelled
+        );
+        let full = Superblock {
+            label: Label::new(&"x".repeat(LABEL_BYTES)).unwrap(),
+            ..sb()
+        };
+        assert_eq!(Superblock::decode(&full.encode()).unwrap(), full);
+    }
+
+    #[test]
+    fn a_version_1_superblock_reads_with_no_label_and_every_flip_is_caught() {
+        let b = sb().encode_v1();
+        let read = Superblock::decode(&b).unwrap();
+        assert_eq!(
+            read,
+            Superblock {
+                label: Label::default(),
+                ..sb()
+            }
+        );
+        assert_eq!(read.label.as_str(), "");
+        every_bit_flip_is_caught(&b, SB_HASHED_V1 + 32);
+    }
+
+    #[test]
+    fn other_versions_and_bad_labels_are_refused() {
+        let mut b = sb().encode();
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        assert_eq!(
+            Superblock::decode(&b),
+            Err(SuperblockError::Version {
+                found: 3,
+                oldest: 1,
+                newest: 2
+            })
+        );
+        for bad in ["with space", "tab\there", &"y".repeat(LABEL_BYTES + 1)] {
+            assert!(
+                matches!(Label::new(bad), Err(StoreError::BadLabel(_))),
+                "{bad}"
+            );
         }
     }
 

@@ -20,12 +20,12 @@ pub use compact::CompactReport;
 pub use error::{Damage, StoreError, SuperblockError};
 pub use fsck::FsckReport;
 pub use layout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Page, PageRef, BLOCK,
-    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LEGACY_MAGIC, MAGIC, PAGE,
+    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Label, Page, PageRef,
+    BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};
-pub use store::{valid_name, FormatOptions, GcReport, Store, Usage};
+pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 
 #[cfg(test)]

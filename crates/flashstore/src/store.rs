@@ -10,8 +10,8 @@
 
 use crate::error::{Damage, StoreError, SuperblockError};
 use crate::layout::{
-    decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Superblock,
-    BLOCK, DEFAULT_CLUSTER_BLOCKS,
+    decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Label,
+    Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,8 @@ pub struct FormatOptions {
     pub cluster_blocks: u32,
     /// Chunk checksums ([`ChunkCheck::Blake3`] for a store of signed images).
     pub check: ChunkCheck,
+    /// The store's label (`snapboot.store=LABEL=`; empty: none).
+    pub label: Label,
 }
 
 impl Default for FormatOptions {
@@ -30,6 +32,7 @@ impl Default for FormatOptions {
         FormatOptions {
             cluster_blocks: DEFAULT_CLUSTER_BLOCKS,
             check: ChunkCheck::default(),
+            label: Label::default(),
         }
     }
 }
@@ -115,6 +118,7 @@ impl<M: Medium> Store<M> {
             generation: 0,
             catalog: Extent::default(),
             catalog_hash: [0; 32],
+            label: opts.label,
         };
         // Both slots invalid first, so a half-formatted medium is no store at all.
         medium
@@ -148,34 +152,7 @@ impl<M: Medium> Store<M> {
 
     /// Opens the store: the valid superblock with the highest generation and its catalog.
     pub fn open(medium: M) -> Result<Self, StoreError> {
-        let mut refused = Vec::new();
-        let mut best: Option<Superblock> = None;
-        for slot in 0..2u64 {
-            let mut b = vec![0u8; BLOCK as usize];
-            medium
-                .read_at(&mut b, slot * BLOCK)
-                .map_err(StoreError::io(format!("reading superblock {slot}")))?;
-            match Superblock::decode(&b) {
-                Err(e) => refused.push(e),
-                Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
-                Ok(_) => {}
-            }
-        }
-        let sb = match best {
-            Some(sb) => sb,
-            None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
-                return Err(StoreError::NotAStore)
-            }
-            None if refused.contains(&SuperblockError::Legacy) => {
-                return Err(StoreError::LegacyStore)
-            }
-            None => {
-                return Err(StoreError::NoSuperblock {
-                    first: refused[0].clone(),
-                    second: refused[1].clone(),
-                })
-            }
-        };
+        let sb = newest_superblock(&medium)?;
         let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
         let needed = sb.clusters.saturating_mul(sb.cluster_bytes());
         if needed > len {
@@ -191,6 +168,11 @@ impl<M: Medium> Store<M> {
             sb,
             catalog,
         })
+    }
+
+    /// The store's label (empty: none).
+    pub fn label(&self) -> &str {
+        self.sb.label.as_str()
     }
 
     /// The committed generation.
@@ -510,6 +492,41 @@ impl<M: Medium> Store<M> {
 }
 
 /// Clusters a state with this catalog (at `catalog_at`) uses, cluster 0 included.
+/// The valid superblock with the highest generation on `medium`, or why there is none.
+fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
+    let mut refused = Vec::new();
+    let mut best: Option<Superblock> = None;
+    for slot in 0..2u64 {
+        let mut b = vec![0u8; BLOCK as usize];
+        medium
+            .read_at(&mut b, slot * BLOCK)
+            .map_err(StoreError::io(format!("reading superblock {slot}")))?;
+        match Superblock::decode(&b) {
+            Err(e) => refused.push(e),
+            Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
+            Ok(_) => {}
+        }
+    }
+    match best {
+        Some(sb) => Ok(sb),
+        None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
+            Err(StoreError::NotAStore)
+        }
+        None if refused.contains(&SuperblockError::Legacy) => Err(StoreError::LegacyStore),
+        None => Err(StoreError::NoSuperblock {
+            first: refused[0].clone(),
+            second: refused[1].clone(),
+        }),
+    }
+}
+
+/// The label of the store on `medium` (empty: none), reading its superblocks only: what
+/// finding a store by `LABEL=` needs of every block device. A medium without a valid
+/// superblock is refused as [`Store::open`] refuses it.
+pub fn read_label<M: Medium>(medium: &M) -> Result<String, StoreError> {
+    newest_superblock(medium).map(|sb| sb.label.as_str().to_string())
+}
+
 pub(crate) fn state_clusters(catalog_at: Extent, catalog: &Catalog, cb: u64) -> BTreeSet<u64> {
     let mut s: BTreeSet<u64> = BTreeSet::from([0]);
     s.extend(catalog_at.clusters(cb));
@@ -572,4 +589,72 @@ pub(crate) fn read_extent<M: Medium>(
         .read_at(&mut b, e.cluster * sb.cluster_bytes())
         .map_err(StoreError::io(format!("reading the {what}")))?;
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::VERSION;
+    use crate::{MemMedium, WriteOptions};
+
+    fn labelled(label: &str) -> Store<MemMedium> {
+        let opts = FormatOptions {
+            label: Label::new(label).unwrap(),
+            ..FormatOptions::default()
+        };
+        Store::format(MemMedium::new(4 << 20), opts).unwrap()
+    }
+
+    fn commit_one(s: &mut Store<MemMedium>, name: &str) {
+        let mut w = s.writer(name, WriteOptions::default()).unwrap();
+        w.push_page(&[7u8; crate::PAGE]).unwrap();
+        w.commit(Vec::new()).unwrap();
+    }
+
+    fn version_of(m: &MemMedium, slot: u64) -> u32 {
+        let mut b = [0u8; 12];
+        m.read_at(&mut b, slot * BLOCK).unwrap();
+        u32::from_le_bytes(b[8..12].try_into().unwrap())
+    }
+
+    #[test]
+    fn the_label_survives_commits_and_reopening_and_is_read_alone() {
+        let mut s = labelled("factory");
+        commit_one(&mut s, "a");
+        commit_one(&mut s, "b");
+        let s = Store::open(s.into_medium()).unwrap();
+        assert_eq!(s.label(), "factory");
+        assert_eq!(read_label(s.medium()).unwrap(), "factory");
+        assert_eq!(
+            read_label(&MemMedium::new(1 << 20))
+                .unwrap_err()
+                .to_string(),
+            StoreError::NotAStore.to_string()
+        );
+    }
+
+    #[test]
+    fn a_version_1_store_opens_without_a_label_and_its_next_commit_writes_version_2() {
+        let mut s = labelled("");
+        commit_one(&mut s, "a");
+        // Both slots as an older snapboot left them.
+        let (sb, mut m) = (s.sb, s.into_medium());
+        let older = Superblock {
+            generation: sb.generation - 1,
+            ..sb
+        };
+        for v in [sb, older] {
+            m.write_at(&v.encode_v1(), (v.generation % 2) * BLOCK)
+                .unwrap();
+        }
+        assert_eq!((version_of(&m, 0), version_of(&m, 1)), (1, 1));
+        let mut s = Store::open(m).unwrap();
+        assert_eq!(s.label(), "");
+        assert_eq!(s.images().len(), 1);
+        commit_one(&mut s, "b");
+        let next = s.generation() % 2;
+        assert_eq!(version_of(s.medium(), next), VERSION);
+        let s = Store::open(s.into_medium()).unwrap();
+        assert_eq!(s.images().len(), 2);
+    }
 }

@@ -99,6 +99,7 @@ fn signable_store() -> Store<MemMedium> {
     let opts = FormatOptions {
         cluster_blocks: 16,
         check: ChunkCheck::Blake3,
+        ..FormatOptions::default()
     };
     Store::format(MemMedium::new(8 * MIB), opts).unwrap()
 }
@@ -520,7 +521,7 @@ fn damage_is_named_by_read_and_fsck() {
     let err = Store::open(m.clone()).unwrap_err().to_string();
     assert_eq!(
         err,
-        "no valid superblock (first: store format version 65537 (this build reads 1); \
+        "no valid superblock (first: store format version 65538 (this build reads 1 to 2); \
          second: superblock checksum mismatch)"
     );
 }
@@ -797,6 +798,7 @@ fn both_checksums_catch_damage_and_only_blake3_stores_sign() {
         let opts = FormatOptions {
             cluster_blocks: 16,
             check,
+            ..FormatOptions::default()
         };
         let mut s = Store::format(MemMedium::new(8 * MIB), opts).unwrap();
         let mem = memory(300, 70);
