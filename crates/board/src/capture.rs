@@ -118,7 +118,7 @@ pub fn attach_store(
             readonly: false,
         },
     );
-    opts.params.store = Some("/dev/vdb".into());
+    opts.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
     opts.params.capture = capture;
     Ok(())
 }
@@ -132,6 +132,17 @@ pub fn capture_boot(
 ) -> Result<Timeline, CaptureBootError> {
     let mut opts = opts.clone();
     attach_store(&mut opts, store, true)?;
+    capture_boot_attached(bundle, &opts)
+}
+
+/// [`capture_boot`] onto the store `opts` already attach and name: a store in a partition,
+/// or behind other disks (`opts.params.store` any address, `opts.disks` holding it).
+pub fn capture_boot_attached(
+    bundle: &Bundle,
+    opts: &RunOptions,
+) -> Result<Timeline, CaptureBootError> {
+    let mut opts = opts.clone();
+    opts.params.capture = true;
     let mut s = Session::start(bundle, &opts).map_err(CaptureBootError::Boot)?;
     let res = s.wait_for_marker(CAPTURE_END, "the capture to finish", opts.timeout);
     end_capture(s, res)

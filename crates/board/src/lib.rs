@@ -20,6 +20,7 @@ pub mod kernel;
 pub mod kernel_config;
 pub mod modules;
 pub mod native;
+pub mod partdisk;
 pub mod python;
 pub mod qemu;
 pub mod restore_kernel;

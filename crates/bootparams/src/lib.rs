@@ -9,7 +9,9 @@
 //! that names the word, never silently ignored.
 //!
 //! ```text
-//! snapboot.store=DEV        the store (a block device on the device)
+//! snapboot.store=WHERE      the store: a device path, PARTUUID=, PARTLABEL= or LABEL=
+//!                           (the store's own label); resolved before udev from sysfs and
+//!                           the partition tables, a store is only used if it has the magic
 //! snapboot.capture          capture at the ready point (needs snapboot.store)
 //! snapboot.then=continue    keep running after the capture (default: power off)
 //! snapboot.force            capture even with writable block filesystems mounted
@@ -54,6 +56,9 @@
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
 
+mod address;
+
+pub use address::{StoreAddress, StoreAddressError, LABEL_MAX, STORE_FORMS};
 use flashstore::Compression;
 pub use flashstore::Dedupe;
 use thiserror::Error;
@@ -170,6 +175,14 @@ pub enum BootParamsError {
         /// What the key takes.
         expected: &'static str,
     },
+    /// `snapboot.store=` with an address that does not parse.
+    #[error("{word}: {source}")]
+    StoreAddress {
+        /// The whole word.
+        word: String,
+        /// Why.
+        source: StoreAddressError,
+    },
 }
 
 /// What to do once the image is safely on the store.
@@ -194,8 +207,8 @@ pub enum Reclaim {
 /// Everything the `snapboot.*` words say. `Default` is a plain boot: no capture, no store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootParams {
-    /// `snapboot.store=DEV`.
-    pub store: Option<String>,
+    /// `snapboot.store=WHERE`.
+    pub store: Option<StoreAddress>,
     /// `snapboot.capture`.
     pub capture: bool,
     /// `snapboot.then=continue|poweroff`.
@@ -529,7 +542,13 @@ impl BootParams {
                 _ => Err(bad("expected a device such as /dev/vdb")),
             };
             match k {
-                key::STORE => p.store = Some(text(value)?),
+                key::STORE => {
+                    let a = StoreAddress::parse(value.unwrap_or_default());
+                    p.store = Some(a.map_err(|source| BootParamsError::StoreAddress {
+                        word: word.to_string(),
+                        source,
+                    })?);
+                }
                 key::CAPTURE => p.capture = flag(value)?,
                 key::FORCE => p.force = flag(value)?,
                 key::NODROP => p.drop_caches = !flag(value)?,

@@ -26,7 +26,7 @@ fn each_word_sets_its_field() {
     assert_eq!(
         p,
         BootParams {
-            store: Some("/dev/vdb".into()),
+            store: Some(StoreAddress::path("/dev/vdb")),
             capture: true,
             then: Then::Continue,
             force: true,
@@ -152,7 +152,13 @@ fn bad_words_are_named() {
         ),
         (
             "snapboot.store",
-            "snapboot.store: expected a device such as /dev/vdb",
+            "snapboot.store: empty store address: expected a device such as /dev/vdb, \
+             PARTUUID=, PARTLABEL= or LABEL=",
+        ),
+        (
+            "snapboot.store=PARTUUID=xyz",
+            "snapboot.store=PARTUUID=xyz: PARTUUID=\"xyz\": expected a GPT partition GUID \
+             (8-4-4-4-12 hex digits) or an MBR SSSSSSSS-PP",
         ),
         (
             "snapboot.then=reboot",
@@ -202,7 +208,7 @@ fn bad_words_are_named() {
 #[test]
 fn later_words_override_earlier_ones() {
     let p = BootParams::parse("snapboot.store=/dev/vdb snapboot.store=/dev/vdc").unwrap();
-    assert_eq!(p.store.as_deref(), Some("/dev/vdc"));
+    assert_eq!(p.store, Some(StoreAddress::path("/dev/vdc")));
 }
 
 #[test]
@@ -222,6 +228,17 @@ fn device() -> impl Strategy<Value = Option<String>> {
     proptest::option::of("/dev/[a-z]{1,6}[0-9]?")
 }
 
+fn store() -> impl Strategy<Value = Option<StoreAddress>> {
+    proptest::option::of(prop_oneof![
+        "/dev/[a-z]{1,6}[0-9]?".prop_map(StoreAddress::Path),
+        "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+            .prop_map(StoreAddress::PartUuid),
+        "[0-9a-f]{8}-[0-9a-f]{2}".prop_map(StoreAddress::PartUuid),
+        "[a-z_]{1,36}".prop_map(StoreAddress::PartLabel),
+        "[a-z_.-]{1,32}".prop_map(StoreAddress::Label),
+    ])
+}
+
 fn compression() -> impl Strategy<Value = Option<Compression>> {
     proptest::option::of(prop_oneof![Just(Compression::None), Just(Compression::Lz4),])
 }
@@ -235,7 +252,7 @@ fn reclaim() -> impl Strategy<Value = Option<Reclaim>> {
 
 prop_compose! {
     fn params()(
-        store in device(), khibernate in device(), kresume in device(), cold_kernel in device(),
+        store in store(), khibernate in device(), kresume in device(), cold_kernel in device(),
         flags in any::<[bool; 6]>(), continue_after in any::<bool>(),
         compression in compression(), lazy in reclaim(),
         swap_size in proptest::option::of(0u64..1 << 40),

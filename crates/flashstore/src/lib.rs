@@ -23,7 +23,7 @@ pub use layout::{
     page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Label, Page, PageRef,
     BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
 };
-pub use medium::{FailingMedium, Medium, MemMedium};
+pub use medium::{FailingMedium, Medium, MemMedium, Window};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};

@@ -155,6 +155,57 @@ impl<M: Medium + ?Sized> Medium for &mut M {
     }
 }
 
+/// A stretch of another medium (`len` bytes from `offset`), such as a partition of a disk
+/// image opened on the host: the store inside sees byte 0 at `offset`, and nothing outside
+/// the stretch is read or written.
+#[derive(Debug)]
+pub struct Window<M> {
+    inner: M,
+    offset: u64,
+    len: u64,
+}
+
+impl<M: Medium> Window<M> {
+    /// `len` bytes of `inner` from `offset`.
+    pub fn new(inner: M, offset: u64, len: u64) -> Self {
+        Window { inner, offset, len }
+    }
+
+    /// Where `n` bytes at `at` are in the medium underneath.
+    fn place(&self, at: u64, n: u64) -> io::Result<u64> {
+        match at.checked_add(n) {
+            Some(end) if end <= self.len => Ok(self.offset + at),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{n} bytes at {at} lie outside a window of {} bytes",
+                    self.len
+                ),
+            )),
+        }
+    }
+}
+
+impl<M: Medium> Medium for Window<M> {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.inner.read_at(buf, self.place(at, buf.len() as u64)?)
+    }
+    fn write_at(&mut self, buf: &[u8], at: u64) -> io::Result<()> {
+        let at = self.place(at, buf.len() as u64)?;
+        self.inner.write_at(buf, at)
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len)
+    }
+    fn discard(&mut self, at: u64, len: u64) -> io::Result<()> {
+        let at = self.place(at, len)?;
+        self.inner.discard(at, len)
+    }
+}
+
 /// A medium that loses power: after `budget` writes every write fails, and the write that
 /// exhausts the budget lands only its first `torn` bytes (a torn sector). Discards count as
 /// writes. For crash tests.
@@ -224,5 +275,23 @@ impl<M: Medium> Medium for FailingMedium<M> {
             return self.inner.discard(at, len);
         }
         Err(cut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_moves_every_access_and_keeps_inside() {
+        let mut w = Window::new(MemMedium::new(100), 10, 50);
+        assert_eq!(w.size().unwrap(), 50);
+        w.write_at(b"abc", 47).unwrap();
+        assert!(w.write_at(b"abcd", 47).is_err());
+        assert!(w.discard(40, 11).is_err());
+        let mut b = [0u8; 3];
+        w.read_at(&mut b, 47).unwrap();
+        assert_eq!(&b, b"abc");
+        assert_eq!(&w.inner.bytes[57..60], b"abc");
     }
 }

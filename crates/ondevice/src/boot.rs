@@ -10,7 +10,7 @@
 use crate::capture::{capture, CaptureOptions, CaptureOutcome};
 use crate::guest::print_marker;
 use crate::resume::{resume, ResumeOptions};
-use bootparams::BootParams;
+use bootparams::{BootParams, StoreAddress};
 use boottrace::{error_chain as chain, Marker};
 use snapimg::BootSetup;
 use std::path::{Path, PathBuf};
@@ -48,8 +48,8 @@ pub enum PowerOn {
     KernelNative(PathBuf),
     /// Restore from the store.
     Restore {
-        /// The store device.
-        store: PathBuf,
+        /// The store's address.
+        store: StoreAddress,
         /// Remove the image as it is restored.
         once: bool,
         /// Images to try first.
@@ -79,7 +79,7 @@ pub fn power_on(cmdline: &str) -> PowerOn {
     }
     match p.store {
         Some(store) => PowerOn::Restore {
-            store: store.into(),
+            store,
             once: p.once,
             images: p.images,
         },
@@ -91,11 +91,13 @@ pub fn power_on(cmdline: &str) -> PowerOn {
 /// must. The kernel's own resume (the baseline) waits, to run where initramfs-tools runs
 /// it; so does a restore that asks for it, and one from a store whose node does not appear
 /// in time: within [`BEFORE_UDEV_WAIT`] when the initramfs loaded the store's drivers
-/// (`store_modules_loaded`), [`BEFORE_UDEV_WAIT_UNKNOWN`] otherwise (`appears` waits).
+/// (`store_modules_loaded`), [`BEFORE_UDEV_WAIT_UNKNOWN`] otherwise (`appears` waits, and
+/// says whether the address resolved: [`crate::locate::resolve`], where two matching
+/// devices count as there, since waiting for udev would not change that).
 pub fn before_udev(
     cmdline: &str,
     store_modules_loaded: bool,
-    appears: impl Fn(&Path, Duration) -> bool,
+    appears: impl Fn(&StoreAddress, Duration) -> bool,
 ) -> Option<String> {
     let params = BootParams::parse(cmdline).ok()?;
     if params.kresume.is_some() {
@@ -107,13 +109,13 @@ pub fn before_udev(
     if params.capture || params.handed_over {
         return None;
     }
-    let store = params.store.as_deref()?;
+    let store = params.store.as_ref()?;
     let wait = if store_modules_loaded {
         BEFORE_UDEV_WAIT
     } else {
         BEFORE_UDEV_WAIT_UNKNOWN
     };
-    (!appears(Path::new(store), wait)).then(|| {
+    (!appears(store, wait)).then(|| {
         format!(
             "{store} is not there before udev: restoring after udev (`snapboot install \
              --store {store}` has the initramfs load its drivers first)"
@@ -137,7 +139,7 @@ pub enum ResumeRequest {
     /// wait for udev ([`before_udev`]).
     FromCmdline { before_udev: bool },
     /// This store (a user's call).
-    Store { store: PathBuf, once: bool },
+    Store { store: StoreAddress, once: bool },
 }
 
 /// Runs `snapboot resume`: records this boot's setup, restores (never returning then), or
@@ -148,7 +150,8 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     let cmdline = crate::system::kernel_cmdline();
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
         let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
-        if let Some(why) = before_udev(&cmdline, modules.exists(), crate::system::wait_for_node) {
+        let appears = |a: &StoreAddress, wait| !matches!(crate::locate::resolve(a, wait), Err(e) if e.is_missing());
+        if let Some(why) = before_udev(&cmdline, modules.exists(), appears) {
             print_marker(Marker::ResumeAfterUdev, Some(&why));
             return EXIT_AFTER_UDEV;
         }
@@ -308,8 +311,8 @@ fn asks_for_capture(cmdline: &str) -> bool {
 }
 
 /// Capture settings from the boot parameters.
-pub fn capture_options(p: &BootParams, store: &str) -> CaptureOptions {
-    let mut o = CaptureOptions::new(PathBuf::from(store));
+pub fn capture_options(p: &BootParams, store: &StoreAddress) -> CaptureOptions {
+    let mut o = CaptureOptions::new(store.clone());
     o.then = p.then;
     o.force = p.force;
     o.drop_caches = p.drop_caches;
@@ -403,7 +406,7 @@ mod tests {
 
     fn restore(store: &str, once: bool, images: &[&str]) -> PowerOn {
         PowerOn::Restore {
-            store: store.into(),
+            store: StoreAddress::path(store),
             once,
             images: images.iter().map(|s| s.to_string()).collect(),
         }
@@ -451,8 +454,8 @@ mod tests {
 
     #[test]
     fn before_udev_waits_only_for_the_kernels_resume_and_a_missing_store() {
-        let never = |_: &Path, _: Duration| false;
-        let there = |_: &Path, _: Duration| true;
+        let never = |_: &StoreAddress, _: Duration| false;
+        let there = |_: &StoreAddress, _: Duration| true;
         let kernel = before_udev("quiet snapboot.kresume=/dev/vdb", true, there).unwrap();
         assert!(kernel.contains("where initramfs-tools runs it"), "{kernel}");
         let missing = before_udev("snapboot.store=/dev/vdz", true, never).unwrap();
@@ -469,12 +472,24 @@ mod tests {
         assert_eq!(before_udev("root=/dev/vda ro", true, never), None);
         let asked = before_udev("snapboot.store=/dev/vdb snapboot.afterudev", true, there);
         assert_eq!(asked.as_deref(), Some("snapboot.afterudev asks for it"));
+        // Any address is looked for as it is written.
+        let sought = std::cell::RefCell::new(String::new());
+        let look = |a: &StoreAddress, _: Duration| {
+            sought.replace(a.to_string());
+            false
+        };
+        let missing = before_udev("snapboot.store=PARTLABEL=snapstore", true, look).unwrap();
+        assert_eq!(sought.borrow().as_str(), "PARTLABEL=snapstore");
+        assert!(
+            missing.starts_with("PARTLABEL=snapstore is not there before udev"),
+            "{missing}"
+        );
     }
 
     #[test]
     fn before_udev_waits_longer_when_the_initramfs_loaded_the_stores_drivers() {
         let waited = std::cell::Cell::new(Duration::ZERO);
-        let record = |_: &Path, d: Duration| {
+        let record = |_: &StoreAddress, d: Duration| {
             waited.set(d);
             true
         };
@@ -507,7 +522,7 @@ mod tests {
         ) else {
             panic!("no capture")
         };
-        assert_eq!(o.store, Path::new("/dev/vdb"));
+        assert_eq!(o.store, StoreAddress::path("/dev/vdb"));
         assert_eq!(o.then, crate::capture::Then::Continue);
         assert!(o.force && !o.drop_caches && o.compact && o.pin);
         assert_eq!(o.compression, flashstore::Compression::None);

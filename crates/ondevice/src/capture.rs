@@ -16,6 +16,7 @@ use crate::system::{
     check_running_page_size, parse_mounts, running_identity, writable_block_mounts,
     UnsupportedPageSize,
 };
+use bootparams::StoreAddress;
 use boottrace::Marker;
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
@@ -27,8 +28,9 @@ pub use bootparams::Then;
 /// Capture settings.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
-    /// The store: a block device or file.
-    pub store: PathBuf,
+    /// The store's address: a block device or file, or how to find one
+    /// ([`crate::locate`], waiting up to [`crate::boot::NODE_WAIT`] for it).
+    pub store: StoreAddress,
     /// After the image is written.
     pub then: Then,
     /// Capture even with writable block-backed filesystems mounted.
@@ -57,7 +59,7 @@ pub struct CaptureOptions {
 
 impl CaptureOptions {
     /// Defaults: power off after, refuse writable mounts, drop caches, compact.
-    pub fn new(store: PathBuf) -> Self {
+    pub fn new(store: StoreAddress) -> Self {
         Self {
             store,
             then: Then::PowerOff,
@@ -172,7 +174,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let identity = running_identity(&boot_device_tree().map_err(CaptureError::DeviceTree)?);
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
-    let mut store = crate::store::open_store(&o.store, true)?;
+    let (mut store, at) = crate::store::open_address(&o.store, crate::boot::NODE_WAIT, true)?;
     // A lazy re-capture from a restored lazy system: what was touched since the restore is
     // visible only now, before swapoff reads everything back in.
     let profile = match &o.lazy {
@@ -237,7 +239,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             r.bytes as f64 / 1048576.0
         );
     }
-    print_marker(Marker::CaptureStart, Some(&o.store.display().to_string()));
+    print_marker(Marker::CaptureStart, Some(&at.to_string()));
     let started = Instant::now();
     let mut raw = None;
     let swap = match &o.lazy {
@@ -252,7 +254,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
                 bytes,
             };
             let p =
-                lazy::prepare(&o.store, place, l, profile.as_ref()).map_err(CaptureError::Lazy)?;
+                lazy::prepare(&at.path, place, l, profile.as_ref()).map_err(CaptureError::Lazy)?;
             let mib = |pages: u64| (pages * PAGE_SIZE as u64) as f64 / 1048576.0;
             let mut text = format!(
                 "{} pages ({:.1} MiB) paged out to the swap region in {:.2} s; writes after restore go to {}",
@@ -296,7 +298,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         dev.unfreeze()?;
         drop(dev);
         // The store's cached blocks in this image predate the write of the image itself.
-        crate::restore::flush_block_cache(&o.store);
+        crate::restore::flush_block_cache(&at.path);
         return Ok(CaptureOutcome::Restored(after_restore()));
     }
     let opts = flashstore::WriteOptions {

@@ -20,6 +20,7 @@ use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
 use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
+use bootparams::StoreAddress;
 use boottrace::error_chain as chain;
 use boottrace::Marker;
 use snapimg::{BindingMismatch, BootSetup, Identity, Incompat, Page, StreamHeader, PAGE_SIZE};
@@ -33,11 +34,11 @@ const RUN_PAGES: usize = 256;
 /// Resume settings.
 #[derive(Debug, Clone)]
 pub struct ResumeOptions {
-    /// The store device.
-    pub store: PathBuf,
+    /// The store's address.
+    pub store: StoreAddress,
     /// Invalidate the image before restoring it (boot it once).
     pub once: bool,
-    /// How long to wait for the store's device node to appear.
+    /// How long to wait for the store's device to appear.
     pub wait: Duration,
     /// This boot's setup, as [`observe_and_record_boot`] saw it (`None`: observe it here).
     pub boot_setup: Option<BootSetup>,
@@ -60,9 +61,6 @@ pub enum ResumeError {
     /// The image's first page is not a hibernation header snapboot can check.
     #[error("the image's stream header")]
     Header(#[source] snapimg::StreamError),
-    /// The store device never appeared.
-    #[error("store device {0} not found")]
-    NoDevice(PathBuf),
     /// The image belongs to another kernel or machine.
     #[error("image does not fit this system")]
     Incompatible(#[from] Incompat),
@@ -97,11 +95,19 @@ pub enum ResumeError {
     #[error("the image's page list holds {listed} pages, its description says the kernel's stream had {described}")]
     PageCount { listed: u64, described: u64 },
     /// The store has no image.
-    #[error("the store holds no image")]
-    NoImage,
+    #[error("the store {store} holds no image")]
+    NoImage {
+        /// The store's address and device.
+        store: String,
+    },
     /// Every image of the store was refused; each reason in turn.
-    #[error("no image on the store can be restored: {}", .0.join("; "))]
-    NoneRestorable(Vec<String>),
+    #[error("no image on the store {store} can be restored: {}", reasons.join("; "))]
+    NoneRestorable {
+        /// The store's address and device.
+        store: String,
+        /// `NAME: why`, each image in the order tried.
+        reasons: Vec<String>,
+    },
 }
 
 /// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
@@ -257,10 +263,7 @@ impl Expected {
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
-    print_marker(Marker::ResumeStart, Some(&o.store.display().to_string()));
-    if !crate::system::wait_for_node(&o.store, o.wait) {
-        return Err(ResumeError::NoDevice(o.store.clone()));
-    }
+    print_marker(Marker::ResumeStart, Some(&o.store.to_string()));
     resume_store(o)
 }
 
@@ -283,14 +286,16 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         .clone()
         .unwrap_or_else(|| PathBuf::from(crate::store::PUBLIC_KEY_FILE));
     let key = crate::store::configured_key(&key_path).map_err(ResumeError::Key)?;
-    let mut store = crate::store::open_store(&o.store, o.once)?;
+    let (mut store, at) = crate::store::open_address(&o.store, o.wait, o.once)?;
     let order = crate::store::candidates(store.images(), &o.images);
     if order.is_empty() {
-        return Err(ResumeError::NoImage);
+        return Err(ResumeError::NoImage {
+            store: at.to_string(),
+        });
     }
     let mut reasons = Vec::new();
     for name in order {
-        match load_flash_image(&store, &name, key.as_ref(), &expected, o) {
+        match load_flash_image(&store, &at.path, &name, key.as_ref(), &expected, o) {
             Ok(dev) => {
                 if o.once {
                     store.remove(&name).map_err(StoreUseError::from)?;
@@ -305,12 +310,16 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
             }
         }
     }
-    Err(ResumeError::NoneRestorable(reasons))
+    Err(ResumeError::NoneRestorable {
+        store: at.to_string(),
+        reasons,
+    })
 }
 
-/// Checks image `name` and hands its pages to the kernel.
+/// Checks image `name` of `store` (on `device`) and hands its pages to the kernel.
 fn load_flash_image(
     store: &flashstore::Store<std::fs::File>,
+    device: &Path,
     name: &str,
     key: Option<&imagekey::PublicKey>,
     expected: &Expected,
@@ -341,7 +350,7 @@ fn load_flash_image(
                 bytes: sw.bytes,
             });
         }
-        crate::lazy::check_region(&o.store, sw).map_err(ResumeError::SwapRegion)?;
+        crate::lazy::check_region(device, sw).map_err(ResumeError::SwapRegion)?;
     }
     let signed = if key.is_some() {
         ", signature checked"

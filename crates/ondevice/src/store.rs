@@ -7,12 +7,15 @@
 //! partition of something else, an old two-slot store) is refused before anything is
 //! written to it. Only `snapboot store init` lays out a new one.
 
+use crate::locate::{LocateError, Located};
 use crate::snapshot::{SnapshotDev, SnapshotError};
+use bootparams::StoreAddress;
 use flashstore::{Committed, ImageRec, Store, StoreError, WriteOptions};
 use imagekey::{KeyError, PublicKey, SecretKey};
 use snapimg::{Description, DescriptionError, PAGE_SIZE};
 use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::time::Duration;
 
 /// The image a capture writes when no name is given.
 pub const DEFAULT_IMAGE: &str = "current";
@@ -23,17 +26,26 @@ pub const PUBLIC_KEY_FILE: &str = "/etc/snapboot/image.pub";
 /// Errors of the device's store and the images on it.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreUseError {
+    /// The store's address names no device (or two).
+    #[error("store {address}")]
+    Locate {
+        address: StoreAddress,
+        #[source]
+        source: LocateError,
+    },
     /// The store file or device could not be opened.
-    #[error("opening {path}")]
+    #[error("opening {store}")]
     Open {
-        path: PathBuf,
+        /// The store's address and what it resolved to ([`Located`]'s words).
+        store: String,
         #[source]
         source: std::io::Error,
     },
     /// The device holds no usable store, or the store refused an operation.
-    #[error("store {path}")]
+    #[error("store {store}")]
     Store {
-        path: PathBuf,
+        /// The store's address and what it resolved to ([`Located`]'s words).
+        store: String,
         #[source]
         source: StoreError,
     },
@@ -62,18 +74,32 @@ pub enum StoreUseError {
 /// store's magic, an old two-slot store and a truncated store are refused, each with its
 /// reason, before anything is written.
 pub fn open_store(path: &Path, rw: bool) -> Result<Store<File>, StoreUseError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(rw)
-        .open(path)
-        .map_err(|source| StoreUseError::Open {
-            path: path.into(),
-            source,
-        })?;
-    Store::open(file).map_err(|source| StoreUseError::Store {
-        path: path.into(),
+    open_named(path, path.display().to_string(), rw)
+}
+
+/// Finds the store at `address` ([`crate::locate::resolve`], waiting up to `wait` for its
+/// device) and opens it as [`open_store`] does; every error names the address and what it
+/// resolved to. Returns the store and where it is.
+pub fn open_address(
+    address: &StoreAddress,
+    wait: Duration,
+    rw: bool,
+) -> Result<(Store<File>, Located), StoreUseError> {
+    let at = crate::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
+        address: address.clone(),
         source,
-    })
+    })?;
+    let store = open_named(&at.path, at.to_string(), rw)?;
+    Ok((store, at))
+}
+
+fn open_named(path: &Path, store: String, rw: bool) -> Result<Store<File>, StoreUseError> {
+    let file = OpenOptions::new().read(true).write(rw).open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(source) => return Err(StoreUseError::Open { store, source }),
+    };
+    Store::open(file).map_err(|source| StoreUseError::Store { store, source })
 }
 
 /// Streams the kernel's image pages from `dev` into image `name` on `store` and commits it

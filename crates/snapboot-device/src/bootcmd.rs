@@ -2,6 +2,7 @@
 //! and `snapboot resume`. They parse arguments; [`ondevice::boot`] decides and acts.
 
 use anyhow::{Context, Result};
+use bootparams::StoreAddress;
 use bootparams::{parse_reclaim, parse_size};
 use boottrace::{error_chain as chain, Marker};
 use clap::{Args, ValueEnum};
@@ -23,9 +24,10 @@ pub enum ThenArg {
 /// `snapboot capture`.
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
-    /// Store device (or file) to write the image to.
+    /// The store to write the image to: a device (or file) path, PARTUUID=, PARTLABEL= or
+    /// LABEL=.
     #[arg(long)]
-    store: PathBuf,
+    store: StoreAddress,
     /// What to do after the image is written.
     #[arg(long, value_enum, default_value = "poweroff")]
     then: ThenArg,
@@ -108,9 +110,9 @@ pub enum CompressArg {
 /// `snapboot resume`.
 #[derive(Args, Debug, PartialEq)]
 pub struct ResumeArgs {
-    /// Store device holding the image.
+    /// The store holding the image: a device path, PARTUUID=, PARTLABEL= or LABEL=.
     #[arg(long, required_unless_present = "from_cmdline")]
-    store: Option<PathBuf>,
+    store: Option<StoreAddress>,
     /// Invalidate the image as it is restored (boot it once).
     #[arg(long)]
     once: bool,
@@ -136,7 +138,7 @@ impl ResumeArgs {
             }
         } else {
             ResumeRequest::Store {
-                store: self.store.unwrap_or_default(),
+                store: self.store.unwrap_or_else(|| StoreAddress::path("")),
                 once: self.once,
             }
         }

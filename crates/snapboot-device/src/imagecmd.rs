@@ -2,16 +2,16 @@
 
 use crate::Exit;
 use anyhow::Result;
+use bootparams::StoreAddress;
 use boottrace::error_chain as chain;
 use clap::Args;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `snapboot image inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// Store file or device.
-    store: PathBuf,
+    /// Store: a file or device path, PARTUUID=, PARTLABEL= or LABEL=.
+    store: StoreAddress,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -37,7 +37,7 @@ struct Inspected {
 /// `snapboot image inspect`: every image of the store, each read whole unless `--no-verify`;
 /// exit status 5 ([`Exit::Damaged`]) when a chunk fails its check.
 pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
-    let s = ondevice::store::open_store(&a.store, false)?;
+    let (s, at) = crate::storecmd::open(&a.store, false)?;
     let mut all_ok = true;
     let mut out = Vec::new();
     let mut images: Vec<_> = s.images().iter().collect();
@@ -69,7 +69,7 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
         let v: Vec<&Inspected> = out.iter().map(|(i, _)| i).collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("store {}, generation {}", a.store.display(), s.generation());
+        println!("store {at}, generation {}", s.generation());
         for (i, read) in &out {
             let r = &i.image;
             let kernel = match (&r.identity, &r.description_error) {

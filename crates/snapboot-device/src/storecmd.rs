@@ -3,13 +3,16 @@
 
 use anyhow::{bail, Context, Result};
 use bootparams::parse_size;
+use bootparams::StoreAddress;
 use clap::{Args, Subcommand};
-use flashstore::{ChunkCheck, FormatOptions, ImageRec, Store, BLOCK};
+use flashstore::{ChunkCheck, FormatOptions, ImageRec, Label, Store, BLOCK};
 use imagekey::SecretKey;
-use ondevice::store::{open_store, sign_image};
-use std::fs::OpenOptions;
+use ondevice::locate::Located;
+use ondevice::store::{open_address, sign_image, StoreUseError};
+use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// `snapboot store`.
 #[derive(Subcommand, Debug)]
@@ -17,8 +20,9 @@ pub enum StoreCmd {
     /// Lay out an empty store on a file (created, sparse) or a block device: the only
     /// command that writes to a device without the store's magic.
     Init {
-        /// File or block device.
-        dev: PathBuf,
+        /// File or block device (a path, PARTUUID=, PARTLABEL=; not LABEL=, which only a
+        /// store has).
+        dev: StoreAddress,
         /// Size of a new file, e.g. 2G (block devices use their whole size).
         #[arg(long)]
         size: Option<String>,
@@ -31,20 +35,23 @@ pub enum StoreCmd {
         /// Chunk checksums: xxh3 (fast) or blake3 (needed to sign images).
         #[arg(long, value_enum, default_value = "xxh3")]
         checksum: CheckArg,
+        /// The store's label, for `snapboot.store=LABEL=NAME` (up to 32 bytes, no spaces).
+        #[arg(long, value_name = "NAME")]
+        label: Option<String>,
     },
     /// List the images.
     Ls(DevArgs),
     /// Remove an image (not a pinned one); its chunks no other image uses are freed.
-    Rm { dev: PathBuf, name: String },
+    Rm { dev: StoreAddress, name: String },
     /// Pin an image: captures do not replace it, rm and gc leave it alone.
-    Pin { dev: PathBuf, name: String },
+    Pin { dev: StoreAddress, name: String },
     /// Unpin an image.
-    Unpin { dev: PathBuf, name: String },
+    Unpin { dev: StoreAddress, name: String },
     /// Space: clusters used and idle, and per image what dedupe and compression saved.
     Stats(DevArgs),
     /// Compact partly dead clusters, then discard every idle cluster (punch holes in a file).
     Gc {
-        dev: PathBuf,
+        dev: StoreAddress,
         /// Compact clusters whose live chunks fill less than this percentage (0: do not
         /// compact, only discard).
         #[arg(long, default_value_t = ondevice::store::RECLAIM_BELOW_PERCENT,
@@ -52,10 +59,10 @@ pub enum StoreCmd {
         compact_below: u8,
     },
     /// Check every structure and checksum; find leaked or doubly used clusters.
-    Fsck { dev: PathBuf },
+    Fsck { dev: StoreAddress },
     /// Sign an image (read whole and checked first) with a secret key.
     Sign {
-        dev: PathBuf,
+        dev: StoreAddress,
         name: String,
         /// The secret key (`snapboot key gen`).
         #[arg(long)]
@@ -75,8 +82,8 @@ pub enum CheckArg {
 /// A store, and whether to print JSON.
 #[derive(Args, Debug)]
 pub struct DevArgs {
-    /// File or block device.
-    dev: PathBuf,
+    /// File or block device path, PARTUUID=, PARTLABEL= or LABEL=.
+    dev: StoreAddress,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -98,6 +105,7 @@ const MIB: f64 = 1048576.0;
 /// `snapboot store stats --json`: the store's space and every image's.
 #[derive(serde::Serialize)]
 struct StoreSpace {
+    label: String,
     generation: u64,
     cluster_bytes: u64,
     clusters: u64,
@@ -132,29 +140,31 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             cluster_kib,
             force,
             checksum,
-        } => init(dev, size, cluster_kib, force, checksum),
+            label,
+        } => init(&dev, size, cluster_kib, force, checksum, label.as_deref()),
         StoreCmd::Ls(a) => ls(a),
         StoreCmd::Rm { dev, name } => {
-            open_store(&dev, true)?.remove(&name)?;
+            open(&dev, true)?.0.remove(&name)?;
             println!("removed {name} (its space is idle; `snapboot store gc` discards it)");
             Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Pin { dev, name } => {
-            open_store(&dev, true)?.pin(&name, true)?;
+            open(&dev, true)?.0.pin(&name, true)?;
             println!("pinned {name}");
             Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Unpin { dev, name } => {
-            open_store(&dev, true)?.pin(&name, false)?;
+            open(&dev, true)?.0.pin(&name, false)?;
             println!("unpinned {name}");
             Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Stats(a) => stats(a),
-        StoreCmd::Gc { dev, compact_below } => gc(dev, compact_below),
-        StoreCmd::Fsck { dev } => fsck(dev),
+        StoreCmd::Gc { dev, compact_below } => gc(&dev, compact_below),
+        StoreCmd::Fsck { dev } => fsck(&dev),
         StoreCmd::Sign { dev, name, key } => {
             let k = SecretKey::load(&key)?;
-            let rec = sign_image(&dev, &name, &k)?;
+            let at = resolve(&dev)?;
+            let rec = sign_image(&at.path, &name, &k)?;
             println!(
                 "signed {name} (generation {}) with key {}",
                 rec.generation,
@@ -165,14 +175,33 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
     }
 }
 
+/// Where a command's store is: `dev` resolved now (a command does not wait for devices).
+fn resolve(dev: &StoreAddress) -> Result<Located> {
+    ondevice::locate::resolve(dev, Duration::ZERO).with_context(|| format!("store {dev}"))
+}
+
+/// Opens a command's store: `dev` resolved now, then opened by its magic.
+pub(crate) fn open(dev: &StoreAddress, rw: bool) -> Result<(Store<File>, Located), StoreUseError> {
+    open_address(dev, Duration::ZERO, rw)
+}
+
 /// `snapboot store init`.
 fn init(
-    dev: PathBuf,
+    dev: &StoreAddress,
     size: Option<String>,
     cluster_kib: u32,
     force: bool,
     checksum: CheckArg,
+    label: Option<&str>,
 ) -> Result<ExitCode> {
+    if let StoreAddress::Label(_) = dev {
+        bail!("store init {dev}: LABEL= names a store that exists; name the device to make one on");
+    }
+    let label = Label::new(label.unwrap_or_default())?;
+    let dev = match dev.as_path() {
+        Some(p) => PathBuf::from(p),
+        None => resolve(dev)?.path,
+    };
     if !force && ondevice::store::open_store(&dev, false).is_ok() {
         bail!(
             "{} already holds a store (--force replaces it, and its images are lost)",
@@ -207,13 +236,15 @@ fn init(
                 CheckArg::Xxh3 => ChunkCheck::Xxh3,
                 CheckArg::Blake3 => ChunkCheck::Blake3,
             },
+            label,
         },
     )
     .with_context(|| format!("formatting {}", dev.display()))?;
     let u = s.usage();
     println!(
-        "store on {}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
+        "store on {}{}: {} clusters of {} KiB ({:.1} MiB), {} chunk checksums",
         dev.display(),
+        label_words(s.label()),
         u.clusters,
         cluster_kib,
         (u.clusters * s.cluster_bytes()) as f64 / MIB,
@@ -222,9 +253,17 @@ fn init(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `, label NAME` for a labelled store.
+fn label_words(label: &str) -> String {
+    match label {
+        "" => String::new(),
+        l => format!(", label {l}"),
+    }
+}
+
 /// `snapboot store ls`.
 fn ls(a: DevArgs) -> Result<ExitCode> {
-    let s = open_store(&a.dev, false)?;
+    let (s, at) = open(&a.dev, false)?;
     let mut images: Vec<&ImageRec> = s.images().iter().collect();
     images.sort_by_key(|i| std::cmp::Reverse(i.generation));
     let images: Vec<_> = images
@@ -234,6 +273,11 @@ fn ls(a: DevArgs) -> Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&images)?);
     } else {
+        println!(
+            "store {at}{}, generation {}",
+            label_words(s.label()),
+            s.generation()
+        );
         println!(
             "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
             "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
@@ -265,7 +309,7 @@ fn ls(a: DevArgs) -> Result<ExitCode> {
 
 /// `snapboot store stats`.
 fn stats(a: DevArgs) -> Result<ExitCode> {
-    let s = open_store(&a.dev, false)?;
+    let (s, at) = open(&a.dev, false)?;
     let u = s.usage();
     let cb = s.cluster_bytes();
     let fill = s.cluster_fill();
@@ -291,6 +335,7 @@ fn stats(a: DevArgs) -> Result<ExitCode> {
             })
             .collect();
         let v = StoreSpace {
+            label: s.label().to_string(),
             generation: s.generation(),
             cluster_bytes: cb,
             clusters: u.clusters,
@@ -307,8 +352,9 @@ fn stats(a: DevArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!(
-            "generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), {} idle; \
-             {} chunks, {:.1} MiB, {} checksums",
+            "store {at}{}, generation {}: {} of {} clusters used ({:.1} of {:.1} MiB), \
+             {} idle; {} chunks, {:.1} MiB, {} checksums",
+            label_words(s.label()),
             s.generation(),
             u.used,
             u.clusters,
@@ -354,8 +400,8 @@ fn stats(a: DevArgs) -> Result<ExitCode> {
 }
 
 /// `snapboot store gc`.
-fn gc(dev: PathBuf, compact_below: u8) -> Result<ExitCode> {
-    let mut s = open_store(&dev, true)?;
+fn gc(dev: &StoreAddress, compact_below: u8) -> Result<ExitCode> {
+    let (mut s, _) = open(dev, true)?;
     if compact_below > 0 {
         let c = s.compact(compact_below)?;
         println!(
@@ -373,15 +419,14 @@ fn gc(dev: PathBuf, compact_below: u8) -> Result<ExitCode> {
 }
 
 /// `snapboot store fsck`: exit status 5 ([`crate::Exit::Damaged`]) when it finds a problem.
-fn fsck(dev: PathBuf) -> Result<ExitCode> {
-    let s = open_store(&dev, false)?;
+fn fsck(dev: &StoreAddress) -> Result<ExitCode> {
+    let (s, at) = open(dev, false)?;
     let r = s.fsck();
     for p in &r.problems {
         println!("problem: {p}");
     }
     println!(
-        "{}: {} image(s), {} chunk(s), {} cluster(s) in use: {}",
-        dev.display(),
+        "{at}: {} image(s), {} chunk(s), {} cluster(s) in use: {}",
         r.images,
         r.chunks,
         r.used_clusters,

@@ -16,10 +16,11 @@ pub struct InstallArgs {
     /// with Type=notify that is its READY=1). Repeatable.
     #[arg(long, value_name = "UNIT")]
     pub after: Vec<String>,
-    /// The store's device (`/dev/mmcblk0p3`): its drivers' modules, read from /sys, are
-    /// loaded by the initramfs before udev, so the image is restored before udev starts.
-    #[arg(long, value_name = "DEV")]
-    pub store: Option<std::path::PathBuf>,
+    /// The store (`PARTUUID=…`, `PARTLABEL=…`, `LABEL=…` or `/dev/mmcblk0p3`): its
+    /// device's drivers' modules, read from /sys, are loaded by the initramfs before udev,
+    /// so the image is restored before udev starts.
+    #[arg(long, value_name = "STORE")]
+    pub store: Option<bootparams::StoreAddress>,
     /// A module the store's device needs (repeatable; for a root built elsewhere, where
     /// --store cannot look at the device).
     #[arg(long, value_name = "MODULE")]
@@ -134,11 +135,13 @@ pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
 pub fn install(a: InstallArgs) -> Result<ExitCode> {
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
     let mut store_modules = a.store_module.clone();
-    if let Some(dev) = &a.store {
-        let found = ondevice::install::store_driver_modules(std::path::Path::new("/sys"), dev)?;
+    if let Some(address) = &a.store {
+        let at = ondevice::locate::resolve(address, std::time::Duration::ZERO)
+            .with_context(|| format!("store {address}"))?;
+        let found =
+            ondevice::install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
         println!(
-            "{}: drivers {}",
-            dev.display(),
+            "{at}: drivers {}",
             if found.is_empty() {
                 "built in (no module to load)".to_string()
             } else {
@@ -173,8 +176,9 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
     };
     println!(
         "next: {chroot}update-initramfs -u (the initramfs resumes only once it carries \
-         snapboot), then boot once with `snapboot.capture snapboot.store=DEV` on the kernel \
-         command line and at every power-on with `snapboot.store=DEV` (docs/real-boards.md)"
+         snapboot), then boot once with `snapboot.capture snapboot.store=PARTUUID=…` (or \
+         PARTLABEL=, LABEL=, a device path) on the kernel command line and at every power-on \
+         with `snapboot.store=` alone (docs/real-boards.md)"
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -86,7 +86,7 @@ pub fn store_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
         path: store.to_path_buf(),
         readonly: false,
     });
-    o.params.store = Some("/dev/vdb".into());
+    o.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
     o
 }
 

@@ -147,7 +147,7 @@ fn data_session(store: &Path, data: &Path, restore_kernel: bool) -> board::qemu:
             readonly,
         });
     }
-    o.params.store = Some("/dev/vdb".into());
+    o.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
     if restore_kernel {
         o.kernel =
             board::run_options::KernelImage::Restore(crate::restore_kernel::restore_kernel());

@@ -2,6 +2,7 @@
 //! kernel). One test binary, so the guest bundles and captured images are built once and
 //! shared by every test.
 
+mod addressing;
 mod analyze_cli;
 mod arm64;
 mod binding;
