@@ -150,7 +150,10 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     let cmdline = crate::system::kernel_cmdline();
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
         let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
-        let appears = |a: &StoreAddress, wait| !matches!(crate::locate::resolve(a, wait), Err(e) if e.is_missing());
+        let appears = |a: &StoreAddress, wait| match crate::locate::resolve(a, wait) {
+            Ok(at) => at.path.exists(),
+            Err(e) => !e.is_missing(),
+        };
         if let Some(why) = before_udev(&cmdline, modules.exists(), appears) {
             print_marker(Marker::ResumeAfterUdev, Some(&why));
             return EXIT_AFTER_UDEV;

@@ -109,7 +109,8 @@ impl Roots {
     }
 }
 
-/// Resolves `address` on this system, waiting up to `wait` for its device to appear.
+/// Resolves `address` on this system, waiting up to `wait` for its device to appear (a
+/// path is waited for, then taken as it is).
 pub fn resolve(address: &StoreAddress, wait: Duration) -> Result<Located, LocateError> {
     resolve_in(&Roots::system(), address, wait)
 }
@@ -132,7 +133,12 @@ pub fn resolve_in(
         }
     };
     if let Some(p) = address.as_path() {
-        return node(p.into());
+        // A path is what it says, there or not: opening it says why it is not.
+        crate::system::wait_for_node(Path::new(p), wait);
+        return Ok(Located {
+            address: address.clone(),
+            path: p.into(),
+        });
     }
     loop {
         let (found, searched) = scan(roots, address)?;
@@ -431,10 +437,10 @@ mod tests {
         let f = Fake::new();
         let p = f.roots().dev.join("vdz");
         let a = StoreAddress::path(p.to_str().unwrap());
-        let e = resolve_in(&f.roots(), &a, POLL).unwrap_err();
-        assert!(e.is_missing() && e.to_string().ends_with("did not appear within 20 ms"));
-        std::fs::write(&p, b"").unwrap();
-        let l = resolve_in(&f.roots(), &a, Duration::ZERO).unwrap();
+        let t = Instant::now();
+        let l = resolve_in(&f.roots(), &a, POLL).unwrap();
+        assert!(t.elapsed() >= POLL, "not waited for");
         assert_eq!(l.to_string(), p.display().to_string());
+        assert!(!l.path.exists());
     }
 }

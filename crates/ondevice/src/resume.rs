@@ -95,13 +95,13 @@ pub enum ResumeError {
     #[error("the image's page list holds {listed} pages, its description says the kernel's stream had {described}")]
     PageCount { listed: u64, described: u64 },
     /// The store has no image.
-    #[error("the store {store} holds no image")]
+    #[error("store {store}: the store holds no image")]
     NoImage {
         /// The store's address and device.
         store: String,
     },
     /// Every image of the store was refused; each reason in turn.
-    #[error("no image on the store {store} can be restored: {}", reasons.join("; "))]
+    #[error("store {store}: no image on the store can be restored: {}", reasons.join("; "))]
     NoneRestorable {
         /// The store's address and device.
         store: String,

@@ -229,9 +229,18 @@ fn store_commands_manage_images_on_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s.store");
     let st = |args: &[&str]| store_cmd(args, &store);
-    let (ok, text) = st(&["init", "--size", "32M", "--checksum", "blake3"]);
+    let (ok, text) = st(&[
+        "init",
+        "--size",
+        "32M",
+        "--checksum",
+        "blake3",
+        "--label",
+        "lab-1",
+    ]);
     assert!(
-        ok && text.contains("128 clusters of 256 KiB (32.0 MiB), blake3 chunk checksums"),
+        ok && text
+            .contains(", label lab-1: 128 clusters of 256 KiB (32.0 MiB), blake3 chunk checksums"),
         "{text}"
     );
     let (ok, text) = st(&["init", "--size", "32M"]);
@@ -265,6 +274,10 @@ fn store_commands_manage_images_on_a_file() {
         ok && text.contains("factory") && text.contains("UNIQUE MiB"),
         "{text}"
     );
+    let (ok, text) = st(&["ls"]);
+    assert!(ok && text.contains(", label lab-1, generation 3"), "{text}");
+    let (ok, text) = st(&["stats", "--json"]);
+    assert!(ok && text.contains("\"label\": \"lab-1\""), "{text}");
 
     let (ok, text) = st(&["pin"]);
     assert!(!ok && text.contains("<NAME>"), "pin needs a name: {text}");
