@@ -14,6 +14,8 @@ use std::time::Duration;
 /// The store partition's unique GUID, written in upper case on the command line (a
 /// PARTUUID is matched in any case).
 const STORE_UUID: &str = "5C3A0F6E-1D2B-4C8E-9F00-0123456789AB";
+/// The decoy disk's second partition, where the store's partition was at capture.
+const DECOY_UUID: &str = "66666666-7777-8888-9999-AAAAAAAAAAAA";
 /// The store's own label.
 const LABEL: &str = "e2e-store";
 
@@ -98,7 +100,8 @@ fn disks() -> (PathBuf, Placed, PathBuf, PathBuf) {
 /// store's disk moved to `/dev/vdc` behind a decoy GPT disk (whose own partition 2 is called
 /// `snapstore` too) and behind a disk of zeros; neither is written. The path the store had
 /// at capture, `/dev/vdb2`, now names the decoy's partition: that boot falls back with the
-/// reason, and the decoy keeps every byte.
+/// reason, a capture onto the decoy's partition by its PARTUUID is refused, and the decoy
+/// keeps every byte.
 #[test]
 fn a_store_found_by_partuuid_or_label_restores_wherever_its_disk_is_and_a_stale_path_writes_nothing(
 ) {
@@ -136,6 +139,21 @@ fn a_store_found_by_partuuid_or_label_restores_wherever_its_disk_is_and_a_stale_
     let ready = Regex::new(r"snapboot: @ready").unwrap();
     s.wait_for(&ready, "cold boot after fallback", Duration::from_secs(180))
         .unwrap();
+    // Named by its own PARTUUID, the decoy's partition is found, and refused as no store:
+    // a capture writes nothing to it either.
+    s.send(&format!(
+        "/run/snapboot/bin/snapboot capture --store PARTUUID={DECOY_UUID}"
+    ))
+    .unwrap();
+    let ended = Regex::new(r"snapboot: @capture-(failed|done)").unwrap();
+    let (line, _) = s
+        .wait_for(&ended, "the refused capture", Duration::from_secs(120))
+        .unwrap();
+    let expected = format!(
+        "@capture-failed store PARTUUID={} (/dev/vdb2): no snapboot store here",
+        DECOY_UUID.to_lowercase()
+    );
+    assert!(line.contains(&expected), "{line}");
     s.finish(boottrace::Outcome::Ready);
     assert_eq!(
         file_hash(&decoy),
