@@ -295,7 +295,9 @@ impl Confirm {
 
     /// Parses [`Confirm::word`].
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Restored, Self::App].into_iter().find(|c| c.word() == s)
+        [Self::Restored, Self::App]
+            .into_iter()
+            .find(|c| c.word() == s)
     }
 }
 
