@@ -344,10 +344,11 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         match loaded {
             Ok(dev) => {
                 let load_secs = t.elapsed().as_secs_f64();
+                let generation = store.image(&name).map_or(0, |r| r.generation);
                 if o.once {
                     store.remove(&name).map_err(StoreUseError::from)?;
                 }
-                match record_attempt(&mut store, &name, o, &refused, load_secs) {
+                match record_attempt(&mut store, (&name, generation), o, &refused, load_secs) {
                     Ok(()) => {
                         drop(store);
                         return restore(dev);
@@ -403,12 +404,11 @@ fn guard(
 /// reports as its status (it reads it back: its own memory is the capture's).
 fn record_attempt(
     store: &mut flashstore::Store<std::fs::File>,
-    name: &str,
+    (name, generation): (&str, u64),
     o: &ResumeOptions,
     refused: &[Refused],
     load_secs: f64,
 ) -> Result<(), ResumeError> {
-    let generation = store.image(name).map_or(0, |r| r.generation);
     let started = o.started;
     store
         .update_boot_log(|log| {
