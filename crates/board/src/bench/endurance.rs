@@ -2,7 +2,8 @@
 //! power-on for years. The workload is captured once (a cold boot's capture), then restored
 //! `restores` times in a row; every `recapture_every` restores the restored system
 //! re-captures itself (`recapture` on its console, after the checks), so later restores
-//! restore an image of a restored system, and so on.
+//! restore an image of a restored system, and so on. A restore that fails does not
+//! re-capture; the next one restores the image it failed on.
 //!
 //! Every restore is checked, and a failed one is recorded with its reason while the run goes
 //! on: it must restore (a fallback to a cold boot, a hang, a panic are failures), the
