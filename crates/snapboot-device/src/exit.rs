@@ -20,7 +20,8 @@ pub enum Exit {
     NotRestored,
     /// `image inspect`, `store fsck`: damage found; `memory add`: not all memory came online.
     Damaged,
-    /// `board run`, `trace`: the board ran but did not come up usable.
+    /// `board run`, `trace`: the board ran but did not come up usable; `bench endurance`: a
+    /// restore failed (fell back, hung, or answered wrong).
     NotUsable,
     /// `analyze --check-kernel`: the kernel lacks something snapshot boot needs.
     Blocked,
@@ -64,7 +65,10 @@ impl Exit {
                 "resume, status: nothing restored, the boot is cold (see the fallback marker)"
             }
             Exit::Damaged => "image inspect, store fsck: damage found; memory add: memory missing",
-            Exit::NotUsable => "board run, trace: the board did not come up usable",
+            Exit::NotUsable => {
+                "board run, trace: the board did not come up usable; bench endurance: a \
+                 restore failed"
+            }
             Exit::Blocked => "analyze --check-kernel: the kernel cannot snapshot-boot",
         }
     }
@@ -85,7 +89,7 @@ Exit status:
   3  resume --before-udev: restore after udev instead
   4  resume, status: nothing restored, the boot is cold (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
-  6  board run, trace: the board did not come up usable
+  6  board run, trace: the board did not come up usable; bench endurance: a restore failed
   7  analyze --check-kernel: the kernel cannot snapshot-boot";
 
 #[cfg(test)]
