@@ -75,6 +75,7 @@ unit:
 imports:
 	python3 scripts/import-cycles.py
 
+# `bench endurance` (100 restores of one image, ~20-30 min) is not here: docs/measuring.md.
 bench: setup restore-kernel
 	$(SNAPBOOT) bench compare --workload shell --runs 5 --json $(SNAPBOOT_HOME)/compare-shell.json
 	$(SNAPBOOT) bench compare --workload app --runs 3 --json $(SNAPBOOT_HOME)/compare-app.json

@@ -211,13 +211,26 @@ pub fn recapture_boot(
         )
         .and_then(|(marker, line, t)| {
             if marker == Marker::Fallback {
-                return Ok((marker, line, t));
+                return Ok(Some((marker, line, t)));
             }
             s.send(change)?;
             s.wait_for(answer, "the answer to the change", opts.timeout)?;
-            s.send("recapture")?;
-            s.wait_for_marker(CAPTURE_END, "the re-capture to finish", opts.timeout)
+            Ok(None)
         });
+    match res.transpose() {
+        // A fallback or a failed boot decided the capture already.
+        Some(decided) => end_capture(s, decided),
+        None => recapture_now(s, opts.timeout),
+    }
+}
+
+/// Has the application of a restored board (a session past its `restored` marker)
+/// re-capture itself: types `recapture` and waits up to `timeout` for the new image and the
+/// power-off. The session ends here.
+pub fn recapture_now(mut s: Session, timeout: Duration) -> Result<Timeline, CaptureBootError> {
+    let res = s
+        .send("recapture")
+        .and_then(|_| s.wait_for_marker(CAPTURE_END, "the re-capture to finish", timeout));
     end_capture(s, res)
 }
 

@@ -4,6 +4,7 @@
 //! tree into a bootable *guest bundle*, and the runner that powers the bundle on, records the
 //! serial console with host timestamps and measures time-to-interactive.
 
+pub mod app_state;
 pub mod arch;
 pub mod arm64_image;
 pub mod bench;

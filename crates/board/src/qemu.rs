@@ -236,6 +236,23 @@ impl Session {
         self.timeline.push_event(kind, t, detail);
     }
 
+    /// Types the probe `send` and waits for its answer (`expect`): both are recorded, and
+    /// the answer's time is the run's TTI. Returns the answer and its time.
+    pub fn probe(
+        &mut self,
+        send: &str,
+        expect: &Regex,
+        timeout: Duration,
+    ) -> Result<(String, f64), RunError> {
+        self.event(MilestoneKind::ProbeSent, Some(send.to_string()));
+        self.send(send)?;
+        let (text, t) = self.wait_for(expect, "the probe's answer", timeout)?;
+        self.timeline
+            .push_event(MilestoneKind::ProbeAnswered, t, Some(text.clone()));
+        self.timeline.tti = Some(t);
+        Ok((text, t))
+    }
+
     /// Waits until a new console line matches `re` and returns its text and time. A kernel
     /// panic, QEMU exiting or `timeout` end the wait with the reason.
     pub fn wait_for(
@@ -433,49 +450,37 @@ pub fn run_probe_then(
             "the application's ready (or restored) marker",
             left(),
         )
-        .and_then(|_| {
-            s.event(MilestoneKind::ProbeSent, Some(probe.send.clone()));
-            s.send(&probe.send)?;
-            s.wait_for(&expect, "the probe's answer", left())
-        });
+        .and_then(|_| s.probe(&probe.send, &expect, left()));
     let res = match (res, then) {
-        (Ok((text, t)), Some((marker, what))) => {
-            s.timeline
-                .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
-            s.timeline.tti = Some(t);
-            s.wait_for_marker(&[marker], what, left()).map(|_| None)
-        }
-        (Ok(answer), None) => Ok(Some(answer)),
+        (Ok(_), Some((marker, what))) => s.wait_for_marker(&[marker], what, left()).map(|_| ()),
+        (Ok(_), None) => Ok(()),
         (Err(e), _) => Err(e),
     };
     Ok(match res {
-        Ok(answer) => {
-            if let Some((text, t)) = answer {
-                s.timeline
-                    .push_event(MilestoneKind::ProbeAnswered, t, Some(text));
-                s.timeline.tti = Some(t);
-            }
-            RunResult {
-                timeline: s.finish(Outcome::Answered),
-                error: None,
-            }
-        }
-        Err(e) => {
-            let outcome = match &e {
-                RunError::Panic(r) => Outcome::Panic { reason: r.clone() },
-                RunError::Timeout { .. } => Outcome::Timeout {
-                    reason: e.to_string(),
-                },
-                _ => Outcome::Exited {
-                    reason: e.to_string(),
-                },
-            };
-            RunResult {
-                timeline: s.finish(outcome),
-                error: Some(e),
-            }
-        }
+        Ok(()) => RunResult {
+            timeline: s.finish(Outcome::Answered),
+            error: None,
+        },
+        Err(e) => RunResult {
+            timeline: s.finish(e.outcome()),
+            error: Some(e),
+        },
     })
+}
+
+impl RunError {
+    /// How a run that ended with this error ended, for its timeline.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            RunError::Panic(r) => Outcome::Panic { reason: r.clone() },
+            RunError::Timeout { .. } => Outcome::Timeout {
+                reason: self.to_string(),
+            },
+            _ => Outcome::Exited {
+                reason: self.to_string(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -491,9 +491,8 @@ impl<M: Medium> Store<M> {
     }
 }
 
-/// Clusters a state with this catalog (at `catalog_at`) uses, cluster 0 included.
 /// The valid superblock with the highest generation on `medium`, or why there is none.
-fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
+pub(crate) fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
     let mut refused = Vec::new();
     let mut best: Option<Superblock> = None;
     for slot in 0..2u64 {
@@ -527,6 +526,7 @@ pub fn read_label<M: Medium>(medium: &M) -> Result<String, StoreError> {
     newest_superblock(medium).map(|sb| sb.label.as_str().to_string())
 }
 
+/// Clusters a state with this catalog (at `catalog_at`) uses, cluster 0 included.
 pub(crate) fn state_clusters(catalog_at: Extent, catalog: &Catalog, cb: u64) -> BTreeSet<u64> {
     let mut s: BTreeSet<u64> = BTreeSet::from([0]);
     s.extend(catalog_at.clusters(cb));

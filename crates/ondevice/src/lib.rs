@@ -16,6 +16,7 @@ pub mod handover;
 pub mod install;
 pub mod kernel_native;
 pub mod lazy;
+pub mod lifecycle;
 pub mod locate;
 pub mod memory;
 pub mod parttable;
@@ -23,6 +24,7 @@ pub mod profile;
 pub mod restore;
 pub mod resume;
 pub mod snapshot;
+pub mod status;
 pub mod store;
 #[allow(unsafe_code)]
 mod sys;

@@ -102,6 +102,27 @@ fn open_named(path: &Path, store: String, rw: bool) -> Result<Store<File>, Store
     Store::open(file).map_err(|source| StoreUseError::Store { store, source })
 }
 
+/// Changes the boot log of the store at `address` without reading its catalog (see
+/// [`flashstore::update_boot_log`]): a device without the store's magic is refused and
+/// left as it is.
+pub fn update_boot_log<T>(
+    address: &StoreAddress,
+    wait: Duration,
+    change: impl FnOnce(&mut flashstore::BootLog) -> T,
+) -> Result<T, StoreUseError> {
+    let at = crate::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
+        address: address.clone(),
+        source,
+    })?;
+    let store = at.to_string();
+    let mut file = match OpenOptions::new().read(true).write(true).open(&at.path) {
+        Ok(f) => f,
+        Err(source) => return Err(StoreUseError::Open { store, source }),
+    };
+    flashstore::update_boot_log(&mut file, change)
+        .map_err(|source| StoreUseError::Store { store, source })
+}
+
 /// Streams the kernel's image pages from `dev` into image `name` on `store` and commits it
 /// with its description (`describe` is given the number of pages read).
 pub fn write_image(

@@ -20,7 +20,8 @@ pub enum Exit {
     NotRestored,
     /// `image inspect`, `store fsck`: damage found; `memory add`: not all memory came online.
     Damaged,
-    /// `board run`, `trace`: the board ran but did not come up usable.
+    /// `board run`, `trace`: the board ran but did not come up usable; `bench endurance`: a
+    /// restore failed (fell back, hung, or answered wrong).
     NotUsable,
     /// `analyze --check-kernel`: the kernel lacks something snapshot boot needs.
     Blocked,
@@ -61,10 +62,13 @@ impl Exit {
             Exit::Usage => "bad arguments",
             Exit::AfterUdev => "resume --before-udev: restore after udev instead",
             Exit::NotRestored => {
-                "resume: nothing restored, the cold boot continues (see the fallback marker)"
+                "resume, status: nothing restored, the boot is cold (see the fallback marker)"
             }
             Exit::Damaged => "image inspect, store fsck: damage found; memory add: memory missing",
-            Exit::NotUsable => "board run, trace: the board did not come up usable",
+            Exit::NotUsable => {
+                "board run, trace: the board did not come up usable; bench endurance: a \
+                 restore failed"
+            }
             Exit::Blocked => "analyze --check-kernel: the kernel cannot snapshot-boot",
         }
     }
@@ -83,9 +87,9 @@ Exit status:
   1  failed; the reason is on stderr
   2  bad arguments
   3  resume --before-udev: restore after udev instead
-  4  resume: nothing restored, the cold boot continues (see the fallback marker)
+  4  resume, status: nothing restored, the boot is cold (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
-  6  board run, trace: the board did not come up usable
+  6  board run, trace: the board did not come up usable; bench endurance: a restore failed
   7  analyze --check-kernel: the kernel cannot snapshot-boot";
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ mod bootcmd;
 mod commands;
 mod exit;
 mod imagecmd;
+mod lifecyclecmd;
 mod packcmd;
 mod storecmd;
 mod systemcmd;

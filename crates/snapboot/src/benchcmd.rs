@@ -1,6 +1,7 @@
-//! `snapboot bench cold` and `snapboot bench compare`: the flags, then `board::bench` does
-//! the boots and makes the [`boottrace::report::BenchReport`] (median and spread of every
-//! milestone and of TTI per method), which is printed and written as JSON.
+//! `snapboot bench cold`, `compare`, `lazy`, `memory`, `recapture` and `endurance`: the
+//! flags, then `board::bench` does the boots and makes the
+//! [`boottrace::report::BenchReport`] (median and spread of every milestone and of TTI per
+//! method), which is printed and written as JSON.
 
 use crate::boardopts::BoardOpts;
 use crate::output::{progress, publish, report_runs};
@@ -478,4 +479,94 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         a.json.as_deref(),
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `snapboot bench endurance`.
+#[derive(Args, Debug)]
+pub struct EnduranceArgs {
+    /// Built-in workload name or bundle directory: `app` or `debian` (their application
+    /// answers `checksum`, `time` and `random`).
+    #[arg(long, default_value = "app")]
+    workload: String,
+    /// Restores of the image, in a row.
+    #[arg(long, default_value_t = 100)]
+    restores: usize,
+    /// The restored system re-captures itself after every this many restores (0: never).
+    #[arg(long, default_value_t = 10)]
+    recapture_every: usize,
+    /// Restore with the stock kernel even when a restore kernel is built (the default is
+    /// the restore kernel, when one is built).
+    #[arg(long, conflicts_with = "restore_kernel")]
+    stock_kernel: bool,
+    /// Write the report (TTI and phases, the summary and every restore) as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the store (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    board: BoardOpts,
+}
+
+/// `snapboot bench endurance`: one image restored `--restores` times in a row, re-captured
+/// every `--recapture-every`, every restore checked (restored, state, clock, RNG, TTI).
+/// Exits with [`Exit::NotUsable`](snapboot_device::Exit::NotUsable) when any restore failed.
+pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
+    anyhow::ensure!(a.restores > 0, "--restores must be at least 1");
+    let bundle = bundle_or_build(&a.workload, a.board.arch())?;
+    let scale = match bundle.workload.name.as_str() {
+        "app" => "1.0",
+        "debian" => board::debian::APP_SCALE,
+        other => bail!(
+            "bench endurance checks the application's state, clock and RNG, which workload \
+             `{other}` does not answer; use `app` or `debian`"
+        ),
+    };
+    let choice = a.board.kernel_choice(a.stock_kernel);
+    let (opts, kernel) = a.board.to_run_options_for(&bundle, choice, true)?;
+    if let Some(note) = kernel.note() {
+        eprintln!("snapboot: {note}");
+    }
+    let plan = bench::EndurancePlan {
+        restores: a.restores,
+        recapture_every: a.recapture_every,
+        checksum: board::app_state::host_checksum(scale)?,
+        clock_bound_s: board::app_state::CLOCK_BOUND_S,
+    };
+    let work = workdir(&a.workdir);
+    let pb = progress(plan.steps(), "endurance");
+    let run = bench::endurance(&bundle, &opts, &work, &plan, &mut || pb.inc(1));
+    pb.finish_and_clear();
+    let run = run?;
+    let restores = MethodRuns {
+        method: bench::ENDURANCE_METHOD,
+        timelines: run.timelines,
+        image_bytes: None,
+        stored_bytes: None,
+    };
+    let restores = publish(
+        "endurance",
+        &bundle,
+        &opts,
+        a.restores,
+        vec![restores.summary()],
+        Vec::new(),
+        None,
+    )?;
+    let summary = bench::endurance_summary(&run.records, &plan, run.captures);
+    print!("{}", summary.text());
+    let failed = summary.failed > 0;
+    if let Some(p) = &a.json {
+        let report = bench::EnduranceReport {
+            restores,
+            summary,
+            records: run.records,
+        };
+        bench::write_json_value(&report, p)?;
+    }
+    Ok(if failed {
+        snapboot_device::Exit::NotUsable.into()
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -81,6 +81,10 @@ enum BenchCmd {
     /// default 512M) booting with --mem and adding the rest after ready or restored; cold
     /// and snapshot boots, time to the initramfs, TTI and time until all RAM is online.
     Memory(crate::benchcmd::MemoryArgs),
+    /// One image restored again and again (re-captured every --recapture-every): every
+    /// restore checked (restored, state checksum, clock, fresh RNG) with its TTI; failures
+    /// are counted with their reasons and the run goes on.
+    Endurance(crate::benchcmd::EnduranceArgs),
 }
 
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
@@ -99,6 +103,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Recapture(a)) => crate::benchcmd::recapture(a),
         Cmd::Bench(BenchCmd::Lazy(a)) => crate::benchcmd::lazy(a),
         Cmd::Bench(BenchCmd::Memory(a)) => crate::benchcmd::memory(a),
+        Cmd::Bench(BenchCmd::Endurance(a)) => crate::benchcmd::endurance(a),
         Cmd::Device(c) => snapboot_device::dispatch(c),
         Cmd::Key(c) => snapboot_device::key(c),
         Cmd::Analyze(a) => crate::analyzecmd::analyze(a),

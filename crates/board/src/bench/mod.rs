@@ -1,6 +1,7 @@
 //! Benchmarks on the board: the same workload booted N times per method, each boot checked
 //! to have come up the way its method promises, and the [`BenchReport`] every benchmark
-//! writes (`snapboot bench cold`, `snapboot bench compare`).
+//! writes (`snapboot bench cold`, `snapboot bench compare`; `endurance` restores one image
+//! again and again).
 //!
 //! `compare` brings the workload up five ways in one run: cold boot, the kernel's own
 //! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot, snapboot's
@@ -32,6 +33,13 @@ mod plan;
 pub use plan::{
     no_recapture_note, ComparePlan, RestoreKernelUse, COMPARE_METHODS, PROFILED_METHODS,
     RESTORE_KERNEL_METHODS,
+};
+
+mod endurance;
+pub use endurance::{
+    endurance, summarize as endurance_summary, Endurance, Failure as EnduranceFailure,
+    Plan as EndurancePlan, Report as EnduranceReport, RestoreRecord, Summary as EnduranceSummary,
+    ENDURANCE_METHOD,
 };
 
 mod recapture;
@@ -263,6 +271,12 @@ fn report_at(
 
 /// Writes `report` as pretty JSON to `path`.
 pub fn write_json(report: &BenchReport, path: &Path) -> Result<(), BenchError> {
+    write_json_value(report, path)
+}
+
+/// Writes a benchmark's own report (one that carries a [`BenchReport`] and more) as pretty
+/// JSON to `path`.
+pub fn write_json_value(report: &impl serde::Serialize, path: &Path) -> Result<(), BenchError> {
     let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other);
     json.and_then(|j| std::fs::write(path, j))
         .map_err(|source| BenchError::WorkFile {

@@ -80,23 +80,7 @@ fn app_reaches_ready_and_answers_its_checksum() {
     let tl = timeline(&tl_path);
     let guest = milestone(&tl, "probe_answered").unwrap().1;
 
-    let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../guest/app/app.py");
-    let host = std::process::Command::new("/usr/bin/python3")
-        .arg(app)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut ch| {
-            use std::io::Write;
-            ch.stdin.take().unwrap().write_all(b"checksum\n")?;
-            ch.wait_with_output()
-        })
-        .unwrap();
-    let host = String::from_utf8_lossy(&host.stdout);
-    let host_sum = host
-        .lines()
-        .find(|l| l.starts_with("checksum "))
-        .expect("host run answers checksum");
+    let host_sum = crate::snapshot::host_checksum();
     assert_eq!(
         guest, host_sum,
         "guest state differs from the host-built state"
