@@ -9,13 +9,17 @@
 pub mod binding;
 pub mod boot;
 pub mod capture;
+pub mod capture_mounts;
 pub mod devicetree;
 pub mod dm;
 pub mod guest;
 pub mod handover;
 pub mod install;
+pub mod kernel_check;
+pub mod kernel_config;
 pub mod kernel_native;
 pub mod lazy;
+pub mod lockdown;
 pub mod memory;
 pub mod profile;
 pub mod restore;

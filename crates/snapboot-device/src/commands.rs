@@ -1,4 +1,4 @@
-//! The device's commands (`start`, `ready`, `capture`, `resume`, `image`, `store`) and the
+//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `image`, `store`) and the
 //! fast paths taken before any command line is parsed.
 
 use anyhow::Result;
@@ -31,6 +31,10 @@ pub enum DeviceCmd {
     /// (device, initramfs) Validate the store's image and restore it; on any failure print
     /// the reason and return so the cold boot continues.
     Resume(bootcmd::ResumeArgs),
+    /// (device) Whether the running kernel can snapshot-boot: each requirement (its config,
+    /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
+    /// hibernation) met or not, with what to do.
+    Check(crate::checkcmd::CheckArgs),
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -72,6 +76,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Ready => bootcmd::ready(),
         DeviceCmd::Capture(a) => bootcmd::capture_cmd(a),
         DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
+        DeviceCmd::Check(a) => crate::checkcmd::check(a),
         DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
         DeviceCmd::KernelPack(c) => crate::packcmd::kernel_pack(c),

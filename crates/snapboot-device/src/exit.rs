@@ -22,7 +22,8 @@ pub enum Exit {
     Damaged,
     /// `board run`, `trace`: the board ran but did not come up usable.
     NotUsable,
-    /// `analyze --check-kernel`: the kernel lacks something snapshot boot needs.
+    /// `check`, `check-kernel`: the kernel lacks something snapshot boot needs, or (`check`)
+    /// its lockdown or the command line disables hibernation.
     Blocked,
 }
 
@@ -65,7 +66,9 @@ impl Exit {
             }
             Exit::Damaged => "image inspect, store fsck: damage found; memory add: memory missing",
             Exit::NotUsable => "board run, trace: the board did not come up usable",
-            Exit::Blocked => "analyze --check-kernel: the kernel cannot snapshot-boot",
+            Exit::Blocked => {
+                "check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)"
+            }
         }
     }
 }
@@ -86,7 +89,7 @@ Exit status:
   4  resume: nothing restored, the cold boot continues (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
   6  board run, trace: the board did not come up usable
-  7  analyze --check-kernel: the kernel cannot snapshot-boot";
+  7  check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)";
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 //! tool `snapboot` has the same commands through this library.
 
 mod bootcmd;
+mod checkcmd;
 mod commands;
 mod exit;
 mod imagecmd;
@@ -13,6 +14,7 @@ mod storecmd;
 mod systemcmd;
 
 pub use bootcmd::{CaptureArgs, ResumeArgs};
+pub use checkcmd::{print_checks, status as check_status, CheckArgs};
 pub use commands::{dispatch, exit, fast_path, DeviceCmd, ImageCmd};
 pub use exit::{Exit, EXIT_HELP};
 pub use storecmd::{key, KeyCmd, StoreCmd};

@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod debian;
 mod flash;
+mod guards;
 mod restore_kernel;
 mod snapshot;
 mod trace;
