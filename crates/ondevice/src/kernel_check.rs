@@ -324,6 +324,14 @@ pub fn requirements(cfg: &KernelConfig) -> Vec<KernelCheck> {
     out
 }
 
+/// The verdict on `option` (with its `CONFIG_` prefix, or a file) in `checks`.
+pub fn verdict_of(checks: &[KernelCheck], option: &str) -> Option<Verdict> {
+    checks
+        .iter()
+        .find(|c| c.option == option)
+        .map(|c| c.verdict)
+}
+
 /// The kernel's switch for hibernation: `[disabled]` when the kernel refuses it (lockdown,
 /// `nohibernate`, secret memory in use), otherwise the modes it offers.
 pub const POWER_DISK: &str = "/sys/power/disk";
@@ -433,13 +441,6 @@ CONFIG_SQUASHFS=m
 CONFIG_BLK_DEV_INITRD=y
 ";
 
-    fn verdict(checks: &[KernelCheck], option: &str) -> Option<Verdict> {
-        checks
-            .iter()
-            .find(|c| c.option == option)
-            .map(|c| c.verdict)
-    }
-
     #[test]
     fn a_good_config_has_no_blockers() {
         let checks = requirements(&KernelConfig::parse(GOOD));
@@ -448,7 +449,7 @@ CONFIG_BLK_DEV_INITRD=y
             "{checks:#?}"
         );
         assert!(checks.iter().all(|c| c.area == CheckArea::Snapshot));
-        assert_eq!(verdict(&checks, "CONFIG_SQUASHFS"), Some(Verdict::Warn));
+        assert_eq!(verdict_of(&checks, "CONFIG_SQUASHFS"), Some(Verdict::Warn));
     }
 
     #[test]
@@ -477,11 +478,11 @@ CONFIG_BLK_DEV_INITRD=y
             "CONFIG_HIBERNATION=y\nCONFIG_SECURITY_LOCKDOWN_LSM=y\n",
         ));
         assert_eq!(
-            verdict(&old, "CONFIG_HIBERNATION_SNAPSHOT_DEV"),
+            verdict_of(&old, "CONFIG_HIBERNATION_SNAPSHOT_DEV"),
             Some(Verdict::Ok)
         );
         assert_eq!(
-            verdict(&old, "CONFIG_SECURITY_LOCKDOWN_LSM"),
+            verdict_of(&old, "CONFIG_SECURITY_LOCKDOWN_LSM"),
             Some(Verdict::Warn)
         );
     }

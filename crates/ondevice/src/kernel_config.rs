@@ -269,7 +269,9 @@ CONFIG_INITRAMFS_COMPRESSION_GZIP=y
         assert_eq!(found, gz);
         assert!(!c.is_builtin("HIBERNATION"));
         assert_eq!(load_first(&[plain.clone(), gz]).expect("first").0, plain);
-        let e = load_first(&[missing.clone()]).err().map(|e| e.to_string());
+        let e = load_first(std::slice::from_ref(&missing))
+            .err()
+            .map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("is missing")));
         assert!(matches!(
             load_first(&[junk, missing]),
