@@ -75,11 +75,13 @@ pub const APP_SCALE: &str = "0.25";
 /// Label of the optional data disk (`mkfs.ext4 -L snapdata`).
 pub const DATA_LABEL: &str = "snapdata";
 
-/// The data partition's mount unit: started by `snapboot-restored.target` after every
-/// restore; skipped (not failed) on a board without the disk.
+/// The data partition's mount unit: started on every boot after the capture point, by
+/// `snapboot-restored.target` after a restore and by `snapboot-cold.target` at the ready
+/// point of any other boot (after its capture, if it takes one); skipped (not failed) on a
+/// board without the disk.
 pub const DATA_MOUNT: &str = "\
 [Unit]
-Description=Writable data (label snapdata), mounted after every restore
+Description=Writable data (label snapdata), mounted on every boot after the capture point
 ConditionPathExists=/dev/disk/by-label/snapdata
 
 [Mount]
@@ -88,24 +90,25 @@ Where=/data
 Type=ext4
 
 [Install]
-WantedBy=snapboot-restored.target
+WantedBy=snapboot-restored.target snapboot-cold.target
 ";
 
-/// Appends a line to `/data/restores` after every restore and reports the count on the
-/// console (`snapboot-data: SOURCE FSTYPE restores=N`).
+/// Appends a line to `/data/boots` on every boot after the capture point and reports the
+/// count and the boot's outcome on the console (`snapboot-data: SOURCE FSTYPE boots=N
+/// outcome: O`, the first line of `snapboot status`).
 pub const DATA_LOG_SERVICE: &str = "\
 [Unit]
-Description=Count the restores on the data partition
+Description=Count the boots on the data partition
 Requires=data.mount
 After=data.mount
 ConditionPathExists=/dev/disk/by-label/snapdata
 
 [Service]
 Type=oneshot
-ExecStart=/bin/sh -c 'date +%%s >> /data/restores && sync && echo \"snapboot-data: $$(findmnt -n -o SOURCE,FSTYPE /data) restores=$$(wc -l < /data/restores)\" > /dev/console'
+ExecStart=/bin/sh -c 'date +%%s >> /data/boots && sync && echo \"snapboot-data: $$(findmnt -n -o SOURCE,FSTYPE /data) boots=$$(wc -l < /data/boots) $$(/usr/sbin/snapboot status | head -n 1)\" > /dev/console'
 
 [Install]
-WantedBy=snapboot-restored.target
+WantedBy=snapboot-restored.target snapboot-cold.target
 ";
 
 /// Why the Debian root could not be built.
@@ -386,9 +389,9 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         &format!("etc/systemd/system/multi-user.target.wants/{APP_UNIT}"),
         &format!("/etc/systemd/system/{APP_UNIT}"),
     )?;
-    // Writable data, the supported pattern: a block filesystem mounted after every restore
-    // (never at capture, which refuses while one is mounted), here a disk labelled
-    // `snapdata` when the board has one, with a service that counts the restores on it.
+    // Writable data, the supported pattern: a block filesystem mounted on every boot after
+    // the capture point (never at capture, which refuses while one is mounted), here a disk
+    // labelled `snapdata` when the board has one, with a service that counts the boots on it.
     fs::create_dir_all(stage.join("data")).map_err(io(&stage.join("data")))?;
     write(stage, "etc/systemd/system/data.mount", DATA_MOUNT)?;
     write(
@@ -396,12 +399,14 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         "etc/systemd/system/snapboot-data-log.service",
         DATA_LOG_SERVICE,
     )?;
-    for unit in ["data.mount", "snapboot-data-log.service"] {
-        link(
-            stage,
-            &format!("etc/systemd/system/snapboot-restored.target.wants/{unit}"),
-            &format!("/etc/systemd/system/{unit}"),
-        )?;
+    for target in ["snapboot-restored.target", "snapboot-cold.target"] {
+        for unit in ["data.mount", "snapboot-data-log.service"] {
+            link(
+                stage,
+                &format!("etc/systemd/system/{target}.wants/{unit}"),
+                &format!("/etc/systemd/system/{unit}"),
+            )?;
+        }
     }
     write(
         stage,

@@ -98,12 +98,22 @@ impl RunOptions {
             smp: 1,
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
-            params: bootparams::BootParams::default(),
+            params: board_params(),
             cmdline: Vec::new(),
             disks: Vec::new(),
             timeout: Duration::from_secs(300),
             echo: false,
         }
+    }
+}
+
+/// What the board asks of snapboot unless a run says more: no re-capture after refused
+/// images (`snapboot.norecapture`), so a boot that falls back leaves the store as the test or
+/// benchmark made it; the runs that exercise the re-capture after an update turn it on.
+pub fn board_params() -> bootparams::BootParams {
+    bootparams::BootParams {
+        recapture: false,
+        ..bootparams::BootParams::default()
     }
 }
 

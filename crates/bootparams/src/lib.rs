@@ -50,6 +50,13 @@
 //!                           missing is onlined or requested again (default 30)
 //! snapboot.memfault=F       tests: break the first attempt to add deferred memory:
 //!                           offline (added but left offline) or noload (never requested)
+//! snapboot.attempts=N       crash-loop guard: restore an image at most N times without a
+//!                           confirmation from the restored system (default 2), then skip it
+//! snapboot.confirm=C        at capture: who confirms a restore of the image: restored (snapboot,
+//!                           once the restored system runs again; the default) or app (the
+//!                           application's health check runs `snapboot confirm`)
+//! snapboot.norecapture      a boot whose images were refused because the system changed
+//!                           (an update) does not capture a new one at the ready point
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -112,8 +119,14 @@ pub mod key {
     pub const MEMDEADLINE: &str = "snapboot.memdeadline";
     /// Deferred memory: break the first attempt (tests).
     pub const MEMFAULT: &str = "snapboot.memfault";
+    /// Crash-loop guard: unconfirmed restores before an image is skipped.
+    pub const ATTEMPTS: &str = "snapboot.attempts";
+    /// Who confirms a restore.
+    pub const CONFIRM: &str = "snapboot.confirm";
+    /// No capture after an update made the images unusable.
+    pub const NORECAPTURE: &str = "snapboot.norecapture";
     /// Every key.
-    pub const ALL: [&str; 26] = [
+    pub const ALL: [&str; 29] = [
         STORE,
         CAPTURE,
         THEN,
@@ -140,6 +153,9 @@ pub mod key {
         MEMONLINE,
         MEMDEADLINE,
         MEMFAULT,
+        ATTEMPTS,
+        CONFIRM,
+        NORECAPTURE,
     ];
 }
 
@@ -246,6 +262,43 @@ pub struct BootParams {
     pub mem_deadline: u32,
     /// `snapboot.memfault=F`.
     pub mem_fault: Option<MemFault>,
+    /// `snapboot.attempts=N`.
+    pub attempts: u32,
+    /// `snapboot.confirm=C`.
+    pub confirm: Confirm,
+    /// Not `snapboot.norecapture`.
+    pub recapture: bool,
+}
+
+/// Unconfirmed restores of one image before the crash-loop guard skips it.
+pub const DEFAULT_ATTEMPTS: u32 = 2;
+
+/// Who confirms that a restored system works (fixed at capture: the restored system reads
+/// its capture's command line).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Confirm {
+    /// snapboot, as soon as the restored system runs (the `restored` marker).
+    #[default]
+    Restored,
+    /// The application, with `snapboot confirm` once its health check passes.
+    App,
+}
+
+impl Confirm {
+    /// The word, as `snapboot.confirm=` takes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Restored => "restored",
+            Self::App => "app",
+        }
+    }
+
+    /// Parses [`Confirm::word`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Restored, Self::App]
+            .into_iter()
+            .find(|c| c.word() == s)
+    }
 }
 
 /// Seconds after ready (or restored) by which deferred memory must be online.
@@ -342,6 +395,9 @@ impl Default for BootParams {
             mem_online: MemOnline::Movable,
             mem_deadline: DEFAULT_MEM_DEADLINE,
             mem_fault: None,
+            attempts: DEFAULT_ATTEMPTS,
+            confirm: Confirm::Restored,
+            recapture: true,
         }
     }
 }
@@ -595,6 +651,16 @@ impl BootParams {
                     let f = value.and_then(MemFault::parse);
                     p.mem_fault = Some(f.ok_or_else(|| bad("expected offline or noload"))?);
                 }
+                key::ATTEMPTS => {
+                    let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
+                    p.attempts = n.ok_or_else(|| bad("expected a count (1 or more)"))?;
+                }
+                key::CONFIRM => {
+                    p.confirm = value
+                        .and_then(Confirm::parse)
+                        .ok_or_else(|| bad("expected restored or app"))?;
+                }
+                key::NORECAPTURE => p.recapture = !flag(value)?,
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -641,6 +707,9 @@ impl BootParams {
             (self.mem_deadline != DEFAULT_MEM_DEADLINE)
                 .then(|| with(key::MEMDEADLINE, &self.mem_deadline)),
             self.mem_fault.map(|f| with(key::MEMFAULT, &f.word())),
+            (self.attempts != DEFAULT_ATTEMPTS).then(|| with(key::ATTEMPTS, &self.attempts)),
+            (self.confirm != Confirm::Restored).then(|| with(key::CONFIRM, &self.confirm.word())),
+            (!self.recapture).then(|| key::NORECAPTURE.to_string()),
         ];
         words.into_iter().flatten().collect()
     }

@@ -20,7 +20,8 @@ fn each_word_sets_its_field() {
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
-         snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload",
+         snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
+         snapboot.attempts=5 snapboot.confirm=app snapboot.norecapture",
     )
     .unwrap();
     assert_eq!(
@@ -55,6 +56,9 @@ fn each_word_sets_its_field() {
             mem_online: MemOnline::Kernel,
             mem_deadline: 5,
             mem_fault: Some(MemFault::NoLoad),
+            attempts: 5,
+            confirm: Confirm::App,
+            recapture: false,
         }
     );
 }
@@ -114,6 +118,14 @@ fn lazy_with_and_without_a_value() {
 #[test]
 fn bad_words_are_named() {
     for (line, want) in [
+        (
+            "snapboot.attempts=0",
+            "snapboot.attempts=0: expected a count (1 or more)",
+        ),
+        (
+            "snapboot.confirm=never",
+            "snapboot.confirm=never: expected restored or app",
+        ),
         (
             "ro snapboot.lazy=garbage",
             "snapboot.lazy=garbage: expected max or a size such as 96M",
@@ -254,6 +266,9 @@ prop_compose! {
         mem_online in prop_oneof![Just(MemOnline::Movable), Just(MemOnline::Kernel)],
         mem_deadline in 1u32..1000,
         mem_fault in proptest::option::of(prop_oneof![Just(MemFault::Offline), Just(MemFault::NoLoad)]),
+        attempts in 1u32..10,
+        confirm in prop_oneof![Just(Confirm::Restored), Just(Confirm::App)],
+        recapture in any::<bool>(),
     ) -> BootParams {
         BootParams {
             store,
@@ -282,6 +297,9 @@ prop_compose! {
             mem_online,
             mem_deadline,
             mem_fault,
+            attempts,
+            confirm,
+            recapture,
         }
     }
 }

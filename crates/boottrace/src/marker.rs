@@ -57,6 +57,14 @@ markers! {
     Restored = "restored",
     /// The restored system's target could not be started.
     RestoredTargetFailed = "restored-target-failed",
+    /// The outcome's systemd target (cold, fallback) could not be started.
+    OutcomeTargetFailed = "outcome-target-failed",
+    /// The images no longer fit this system (an update): the ready point captures a new
+    /// one and goes on (detail: the image).
+    Recapture = "recapture",
+    /// This boot's outcome, as `/run/snapboot/status` records it (detail: the outcome word
+    /// and, for a restore, the image and its unconfirmed restores).
+    Status = "status",
     /// A restore hook failed.
     HookFailed = "hook-failed",
     /// Nothing was restored; the cold boot continues (detail: why).

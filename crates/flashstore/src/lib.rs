@@ -6,6 +6,7 @@
 //! checksummed); raw regions for lazy images; usage counts, GC with discard, fsck. Its design
 //! follows LG's "NAND flash aware hibernation-based boot"; docs/store.md draws the layout.
 
+mod bootlog;
 mod compact;
 mod error;
 mod fsck;
@@ -16,6 +17,7 @@ mod sign;
 mod store;
 mod writer;
 
+pub use bootlog::{update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD};
 pub use compact::CompactReport;
 pub use error::{Damage, StoreError, SuperblockError};
 pub use fsck::FsckReport;

@@ -77,6 +77,35 @@ pub(crate) enum Owner {
     Chunks,
 }
 
+/// The valid superblock with the highest generation; what neither slot holds is refused by
+/// kind (no magic, an older snapboot's store, damage).
+pub(crate) fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
+    let mut refused = Vec::new();
+    let mut best: Option<Superblock> = None;
+    for slot in 0..2u64 {
+        let mut b = vec![0u8; BLOCK as usize];
+        medium
+            .read_at(&mut b, slot * BLOCK)
+            .map_err(StoreError::io(format!("reading superblock {slot}")))?;
+        match Superblock::decode(&b) {
+            Err(e) => refused.push(e),
+            Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
+            Ok(_) => {}
+        }
+    }
+    match best {
+        Some(sb) => Ok(sb),
+        None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
+            Err(StoreError::NotAStore)
+        }
+        None if refused.contains(&SuperblockError::Legacy) => Err(StoreError::LegacyStore),
+        None => Err(StoreError::NoSuperblock {
+            first: refused[0].clone(),
+            second: refused[1].clone(),
+        }),
+    }
+}
+
 /// Whether `name` can name an image: 1 to 64 characters of `[A-Za-z0-9._-]`.
 pub fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
@@ -148,34 +177,7 @@ impl<M: Medium> Store<M> {
 
     /// Opens the store: the valid superblock with the highest generation and its catalog.
     pub fn open(medium: M) -> Result<Self, StoreError> {
-        let mut refused = Vec::new();
-        let mut best: Option<Superblock> = None;
-        for slot in 0..2u64 {
-            let mut b = vec![0u8; BLOCK as usize];
-            medium
-                .read_at(&mut b, slot * BLOCK)
-                .map_err(StoreError::io(format!("reading superblock {slot}")))?;
-            match Superblock::decode(&b) {
-                Err(e) => refused.push(e),
-                Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
-                Ok(_) => {}
-            }
-        }
-        let sb = match best {
-            Some(sb) => sb,
-            None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
-                return Err(StoreError::NotAStore)
-            }
-            None if refused.contains(&SuperblockError::Legacy) => {
-                return Err(StoreError::LegacyStore)
-            }
-            None => {
-                return Err(StoreError::NoSuperblock {
-                    first: refused[0].clone(),
-                    second: refused[1].clone(),
-                })
-            }
-        };
+        let sb = newest_superblock(&medium)?;
         let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
         let needed = sb.clusters.saturating_mul(sb.cluster_bytes());
         if needed > len {

@@ -9,7 +9,8 @@
 
 use crate::capture::{capture, CaptureOptions, CaptureOutcome};
 use crate::guest::print_marker;
-use crate::resume::{resume, ResumeOptions};
+use crate::resume::{resume, ResumeError, ResumeOptions};
+use crate::status::{recapture_after, BootStatus, Outcome, Recapture};
 use bootparams::BootParams;
 use boottrace::{error_chain as chain, Marker};
 use snapimg::BootSetup;
@@ -145,6 +146,7 @@ pub enum ResumeRequest {
 /// the stock kernel. Returns the exit status: 0 when this boot asked for no restore,
 /// [`EXIT_NOT_RESTORED`], or [`EXIT_AFTER_UDEV`].
 pub fn run_resume(req: ResumeRequest) -> u8 {
+    let started = Instant::now();
     let cmdline = crate::system::kernel_cmdline();
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
         let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
@@ -166,6 +168,7 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
             None
         }
     };
+    let params = BootParams::parse(&cmdline).unwrap_or_default();
     let plan = match req {
         ResumeRequest::FromCmdline { .. } => power_on(&cmdline),
         ResumeRequest::Store { store, once } => PowerOn::Restore {
@@ -174,40 +177,65 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
             images: Vec::new(),
         },
     };
-    let reason = carry_out(plan, boot_setup);
-    if let Some(why) = &reason {
-        print_marker(Marker::Fallback, Some(why));
+    let mut status = carry_out(plan, boot_setup, &params, started);
+    status.timings.resume = Some(started.elapsed().as_secs_f64());
+    if status.outcome == Outcome::Fallback && !status.handed_over {
+        print_marker(Marker::Fallback, status.reason.as_deref());
     }
     let release = crate::system::running_release();
     if let Some(pack) = hand_over_pack(&cmdline, &release) {
-        let why = reason.as_deref().unwrap_or("this boot asks for no restore");
-        hand_over(Path::new(pack), &cmdline, why);
+        let why = status
+            .reason
+            .clone()
+            .unwrap_or_else(|| "this boot asks for no restore".into());
+        keep_for_the_next_kernel(&params, &status);
+        hand_over(Path::new(pack), &cmdline, &why);
     }
-    match reason {
-        Some(_) => EXIT_NOT_RESTORED,
-        None => 0,
+    status.write();
+    status.print_marker();
+    match status.outcome {
+        Outcome::Fallback => EXIT_NOT_RESTORED,
+        _ => 0,
     }
 }
 
-/// Carries out a power-on plan; returns only if nothing was restored, with the reason
-/// (`None`: this boot asked for no restore).
-fn carry_out(plan: PowerOn, boot_setup: Option<BootSetup>) -> Option<String> {
+/// Carries out a power-on plan; returns only if nothing was restored, with what the boot
+/// came to.
+fn carry_out(
+    plan: PowerOn,
+    boot_setup: Option<BootSetup>,
+    params: &BootParams,
+    started: Instant,
+) -> BootStatus {
+    let cold = |outcome: Outcome, why: String| {
+        let mut s = BootStatus::new(outcome, params);
+        s.reason = Some(why);
+        s
+    };
     match plan {
-        PowerOn::Nothing | PowerOn::CaptureBoot => None,
+        PowerOn::Nothing => cold(
+            Outcome::Cold,
+            format!("no {}= on the kernel command line", bootparams::key::STORE),
+        ),
+        PowerOn::CaptureBoot => cold(
+            Outcome::Cold,
+            "a capture boot: the image is taken at the ready point".into(),
+        ),
         PowerOn::HandedOver => {
             print_marker(
                 Marker::HandedOver,
                 Some("cold boot handed over by the restore kernel, which said why above"),
             );
-            None
+            handed_over_status(params)
         }
-        PowerOn::Cold(why) => Some(why),
+        PowerOn::Cold(why) => cold(Outcome::Fallback, why),
         PowerOn::KernelNative(dev) => {
             crate::system::wait_for_node(&dev, NODE_WAIT);
-            Some(match crate::kernel_native::resume(&dev) {
+            let why = match crate::kernel_native::resume(&dev) {
                 Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
                 Err(e) => format!("kernel-native: {}", chain(&e)),
-            })
+            };
+            cold(Outcome::Fallback, why)
         }
         PowerOn::Restore {
             store,
@@ -221,10 +249,63 @@ fn carry_out(plan: PowerOn, boot_setup: Option<BootSetup>) -> Option<String> {
                 boot_setup,
                 images,
                 public_key: None,
+                attempts: params.attempts,
+                started: Some(started),
             });
-            Some(chain(&err))
+            let mut s = cold(Outcome::Fallback, chain(&err));
+            let empty = matches!(err, ResumeError::NoImage);
+            if let ResumeError::NoneRestorable(refused) = err {
+                s.refused = refused;
+            }
+            let signed = Path::new(crate::store::PUBLIC_KEY_FILE).exists();
+            s.recapture = recapture_after(&s.refused, empty, params.recapture, signed);
+            s
         }
     }
+}
+
+/// On a restore kernel about to hand the cold boot over: keeps its status in the store's
+/// boot log, where the stock kernel reads it back ([`handed_over_status`]).
+fn keep_for_the_next_kernel(params: &BootParams, status: &BootStatus) {
+    let Some(store) = &params.store else { return };
+    let kept = crate::store::update_boot_log(Path::new(store), |log| {
+        log.last_boot = crate::status::to_boot_log(status);
+    });
+    if let Err(e) = kept {
+        eprintln!(
+            "snapboot: the stock kernel will not know why: {}",
+            chain(&e)
+        );
+    }
+}
+
+/// The status of a cold boot a restore kernel handed over: the restore kernel's, read back
+/// from the store's boot log (and cleared there), with this kernel's own re-capture policy.
+fn handed_over_status(params: &BootParams) -> BootStatus {
+    let kept = params.store.as_deref().map(|store| {
+        crate::store::update_boot_log(Path::new(store), |log| {
+            crate::status::from_boot_log(&std::mem::take(&mut log.last_boot))
+        })
+    });
+    let mut s = match kept {
+        Some(Ok(Some(s))) => s,
+        other => {
+            let why = match other {
+                Some(Err(e)) => format!("the store's boot log cannot be read: {}", chain(&e)),
+                _ => "the restore kernel left no status in the store's boot log".into(),
+            };
+            let mut s = BootStatus::new(Outcome::Fallback, params);
+            s.reason = Some(format!("handed over by a restore kernel; {why}"));
+            s
+        }
+    };
+    s.handed_over = true;
+    s.kernel = crate::system::running_release();
+    if s.recapture == Recapture::Planned || s.recapture == Recapture::Off {
+        let signed = Path::new(crate::store::PUBLIC_KEY_FILE).exists();
+        s.recapture = recapture_after(&s.refused, s.refused.is_empty(), params.recapture, signed);
+    }
+    s
 }
 
 /// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
@@ -362,8 +443,9 @@ pub enum Ready {
 pub fn run_ready() -> Result<Ready, ReadyError> {
     crate::guest::ready();
     let cmdline = crate::system::kernel_cmdline();
+    let params = BootParams::parse(&cmdline).unwrap_or_default();
     let (result, powers_off) = match at_ready(&cmdline) {
-        AtReady::Nothing => (Ok(Ready::Running(None)), false),
+        AtReady::Nothing => (Ok(recapture_if_planned(&params)), false),
         AtReady::Refuse(why) => (Err(ReadyError::BadWord(why)), false),
         AtReady::KernelNative(dev) => (
             crate::kernel_native::hibernate(&dev)
@@ -387,14 +469,79 @@ pub fn run_ready() -> Result<Ready, ReadyError> {
     if let Err(e) = &result {
         print_marker(Marker::CaptureFailed, Some(&chain(e)));
     }
-    // A cold boot that is ready (and captured, if asked, and goes on): the deferred memory
-    // comes now. The restored side starts it after the restore.
+    // A cold boot that is ready (and captured, if asked, and goes on): its outcome's target
+    // starts (units that must run on every boot after the capture point, such as a data
+    // mount), and the deferred memory comes now. The restored side does both after the
+    // restore.
     if let (Ok(Ready::Running(_)), false) = (&result, powers_off) {
+        start_outcome_target();
         if let Ok(p) = BootParams::parse(&cmdline) {
             crate::memory::start_add(&p);
         }
     }
     result
+}
+
+/// The systemd target of a boot that was not restored: `snapboot-fallback.target` when a
+/// restore was refused (it wants `snapboot-cold.target`), `snapboot-cold.target` otherwise.
+fn start_outcome_target() {
+    let outcome = crate::status::BootStatus::read().map_or(Outcome::Cold, |s| s.outcome);
+    let target = match outcome {
+        Outcome::Fallback => crate::install::FALLBACK_TARGET_NAME,
+        _ => crate::install::COLD_TARGET_NAME,
+    };
+    match crate::restore::start_target(target) {
+        None => {}
+        Some(Ok(child)) => match child.wait_with_output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => print_marker(
+                Marker::OutcomeTargetFailed,
+                Some(&format!(
+                    "systemctl start {target}: {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )),
+            ),
+            Err(e) => print_marker(Marker::OutcomeTargetFailed, Some(&format!("{target}: {e}"))),
+        },
+        Some(Err(e)) => print_marker(Marker::OutcomeTargetFailed, Some(&format!("{target}: {e}"))),
+    }
+}
+
+/// A ready point with no capture asked: when this boot found its images stale or changed
+/// (an update), captures a new one with this boot's settings and goes on, so the next
+/// power-on restores the updated system. A failure is the `capture-failed` marker and the
+/// status's; the application goes on either way.
+fn recapture_if_planned(params: &BootParams) -> Ready {
+    let Some(status) = crate::lifecycle::planned_recapture() else {
+        return Ready::Running(None);
+    };
+    let Some(store) = &params.store else {
+        crate::lifecycle::record_recapture(status, "", Err("no store named".into()));
+        return Ready::Running(None);
+    };
+    let mut o = capture_options(params, store);
+    o.then = crate::capture::Then::Continue;
+    print_marker(
+        Marker::Recapture,
+        Some(&format!(
+            "the images no longer fit this system: capturing {} and going on",
+            o.image
+        )),
+    );
+    match capture(&o) {
+        Ok(CaptureOutcome::Restored(_)) => Ready::Restored,
+        Ok(CaptureOutcome::Captured(generation)) => {
+            crate::lifecycle::record_recapture(status, &o.image, Ok(generation));
+            Ready::Running(Some(generation))
+        }
+        Err(e) => {
+            let why = chain(&e);
+            print_marker(Marker::CaptureFailed, Some(&why));
+            crate::lifecycle::record_recapture(status, &o.image, Err(why));
+            Ready::Running(None)
+        }
+    }
 }
 
 #[cfg(test)]

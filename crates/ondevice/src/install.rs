@@ -11,6 +11,10 @@
 //!   ROOT/usr/share/initramfs-tools/scripts/local-bottom/snapboot  timeline marker
 //!   ROOT/usr/lib/systemd/system/snapboot-capture.service      snapshot point (`ready`)
 //!   ROOT/usr/lib/systemd/system/snapboot-restored.target      started after every restore
+//!   ROOT/usr/lib/systemd/system/snapboot-cold.target          ... at every other ready point
+//!   ROOT/usr/lib/systemd/system/snapboot-fallback.target      ... when a restore was refused
+//!   ROOT/etc/kernel/postinst.d/zz-snapboot                    an update marks images stale
+//!   ROOT/etc/initramfs/post-update.d/snapboot                 (`snapboot invalidate`)
 //!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
 //!   ROOT/etc/systemd/system/snapboot-capture.service.d/after.conf  with --after UNIT
 //!   ROOT/etc/snapboot/store-modules   with --store DEV or --store-module M: the drivers
@@ -28,6 +32,15 @@ use std::path::{Path, PathBuf};
 pub const CAPTURE_UNIT: &str = include_str!("../../../guest/systemd/snapboot-capture.service");
 /// The target started after every restore.
 pub const RESTORED_TARGET: &str = include_str!("../../../guest/systemd/snapboot-restored.target");
+/// The target started on every boot that was not restored.
+pub const COLD_TARGET: &str = include_str!("../../../guest/systemd/snapboot-cold.target");
+/// The target started on a boot whose restore was refused.
+pub const FALLBACK_TARGET: &str = include_str!("../../../guest/systemd/snapboot-fallback.target");
+/// The kernel package's post-install hook: marks the images stale.
+pub const KERNEL_POSTINST: &str = include_str!("../../../guest/update-hooks/kernel-postinst");
+/// update-initramfs's post-update hook: marks the images stale.
+pub const INITRAMFS_POST_UPDATE: &str =
+    include_str!("../../../guest/update-hooks/initramfs-post-update");
 /// The initramfs-tools hook.
 pub const HOOK: &str = include_str!("../../../guest/initramfs-tools/hooks/snapboot");
 /// The initramfs-tools boot script that resumes after udev, when the early one could not.
@@ -44,6 +57,10 @@ pub const ROOT_MARKER: &str =
 pub const CAPTURE_UNIT_NAME: &str = "snapboot-capture.service";
 /// Name of the target started after a restore.
 pub const RESTORED_TARGET_NAME: &str = "snapboot-restored.target";
+/// Name of the target started at the ready point of every boot that was not restored.
+pub const COLD_TARGET_NAME: &str = "snapboot-cold.target";
+/// Name of the target started at the ready point of a boot whose restore was refused.
+pub const FALLBACK_TARGET_NAME: &str = "snapboot-fallback.target";
 /// Where the binary goes (the units and the hook name it).
 pub const BINARY_PATH: &str = "usr/sbin/snapboot";
 const UNIT_DIR: &str = "usr/lib/systemd/system";
@@ -51,6 +68,8 @@ const HOOK_PATH: &str = "usr/share/initramfs-tools/hooks/snapboot";
 const SCRIPT_PATH: &str = "usr/share/initramfs-tools/scripts/local-premount/snapboot";
 const INIT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/init-top/snapboot";
 const ROOT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/local-bottom/snapboot";
+const KERNEL_POSTINST_PATH: &str = "etc/kernel/postinst.d/zz-snapboot";
+const INITRAMFS_POST_UPDATE_PATH: &str = "etc/initramfs/post-update.d/snapboot";
 const WANTS_DIR: &str = "etc/systemd/system/multi-user.target.wants";
 const DROPIN_DIR: &str = "etc/systemd/system/snapboot-capture.service.d";
 
@@ -222,10 +241,18 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
         CAPTURE_UNIT.as_bytes(),
         0o644,
     )?;
+    for (name, text) in [
+        (RESTORED_TARGET_NAME, RESTORED_TARGET),
+        (COLD_TARGET_NAME, COLD_TARGET),
+        (FALLBACK_TARGET_NAME, FALLBACK_TARGET),
+    ] {
+        put(&format!("{UNIT_DIR}/{name}"), text.as_bytes(), 0o644)?;
+    }
+    put(KERNEL_POSTINST_PATH, KERNEL_POSTINST.as_bytes(), 0o755)?;
     put(
-        &format!("{UNIT_DIR}/{RESTORED_TARGET_NAME}"),
-        RESTORED_TARGET.as_bytes(),
-        0o644,
+        INITRAMFS_POST_UPDATE_PATH,
+        INITRAMFS_POST_UPDATE.as_bytes(),
+        0o755,
     )?;
     let dropin = format!("{DROPIN_DIR}/after.conf");
     if o.after.is_empty() {
@@ -306,10 +333,13 @@ mod tests {
             store_modules: vec!["virtio_pci".into(), "virtio_blk".into()],
         };
         let written = install(&o).unwrap();
-        assert_eq!(written.len(), 10, "{written:?}");
+        assert_eq!(written.len(), 14, "{written:?}");
         let modules = fs::read_to_string(root.join(STORE_MODULES_PATH)).unwrap();
         assert_eq!(modules, "virtio_pci\nvirtio_blk\n");
         let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(KERNEL_POSTINST_PATH), 0o755);
+        let hook = fs::read_to_string(root.join(INITRAMFS_POST_UPDATE_PATH)).unwrap();
+        assert!(hook.contains("snapboot invalidate"), "{hook}");
         assert_eq!(mode(BINARY_PATH), 0o755);
         assert_eq!(mode(HOOK_PATH), 0o755);
         assert_eq!(mode(SCRIPT_PATH), 0o755);
@@ -331,7 +361,7 @@ mod tests {
         // Again, without --after and modules: the drop-in and the list go, the rest stays.
         o.after.clear();
         o.store_modules.clear();
-        assert_eq!(install(&o).unwrap().len(), 8);
+        assert_eq!(install(&o).unwrap().len(), 12);
         assert!(!root.join(DROPIN_DIR).join("after.conf").exists());
         assert!(!root.join(STORE_MODULES_PATH).exists());
         assert!(root.join(BINARY_PATH).exists());

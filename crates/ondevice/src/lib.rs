@@ -19,12 +19,14 @@ pub mod kernel_check;
 pub mod kernel_config;
 pub mod kernel_native;
 pub mod lazy;
+pub mod lifecycle;
 pub mod lockdown;
 pub mod memory;
 pub mod profile;
 pub mod restore;
 pub mod resume;
 pub mod snapshot;
+pub mod status;
 pub mod store;
 #[allow(unsafe_code)]
 mod sys;

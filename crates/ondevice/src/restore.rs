@@ -56,6 +56,12 @@ pub fn after_restore() -> RestoreReport {
         systemd: false,
     };
     r.hooks = run_hooks(Path::new(HOOK_DIR));
+    // The status before the target: units started by it may read it.
+    let t = std::time::Instant::now();
+    let mut status = crate::lifecycle::restored_status(&params);
+    status.timings.after_restore = Some(started.elapsed().as_secs_f64());
+    status.write();
+    let status_secs = t.elapsed().as_secs_f64();
     // The request to systemd goes out before the marker, but `restored` does not wait for
     // it: the application runs since the restore, and `systemctl` takes ~0.4 s under TCG.
     let t = std::time::Instant::now();
@@ -68,7 +74,7 @@ pub fn after_restore() -> RestoreReport {
         Marker::Restored,
         Some(&format!(
             "clock stepped {:+.3} s, {} bytes entropy, {} hooks{}; these steps {:.3} s \
-             (clock {:.3} s, reseed {:.3} s, systemctl {:.3} s)",
+             (clock {:.3} s, reseed {:.3} s, status {:.3} s, systemctl {:.3} s)",
             r.clock_step,
             r.entropy_bytes,
             r.hooks.len(),
@@ -80,9 +86,11 @@ pub fn after_restore() -> RestoreReport {
             started.elapsed().as_secs_f64(),
             clock_secs,
             reseed_secs,
+            status_secs,
             systemd_secs,
         )),
     );
+    status.print_marker();
     crate::profile::start_prefetch();
     crate::memory::start_add(&params);
     if let Some(Ok(child)) = target {
@@ -112,16 +120,20 @@ pub fn after_restore() -> RestoreReport {
 /// How the `restored` marker says that systemd was asked to start the target.
 pub const TARGET_STARTING: &str = "snapboot-restored.target starting";
 
-/// Under systemd (`/run/systemd/system` exists): starts `systemctl start --no-block
-/// snapboot-restored.target`, whose units run after every restore, and returns without
-/// waiting for it. `None` without systemd.
+/// Under systemd: starts `snapboot-restored.target` ([`start_target`]).
 fn start_restored_target() -> Option<std::io::Result<std::process::Child>> {
+    start_target(RESTORED_TARGET_NAME)
+}
+
+/// Under systemd (`/run/systemd/system` exists): starts `systemctl start --no-block
+/// TARGET` and returns without waiting for it. `None` without systemd.
+pub fn start_target(target: &str) -> Option<std::io::Result<std::process::Child>> {
     if !Path::new("/run/systemd/system").is_dir() {
         return None;
     }
     Some(
         Command::new("systemctl")
-            .args(["start", "--no-block", RESTORED_TARGET_NAME])
+            .args(["start", "--no-block", target])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -18,6 +18,7 @@ use crate::binding::{
 use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
+use crate::status::{BootStatus, ImageRef, Outcome, Refusal, Refused};
 use crate::store::StoreUseError;
 use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
 use boottrace::error_chain as chain;
@@ -46,6 +47,11 @@ pub struct ResumeOptions {
     /// The public key images must be signed for (`None`: look for
     /// [`crate::store::PUBLIC_KEY_FILE`]).
     pub public_key: Option<PathBuf>,
+    /// The crash-loop guard's limit: an image restored this many times without a
+    /// confirmation is skipped (`snapboot.attempts`).
+    pub attempts: u32,
+    /// When this boot's resume started (for the status's timings).
+    pub started: Option<Instant>,
 }
 
 /// Why the image was not restored. The cold boot continues in every case.
@@ -103,8 +109,48 @@ pub enum ResumeError {
     #[error("the store holds no image")]
     NoImage,
     /// Every image of the store was refused; each reason in turn.
-    #[error("no image on the store can be restored: {}", .0.join("; "))]
-    NoneRestorable(Vec<String>),
+    #[error("no image on the store can be restored: {}", .0.iter().map(|r| format!("{}: {}", r.image, r.why)).collect::<Vec<_>>().join("; "))]
+    NoneRestorable(Vec<Refused>),
+    /// `snapboot invalidate` marked the image stale (an update changed the system).
+    #[error(
+        "the image is stale: an update marked every image up to store generation {through} \
+         (`snapboot invalidate`), this one is generation {generation}"
+    )]
+    Stale { generation: u64, through: u64 },
+    /// The image was restored `attempts` times and no restored system confirmed it.
+    #[error(
+        "crash-loop guard: restored {attempts} times without a confirmation from the restored \
+         system (limit snapboot.attempts={limit}); skipped until it is captured again"
+    )]
+    CrashLoop { attempts: u32, limit: u32 },
+    /// The restore attempt could not be recorded on the store, so the crash-loop guard
+    /// could not count it.
+    #[error("cannot record the restore attempt on the store")]
+    Record(#[source] flashstore::StoreError),
+}
+
+impl ResumeError {
+    /// The kind of refusal this is, for what the boot does next (see
+    /// [`crate::status::recapture_after`]).
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            ResumeError::Incompatible(_)
+            | ResumeError::Mismatch(_)
+            | ResumeError::Unbound
+            | ResumeError::Header(snapimg::StreamError::UnknownArch { .. }) => Refusal::Changed,
+            // An image description of another format version: snapboot was updated.
+            ResumeError::Store(StoreUseError::Description(_)) => Refusal::Changed,
+            ResumeError::Stale { .. } => Refusal::Stale,
+            ResumeError::CrashLoop { .. } => Refusal::CrashLoop,
+            ResumeError::Store(StoreUseError::Key(_)) => Refusal::Untrusted,
+            ResumeError::Store(_)
+            | ResumeError::Header(_)
+            | ResumeError::PageCount { .. }
+            | ResumeError::SwapOutside { .. }
+            | ResumeError::SwapRegion(_) => Refusal::Damaged,
+            _ => Refusal::Other,
+        }
+    }
 }
 
 /// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
@@ -287,29 +333,103 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         .clone()
         .unwrap_or_else(|| PathBuf::from(crate::store::PUBLIC_KEY_FILE));
     let key = crate::store::configured_key(&key_path).map_err(ResumeError::Key)?;
-    let mut store = crate::store::open_store(&o.store, o.once)?;
+    // Read-write: the restore attempt is recorded on the store before the kernel takes over.
+    let mut store = crate::store::open_store(&o.store, true)?;
     let order = crate::store::candidates(store.images(), &o.images);
     if order.is_empty() {
         return Err(ResumeError::NoImage);
     }
-    let mut reasons = Vec::new();
+    let log = store.boot_log().map_err(ResumeError::Record)?;
+    let mut refused = Vec::new();
     for name in order {
-        match load_flash_image(&store, &name, key.as_ref(), &expected, o) {
+        let t = Instant::now();
+        let loaded = guard(&store, &name, &log, o)
+            .and_then(|()| load_flash_image(&store, &name, key.as_ref(), &expected, o));
+        match loaded {
             Ok(dev) => {
+                let load_secs = t.elapsed().as_secs_f64();
                 if o.once {
                     store.remove(&name).map_err(StoreUseError::from)?;
                 }
-                drop(store);
-                return restore(dev);
+                match record_attempt(&mut store, &name, o, &refused, load_secs) {
+                    Ok(()) => {
+                        drop(store);
+                        return restore(dev);
+                    }
+                    Err(e) => refused.push(refuse(&name, &e)),
+                }
             }
-            Err(e) => {
-                let why = format!("{name}: {}", chain(&e));
-                print_marker(Marker::ImageRefused, Some(&why));
-                reasons.push(why);
-            }
+            Err(e) => refused.push(refuse(&name, &e)),
         }
     }
-    Err(ResumeError::NoneRestorable(reasons))
+    Err(ResumeError::NoneRestorable(refused))
+}
+
+/// Names a refused image on the console and keeps its reason.
+fn refuse(name: &str, e: &ResumeError) -> Refused {
+    let why = chain(e);
+    print_marker(Marker::ImageRefused, Some(&format!("{name}: {why}")));
+    Refused {
+        image: name.into(),
+        kind: e.refusal(),
+        why,
+    }
+}
+
+/// What the store's boot log says against trying image `name` at all: marked stale by an
+/// update, or restored `snapboot.attempts` times without a confirmation.
+fn guard(
+    store: &flashstore::Store<std::fs::File>,
+    name: &str,
+    log: &flashstore::BootLog,
+    o: &ResumeOptions,
+) -> Result<(), ResumeError> {
+    let Some(rec) = store.image(name) else {
+        return Ok(());
+    };
+    if log.is_stale(rec.generation) {
+        return Err(ResumeError::Stale {
+            generation: rec.generation,
+            through: log.stale_through,
+        });
+    }
+    let attempts = log.unconfirmed(name, rec.generation);
+    if attempts >= o.attempts {
+        return Err(ResumeError::CrashLoop {
+            attempts,
+            limit: o.attempts,
+        });
+    }
+    Ok(())
+}
+
+/// Counts this restore of `name` in the store's boot log, with what the restored system
+/// reports as its status (it reads it back: its own memory is the capture's).
+fn record_attempt(
+    store: &mut flashstore::Store<std::fs::File>,
+    name: &str,
+    o: &ResumeOptions,
+    refused: &[Refused],
+    load_secs: f64,
+) -> Result<(), ResumeError> {
+    let generation = store.image(name).map_or(0, |r| r.generation);
+    let started = o.started;
+    store
+        .update_boot_log(|log| {
+            let attempt = log.attempt(name, generation, crate::status::now_unix());
+            let mut s = BootStatus::new(Outcome::Restored, &bootparams::BootParams::default());
+            s.attempts = o.attempts;
+            s.image = Some(ImageRef {
+                name: name.into(),
+                generation,
+            });
+            s.attempt = Some(attempt);
+            s.refused = refused.to_vec();
+            s.timings.load = Some(load_secs);
+            s.timings.resume = started.map(|t| t.elapsed().as_secs_f64());
+            log.last_boot = crate::status::to_boot_log(&s);
+        })
+        .map_err(ResumeError::Record)
 }
 
 /// Checks image `name` and hands its pages to the kernel.

@@ -62,15 +62,33 @@ pub enum StoreUseError {
 /// store's magic, an old two-slot store and a truncated store are refused, each with its
 /// reason, before anything is written.
 pub fn open_store(path: &Path, rw: bool) -> Result<Store<File>, StoreUseError> {
-    let file = OpenOptions::new()
+    Store::open(open_device(path, rw)?).map_err(|source| StoreUseError::Store {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Opens the store's file or device itself, for reading (and writing with `rw`).
+fn open_device(path: &Path, rw: bool) -> Result<File, StoreUseError> {
+    OpenOptions::new()
         .read(true)
         .write(rw)
         .open(path)
         .map_err(|source| StoreUseError::Open {
             path: path.into(),
             source,
-        })?;
-    Store::open(file).map_err(|source| StoreUseError::Store {
+        })
+}
+
+/// Changes the boot log of the store at `path` without reading its catalog (see
+/// [`flashstore::update_boot_log`]): a device without the store's magic is refused and
+/// left as it is.
+pub fn update_boot_log<T>(
+    path: &Path,
+    change: impl FnOnce(&mut flashstore::BootLog) -> T,
+) -> Result<T, StoreUseError> {
+    let mut file = open_device(path, true)?;
+    flashstore::update_boot_log(&mut file, change).map_err(|source| StoreUseError::Store {
         path: path.into(),
         source,
     })

@@ -1,5 +1,5 @@
-//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `image`, `store`) and the
-//! fast paths taken before any command line is parsed.
+//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `image`, `store`)
+//! and the fast paths taken before any command line is parsed.
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use crate::bootcmd;
 use crate::exit::Exit;
 use crate::imagecmd;
+use crate::lifecyclecmd;
 use crate::systemcmd::{self, InstallArgs, MemoryCmd, ProfileCmd};
 
 /// Commands that run on the device (and, for `image` and `store`, on the host too).
@@ -35,6 +36,17 @@ pub enum DeviceCmd {
     /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
     /// hibernation) met or not, with what to do.
     Check(crate::checkcmd::CheckArgs),
+    /// (device) What this boot did: restored (which image, which unconfirmed restore), cold
+    /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status).
+    /// Exit status 0 when restored, 4 when not.
+    Status(lifecyclecmd::StatusArgs),
+    /// (device, restored) The application works: reset the crash-loop guard's count of the
+    /// restored image (for images captured with snapboot.confirm=app).
+    Confirm(lifecyclecmd::StoreArg),
+    /// (device) An update changed the system: mark every stored image stale, so the next
+    /// boot does not try them and captures a new one (the kernel and initramfs hooks that
+    /// `snapboot install` puts in run this).
+    Invalidate(lifecyclecmd::StoreArg),
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -77,6 +89,9 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Capture(a) => bootcmd::capture_cmd(a),
         DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
         DeviceCmd::Check(a) => crate::checkcmd::check(a),
+        DeviceCmd::Status(a) => lifecyclecmd::status(a),
+        DeviceCmd::Confirm(a) => lifecyclecmd::confirm(a),
+        DeviceCmd::Invalidate(a) => lifecyclecmd::invalidate(a),
         DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
         DeviceCmd::KernelPack(c) => crate::packcmd::kernel_pack(c),

@@ -62,7 +62,7 @@ impl Exit {
             Exit::Usage => "bad arguments",
             Exit::AfterUdev => "resume --before-udev: restore after udev instead",
             Exit::NotRestored => {
-                "resume: nothing restored, the cold boot continues (see the fallback marker)"
+                "resume, status: nothing restored, the boot is cold (see the fallback marker)"
             }
             Exit::Damaged => "image inspect, store fsck: damage found; memory add: memory missing",
             Exit::NotUsable => "board run, trace: the board did not come up usable",
@@ -86,7 +86,7 @@ Exit status:
   1  failed; the reason is on stderr
   2  bad arguments
   3  resume --before-udev: restore after udev instead
-  4  resume: nothing restored, the cold boot continues (see the fallback marker)
+  4  resume, status: nothing restored, the boot is cold (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
   6  board run, trace: the board did not come up usable
   7  check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)";

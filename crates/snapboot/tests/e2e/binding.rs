@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const START: &str = "/bin/sh -c 'snapboot ready; exec /bin/sh'";
+pub(crate) const START: &str = "/bin/sh -c 'snapboot ready; exec /bin/sh'";
 
 /// A minimal busybox root whose `/etc/motd` says `motd`.
-fn root(dir: &Path, motd: &str) -> PathBuf {
+pub(crate) fn root(dir: &Path, motd: &str) -> PathBuf {
     let root = dir.join(format!("root-{motd}"));
     for d in ["bin", "dev", "proc", "sys", "run", "etc"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
@@ -22,7 +22,7 @@ fn root(dir: &Path, motd: &str) -> PathBuf {
     root
 }
 
-fn build(root: &Path, start: &str, out: &Path) {
+pub(crate) fn build(root: &Path, start: &str, out: &Path) {
     let mut c = snapboot();
     c.args(["board", "build", "--name", "bound", "--rootfs"])
         .arg(root)

@@ -58,7 +58,7 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     let mut randoms = Vec::new();
     // Two restores on the stock kernel, a third on the restore kernel (it unpacks the same
     // zstd initramfs-tools archive and restores the stock kernel's image).
-    let counted = Regex::new(r"snapboot-data: (\S+) ext4 restores=(\d+)").unwrap();
+    let counted = Regex::new(r"snapboot-data: (\S+) ext4 boots=(\d+) outcome: (\w+)").unwrap();
     for boot in 1..=3 {
         let mut s = data_session(&store, &data, boot == 3);
         let (line, _) = s
@@ -92,6 +92,7 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
             boot,
             "writes to /data must persist: {line}"
         );
+        assert_eq!(&c[3], "restored", "{line}");
         randoms.push(check_restored_app(&mut s, boot, &expected));
         check_system(&mut s, &format!("restore {boot}"));
         s.finish(boottrace::Outcome::Answered);
@@ -114,6 +115,17 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     let ready = Regex::new(r"snapboot: @ready").unwrap();
     s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(300))
         .unwrap();
+    // The data is there on the fallback too (snapboot-fallback.target wants
+    // snapboot-cold.target, which mounts it), after the three restores' writes.
+    let (line, _) = s
+        .wait_for(
+            &counted,
+            "the data partition on the fallback",
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    let c = counted.captures(&line).unwrap();
+    assert_eq!((&c[2], &c[3]), ("4", "fallback"), "{line}");
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "cold boot after the fallback");
     s.finish(boottrace::Outcome::Answered);

@@ -11,6 +11,7 @@ mod common;
 mod debian;
 mod flash;
 mod guards;
+mod lifecycle;
 mod restore_kernel;
 mod snapshot;
 mod trace;

@@ -1,0 +1,142 @@
+//! A device's life between updates: the restored system confirms its restore (the
+//! crash-loop guard's other half), an update marks the images stale, and the ready point
+//! of a boot that found them stale or changed captures a new one and goes on.
+//!
+//! ```text
+//! resume:      attempt n of image I counted in the store's boot log ─► restore
+//! restored:    status from the boot log ─► confirmed? ──yes (snapboot.confirm=restored)──►
+//!                                           │            count of I back to 0
+//!                                           └─no (=app): the app's `snapboot confirm`
+//! next resume: I has `snapboot.attempts` unconfirmed restores ─► skipped, cold boot
+//!
+//! update:      `snapboot invalidate` (kernel postinst.d, initramfs post-update.d hooks)
+//!              ─► every image up to the store's generation is stale
+//! next boot:   images refused as stale or changed ─► cold boot ─► ready point: capture,
+//!              go on ─► the power-on after restores the updated system
+//! ```
+
+use crate::status::{BootStatus, ImageRef, Outcome, Recapture};
+use crate::store::StoreUseError;
+use bootparams::{BootParams, Confirm};
+use boottrace::error_chain as chain;
+use std::path::{Path, PathBuf};
+
+/// Why a confirmation or an invalidation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// No store named and none given.
+    #[error("no store: give one, or boot with {}=", bootparams::key::STORE)]
+    NoStore,
+    /// This boot's status cannot be read.
+    #[error(transparent)]
+    Status(#[from] crate::status::StatusError),
+    /// This boot was not restored, so there is nothing to confirm.
+    #[error("nothing to confirm: this boot was not restored (outcome {0})")]
+    NotRestored(&'static str),
+    /// The store or its boot log cannot be used.
+    #[error(transparent)]
+    Store(#[from] StoreUseError),
+}
+
+/// The store this boot's command line names.
+fn store_of(params: &BootParams, given: Option<&Path>) -> Result<PathBuf, LifecycleError> {
+    given
+        .map(Path::to_path_buf)
+        .or_else(|| params.store.as_ref().map(PathBuf::from))
+        .ok_or(LifecycleError::NoStore)
+}
+
+/// Right after a restore (the restored system's command line is its capture's): reads the
+/// status the restoring boot left in the store's boot log, confirms the restore there when
+/// `snapboot.confirm=restored`, and returns the status to write. Never fails the restore:
+/// what cannot be read is the status's reason.
+pub fn restored_status(params: &BootParams) -> BootStatus {
+    let confirm = params.confirm == Confirm::Restored;
+    let kept = store_of(params, None).and_then(|store| {
+        Ok(crate::store::update_boot_log(&store, |log| {
+            let s = crate::status::from_boot_log(&std::mem::take(&mut log.last_boot));
+            if let (true, Some(ImageRef { name, generation })) =
+                (confirm, s.as_ref().and_then(|s| s.image.as_ref()))
+            {
+                log.confirm(name, *generation);
+            }
+            s
+        })?)
+    });
+    let mut s = match kept {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            let mut s = BootStatus::new(Outcome::Restored, params);
+            s.reason = Some("the restoring boot left no status in the store's boot log".into());
+            s
+        }
+        Err(e) => {
+            let mut s = BootStatus::new(Outcome::Restored, params);
+            s.reason = Some(format!(
+                "the store's boot log cannot be read, the restore is not confirmed: {}",
+                chain(&e)
+            ));
+            return s;
+        }
+    };
+    s.outcome = Outcome::Restored;
+    s.confirm_by = params.confirm.word().into();
+    s.confirmed = confirm && s.image.is_some();
+    s.kernel = crate::system::running_release();
+    s
+}
+
+/// `snapboot confirm`: the application's health check passed on a restored system, so
+/// the crash-loop guard's count of its image starts again. Returns the image confirmed.
+pub fn confirm(store: Option<&Path>) -> Result<ImageRef, LifecycleError> {
+    let mut status = BootStatus::read()?;
+    let Some(image) = status
+        .image
+        .clone()
+        .filter(|_| status.outcome == Outcome::Restored)
+    else {
+        return Err(LifecycleError::NotRestored(status.outcome.word()));
+    };
+    let params = BootParams::parse(&crate::system::kernel_cmdline()).unwrap_or_default();
+    let store = store_of(&params, store)?;
+    crate::store::update_boot_log(&store, |log| log.confirm(&image.name, image.generation))?;
+    status.confirmed = true;
+    status.write_to(Path::new(crate::status::STATUS_FILE))?;
+    Ok(image)
+}
+
+/// `snapboot invalidate`: marks every image now on the store stale (after an update), so
+/// the next boot does not try them and captures a new one. Returns the generation they
+/// were marked through.
+pub fn invalidate(store: Option<&Path>) -> Result<u64, LifecycleError> {
+    let params = BootParams::parse(&crate::system::kernel_cmdline()).unwrap_or_default();
+    let path = store_of(&params, store)?;
+    let mut s = crate::store::open_store(&path, true)?;
+    let through = s.generation();
+    s.update_boot_log(|log| log.stale_through = through)
+        .map_err(|source| StoreUseError::Store {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(through)
+}
+
+/// The status of this boot, when it plans a re-capture at the ready point.
+pub fn planned_recapture() -> Option<BootStatus> {
+    BootStatus::read()
+        .ok()
+        .filter(|s| s.recapture == Recapture::Planned)
+}
+
+/// Records how the re-capture `status` planned went (`Ok`: the generation of the image),
+/// in the status file.
+pub fn record_recapture(mut status: BootStatus, image: &str, result: Result<u64, String>) {
+    status.recapture = match result {
+        Ok(generation) => Recapture::Captured(ImageRef {
+            name: image.into(),
+            generation,
+        }),
+        Err(why) => Recapture::Failed(why),
+    };
+    status.write();
+}

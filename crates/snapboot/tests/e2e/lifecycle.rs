@@ -1,0 +1,215 @@
+//! A device's life on the real board: every boot leaves its outcome in
+//! `/run/snapboot/status` (`snapboot status`), a restore no one confirms is retried only
+//! `snapboot.attempts` times, and after an update the first boot captures the updated
+//! system and goes on, so the second restores it.
+
+use crate::common::{run, snapboot};
+use crate::snapshot::ask;
+use regex::Regex;
+use std::path::Path;
+use std::time::Duration;
+
+/// `snapboot status --json` on the board's shell: the status and the command's exit status.
+fn status(s: &mut board::qemu::Session) -> (serde_json::Value, u8) {
+    let line = ask(
+        s,
+        "snapboot status --json > /run/st; c=$?; read j < /run/st; echo \"status-exit-$c $j\"",
+        r"^status-exit-\d+ \{.*\}$",
+    );
+    let (code, json) = line["status-exit-".len()..].split_once(' ').unwrap();
+    (
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}")),
+        code.parse().unwrap(),
+    )
+}
+
+/// A boot of `bundle` on `store` (none: no store named) with `extra` words, after its
+/// `pattern` line (a marker): the session and that line.
+fn boot_until(
+    bundle: &Path,
+    store: Option<&Path>,
+    extra: &[&str],
+    recapture: bool,
+    pattern: &str,
+) -> (board::qemu::Session, String) {
+    let b = board::Bundle::load(bundle).unwrap();
+    let mut o = match store {
+        Some(store) => crate::common::store_options(&b, store),
+        None => board::RunOptions::for_bundle(&b),
+    };
+    o.params.recapture = recapture;
+    o.cmdline.extend(extra.iter().map(|s| s.to_string()));
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    let re = Regex::new(pattern).unwrap();
+    let (line, _) = s
+        .wait_for(&re, pattern, Duration::from_secs(180))
+        .unwrap_or_else(|e| panic!("waiting for {pattern}: {e}"));
+    (s, line)
+}
+
+/// Waits for the shell after the ready point.
+fn wait_ready(s: &mut board::qemu::Session) {
+    let ready = Regex::new(r"snapboot: @ready").unwrap();
+    s.wait_for(&ready, "ready", Duration::from_secs(180))
+        .unwrap();
+}
+
+/// An image captured with `snapboot.confirm=app` whose application never confirms: each
+/// restore is counted on the store before the kernel takes over, `snapboot confirm` resets
+/// the count, and after two unconfirmed restores the image is skipped with the reason and
+/// the board boots cold. The status is right after each restore, the fallback and a boot
+/// that names no store.
+#[test]
+fn an_unconfirmed_image_is_restored_twice_then_skipped_and_every_boot_has_a_status() {
+    let b = crate::common::bundle("shell");
+    let store = crate::common::home().join("test-crash-loop.store");
+    let _ = std::fs::remove_file(&store);
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&b)
+        .arg("--store")
+        .arg(&store)
+        .args(["--cmdline", "snapboot.confirm=app"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+
+    // Restore 1: confirmed by the application (here, by hand).
+    let restored = r"snapboot: @status restored .*";
+    let (mut s, line) = boot_until(&b, Some(&store), &[], false, restored);
+    assert!(
+        line.contains("current generation 2 restore 1 of 2 unconfirmed"),
+        "{line}"
+    );
+    let (st, code) = status(&mut s);
+    assert_eq!(code, 0, "{st}");
+    assert_eq!(st["outcome"], "restored", "{st}");
+    assert_eq!(st["image"]["name"], "current", "{st}");
+    assert_eq!(st["attempt"], 1, "{st}");
+    assert_eq!(st["confirmed"], false, "{st}");
+    assert_eq!(st["confirm_by"], "app", "{st}");
+    assert!(st["timings"]["load"].as_f64().unwrap() > 0.0, "{st}");
+    ask(
+        &mut s,
+        "snapboot confirm >/dev/null && echo confirmed-ok",
+        "^confirmed-ok$",
+    );
+    let (st, _) = status(&mut s);
+    assert_eq!(st["confirmed"], true, "{st}");
+    s.finish(boottrace::Outcome::Answered);
+
+    // Restores 2 and 3 are the first and second since the confirmation; neither confirms.
+    for attempt in 1..=2 {
+        let (s, line) = boot_until(&b, Some(&store), &[], false, restored);
+        assert!(
+            line.contains(&format!("restore {attempt} of 2 unconfirmed")),
+            "{line}"
+        );
+        s.finish(boottrace::Outcome::Answered);
+    }
+
+    // Then the guard skips it: a cold boot with the reason, on the console and in the status.
+    let (mut s, line) = boot_until(&b, Some(&store), &[], false, r"snapboot: @fallback .*");
+    assert!(
+        line.contains("crash-loop guard: restored 2 times without a confirmation"),
+        "{line}"
+    );
+    assert!(
+        !s.timeline()
+            .lines
+            .iter()
+            .any(|l| l.text.contains("@resume-loaded")),
+        "the skipped image's pages were loaded"
+    );
+    wait_ready(&mut s);
+    let (st, code) = status(&mut s);
+    assert_eq!(code, ondevice::boot::EXIT_NOT_RESTORED, "{st}");
+    assert_eq!(st["outcome"], "fallback", "{st}");
+    assert_eq!(st["refused"][0]["kind"], "crash-loop", "{st}");
+    assert_eq!(
+        st["recapture"], "no",
+        "a crash-looping system is not captured again: {st}"
+    );
+    s.finish(boottrace::Outcome::Answered);
+
+    // A boot that names no store: cold, and says why.
+    let (mut s, line) = boot_until(&b, None, &[], false, r"snapboot: @status .*");
+    assert!(line.contains("@status cold: no snapboot.store="), "{line}");
+    wait_ready(&mut s);
+    let (st, code) = status(&mut s);
+    assert_eq!((st["outcome"].as_str(), code), (Some("cold"), 4), "{st}");
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// An update of the root filesystem: the first boot refuses the image as captured on
+/// another system, captures the updated one at its ready point and goes on (one cold
+/// boot); the second restores the updated system. `snapboot invalidate` (what the update
+/// hooks run) makes the next boot skip the images as stale and capture again.
+#[test]
+fn after_an_update_the_first_boot_captures_and_the_second_restores_the_updated_system() {
+    crate::common::bundle("shell"); // kernel fetched
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = (dir.path().join("v1"), dir.path().join("v2"));
+    crate::binding::build(
+        &crate::binding::root(dir.path(), "one"),
+        crate::binding::START,
+        &v1,
+    );
+    assert!(std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&v1)
+        .arg(&v2)
+        .status()
+        .unwrap()
+        .success());
+    let root_two = crate::binding::root(dir.path(), "two");
+    board::bundle::mksquashfs(&root_two, &v2.join("rootfs.img")).unwrap();
+    let store = dir.path().join("update.store");
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(&v1)
+        .arg("--store")
+        .arg(&store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+
+    // First boot of the update: refused, cold, captured at the ready point, and going on.
+    let (mut s, line) = boot_until(&v2, Some(&store), &[], true, r"snapboot: @fallback .*");
+    assert!(line.contains("root filesystem / (vda) differs"), "{line}");
+    let done = Regex::new(r"snapboot: @capture-(done|failed).*").unwrap();
+    let (line, _) = s
+        .wait_for(&done, "the re-capture", Duration::from_secs(180))
+        .unwrap();
+    assert!(line.contains("@capture-done"), "{line}");
+    wait_ready(&mut s);
+    ask(&mut s, "read l < /etc/motd; echo motd-$l", "^motd-two$");
+    let (st, _) = status(&mut s);
+    assert_eq!(st["outcome"], "fallback", "{st}");
+    assert_eq!(st["refused"][0]["kind"], "changed", "{st}");
+    assert_eq!(st["recapture"]["captured"]["name"], "current", "{st}");
+    s.finish(boottrace::Outcome::Answered);
+
+    // Second boot: the updated system is restored. Its application marks the update.
+    let (mut s, _) = boot_until(
+        &v2,
+        Some(&store),
+        &[],
+        true,
+        r"snapboot: @status restored .*",
+    );
+    ask(&mut s, "read l < /etc/motd; echo motd-$l", "^motd-two$");
+    ask(
+        &mut s,
+        "snapboot invalidate >/dev/null && echo invalidated",
+        "^invalidated$",
+    );
+    s.finish(boottrace::Outcome::Answered);
+
+    // After `snapboot invalidate` the image is skipped as stale and captured again.
+    let (mut s, line) = boot_until(&v2, Some(&store), &[], true, r"snapboot: @fallback .*");
+    assert!(line.contains("the image is stale"), "{line}");
+    let (line, _) = s
+        .wait_for(&done, "the re-capture", Duration::from_secs(180))
+        .unwrap();
+    assert!(line.contains("@capture-done"), "{line}");
+    s.finish(boottrace::Outcome::Ready);
+}
