@@ -367,7 +367,14 @@ pub fn lockdown_check(state: Result<Lockdown, lockdown::LockdownError>) -> Kerne
 
 /// The check of [`POWER_DISK`]'s text (`None`: not there, a kernel without hibernation).
 pub fn power_disk_check(text: Option<&str>) -> KernelCheck {
-    let value = text.map_or("absent".to_string(), |t| t.trim().to_string());
+    // The mode in use, in brackets (`[platform] shutdown reboot`), is what the table shows.
+    let value = text.map_or("absent".to_string(), |t| {
+        let t = t.trim();
+        t.split_whitespace()
+            .find(|w| w.starts_with('['))
+            .unwrap_or(t)
+            .to_string()
+    });
     let (verdict, reason) = match text.map(str::trim) {
         None => (Verdict::Blocker, "the kernel has no hibernation: build it with CONFIG_HIBERNATION=y"),
         Some("[disabled]") => (Verdict::Blocker, "the kernel refuses hibernation now: lockdown (see its line), `nohibernate` or `hibernate=no` on the command line, or secret memory (memfd_secret) in use"),
@@ -508,9 +515,10 @@ CONFIG_BLK_DEV_INITRD=y
             (disabled.verdict, disabled.value.as_str()),
             (Verdict::Blocker, "[disabled]")
         );
+        let offered = power_disk_check(Some("[platform] shutdown reboot\n"));
         assert_eq!(
-            power_disk_check(Some("[platform] shutdown reboot\n")).verdict,
-            Verdict::Ok
+            (offered.verdict, offered.value.as_str()),
+            (Verdict::Ok, "[platform]")
         );
         assert_eq!(power_disk_check(None).verdict, Verdict::Blocker);
         let report = RunningCheck {
