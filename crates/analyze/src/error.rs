@@ -28,14 +28,10 @@ pub enum AnalyzeError {
         #[source]
         source: boottrace::ParseError,
     },
-    /// A kernel config is unusable (not gzip when it should be, not a `.config`, ...).
-    #[error("kernel config {path}: {reason}")]
-    Config {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
+    /// A kernel config cannot be read or is unusable (not gzip when it should be, not a
+    /// `.config`, ...).
+    #[error(transparent)]
+    Config(#[from] ondevice::kernel_config::KernelConfigError),
     /// The report could not be serialised.
     #[error("cannot serialise the report to JSON")]
     Json(#[from] serde_json::Error),

@@ -40,6 +40,11 @@ pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "dm_verity", "zram"
 /// `/run/snapboot/modules`, which outlives the switch to the root filesystem.
 pub const LATE_MODULES: &[&str] = &["virtio_mem"];
 
+/// Modules the built-in workloads' roots carry in `/lib/modules/NAME.ko` (dependencies first)
+/// and nothing loads at boot: FAT and its default code pages, so a test can `insmod` them and
+/// mount an ESP-style vfat disk (capture remounts it read-only around the image).
+pub const ROOT_MODULES: &[&str] = &["vfat", "nls_cp437", "nls_ascii"];
+
 /// Where the initramfs records the kernel its images come from (`release=`, `version=`,
 /// `machine=` lines).
 pub const IMAGE_KERNEL_RECORD: &str = "etc/snapboot/image-kernel";
@@ -346,6 +351,12 @@ impl Bundle {
                 let _ = fs::remove_dir_all(&stage);
                 opts.workload
                     .stage_builtin(&stage, opts.kernel.arch, &busybox, debs)?;
+                let lib = stage.join("lib/modules");
+                fs::create_dir_all(&lib).map_err(io(&lib))?;
+                for m in tree.resolve(ROOT_MODULES)? {
+                    let dst = lib.join(format!("{}.ko", m.name));
+                    fs::write(&dst, read_module(&m.path)?).map_err(io(&dst))?;
+                }
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);
             }

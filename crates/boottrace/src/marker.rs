@@ -77,6 +77,9 @@ markers! {
     HandoverFailed = "handover-failed",
     /// Swap areas were turned off before a capture.
     Swapoff = "swapoff",
+    /// FAT-family filesystems were remounted read-only for a capture, or read-write after
+    /// it (detail: which, or why not).
+    Remount = "remount",
     /// A lazy image's swap region was filled.
     Lazy = "lazy",
     /// What the working-set profile did.

@@ -84,52 +84,20 @@ pub struct BlockMount {
 /// the root filesystem first). Mounts of major 0 (tmpfs, proc, overlay...) are skipped.
 pub fn block_mounts(mountinfo: &str) -> Vec<BlockMount> {
     let mut out: Vec<BlockMount> = Vec::new();
-    for line in mountinfo.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let (Some(dev), Some(mount), Some(fstype)) = (f.get(2), f.get(4), f.get(sep + 1)) else {
-            continue;
-        };
-        let Some((major, minor)) = dev.split_once(':') else {
-            continue;
-        };
-        let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>()) else {
-            continue;
-        };
-        if major == 0 || out.iter().any(|m| (m.major, m.minor) == (major, minor)) {
+    for m in crate::system::parse_mountinfo(mountinfo) {
+        if m.major == 0 || out.iter().any(|b| (b.major, b.minor) == (m.major, m.minor)) {
             continue;
         }
         out.push(BlockMount {
-            major,
-            minor,
-            mount: unescape(mount),
-            fstype: (*fstype).to_string(),
-            read_only: f.get(5).is_some_and(|o| o.split(',').any(|x| x == "ro")),
+            major: m.major,
+            minor: m.minor,
+            read_only: !m.rw(),
+            mount: m.target,
+            fstype: m.fstype,
         });
     }
     out.sort_by_key(|m| m.mount != "/");
     out
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The kernel's name of block device `major:minor` (`DEVNAME` in its sysfs uevent).

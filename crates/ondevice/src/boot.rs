@@ -30,8 +30,7 @@ pub const EXIT_NOT_RESTORED: u8 = 4;
 pub const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
 /// ... and when it did not: only a node a built-in or already loaded driver made is there.
 pub const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
-/// How long a restore waits for the store's (or the swap device's) node to appear.
-pub const NODE_WAIT: Duration = Duration::from_secs(2);
+pub use crate::locate::NODE_WAIT;
 
 /// What a power-on with this command line does, before any filesystem is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,21 +6,22 @@
 //! system restored from this image it returns `Restored`: capture thaws user space and tells
 //! its caller, so the application knows it was snapshot-booted.
 
+use crate::capture_mounts::{self, MountPlan, RemountError};
 use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
+use crate::lockdown::LockedDown;
 use crate::restore::{after_restore, RestoreReport};
 use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
 use crate::system::{
-    check_running_page_size, parse_mounts, running_identity, writable_block_mounts,
-    UnsupportedPageSize,
+    check_running_page_size, parse_mountinfo, running_identity, UnsupportedPageSize,
 };
 use bootparams::StoreAddress;
-use boottrace::Marker;
+use boottrace::{error_chain as chain, Marker};
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use bootparams::Then;
@@ -29,11 +30,12 @@ pub use bootparams::Then;
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
     /// The store's address: a block device or file, or how to find one
-    /// ([`crate::locate`], waiting up to [`crate::boot::NODE_WAIT`] for it).
+    /// ([`crate::locate`], waiting up to [`crate::locate::NODE_WAIT`] for it).
     pub store: StoreAddress,
     /// After the image is written.
     pub then: Then,
-    /// Capture even with writable block-backed filesystems mounted.
+    /// Capture even with writable block-backed filesystems mounted (other than the
+    /// FAT-family ones, which are remounted read-only for the capture in any case).
     pub force: bool,
     /// Drop the clean page cache first (default; off only to measure what it saves).
     pub drop_caches: bool,
@@ -89,9 +91,24 @@ pub enum CaptureError {
     /// Deferred memory is online.
     #[error("refusing to capture")]
     Memory(#[source] crate::memory::MemoryError),
+    /// The kernel is locked down, which disables hibernation.
+    #[error("refusing to capture")]
+    Lockdown(#[source] LockedDown),
     /// A writable, block-backed filesystem is mounted.
-    #[error("refusing to capture: {device} is mounted read-write on {target}; its contents would be rolled back at every snapshot boot (unmount it, or --force)")]
-    WritableMount { device: String, target: String },
+    #[error(
+        "refusing to capture: {device} ({fstype}) is mounted read-write on {target}; its \
+         contents would be rolled back at every snapshot boot. Mount it read-only, unmount it, \
+         or keep writable data off block devices (tmpfs, or a filesystem mounted after each \
+         restore); --force (snapboot.force) captures anyway"
+    )]
+    WritableMount {
+        device: String,
+        fstype: String,
+        target: String,
+    },
+    /// A FAT-family filesystem could not be remounted read-only for the capture.
+    #[error("refusing to capture")]
+    Remount(#[source] RemountError),
     /// The store could not be used or could not take the image.
     #[error(transparent)]
     Store(#[from] StoreUseError),
@@ -156,25 +173,87 @@ fn enable_pm_times() -> Result<(), String> {
     })
 }
 
+/// The writable mounts capture deals with, from `/proc/self/mountinfo`.
+fn mount_plan() -> MountPlan {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    capture_mounts::plan(&parse_mountinfo(&text), |s| {
+        s.starts_with("/dev/") && Path::new(s).exists()
+    })
+}
+
+/// Names the mounts of `mounts` for the `remount` marker.
+fn mount_list(mounts: &[crate::system::Mount]) -> String {
+    let names: Vec<String> = mounts
+        .iter()
+        .map(|m| format!("{} ({} on {})", m.source, m.fstype, m.target))
+        .collect();
+    names.join(", ")
+}
+
 /// Runs a capture; see the module docs.
 pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     check_running_page_size().map_err(CaptureError::PageSize)?;
-    if !o.force {
-        let mounts =
-            parse_mounts(&std::fs::read_to_string("/proc/self/mounts").unwrap_or_default());
-        if let Some(m) = writable_block_mounts(&mounts).into_iter().next() {
-            return Err(CaptureError::WritableMount {
-                device: m.source,
-                target: m.target,
-            });
-        }
+    crate::lockdown::check_running().map_err(CaptureError::Lockdown)?;
+    let mounts = mount_plan();
+    if let (false, Some(m)) = (o.force, mounts.refused.first()) {
+        return Err(CaptureError::WritableMount {
+            device: m.source.clone(),
+            fstype: m.fstype.clone(),
+            target: m.target.clone(),
+        });
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
+    // Observed while the FAT-family mounts are still writable, which leaves them out of the
+    // binding: they are written again after the capture.
     let binding = observe_binding().map_err(CaptureError::Binding)?;
     let identity = running_identity(&boot_device_tree().map_err(CaptureError::DeviceTree)?);
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
-    let (mut store, at) = crate::store::open_address(&o.store, crate::boot::NODE_WAIT, true)?;
+    let (store, at) = crate::store::open_address(&o.store, crate::locate::NODE_WAIT, true)?;
+    capture_mounts::remount_read_only(&mounts).map_err(CaptureError::Remount)?;
+    if !mounts.remount.is_empty() {
+        let list = mount_list(&mounts.remount);
+        print_marker(
+            Marker::Remount,
+            Some(&format!("read-only for the capture: {list}")),
+        );
+    }
+    let taken = take_image(o, store, &at, binding, identity);
+    // Both continuations, the system that carries on and every restored one (which starts
+    // from the state at capture), get their filesystems back writable.
+    if !mounts.remount.is_empty() {
+        let failed = capture_mounts::remount_read_write(&mounts.remount);
+        let text = if failed.is_empty() {
+            format!("read-write again: {}", mount_list(&mounts.remount))
+        } else {
+            let why: Vec<String> = failed.iter().map(|e| chain(e)).collect();
+            format!("left read-only: {}", why.join("; "))
+        };
+        print_marker(Marker::Remount, Some(&text));
+    }
+    match taken? {
+        Taken::Captured(generation) => Ok(CaptureOutcome::Captured(generation)),
+        Taken::Restored => Ok(CaptureOutcome::Restored(after_restore())),
+    }
+}
+
+/// Which side of `SNAPSHOT_CREATE_IMAGE` [`take_image`] returned on.
+enum Taken {
+    /// The image is on the store; this system carries on.
+    Captured(u64),
+    /// This is a system restored from the image.
+    Restored,
+}
+
+/// Everything of a capture from the writable mounts' remount to the image on the store (and
+/// the power-off, when asked for).
+fn take_image(
+    o: &CaptureOptions,
+    mut store: flashstore::Store<std::fs::File>,
+    at: &crate::locate::Located,
+    binding: snapimg::Binding,
+    identity: snapimg::Identity,
+) -> Result<Taken, CaptureError> {
     // A lazy re-capture from a restored lazy system: what was touched since the restore is
     // visible only now, before swapoff reads everything back in.
     let profile = match &o.lazy {
@@ -299,7 +378,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         drop(dev);
         // The store's cached blocks in this image predate the write of the image itself.
         crate::restore::flush_block_cache(&at.path);
-        return Ok(CaptureOutcome::Restored(after_restore()));
+        return Ok(Taken::Restored);
     }
     let opts = flashstore::WriteOptions {
         compression: o.compression,
@@ -346,7 +425,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     match o.then {
         Then::Continue => {
             dev.unfreeze()?;
-            Ok(CaptureOutcome::Captured(generation))
+            Ok(Taken::Captured(generation))
         }
         Then::PowerOff => {
             print_marker(Marker::Poweroff, Some("after capture"));
@@ -367,7 +446,6 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
 mod tests {
     use super::*;
     use crate::snapshot::SnapshotError;
-    use boottrace::error_chain as chain;
 
     fn enomem() -> std::io::Error {
         std::io::Error::from_raw_os_error(libc::ENOMEM)

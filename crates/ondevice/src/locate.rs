@@ -22,6 +22,10 @@ use thiserror::Error;
 /// How often a scan is repeated while nothing matches.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How long a restore or a capture waits for the store's (or the swap device's) node to
+/// appear.
+pub const NODE_WAIT: Duration = Duration::from_secs(2);
+
 /// A store address and the device it resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {

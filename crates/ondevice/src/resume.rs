@@ -1,8 +1,8 @@
 //! Resume: first thing in the initramfs, before any filesystem is mounted. Find the image on
 //! the store, validate it, stream its pages into `/dev/snapshot`, freeze, atomically restore.
 //!
-//! Every check happens before the kernel is asked to restore anything: the store by its
-//! magic, then per image (newest first, or those asked for) its signature when a key is
+//! Every check happens before the kernel is asked to restore anything: the kernel's lockdown
+//! state first (lockdown disables hibernation, [`crate::lockdown`]), the store by its magic, then per image (newest first, or those asked for) its signature when a key is
 //! configured, its description (kernel identity, RAM size, memory layout, binding, swap
 //! region, stream length) up front, the stream's header page (arm64: the kernel build and
 //! the CPU it names) before the first page, and each chunk's checksum before any of its
@@ -67,6 +67,9 @@ pub enum ResumeError {
     /// The image's first page is not a hibernation header snapboot can check.
     #[error("the image's stream header")]
     Header(#[source] snapimg::StreamError),
+    /// The kernel is locked down, which disables hibernation.
+    #[error("refusing to resume")]
+    Lockdown(#[source] crate::lockdown::LockedDown),
     /// The image belongs to another kernel or machine.
     #[error("image does not fit this system")]
     Incompatible(#[from] Incompat),
@@ -310,6 +313,7 @@ impl Expected {
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     print_marker(Marker::ResumeStart, Some(&o.store.to_string()));
+    crate::lockdown::check_running().map_err(ResumeError::Lockdown)?;
     resume_store(o)
 }
 

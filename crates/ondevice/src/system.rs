@@ -150,43 +150,67 @@ pub fn wait_for_node(path: &Path, wait: std::time::Duration) -> bool {
     }
 }
 
-/// A mounted filesystem.
+/// A mounted filesystem, one line of `/proc/self/mountinfo`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Source device.
+    /// Device major number (0: not block-backed, e.g. tmpfs, proc, overlay).
+    pub major: u32,
+    /// Device minor number.
+    pub minor: u32,
+    /// Source, as the filesystem names it (`/dev/vda1`, `tmpfs`).
     pub source: String,
     /// Mount point.
     pub target: String,
     /// Filesystem type.
     pub fstype: String,
-    /// Mounted read-write.
-    pub rw: bool,
+    /// The mount's own options (`rw,nosuid,relatime`); `rw` or `ro` comes first.
+    pub options: String,
 }
 
-/// Parses `/proc/self/mounts` text.
-pub fn parse_mounts(text: &str) -> Vec<Mount> {
+impl Mount {
+    /// Mounted read-write.
+    pub fn rw(&self) -> bool {
+        self.options.split(',').any(|o| o == "rw")
+    }
+}
+
+/// Parses `/proc/self/mountinfo` text (`ID PARENT MAJ:MIN ROOT TARGET OPTIONS [TAGS] - TYPE
+/// SOURCE SUPER_OPTIONS`); lines that do not have that shape are skipped.
+pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (source, target, fstype, opts) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            let (major, minor) = f.get(2)?.split_once(':')?;
             Some(Mount {
-                source: source.into(),
-                target: target.replace("\\040", " "),
-                fstype: fstype.into(),
-                rw: opts.split(',').any(|o| o == "rw"),
+                major: major.parse().ok()?,
+                minor: minor.parse().ok()?,
+                source: unescape(f.get(sep + 2)?),
+                target: unescape(f.get(4)?),
+                fstype: (*f.get(sep + 1)?).to_string(),
+                options: (*f.get(5)?).to_string(),
             })
         })
         .collect()
 }
 
-/// Writable filesystems backed by a block device: their state at capture would be restored
-/// over whatever was written to them later, so capture refuses while they are mounted.
-pub fn writable_block_mounts(mounts: &[Mount]) -> Vec<Mount> {
-    mounts
-        .iter()
-        .filter(|m| m.rw && m.source.starts_with("/dev/") && Path::new(&m.source).exists())
-        .cloned()
-        .collect()
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -258,13 +282,25 @@ mod tests {
     }
 
     #[test]
-    fn writable_block_mounts_are_found() {
-        let m = parse_mounts(
-            "/dev/vda / squashfs ro,relatime 0 0\nproc /proc proc rw 0 0\n\
-             /dev/null /data ext4 rw,relatime 0 0\n",
+    fn mountinfo_lines_are_parsed_with_escapes() {
+        let m = parse_mountinfo(
+            "22 1 254:0 / / ro,relatime - squashfs /dev/vda ro\n\
+             25 22 0:22 / /run rw,nosuid - tmpfs tmpfs rw,size=32768k\n\
+             30 22 254:32 / /mnt/my\\040data rw,noatime shared:5 - vfat /dev/vdc rw,fmask=0022\n\
+             not a mountinfo line\n",
         );
-        let w = writable_block_mounts(&m);
-        assert_eq!(w.len(), 1);
-        assert_eq!(w[0].target, "/data");
+        assert_eq!(m.len(), 3);
+        assert!(!m[0].rw() && m[1].rw() && m[2].rw());
+        assert_eq!((m[1].major, m[1].source.as_str()), (0, "tmpfs"));
+        assert_eq!(
+            (
+                m[2].major,
+                m[2].minor,
+                m[2].target.as_str(),
+                m[2].fstype.as_str()
+            ),
+            (254, 32, "/mnt/my data", "vfat")
+        );
+        assert_eq!(m[2].options, "rw,noatime");
     }
 }

@@ -1,5 +1,5 @@
-//! The device's commands (`start`, `ready`, `capture`, `resume`, `image`, `store`) and the
-//! fast paths taken before any command line is parsed.
+//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `image`, `store`)
+//! and the fast paths taken before any command line is parsed.
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -32,6 +32,10 @@ pub enum DeviceCmd {
     /// (device, initramfs) Validate the store's image and restore it; on any failure print
     /// the reason and return so the cold boot continues.
     Resume(bootcmd::ResumeArgs),
+    /// (device) Whether the running kernel can snapshot-boot: each requirement (its config,
+    /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
+    /// hibernation) met or not, with what to do.
+    Check(crate::checkcmd::CheckArgs),
     /// (device) What this boot did: restored (which image, which unconfirmed restore), cold
     /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status).
     /// Exit status 0 when restored, 4 when not.
@@ -84,6 +88,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Ready => bootcmd::ready(),
         DeviceCmd::Capture(a) => bootcmd::capture_cmd(a),
         DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
+        DeviceCmd::Check(a) => crate::checkcmd::check(a),
         DeviceCmd::Status(a) => lifecyclecmd::status(a),
         DeviceCmd::Confirm(a) => lifecyclecmd::confirm(a),
         DeviceCmd::Invalidate(a) => lifecyclecmd::invalidate(a),

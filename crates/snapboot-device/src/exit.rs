@@ -23,7 +23,8 @@ pub enum Exit {
     /// `board run`, `trace`: the board ran but did not come up usable; `bench endurance`: a
     /// restore failed (fell back, hung, or answered wrong).
     NotUsable,
-    /// `analyze --check-kernel`: the kernel lacks something snapshot boot needs.
+    /// `check`, `check-kernel`: the kernel lacks something snapshot boot needs, or (`check`)
+    /// its lockdown or the command line disables hibernation.
     Blocked,
 }
 
@@ -69,7 +70,9 @@ impl Exit {
                 "board run, trace: the board did not come up usable; bench endurance: a \
                  restore failed"
             }
-            Exit::Blocked => "analyze --check-kernel: the kernel cannot snapshot-boot",
+            Exit::Blocked => {
+                "check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)"
+            }
         }
     }
 }
@@ -90,7 +93,7 @@ Exit status:
   4  resume, status: nothing restored, the boot is cold (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
   6  board run, trace: the board did not come up usable; bench endurance: a restore failed
-  7  analyze --check-kernel: the kernel cannot snapshot-boot";
+  7  check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)";
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,11 @@
 //! The device's half of snapboot: the commands that run on the device (`start`, `ready`,
-//! `capture`, `resume`, `image`, `store`, `key`, `profile`, `memory`, `install`), parsed
-//! here and carried out by the `ondevice` crate. `snapboot-device`, the small static binary
-//! the board puts in the initramfs and every image carries, is this crate's binary; the host
-//! tool `snapboot` has the same commands through this library.
+//! `capture`, `resume`, `check`, `image`, `store`, `key`, `profile`, `memory`, `install`),
+//! parsed here and carried out by the `ondevice` crate. `snapboot-device`, the small static
+//! binary the board puts in the initramfs and every image carries, is this crate's binary;
+//! the host tool `snapboot` has the same commands through this library.
 
 mod bootcmd;
+mod checkcmd;
 mod commands;
 mod exit;
 mod imagecmd;
@@ -14,6 +15,7 @@ mod storecmd;
 mod systemcmd;
 
 pub use bootcmd::{CaptureArgs, ResumeArgs};
+pub use checkcmd::{print_checks, status as check_status, CheckArgs};
 pub use commands::{dispatch, exit, fast_path, DeviceCmd, ImageCmd};
 pub use exit::{Exit, EXIT_HELP};
 pub use storecmd::{key, KeyCmd, StoreCmd};

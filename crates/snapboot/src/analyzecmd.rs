@@ -32,7 +32,8 @@ pub struct AnalyzeArgs {
 /// `snapboot check-kernel`.
 #[derive(Args, Debug)]
 pub struct CheckKernelArgs {
-    /// Kernel .config or config.gz (default: /proc/config.gz).
+    /// Kernel .config or config.gz (default: /proc/config.gz). On the device itself,
+    /// `snapboot check` also reads /boot/config-RELEASE and the lockdown state.
     config: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -51,37 +52,15 @@ pub fn analyze(a: AnalyzeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `snapboot check-kernel`: exit 0 when snapshot boot can work, 1 when a blocker was found.
+/// `snapboot check-kernel`: exit 0 when snapshot boot can work, [`snapboot_device::Exit::Blocked`]
+/// when a blocker was found. The snapshot requirements are the device's (`snapboot check`).
 pub fn check_kernel(a: CheckKernelArgs) -> Result<ExitCode> {
     let cfg = load_config(a.config.as_deref())?;
     let checks = check_config(&cfg);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&checks)?);
-    } else {
-        for c in &checks {
-            println!(
-                "{:<8} {:<40} {:<12} {}",
-                c.verdict.to_string(),
-                c.option,
-                c.value,
-                c.reason
-            );
-        }
+        let blocked = checks.iter().any(|c| c.verdict == Verdict::Blocker);
+        return Ok(snapboot_device::check_status(blocked));
     }
-    let blocked = checks.iter().any(|c| c.verdict == Verdict::Blocker);
-    if !a.json {
-        println!(
-            "{}",
-            if blocked {
-                "snapshot boot cannot work with this kernel (see BLOCKER lines)"
-            } else {
-                "snapshot boot can work with this kernel"
-            }
-        );
-    }
-    Ok(if blocked {
-        snapboot_device::Exit::Blocked.into()
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(snapboot_device::print_checks(&checks))
 }

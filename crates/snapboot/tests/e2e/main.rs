@@ -11,6 +11,7 @@ mod cli;
 mod common;
 mod debian;
 mod flash;
+mod guards;
 mod lifecycle;
 mod restore_kernel;
 mod snapshot;

@@ -120,7 +120,7 @@ fn app_snapshot_boots_repeatedly_from_one_image() {
 }
 
 /// Runs the shell board on `store` and expects a cold boot whose fallback reason matches.
-fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
+pub(crate) fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
     let mut s = board_session("shell", store, extra);
     let fb = Regex::new(r"snapboot: @fallback").unwrap();
     let (line, _) = s
