@@ -141,7 +141,8 @@ pub fn start_target(target: &str) -> Option<std::io::Result<std::process::Child>
     )
 }
 
-/// Steps CLOCK_REALTIME to the RTC when they differ by more than a second. Returns the step.
+/// Steps CLOCK_REALTIME to the RTC when it is outside the second the RTC reads
+/// ([`clock_step`]). Returns the step.
 pub fn step_clock_from_rtc() -> Option<f64> {
     let rtc: u64 = std::fs::read_to_string("/sys/class/rtc/rtc0/since_epoch")
         .ok()?
@@ -152,16 +153,28 @@ pub fn step_clock_from_rtc() -> Option<f64> {
         .duration_since(UNIX_EPOCH)
         .ok()?
         .as_secs_f64();
-    let step = rtc as f64 - now;
-    if step.abs() <= 1.0 {
+    let Some(step) = clock_step(rtc, now) else {
         return Some(0.0);
-    }
+    };
     let ts = rustix::time::Timespec {
         tv_sec: rtc as i64,
-        tv_nsec: 0,
+        tv_nsec: 500_000_000,
     };
     rustix::time::clock_settime(rustix::time::ClockId::Realtime, ts).ok()?;
     Some(step)
+}
+
+/// The step that brings a clock reading `now` (seconds since the epoch) to an RTC whose
+/// seconds counter reads `rtc`, or `None` when `now` is inside that second already. An RTC
+/// counts whole seconds, so the time is somewhere in `[rtc, rtc + 1)`: a clock outside it is
+/// set to its middle, which leaves it at most half a second off (the kernel's own resume,
+/// which sets the clock from the RTC's whole seconds, can leave it almost two behind).
+pub fn clock_step(rtc: u64, now: f64) -> Option<f64> {
+    let rtc = rtc as f64;
+    if (rtc..rtc + 1.0).contains(&now) {
+        return None;
+    }
+    Some(rtc + 0.5 - now)
 }
 
 /// Mixes fresh entropy into the kernel pool, credits it and forces a reseed of the CRNG, so
@@ -263,6 +276,17 @@ pub fn flush_block_cache(path: &Path) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_clock_is_stepped_only_when_outside_the_rtcs_second_and_then_to_its_middle() {
+        use super::clock_step;
+        assert_eq!(clock_step(100, 100.0), None);
+        assert_eq!(clock_step(100, 100.99), None);
+        assert_eq!(clock_step(100, 101.0), Some(-0.5));
+        assert_eq!(clock_step(100, 98.75), Some(1.75));
+        // An image captured an hour ago.
+        assert_eq!(clock_step(7200, 3600.0), Some(3600.5));
+    }
+
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
