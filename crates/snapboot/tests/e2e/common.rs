@@ -99,3 +99,16 @@ pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board:
         .extend(extra_cmdline.iter().map(|s| s.to_string()));
     board::qemu::Session::start(&b, &o).unwrap()
 }
+
+/// `board capture BUNDLE --store STORE` with `args`; asserts success, returns stdout.
+pub fn board_capture(bundle: &Path, store: &Path, args: &[&str]) -> String {
+    let mut c = snapboot();
+    c.args(["board", "capture"])
+        .arg(bundle)
+        .arg("--store")
+        .arg(store)
+        .args(args);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "capture {args:?} failed:\n{so}\n{se}");
+    so
+}

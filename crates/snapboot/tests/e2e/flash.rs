@@ -7,25 +7,12 @@
 //! `/proc/cmdline` is the one it was captured with, and `loglevel=` is not part of what an
 //! image is bound to.
 
-use crate::common::{bundle, run, snapboot};
+use crate::common::{board_capture as capture, bundle, run, snapboot};
 use crate::snapshot::{ask, copy_store, flip};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-
-/// `board capture BUNDLE --store STORE` with `args`; asserts success, returns stdout.
-fn capture(bundle: &Path, store: &Path, args: &[&str]) -> String {
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(bundle)
-        .arg("--store")
-        .arg(store)
-        .args(args);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture {args:?} failed:\n{so}\n{se}");
-    so
-}
 
 /// The shell workload's flash store with image `a` (captured at `loglevel=4`) and then `b`
 /// (`loglevel=5`, deduped against `a`), made once per test binary.

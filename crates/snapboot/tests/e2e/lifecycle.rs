@@ -3,7 +3,7 @@
 //! `snapboot.attempts` times, and after an update the first boot captures the updated
 //! system and goes on, so the second restores it.
 
-use crate::common::{run, snapboot};
+use crate::common::board_capture;
 use crate::snapshot::ask;
 use regex::Regex;
 use std::path::Path;
@@ -64,14 +64,7 @@ fn an_unconfirmed_image_is_restored_twice_then_skipped_and_every_boot_has_a_stat
     let b = crate::common::bundle("shell");
     let store = crate::common::home().join("test-crash-loop.store");
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b)
-        .arg("--store")
-        .arg(&store)
-        .args(["--cmdline", "snapboot.confirm=app"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    board_capture(&b, &store, &["--cmdline", "snapboot.confirm=app"]);
 
     // Restore 1: confirmed by the application (here, by hand).
     let restored = r"snapboot: @status restored .*";
@@ -164,13 +157,7 @@ fn after_an_update_the_first_boot_captures_and_the_second_restores_the_updated_s
     let root_two = crate::binding::root(dir.path(), "two");
     board::bundle::mksquashfs(&root_two, &v2.join("rootfs.img")).unwrap();
     let store = dir.path().join("update.store");
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&v1)
-        .arg("--store")
-        .arg(&store);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    board_capture(&v1, &store, &[]);
 
     // First boot of the update: refused, cold, captured at the ready point, and going on.
     let (mut s, line) = boot_until(&v2, Some(&store), &[], true, r"snapboot: @fallback .*");
