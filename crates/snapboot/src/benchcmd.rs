@@ -13,6 +13,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `snapboot bench cold`.
+/// Where a benchmark writes: its JSON report and its stores.
+#[derive(Args, Debug)]
+pub struct ReportOpts {
+    /// Write the report as JSON (TTI and phases, and what the benchmark adds).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Working directory for the stores and swap images (default: SNAPBOOT_HOME/bench).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+}
+
 #[derive(Args, Debug)]
 pub struct ColdArgs {
     /// Built-in workload name or bundle directory (built on first use if missing).
@@ -40,12 +51,8 @@ pub struct CompareArgs {
     /// Boots per method.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Write the report as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Working directory for the store and swap images (default: SNAPBOOT_HOME/bench).
-    #[arg(long)]
-    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    out: ReportOpts,
     /// Write an HTML report with one boot of each method side by side.
     #[arg(long)]
     analyze: Option<PathBuf>,
@@ -68,12 +75,8 @@ pub struct LazyArgs {
     /// Restores per image.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Write the report as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
-    #[arg(long)]
-    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    out: ReportOpts,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -91,7 +94,7 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
         .collect::<Result<Vec<_>>>()?;
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
-    let work = workdir(&a.workdir);
+    let work = workdir(&a.out.workdir);
     let steps = bench::lazy_steps(&bundle.workload, sizes.len(), a.runs);
     let notes = bench::lazy_notes(&bundle.workload, &sizes);
     boot_and_publish(
@@ -100,7 +103,7 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
         (&bundle, &opts),
         a.runs,
         notes,
-        a.json.as_deref(),
+        a.out.json.as_deref(),
         |tick| bench::lazy_sizes(&bundle, &opts, &work, &sizes, a.runs, tick),
     )
 }
@@ -153,12 +156,8 @@ pub struct MemoryArgs {
     /// Cold and snapshot boots per board.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Write the report as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
-    #[arg(long)]
-    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    out: ReportOpts,
     /// The boot memory of the deferring boards (--mem; default 512M).
     #[command(flatten)]
     board: BoardOpts,
@@ -185,7 +184,7 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
         board::run_options::check_max_mem(opts.mem_mib, s)?;
     }
     let boards = bench::memory_board_list(&sizes, opts.mem_mib);
-    let work = workdir(&a.workdir);
+    let work = workdir(&a.out.workdir);
     let steps = bench::memory_steps(boards.len(), a.runs);
     boot_and_publish(
         "memory",
@@ -193,7 +192,7 @@ pub fn memory(a: MemoryArgs) -> Result<ExitCode> {
         (&bundle, &opts),
         a.runs,
         Vec::new(),
-        a.json.as_deref(),
+        a.out.json.as_deref(),
         |tick| bench::memory_boards(&bundle, &opts, &work, &boards, a.runs, tick),
     )
 }
@@ -225,12 +224,8 @@ pub struct RecaptureArgs {
     /// Restores of the last image from each store.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Write the report (restores and every capture's cost) as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Working directory for the stores (default: SNAPBOOT_HOME/bench).
-    #[arg(long)]
-    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    out: ReportOpts,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -252,7 +247,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
     };
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
-    let work = workdir(&a.workdir);
+    let work = workdir(&a.out.workdir);
     let from = match a.from.as_str() {
         "cold" => bench::RecaptureSource::Cold,
         _ => {
@@ -369,7 +364,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         Vec::new(),
         None,
     )?;
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.out.json {
         /// The JSON of `bench recapture`: the restores' report and what each capture wrote.
         #[derive(serde::Serialize)]
         struct RecaptureJson<'a> {
@@ -440,7 +435,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         "bench compare measures the restore kernel as methods of its own (restore-kernel, \
          restore-kernel-lazy) beside the stock kernel's; drop --restore-kernel"
     );
-    let work = workdir(&a.workdir);
+    let work = workdir(&a.out.workdir);
     let restore_kernel = if a.no_restore_kernel {
         bench::RestoreKernelUse::Declined
     } else {
@@ -476,7 +471,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         a.runs,
         methods,
         plan.notes,
-        a.json.as_deref(),
+        a.out.json.as_deref(),
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -498,12 +493,8 @@ pub struct EnduranceArgs {
     /// the restore kernel, when one is built).
     #[arg(long, conflicts_with = "restore_kernel")]
     stock_kernel: bool,
-    /// Write the report (TTI and phases, the summary and every restore) as JSON.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Working directory for the store (default: SNAPBOOT_HOME/bench).
-    #[arg(long)]
-    workdir: Option<PathBuf>,
+    #[command(flatten)]
+    out: ReportOpts,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -533,7 +524,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
         checksum: board::app_state::host_checksum(scale)?,
         clock_bound_s: board::app_state::CLOCK_BOUND_S,
     };
-    let work = workdir(&a.workdir);
+    let work = workdir(&a.out.workdir);
     let pb = progress(plan.steps(), "endurance");
     let run = bench::endurance(&bundle, &opts, &work, &plan, &mut || pb.inc(1));
     pb.finish_and_clear();
@@ -556,7 +547,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     let summary = bench::endurance_summary(&run.records, &plan, run.captures);
     print!("{}", summary.text());
     let failed = summary.failed > 0;
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.out.json {
         let report = bench::EnduranceReport {
             restores,
             summary,

@@ -2,7 +2,7 @@
 //! partitioned boot disk): capture and restore on Debian's arm64 kernel and on the arm64
 //! restore kernel, and the refusals that must end in a cold boot with the reason.
 
-use crate::common::{home, run, snapboot, store_options};
+use crate::common::{board_capture, home, run, snapboot, store_options};
 use crate::snapshot::{
     assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
     region_hash, rewrite_identity, swap_of,
@@ -93,13 +93,7 @@ fn captured(workload: &str) -> PathBuf {
     let b = arm64_bundle(workload);
     let store = home().join(format!("test-arm64-{workload}.store"));
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b)
-        .arg("--store")
-        .arg(&store);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "arm64 capture failed:\n{so}\n{se}");
+    let so = board_capture(&b, &store, &[]);
     assert!(so.contains("image current generation 2"), "{so}");
     g.push((workload.to_string(), store.clone()));
     store
@@ -219,17 +213,7 @@ fn arm64_lazy_image_restores_and_a_flipped_swap_byte_fails_loudly() {
     let b = arm64_bundle("app");
     let store = home().join("test-arm64-app-lazy.store");
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b)
-        .arg("--store")
-        .arg(&store)
-        .arg("--lazy");
-    let (out, so, se) = run(c);
-    assert!(
-        out.status.success(),
-        "arm64 lazy capture failed:\n{so}\n{se}"
-    );
+    board_capture(&b, &store, &["--lazy"]);
     let (off, len, used) = swap_of(&store);
     assert!(used > 1000, "the lazy image swapped out only {used} pages");
     let expected = host_checksum();
@@ -289,23 +273,10 @@ fn arm64_deferred_memory_arrives_after_restore() {
     let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
     let store = home().join("test-arm64-defer.store");
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b.dir)
-        .args([
-            "--arch",
-            "arm64",
-            "--mem",
-            "512M",
-            "--max-mem",
-            "768M",
-            "--store",
-        ])
-        .arg(&store);
-    let (out, so, se) = run(c);
-    assert!(
-        out.status.success(),
-        "arm64 deferred capture failed:\n{so}\n{se}"
+    board_capture(
+        &b.dir,
+        &store,
+        &["--arch", "arm64", "--mem", "512M", "--max-mem", "768M"],
     );
     let mut o = store_options(&b, &store);
     o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());

@@ -140,14 +140,7 @@ fn a_pm_times_image_shows_its_device_restores_to_analyze() {
     let store = crate::common::home().join("test-rk-pm-times.store");
     let log = crate::common::home().join("test-rk-pm-times.log");
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b)
-        .arg("--store")
-        .arg(&store)
-        .args(["--pm-times", "--console"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    let so = crate::common::board_capture(&b, &store, &["--pm-times", "--console"]);
     assert!(
         so.contains("@pm-times every restore of this image times its devices"),
         "the capture says it turned timing on:\n{so}"

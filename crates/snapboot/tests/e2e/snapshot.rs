@@ -20,13 +20,7 @@ pub(crate) fn captured(workload: &str) -> PathBuf {
     let b = bundle(workload);
     let store = crate::common::home().join(format!("test-{workload}.store"));
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&b)
-        .arg("--store")
-        .arg(&store);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    let so = crate::common::board_capture(&b, &store, &[]);
     assert!(so.contains("image current generation 2"), "{so}");
     g.push((workload.to_string(), store.clone()));
     store
