@@ -17,9 +17,7 @@ mod sign;
 mod store;
 mod writer;
 
-pub use bootlog::{
-    read_boot_log, update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD,
-};
+pub use bootlog::{update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD};
 pub use compact::CompactReport;
 pub use error::{Damage, StoreError, SuperblockError};
 pub use fsck::FsckReport;

@@ -53,14 +53,23 @@ fn store_of(
         .ok_or(LifecycleError::NoStore)
 }
 
-/// Right after a restore (the restored system's command line is its capture's): the status
-/// the restoring boot left in the store's boot log, read only (four blocks). Never fails the
-/// restore: what cannot be read is the status's reason. [`confirm_restored`] writes, after
-/// the application runs again.
+/// Right after a restore (the restored system's command line is its capture's): reads the
+/// status the restoring boot left in the store's boot log, confirms the restore there when
+/// `snapboot.confirm=restored`, and returns the status to write. Never fails the restore:
+/// what cannot be read is the status's reason.
 pub fn restored_status(params: &BootParams) -> BootStatus {
-    let kept = store_of(params, None)
-        .and_then(|store| Ok(crate::store::read_boot_log(&store, WAIT)?))
-        .map(|log| crate::status::from_boot_log(&log.last_boot));
+    let confirm = params.confirm == Confirm::Restored;
+    let kept = store_of(params, None).and_then(|store| {
+        Ok(crate::store::update_boot_log(&store, WAIT, |log| {
+            let s = crate::status::from_boot_log(&std::mem::take(&mut log.last_boot));
+            if let (true, Some(ImageRef { name, generation })) =
+                (confirm, s.as_ref().and_then(|s| s.image.as_ref()))
+            {
+                log.confirm(name, *generation);
+            }
+            s
+        })?)
+    });
     let mut s = match kept {
         Ok(Some(s)) => s,
         Ok(None) => {
@@ -74,44 +83,14 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
                 "the store's boot log cannot be read, the restore is not confirmed: {}",
                 chain(&e)
             ));
-            s
+            return s;
         }
     };
     s.outcome = Outcome::Restored;
     s.confirm_by = params.confirm.word().into();
-    s.confirmed = false;
+    s.confirmed = confirm && s.image.is_some();
     s.kernel = crate::system::running_release();
     s
-}
-
-/// After the restored system runs again: clears the status the restoring boot kept in the
-/// store's boot log and, with `snapboot.confirm=restored`, confirms the restore of the
-/// status's image there (one block write and a sync, off the path to the `restored`
-/// marker). Sets `status.confirmed` when it did; an error is the status's reason.
-pub fn confirm_restored(params: &BootParams, status: &mut BootStatus) {
-    let confirm = params.confirm == Confirm::Restored;
-    let image = status.image.clone();
-    let done = store_of(params, None).and_then(|store| {
-        Ok(crate::store::update_boot_log(&store, WAIT, |log| {
-            log.last_boot.clear();
-            match (&image, confirm) {
-                (Some(i), true) => {
-                    log.confirm(&i.name, i.generation);
-                    true
-                }
-                _ => false,
-            }
-        })?)
-    });
-    match done {
-        Ok(confirmed) => status.confirmed = confirmed,
-        Err(e) => {
-            status.reason = Some(format!(
-                "the restore could not be confirmed on the store: {}",
-                chain(&e)
-            ))
-        }
-    }
 }
 
 /// `snapboot confirm`: the application's health check passed on a restored system, so

@@ -90,9 +90,6 @@ pub fn after_restore() -> RestoreReport {
             systemd_secs,
         )),
     );
-    // The confirmation's write is off the path to the marker; the status says it after.
-    crate::lifecycle::confirm_restored(&params, &mut status);
-    status.write();
     status.print_marker();
     crate::profile::start_prefetch();
     crate::memory::start_add(&params);

@@ -102,16 +102,6 @@ fn open_named(path: &Path, store: String, rw: bool) -> Result<Store<File>, Store
     Store::open(file).map_err(|source| StoreUseError::Store { store, source })
 }
 
-/// The boot log of the store at `address`, read without its catalog (see
-/// [`flashstore::read_boot_log`]).
-pub fn read_boot_log(
-    address: &StoreAddress,
-    wait: Duration,
-) -> Result<flashstore::BootLog, StoreUseError> {
-    let (file, store) = open_located(address, wait, false)?;
-    flashstore::read_boot_log(&file).map_err(|source| StoreUseError::Store { store, source })
-}
-
 /// Changes the boot log of the store at `address` without reading its catalog (see
 /// [`flashstore::update_boot_log`]): a device without the store's magic is refused and
 /// left as it is.
@@ -120,26 +110,17 @@ pub fn update_boot_log<T>(
     wait: Duration,
     change: impl FnOnce(&mut flashstore::BootLog) -> T,
 ) -> Result<T, StoreUseError> {
-    let (mut file, store) = open_located(address, wait, true)?;
-    flashstore::update_boot_log(&mut file, change)
-        .map_err(|source| StoreUseError::Store { store, source })
-}
-
-/// The device `address` names, opened (for writing with `rw`), and how errors name it.
-fn open_located(
-    address: &StoreAddress,
-    wait: Duration,
-    rw: bool,
-) -> Result<(File, String), StoreUseError> {
     let at = crate::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
         address: address.clone(),
         source,
     })?;
     let store = at.to_string();
-    match OpenOptions::new().read(true).write(rw).open(&at.path) {
-        Ok(f) => Ok((f, store)),
-        Err(source) => Err(StoreUseError::Open { store, source }),
-    }
+    let mut file = match OpenOptions::new().read(true).write(true).open(&at.path) {
+        Ok(f) => f,
+        Err(source) => return Err(StoreUseError::Open { store, source }),
+    };
+    flashstore::update_boot_log(&mut file, change)
+        .map_err(|source| StoreUseError::Store { store, source })
 }
 
 /// Streams the kernel's image pages from `dev` into image `name` on `store` and commits it
