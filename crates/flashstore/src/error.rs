@@ -55,6 +55,22 @@ pub enum StoreError {
     /// A name that cannot be stored.
     #[error("bad image name `{0}`: 1 to 64 characters of [A-Za-z0-9._-]")]
     BadName(String),
+    /// The image is sealed and the store is not unlocked with a device key.
+    #[error("image `{image}` is encrypted with device key {key}, and no device key is at hand to open it")]
+    Locked {
+        image: String,
+        key: crate::seal::KeyId,
+    },
+    /// A sealed chunk is to be read and the store is not unlocked.
+    #[error("chunk {chunk} is encrypted, and no device key is at hand to open it")]
+    LockedChunk { chunk: u64 },
+    /// The image is sealed with another key than the one the store is unlocked with.
+    #[error("image `{image}` is encrypted with device key {key}, not with this device's key {have}: it was captured under another key (the key was changed, or the store comes from another device)")]
+    WrongKey {
+        image: String,
+        key: crate::seal::KeyId,
+        have: crate::seal::KeyId,
+    },
 }
 
 impl StoreError {
@@ -142,6 +158,18 @@ pub enum Damage {
     /// A chunk's bytes run past its cluster.
     #[error("chunk {chunk} lies outside its cluster {cluster}")]
     ChunkOutside { chunk: u64, cluster: u64 },
+    /// A sealed chunk does not open under the device key.
+    #[error("chunk {chunk} (cluster {cluster}) does not authenticate under the device key: altered after it was written, or sealed with another key")]
+    ChunkSeal { chunk: u64, cluster: u64 },
+    /// A sealed page list does not open under the device key.
+    #[error("page list of image `{image}` does not authenticate under device key {key}: altered after it was written, or sealed with another key")]
+    PageListSeal {
+        image: String,
+        key: crate::seal::KeyId,
+    },
+    /// A sealed image refers to a chunk that is not sealed (its catalog record was altered).
+    #[error("image `{image}` is encrypted but refers to chunk {chunk}, which is not: the catalog was altered")]
+    UnsealedChunk { image: String, chunk: u64 },
     /// A chunk's bytes are not what its checksum says.
     #[error("checksum mismatch in chunk {chunk} (cluster {cluster})")]
     ChunkChecksum { chunk: u64, cluster: u64 },

@@ -13,8 +13,9 @@ pub const PAGE: usize = 4096;
 pub type Page = [u8; PAGE];
 /// Superblock magic.
 pub const MAGIC: &[u8; 8] = b"SBFLASH\0";
-/// Superblock format version every commit writes (2: with a label).
-pub const VERSION: u32 = 2;
+/// Superblock format version every commit writes (2: with a label; 3: the same block, and
+/// the catalog it names is of format 3, with sealed images and key slots).
+pub const VERSION: u32 = 3;
 /// The oldest superblock format version this build reads (1: without a label).
 pub const OLDEST_VERSION: u32 = 1;
 /// What the two-slot store of older snapboot releases had at the start of each header slot
@@ -92,6 +93,9 @@ pub struct Superblock {
     pub catalog_hash: [u8; 32],
     /// The store's label (empty in a version-1 superblock).
     pub label: Label,
+    /// The format version it was read as ([`VERSION`] for one this build made): it says
+    /// how the catalog it names is encoded (before 3: `crate::legacy`).
+    pub version: u32,
 }
 
 impl Superblock {
@@ -117,15 +121,20 @@ impl Superblock {
         b
     }
 
-    /// The block as a version-1 superblock (an older snapboot's: no label, its checksum at
-    /// 0x50), for tests that read old stores.
+    /// The block as an older snapboot wrote it: version 1 (no label, its checksum at 0x50)
+    /// or 2 (this layout, naming a catalog of format 2), for tests that read old stores.
     #[cfg(test)]
-    pub(crate) fn encode_v1(&self) -> Vec<u8> {
+    pub(crate) fn encode_old(&self, version: u32) -> Vec<u8> {
         let mut b = self.encode();
-        b[8..12].copy_from_slice(&1u32.to_le_bytes());
-        b[SB_HASHED_V1..].fill(0);
-        let h = blake3::hash(&b[..SB_HASHED_V1]);
-        b[SB_HASHED_V1..SB_HASHED_V1 + 32].copy_from_slice(h.as_bytes());
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let hashed = if version == 1 {
+            b[SB_HASHED_V1..].fill(0);
+            SB_HASHED_V1
+        } else {
+            SB_HASHED
+        };
+        let h = blake3::hash(&b[..hashed]);
+        b[hashed..hashed + 32].copy_from_slice(h.as_bytes());
         b
     }
 
@@ -146,7 +155,7 @@ impl Superblock {
         let version = u32_at(8);
         let hashed = match version {
             1 => SB_HASHED_V1,
-            VERSION => SB_HASHED,
+            2 | VERSION => SB_HASHED,
             _ => {
                 return Err(SuperblockError::Version {
                     found: version,
@@ -174,6 +183,7 @@ impl Superblock {
             },
             catalog_hash,
             label,
+            version,
         };
         if sb.cluster_blocks < 2 || sb.clusters < 2 {
             return Err(SuperblockError::Geometry {
@@ -220,6 +230,9 @@ pub struct ChunkRec {
     pub hash: [u8; 32],
     /// Images referencing it (the usage count).
     pub refs: u32,
+    /// Sealed under a device key (`crate::seal`): its stored bytes are nonce, ciphertext
+    /// and tag, and `hash` is the checksum of those.
+    pub sealed: bool,
 }
 
 /// What an image cost and saved: its pages after zero-page and in-image dedupe
@@ -266,6 +279,9 @@ pub struct ImageRec {
     /// A raw region the image owns besides its chunks (a lazy image's swap area): written
     /// by the caller before the commit, never moved, freed with the image.
     pub raw: Option<Extent>,
+    /// The device key its page list and every chunk it references are sealed with (none:
+    /// stored in the clear).
+    pub sealed: Option<crate::seal::KeyId>,
 }
 
 /// The map of everything committed, rewritten (elsewhere) at every commit.
@@ -283,6 +299,8 @@ pub struct Catalog {
     pub trimmed: Vec<u64>,
     /// How every chunk is checksummed.
     pub check: ChunkCheck,
+    /// Device keys wrapped for this device (a TPM-sealed key), opaque to the store.
+    pub key_slots: Vec<crate::seal::KeySlot>,
 }
 
 /// How chunks are checksummed (chosen when the store is formatted, the same for every chunk).
@@ -388,6 +406,7 @@ mod tests {
             },
             catalog_hash: [9; 32],
             label: Label::new("factory-α").unwrap(),
+            version: VERSION,
         }
     }
 
@@ -428,15 +447,18 @@ mod tests {
 
     #[test]
     fn a_version_1_superblock_reads_with_no_label_and_every_flip_is_caught() {
-        let b = sb().encode_v1();
+        let b = sb().encode_old(1);
         let read = Superblock::decode(&b).unwrap();
         assert_eq!(
             read,
             Superblock {
                 label: Label::default(),
+                version: 1,
                 ..sb()
             }
         );
+        let v2 = Superblock::decode(&sb().encode_old(2)).unwrap();
+        assert_eq!(v2, Superblock { version: 2, ..sb() });
         assert_eq!(read.label.as_str(), "");
         every_bit_flip_is_caught(&b, SB_HASHED_V1 + 32);
     }
@@ -444,13 +466,13 @@ mod tests {
     #[test]
     fn other_versions_and_bad_labels_are_refused() {
         let mut b = sb().encode();
-        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        b[8..12].copy_from_slice(&4u32.to_le_bytes());
         assert_eq!(
             Superblock::decode(&b),
             Err(SuperblockError::Version {
-                found: 3,
+                found: 4,
                 oldest: 1,
-                newest: 2
+                newest: 3
             })
         );
         for bad in ["with space", "tab\there", &"y".repeat(LABEL_BYTES + 1)] {

@@ -11,8 +11,10 @@ mod compact;
 mod error;
 mod fsck;
 mod layout;
+mod legacy;
 mod medium;
 mod reader;
+mod seal;
 mod sign;
 mod store;
 mod writer;
@@ -27,6 +29,7 @@ pub use layout::{
 };
 pub use medium::{FailingMedium, Medium, MemMedium, Window};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};
+pub use seal::{DeviceKey, KeyId, KeySlot, SEAL_OVERHEAD};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 

@@ -14,6 +14,7 @@ use crate::layout::{
     Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
+use crate::seal::{DeviceKey, KeyId, KeySlot};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How to lay out a new store.
@@ -43,6 +44,9 @@ pub struct Store<M: Medium> {
     pub(crate) medium: M,
     pub(crate) sb: Superblock,
     pub(crate) catalog: Catalog,
+    /// The device key it is unlocked with ([`Store::unlock`]): images written are sealed
+    /// with it, sealed images read with it.
+    pub(crate) key: Option<DeviceKey>,
 }
 
 /// What `gc` did.
@@ -119,6 +123,7 @@ impl<M: Medium> Store<M> {
             catalog: Extent::default(),
             catalog_hash: [0; 32],
             label: opts.label,
+            version: crate::layout::VERSION,
         };
         // Both slots invalid first, so a half-formatted medium is no store at all.
         medium
@@ -147,6 +152,7 @@ impl<M: Medium> Store<M> {
             medium,
             sb,
             catalog,
+            key: None,
         })
     }
 
@@ -162,11 +168,12 @@ impl<M: Medium> Store<M> {
         if blake3::hash(&bytes).as_bytes() != &sb.catalog_hash {
             return Err(Damage::CatalogChecksum.into());
         }
-        let catalog: Catalog = decode(&bytes, "catalog")?;
+        let catalog = crate::legacy::decode_catalog(&bytes, sb.version)?;
         Ok(Store {
             medium,
             sb,
             catalog,
+            key: None,
         })
     }
 
@@ -267,8 +274,51 @@ impl<M: Medium> Store<M> {
         }
     }
 
-    /// Reads and checks an image's page list.
-    pub fn image_meta(&self, rec: &ImageRec) -> Result<ImageMeta, StoreError> {
+    /// Unlocks the store with a device key: every image written from now on is sealed with
+    /// it, and sealed images can be read.
+    pub fn unlock(&mut self, key: DeviceKey) {
+        self.key = Some(key);
+    }
+
+    /// The id of the key the store is unlocked with.
+    pub fn key_id(&self) -> Option<KeyId> {
+        self.key.as_ref().map(DeviceKey::id)
+    }
+
+    /// The wrapped device keys the store carries.
+    pub fn key_slots(&self) -> &[KeySlot] {
+        &self.catalog.key_slots
+    }
+
+    /// Replaces the wrapped device keys the store carries, in one commit.
+    pub fn set_key_slots(&mut self, slots: Vec<KeySlot>) -> Result<(), StoreError> {
+        let mut catalog = self.catalog.clone();
+        catalog.key_slots = slots;
+        self.commit(catalog, None, &BTreeSet::new())?;
+        Ok(())
+    }
+
+    /// The key that opens `rec` (none for an image in the clear), or why there is none.
+    pub(crate) fn key_for(&self, rec: &ImageRec) -> Result<Option<&DeviceKey>, StoreError> {
+        let Some(id) = rec.sealed else {
+            return Ok(None);
+        };
+        match &self.key {
+            None => Err(StoreError::Locked {
+                image: rec.name.clone(),
+                key: id,
+            }),
+            Some(k) if k.id() != id => Err(StoreError::WrongKey {
+                image: rec.name.clone(),
+                key: id,
+                have: k.id(),
+            }),
+            Some(k) => Ok(Some(k)),
+        }
+    }
+
+    /// An image's page list as stored (sealed or not), checked against its checksum.
+    pub(crate) fn page_list_bytes(&self, rec: &ImageRec) -> Result<Vec<u8>, StoreError> {
         let what = format!("page list of image `{}`", rec.name);
         let bytes = read_extent(&self.medium, &self.sb, rec.meta, &what)?;
         if blake3::hash(&bytes).as_bytes() != &rec.meta_hash {
@@ -277,6 +327,18 @@ impl<M: Medium> Store<M> {
             }
             .into());
         }
+        Ok(bytes)
+    }
+
+    /// Reads and checks an image's page list (opening it when sealed).
+    pub fn image_meta(&self, rec: &ImageRec) -> Result<ImageMeta, StoreError> {
+        let what = format!("page list of image `{}`", rec.name);
+        let key = self.key_for(rec)?;
+        let bytes = self.page_list_bytes(rec)?;
+        let bytes = match key {
+            Some(k) => zeroize::Zeroizing::new(k.open_page_list(&rec.name, &bytes)?),
+            None => zeroize::Zeroizing::new(bytes),
+        };
         let meta: ImageMeta = decode(&bytes, &what)?;
         if meta.name != rec.name {
             return Err(Damage::PageListName {
@@ -336,6 +398,7 @@ impl<M: Medium> Store<M> {
             generation: self.sb.generation + 1,
             catalog: e,
             catalog_hash: *blake3::hash(&bytes).as_bytes(),
+            version: crate::layout::VERSION,
             ..self.sb
         };
         let slot = sb.generation % 2;
@@ -634,27 +697,45 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_store_opens_without_a_label_and_its_next_commit_writes_version_2() {
-        let mut s = labelled("");
-        commit_one(&mut s, "a");
-        // Both slots as an older snapboot left them.
-        let (sb, mut m) = (s.sb, s.into_medium());
-        let older = Superblock {
-            generation: sb.generation - 1,
-            ..sb
-        };
-        for v in [sb, older] {
-            m.write_at(&v.encode_v1(), (v.generation % 2) * BLOCK)
+    fn stores_an_older_snapboot_wrote_open_and_their_next_commit_writes_version_3() {
+        for old in [1, 2] {
+            let mut s = labelled(if old == 1 { "" } else { "two" });
+            commit_one(&mut s, "a");
+            // Both slots and the catalog as an older snapboot left them: a format-2 catalog
+            // (no sealing) where today's was.
+            let (sb, cat, mut m) = (s.sb, s.catalog.clone(), s.into_medium());
+            let bytes = crate::legacy::encode_v2(&cat);
+            m.write_at(&bytes, sb.catalog.cluster * sb.cluster_bytes())
                 .unwrap();
+            let sb = Superblock {
+                catalog: Extent {
+                    len: bytes.len() as u64,
+                    ..sb.catalog
+                },
+                catalog_hash: *blake3::hash(&bytes).as_bytes(),
+                ..sb
+            };
+            let older = Superblock {
+                generation: sb.generation - 1,
+                ..sb
+            };
+            for v in [sb, older] {
+                m.write_at(&v.encode_old(old), (v.generation % 2) * BLOCK)
+                    .unwrap();
+            }
+            assert_eq!((version_of(&m, 0), version_of(&m, 1)), (old, old));
+            let mut s = Store::open(m).unwrap();
+            assert_eq!(s.label(), if old == 1 { "" } else { "two" });
+            assert_eq!(s.images().len(), 1);
+            assert_eq!(s.images()[0].sealed, None);
+            assert!(s.catalog.chunks.iter().all(|c| !c.sealed));
+            assert!(s.fsck().clean());
+            commit_one(&mut s, "b");
+            let next = s.generation() % 2;
+            assert_eq!(version_of(s.medium(), next), VERSION);
+            let s = Store::open(s.into_medium()).unwrap();
+            assert_eq!(s.images().len(), 2);
+            assert!(s.fsck().clean(), "{:?}", s.fsck());
         }
-        assert_eq!((version_of(&m, 0), version_of(&m, 1)), (1, 1));
-        let mut s = Store::open(m).unwrap();
-        assert_eq!(s.label(), "");
-        assert_eq!(s.images().len(), 1);
-        commit_one(&mut s, "b");
-        let next = s.generation() % 2;
-        assert_eq!(version_of(s.medium(), next), VERSION);
-        let s = Store::open(s.into_medium()).unwrap();
-        assert_eq!(s.images().len(), 2);
     }
 }

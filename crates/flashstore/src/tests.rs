@@ -521,7 +521,7 @@ fn damage_is_named_by_read_and_fsck() {
     let err = Store::open(m.clone()).unwrap_err().to_string();
     assert_eq!(
         err,
-        "no valid superblock (first: store format version 65538 (this build reads 1 to 2); \
+        "no valid superblock (first: store format version 65539 (this build reads 1 to 3); \
          second: superblock checksum mismatch)"
     );
 }
@@ -1019,3 +1019,5 @@ fn the_reader_advises_every_chunk_after_the_first_once_in_merged_ranges() {
     let ranges = s.medium().advice.borrow().len();
     assert!(ranges * 4 <= n, "{ranges} ranges for {n} chunks");
 }
+
+mod sealed;

@@ -178,10 +178,20 @@ impl<M: Medium> Store<M> {
         let mut known = HashMap::new();
         let mut old = BTreeSet::new();
         if opts.dedupe != Dedupe::Off {
+            // A sealed image references sealed chunks only, and a clear one clear chunks
+            // (their page keys differ anyway: a sealed image's are keyed).
+            let sealing = self.key.is_some();
+            let same_kind: BTreeSet<u64> = self
+                .catalog
+                .chunks
+                .iter()
+                .filter(|c| c.sealed == sealing)
+                .map(|c| c.id)
+                .collect();
             // The newest copy of a content wins: a page the last image stored again (with
             // its neighbours, because its run was short) sits next to them there, and a
             // re-capture finds the whole run in one chunk.
-            for (id, keys) in &table.chunks {
+            for (id, keys) in table.chunks.iter().filter(|(id, _)| same_kind.contains(id)) {
                 old.insert(*id);
                 for (slot, k) in keys.iter().enumerate() {
                     known.insert(*k, (*id, slot as u16));
@@ -250,7 +260,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             self.pages.push(PageRef::Zero);
             return Ok(());
         }
-        let key = page_key(page);
+        let key = self.page_key(page);
         // Continue the pending run when its chunk's next slot holds this content, even if a
         // newer copy exists elsewhere.
         let next = self
@@ -293,6 +303,14 @@ impl<M: Medium> ImageWriter<'_, M> {
                 self.flush_run()?;
                 self.store_page(page, key)
             }
+        }
+    }
+
+    /// A page's dedupe key: keyed by the device key when the image is sealed.
+    fn page_key(&self, page: &Page) -> [u8; 16] {
+        match &self.store.key {
+            Some(k) => k.page_key(page),
+            None => page_key(page),
         }
     }
 
@@ -416,7 +434,7 @@ impl<M: Medium> ImageWriter<'_, M> {
                         .get(at..at + PAGE)
                         .and_then(|b| b.try_into().ok())
                         .ok_or_else(|| StoreError::from(Damage::SlotShort { chunk, slot }))?;
-                    let to = self.pack(&page, page_key(&page))?;
+                    let to = self.pack(&page, self.page_key(&page))?;
                     moved.insert((chunk, slot), to);
                     self.stats.shared_pages -= 1;
                     self.stats.new_pages += 1;
@@ -452,6 +470,11 @@ impl<M: Medium> ImageWriter<'_, M> {
         } else {
             (raw, false)
         };
+        let pages = keys.len() as u16;
+        let stored = match &self.store.key {
+            Some(k) => k.seal_chunk(id, pages, lz4, &stored)?,
+            None => stored,
+        };
         let (cluster, offset) = self.append(&stored)?;
         self.stats.stored_bytes += stored.len() as u64;
         self.new_chunks.push(ChunkRec {
@@ -459,10 +482,11 @@ impl<M: Medium> ImageWriter<'_, M> {
             cluster,
             offset: offset as u32,
             stored_len: stored.len() as u32,
-            pages: keys.len() as u16,
+            pages,
             lz4,
             hash: self.store.catalog.check.digest(&stored),
             refs: 0,
+            sealed: self.store.key.is_some(),
         });
         self.new_keys.push((id, keys));
         Ok(())
@@ -505,6 +529,10 @@ impl<M: Medium> ImageWriter<'_, M> {
             pages: std::mem::take(&mut self.pages),
         };
         let bytes = crate::layout::encode(&meta, "page list")?;
+        let bytes = match &self.store.key {
+            Some(k) => k.seal_page_list(&self.name, &bytes)?,
+            None => bytes,
+        };
         let at = self.store.place(&bytes, &mut self.taken, "page list")?;
         let mut catalog = self.store.catalog.clone();
         catalog.images.retain(|i| i.name != self.name);
@@ -524,6 +552,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             stats: self.stats,
             signature: Vec::new(),
             raw: self.raw,
+            sealed: self.store.key_id(),
         };
         catalog.images.push(rec.clone());
         recount(&mut catalog);

@@ -373,6 +373,7 @@ mod tests {
             stats: Default::default(),
             signature: Vec::new(),
             raw: None,
+            sealed: None,
         }
     }
 
