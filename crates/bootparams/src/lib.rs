@@ -59,6 +59,10 @@
 //!                           application's health check runs `snapboot confirm`)
 //! snapboot.norecapture      a boot whose images were refused because the system changed
 //!                           (an update) does not capture a new one at the ready point
+//! snapboot.encrypt=E        images are encrypted with the device key, and only images
+//!                           encrypted with it restore: tpm (a key sealed to the TPM, kept in
+//!                           the store), tpm:N+N (sealed to those SHA-256 PCRs too) or key
+//!                           (the key file /etc/snapboot/device.key in the initramfs)
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -130,8 +134,10 @@ pub mod key {
     pub const CONFIRM: &str = "snapboot.confirm";
     /// No capture after an update made the images unusable.
     pub const NORECAPTURE: &str = "snapboot.norecapture";
+    /// Encrypted images, and where the device key comes from.
+    pub const ENCRYPT: &str = "snapboot.encrypt";
     /// Every key.
-    pub const ALL: [&str; 29] = [
+    pub const ALL: [&str; 30] = [
         STORE,
         CAPTURE,
         THEN,
@@ -161,6 +167,7 @@ pub mod key {
         ATTEMPTS,
         CONFIRM,
         NORECAPTURE,
+        ENCRYPT,
     ];
 }
 
@@ -281,6 +288,60 @@ pub struct BootParams {
     pub confirm: Confirm,
     /// Not `snapboot.norecapture`.
     pub recapture: bool,
+    /// `snapboot.encrypt=E`.
+    pub encrypt: Encrypt,
+}
+
+/// Whether images are encrypted, and where the device key comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Encrypt {
+    /// Images in the clear (the default).
+    #[default]
+    Off,
+    /// A key sealed to the device's TPM (and to these SHA-256 PCRs), kept in the store.
+    Tpm { pcrs: Vec<u32> },
+    /// The key file in the initramfs.
+    KeyFile,
+}
+
+impl Encrypt {
+    /// Parses `tpm`, `tpm:N+N...` (PCRs 0 to 23) or `key`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "key" => Some(Encrypt::KeyFile),
+            "tpm" => Some(Encrypt::Tpm { pcrs: Vec::new() }),
+            _ => {
+                let list = s.strip_prefix("tpm:")?;
+                let mut pcrs = Vec::new();
+                for n in list.split('+') {
+                    let n: u32 = n.parse().ok().filter(|&n| n < 24)?;
+                    if !pcrs.contains(&n) {
+                        pcrs.push(n);
+                    }
+                }
+                pcrs.sort_unstable();
+                Some(Encrypt::Tpm { pcrs })
+            }
+        }
+    }
+
+    /// The word [`Encrypt::parse`] reads (`off` for [`Encrypt::Off`]).
+    pub fn word(&self) -> String {
+        match self {
+            Encrypt::Off => "off".into(),
+            Encrypt::KeyFile => "key".into(),
+            Encrypt::Tpm { pcrs } if pcrs.is_empty() => "tpm".into(),
+            Encrypt::Tpm { pcrs } => format!(
+                "tpm:{}",
+                pcrs.iter().map(u32::to_string).collect::<Vec<_>>().join("+")
+            ),
+        }
+    }
+
+    /// Images are encrypted.
+    pub fn on(&self) -> bool {
+        *self != Encrypt::Off
+    }
 }
 
 /// Unconfirmed restores of one image before the crash-loop guard skips it.
@@ -411,6 +472,7 @@ impl Default for BootParams {
             attempts: DEFAULT_ATTEMPTS,
             confirm: Confirm::Restored,
             recapture: true,
+            encrypt: Encrypt::Off,
         }
     }
 }
@@ -680,6 +742,11 @@ impl BootParams {
                         .ok_or_else(|| bad("expected restored or app"))?;
                 }
                 key::NORECAPTURE => p.recapture = !flag(value)?,
+                key::ENCRYPT => {
+                    p.encrypt = value
+                        .and_then(Encrypt::parse)
+                        .ok_or_else(|| bad("expected tpm, tpm:PCR+PCR... (0-23) or key"))?;
+                }
                 _ => {
                     return Err(BootParamsError::Unknown {
                         word: word.to_string(),
@@ -729,6 +796,9 @@ impl BootParams {
             (self.attempts != DEFAULT_ATTEMPTS).then(|| with(key::ATTEMPTS, &self.attempts)),
             (self.confirm != Confirm::Restored).then(|| with(key::CONFIRM, &self.confirm.word())),
             (!self.recapture).then(|| key::NORECAPTURE.to_string()),
+            self.encrypt
+                .on()
+                .then(|| with(key::ENCRYPT, &self.encrypt.word())),
         ];
         words.into_iter().flatten().collect()
     }

@@ -21,7 +21,8 @@ fn each_word_sets_its_field() {
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
-         snapboot.attempts=5 snapboot.confirm=app snapboot.norecapture",
+         snapboot.attempts=5 snapboot.confirm=app snapboot.norecapture \
+         snapboot.encrypt=tpm:7+0",
     )
     .unwrap();
     assert_eq!(
@@ -59,8 +60,31 @@ fn each_word_sets_its_field() {
             attempts: 5,
             confirm: Confirm::App,
             recapture: false,
+            encrypt: Encrypt::Tpm { pcrs: vec![0, 7] },
         }
     );
+}
+
+#[test]
+fn encrypt_words() {
+    assert_eq!(Encrypt::parse("key"), Some(Encrypt::KeyFile));
+    assert_eq!(Encrypt::parse("tpm"), Some(Encrypt::Tpm { pcrs: vec![] }));
+    assert_eq!(
+        Encrypt::parse("tpm:14+7+7"),
+        Some(Encrypt::Tpm { pcrs: vec![7, 14] })
+    );
+    for bad in ["tpm:", "tpm:24", "tpm:x", "yes", "off", ""] {
+        assert_eq!(Encrypt::parse(bad), None, "{bad}");
+    }
+    for e in [
+        Encrypt::KeyFile,
+        Encrypt::Tpm { pcrs: vec![] },
+        Encrypt::Tpm { pcrs: vec![0, 7] },
+    ] {
+        assert_eq!(Encrypt::parse(&e.word()), Some(e.clone()));
+    }
+    let e = BootParams::parse("snapboot.encrypt=maybe").unwrap_err().to_string();
+    assert!(e.contains("tpm, tpm:PCR+PCR"), "{e}");
 }
 
 #[test]
@@ -286,6 +310,12 @@ prop_compose! {
         attempts in 1u32..10,
         confirm in prop_oneof![Just(Confirm::Restored), Just(Confirm::App)],
         recapture in any::<bool>(),
+        encrypt in prop_oneof![
+            Just(Encrypt::Off),
+            Just(Encrypt::KeyFile),
+            proptest::collection::btree_set(0u32..24, 0..4)
+                .prop_map(|s| Encrypt::Tpm { pcrs: s.into_iter().collect() }),
+        ],
     ) -> BootParams {
         BootParams {
             store,
@@ -317,6 +347,7 @@ prop_compose! {
             attempts,
             confirm,
             recapture,
+            encrypt,
         }
     }
 }
