@@ -24,6 +24,8 @@ use std::process::Command;
 /// Where the initramfs carries the public key of signed images (`ondevice::flash`'s
 /// `PUBLIC_KEY_FILE`, without the leading `/`).
 pub const IMAGE_PUBLIC_KEY: &str = "etc/snapboot/image.pub";
+/// Where the initramfs keeps a device key file (ondevice::devicekey::DEVICE_KEY_FILE).
+pub const DEVICE_KEY: &str = "etc/snapboot/device.key";
 
 /// Modules the board's initramfs loads: the virtio PCI transport and block device and the
 /// root filesystem's driver, and the virtio RNG (fresh entropy after a restore). Dependencies (virtio_ring, virtio, ...) are resolved in order.
@@ -126,6 +128,9 @@ pub struct BuildOptions {
     /// A public key (`snapboot key gen`) to put in the initramfs: resume then restores
     /// only images signed for it.
     pub image_key: Option<PathBuf>,
+    /// A device key file (`snapboot key device`) to put in the initramfs: images are
+    /// encrypted with it under `snapboot.encrypt=key`.
+    pub device_key: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
     /// Where what outlives one build is kept: the debian workload's base root, made once
@@ -328,6 +333,10 @@ impl Bundle {
         if let Some(k) = &opts.image_key {
             let key = fs::read(k).map_err(io(k))?;
             ir.file(IMAGE_PUBLIC_KEY, 0o644, key);
+        }
+        if let Some(k) = &opts.device_key {
+            let key = fs::read(k).map_err(io(k))?;
+            ir.file(DEVICE_KEY, 0o600, key);
         }
         // The kernel this bundle's images come from, for a restore kernel booting this same
         // initramfs (its own uname differs; ondevice::system::image_kernel reads this).

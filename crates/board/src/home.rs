@@ -173,6 +173,7 @@ pub fn build_builtin(name: &str, arch: Arch) -> Result<Bundle, HomeError> {
         rootfs_dir: None,
         snapboot_bin: device_binary(arch)?,
         image_key: None,
+        device_key: None,
         out: builtin_bundle_dir(name, arch),
         cache_dir: debian_cache(),
         debs_dir,

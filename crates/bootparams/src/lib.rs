@@ -333,7 +333,10 @@ impl Encrypt {
             Encrypt::Tpm { pcrs } if pcrs.is_empty() => "tpm".into(),
             Encrypt::Tpm { pcrs } => format!(
                 "tpm:{}",
-                pcrs.iter().map(u32::to_string).collect::<Vec<_>>().join("+")
+                pcrs.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join("+")
             ),
         }
     }

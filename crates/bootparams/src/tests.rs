@@ -83,7 +83,9 @@ fn encrypt_words() {
     ] {
         assert_eq!(Encrypt::parse(&e.word()), Some(e.clone()));
     }
-    let e = BootParams::parse("snapboot.encrypt=maybe").unwrap_err().to_string();
+    let e = BootParams::parse("snapboot.encrypt=maybe")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("tpm, tpm:PCR+PCR"), "{e}");
 }
 

@@ -13,6 +13,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const SECRET_TAG: &str = "snapboot-image-secret-key";
+const DEVICE_TAG: &str = "snapboot-device-key";
+const DEVICE_SCHEME: &str = "xchacha20poly1305";
 const PUBLIC_TAG: &str = "snapboot-image-public-key";
 const SCHEME: &str = "ed25519";
 
@@ -187,6 +189,75 @@ impl PublicKey {
     }
 }
 
+/// A device key file: the 32-byte secret images are encrypted with on a device without a
+/// TPM (`snapboot.encrypt=key`), one line `snapboot-device-key xchacha20poly1305 <64 hex>`.
+/// Weaker than a TPM-sealed key: whoever reads the initramfs reads the key.
+pub struct DeviceSecret(zeroize::Zeroizing<[u8; 32]>);
+
+impl std::fmt::Debug for DeviceSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceSecret(..)")
+    }
+}
+
+impl DeviceSecret {
+    /// A new secret from the kernel's random source.
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut b = zeroize::Zeroizing::new([0u8; 32]);
+        let mut filled = 0;
+        while filled < 32 {
+            filled +=
+                rustix::rand::getrandom(&mut b[filled..], rustix::rand::GetRandomFlags::empty())
+                    .map_err(|e| KeyError::Random(e.into()))?;
+        }
+        Ok(DeviceSecret(b))
+    }
+
+    /// The secret whose bytes are `b`.
+    pub fn from_bytes(b: zeroize::Zeroizing<[u8; 32]>) -> Self {
+        DeviceSecret(b)
+    }
+
+    /// Reads a device key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
+            KeyError::Io {
+                what: "reading device key",
+                path: path.into(),
+                source,
+            }
+        })?);
+        let bad = |why: &str| KeyError::Format {
+            path: path.into(),
+            kind: "device",
+            why: why.into(),
+        };
+        let words: Vec<&str> = text.split_whitespace().collect();
+        match words.as_slice() {
+            [t, s, h] if *t == DEVICE_TAG && *s == DEVICE_SCHEME => unhex32(h)
+                .map(|b| DeviceSecret(zeroize::Zeroizing::new(b)))
+                .ok_or_else(|| bad("the key is not 64 hex digits")),
+            _ => Err(bad(&format!(
+                "expected one line `{DEVICE_TAG} {DEVICE_SCHEME} <64 hex digits>`"
+            ))),
+        }
+    }
+
+    /// Writes it to a new file, mode 0600.
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let line = zeroize::Zeroizing::new(format!(
+            "{DEVICE_TAG} {DEVICE_SCHEME} {}\n",
+            hex(&self.0[..])
+        ));
+        write_new(path, &line, true)
+    }
+
+    /// The secret.
+    pub fn bytes(&self) -> &zeroize::Zeroizing<[u8; 32]> {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +327,28 @@ mod tests {
         assert!(e.contains("not 64 hex digits"), "{e}");
         let e = PublicKey::load(&dir.path().join("missing")).unwrap_err();
         assert!(matches!(e, KeyError::Io { .. }));
+    }
+
+    #[test]
+    fn a_device_key_round_trips_and_other_files_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("device.key");
+        let k = DeviceSecret::generate().unwrap();
+        k.save(&p).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(DeviceSecret::load(&p).unwrap().bytes()[..], k.bytes()[..]);
+        assert!(k.save(&p).is_err(), "never over an existing key");
+        let s = d.path().join("s");
+        SecretKey::generate().unwrap().save(&s).unwrap();
+        let e = DeviceSecret::load(&s).unwrap_err().to_string();
+        assert!(e.contains("is not a snapboot device key"), "{e}");
+        let e = DeviceSecret::load(&d.path().join("none"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reading device key"), "{e}");
     }
 }

@@ -254,6 +254,7 @@ fn carry_out(
                 boot_setup,
                 images,
                 public_key: None,
+                key: crate::devicekey::KeyConfig::new(params.encrypt.clone()),
                 attempts: params.attempts,
                 started: Some(started),
             });
@@ -262,11 +263,17 @@ fn carry_out(
             if let ResumeError::NoneRestorable { refused, .. } = err {
                 s.refused = refused;
             }
-            let signed = Path::new(crate::store::PUBLIC_KEY_FILE).exists();
+            let signed = signed_only(params);
             s.recapture = recapture_after(&s.refused, empty, params.recapture, signed);
             s
         }
     }
+}
+
+/// Only images the device cannot make restore here: signed ones (a public key is in the
+/// initramfs) and no device key authenticates the device's own captures.
+fn signed_only(params: &BootParams) -> bool {
+    Path::new(crate::store::PUBLIC_KEY_FILE).exists() && !params.encrypt.on()
 }
 
 /// On a restore kernel about to hand the cold boot over: keeps its status in the store's
@@ -307,7 +314,7 @@ fn handed_over_status(params: &BootParams) -> BootStatus {
     s.handed_over = true;
     s.kernel = crate::system::running_release();
     if s.recapture == Recapture::Planned || s.recapture == Recapture::Off {
-        let signed = Path::new(crate::store::PUBLIC_KEY_FILE).exists();
+        let signed = signed_only(params);
         s.recapture = recapture_after(&s.refused, s.refused.is_empty(), params.recapture, signed);
     }
     s
@@ -415,6 +422,7 @@ pub fn capture_options(p: &BootParams, store: &StoreAddress) -> CaptureOptions {
     o.dedupe = p.dedupe;
     o.pin = p.pin;
     o.pm_times = p.pm_times;
+    o.key = crate::devicekey::KeyConfig::new(p.encrypt.clone());
     o
 }
 

@@ -57,6 +57,8 @@ pub struct CaptureOptions {
     /// Turn the kernel's device PM timing on before the image is taken, so every restore of
     /// it prints how long each device's restore callback ran (`snapboot analyze` reads it).
     pub pm_times: bool,
+    /// Whether the image is encrypted, and with which device key (`snapboot.encrypt=`).
+    pub key: crate::devicekey::KeyConfig,
 }
 
 impl CaptureOptions {
@@ -75,6 +77,7 @@ impl CaptureOptions {
             pin: false,
             sign_key: None,
             pm_times: false,
+            key: crate::devicekey::KeyConfig::new(bootparams::Encrypt::Off),
         }
     }
 }
@@ -94,6 +97,14 @@ pub enum CaptureError {
     /// The kernel is locked down, which disables hibernation.
     #[error("refusing to capture")]
     Lockdown(#[source] LockedDown),
+    /// The device key the image is to be encrypted with is not at hand.
+    #[error("refusing to capture an encrypted image")]
+    Key(#[source] crate::devicekey::DeviceKeyError),
+    /// A lazy image's swap region would be written in the clear.
+    #[error(
+        "refusing to capture: a lazy image's swap region is not encrypted yet, and          snapboot.encrypt={0} asks for encrypted images (capture a full image: drop          snapboot.lazy)"
+    )]
+    LazyEncrypted(String),
     /// A writable, block-backed filesystem is mounted.
     #[error(
         "refusing to capture: {device} ({fstype}) is mounted read-write on {target}; its \
@@ -203,6 +214,14 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         });
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
+    if o.key.encrypt.on() {
+        if o.lazy.is_some() {
+            return Err(CaptureError::LazyEncrypted(o.key.encrypt.word()));
+        }
+        // The key itself is read only after the snapshot (so the image never holds it);
+        // whether it can be is checked now, before anything changes.
+        crate::devicekey::check_reachable(&o.key).map_err(CaptureError::Key)?;
+    }
     // Observed while the FAT-family mounts are still writable, which leaves them out of the
     // binding: they are written again after the capture.
     let binding = observe_binding().map_err(CaptureError::Binding)?;
@@ -380,6 +399,9 @@ fn take_image(
         crate::restore::flush_block_cache(&at.path);
         return Ok(Taken::Restored);
     }
+    // Unlocked only now: the memory the image holds never held the key.
+    let unlocked =
+        crate::devicekey::unlock_for_capture(&mut store, &o.key).map_err(CaptureError::Key)?;
     let opts = flashstore::WriteOptions {
         compression: o.compression,
         dedupe: o
@@ -404,6 +426,9 @@ fn take_image(
         st.stored_bytes as f64 / 1048576.0,
         c.written_bytes as f64 / 1048576.0
     );
+    if let Some(u) = &unlocked {
+        stored.push_str(&format!(", encrypted with {u}"));
+    }
     if let Some(k) = &o.sign_key {
         let key = imagekey::SecretKey::load(k).map_err(StoreUseError::from)?;
         let digest = store.signed_digest(&c.image).map_err(StoreUseError::from)?;

@@ -10,6 +10,7 @@ pub mod binding;
 pub mod boot;
 pub mod capture;
 pub mod capture_mounts;
+pub mod devicekey;
 pub mod devicetree;
 pub mod dm;
 pub mod guest;

@@ -48,6 +48,8 @@ pub struct ResumeOptions {
     /// The public key images must be signed for (`None`: look for
     /// [`crate::store::PUBLIC_KEY_FILE`]).
     pub public_key: Option<PathBuf>,
+    /// Whether images are encrypted, and with which device key (`snapboot.encrypt=`).
+    pub key: crate::devicekey::KeyConfig,
     /// The crash-loop guard's limit: an image restored this many times without a
     /// confirmation is skipped (`snapboot.attempts`).
     pub attempts: u32,
@@ -103,6 +105,23 @@ pub enum ResumeError {
     /// The image's page list and its description disagree on the stream's length.
     #[error("the image's page list holds {listed} pages, its description says the kernel's stream had {described}")]
     PageCount { listed: u64, described: u64 },
+    /// The device key cannot be had: no encrypted image can be opened (the reason, with
+    /// its causes: it is the same for every image).
+    #[error("no device key to open the images with: {0}")]
+    DeviceKey(String),
+    /// The image is in the clear, and this device restores encrypted images only.
+    #[error(
+        "the image is not encrypted, and this device restores only images encrypted with its          device key (snapboot.encrypt={encrypt}): it was written by something else than this          device's captures"
+    )]
+    Clear { encrypt: String },
+    /// The image is encrypted with another key than the device's.
+    #[error(
+        "the image is encrypted with device key {image}, this device's key is {device}: it          was captured under another key (the key changed, or the store comes from another          device)"
+    )]
+    ForeignKey {
+        image: flashstore::KeyId,
+        device: flashstore::KeyId,
+    },
     /// The store has no image.
     #[error("store {store}: the store holds no image")]
     NoImage {
@@ -148,7 +167,13 @@ impl ResumeError {
             ResumeError::Store(StoreUseError::Description(_)) => Refusal::Changed,
             ResumeError::Stale { .. } => Refusal::Stale,
             ResumeError::CrashLoop { .. } => Refusal::CrashLoop,
-            ResumeError::Store(StoreUseError::Key(_)) => Refusal::Untrusted,
+            ResumeError::Store(StoreUseError::Key(_)) | ResumeError::Clear { .. } => {
+                Refusal::Untrusted
+            }
+            ResumeError::DeviceKey(_) | ResumeError::ForeignKey { .. } => Refusal::Key,
+            ResumeError::Store(StoreUseError::Image(
+                flashstore::StoreError::Locked { .. } | flashstore::StoreError::WrongKey { .. },
+            )) => Refusal::Key,
             ResumeError::Store(_)
             | ResumeError::Header(_)
             | ResumeError::PageCount { .. }
@@ -345,11 +370,23 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         });
     }
     let log = store.boot_log().map_err(ResumeError::Record)?;
+    // Without the device key no encrypted image opens: each is refused with why.
+    let no_key = crate::devicekey::unlock(&mut store, &o.key)
+        .err()
+        .map(|e| chain(&e));
+    let trust = Trust {
+        public: key.as_ref(),
+        encrypt: &o.key.encrypt,
+        device: store.key_id(),
+    };
     let mut refused = Vec::new();
     for name in order {
         let t = Instant::now();
-        let loaded = guard(&store, &name, &log, o)
-            .and_then(|()| load_flash_image(&store, &at.path, &name, key.as_ref(), &expected, o));
+        let loaded = match &no_key {
+            Some(why) => Err(ResumeError::DeviceKey(why.clone())),
+            None => guard(&store, &name, &log, o)
+                .and_then(|()| load_flash_image(&store, &at.path, &name, &trust, &expected, o)),
+        };
         match loaded {
             Ok(dev) => {
                 let load_secs = t.elapsed().as_secs_f64();
@@ -440,21 +477,69 @@ fn record_attempt(
         .map_err(ResumeError::Record)
 }
 
+/// What makes an image trusted here: the factory's signature (a public key in the
+/// initramfs), and where images are encrypted, the device key they must be encrypted with.
+struct Trust<'a> {
+    public: Option<&'a imagekey::PublicKey>,
+    encrypt: &'a bootparams::Encrypt,
+    /// The key the store is unlocked with.
+    device: Option<flashstore::KeyId>,
+}
+
+impl Trust<'_> {
+    /// Checks `rec` before anything of it is read: encrypted with the device's key where
+    /// images are encrypted (its tag then authenticates it as the device's own capture, and
+    /// a signature is checked only if it has one); otherwise signed when a public key is
+    /// configured. Returns what was checked, for the console.
+    fn check(
+        &self,
+        store: &flashstore::Store<std::fs::File>,
+        rec: &flashstore::ImageRec,
+    ) -> Result<&'static str, ResumeError> {
+        if self.encrypt.on() {
+            let device = self.device.ok_or_else(|| ResumeError::Clear {
+                encrypt: self.encrypt.word(),
+            })?;
+            match rec.sealed {
+                None => {
+                    return Err(ResumeError::Clear {
+                        encrypt: self.encrypt.word(),
+                    })
+                }
+                Some(k) if k != device => return Err(ResumeError::ForeignKey { image: k, device }),
+                Some(_) => {}
+            }
+            return match self.public {
+                Some(key) if !rec.signature.is_empty() => {
+                    crate::store::check_signature(store, rec, key)?;
+                    Ok(", encrypted with the device key, signature checked")
+                }
+                _ => Ok(", encrypted with the device key"),
+            };
+        }
+        match self.public {
+            Some(key) => {
+                crate::store::check_signature(store, rec, key)?;
+                Ok(", signature checked")
+            }
+            None => Ok(""),
+        }
+    }
+}
+
 /// Checks image `name` of `store` (on `device`) and hands its pages to the kernel.
 fn load_flash_image(
     store: &flashstore::Store<std::fs::File>,
     device: &Path,
     name: &str,
-    key: Option<&imagekey::PublicKey>,
+    trust: &Trust<'_>,
     expected: &Expected,
     o: &ResumeOptions,
 ) -> Result<SnapshotDev, ResumeError> {
     let rec = store
         .image(name)
         .ok_or_else(|| StoreUseError::from(flashstore::StoreError::NoImage(name.into())))?;
-    if let Some(key) = key {
-        crate::store::check_signature(store, rec, key)?;
-    }
+    let checked = trust.check(store, rec)?;
     let mut reader = store
         .reader(name)
         .map_err(|e| ResumeError::Store(e.into()))?;
@@ -476,14 +561,9 @@ fn load_flash_image(
         }
         crate::lazy::check_region(device, sw).map_err(ResumeError::SwapRegion)?;
     }
-    let signed = if key.is_some() {
-        ", signature checked"
-    } else {
-        ""
-    };
     load(
         &mut reader,
-        &format!("image {name} (generation {}{signed}): ", rec.generation),
+        &format!("image {name} (generation {}{checked}): ", rec.generation),
         |page0| expected.check_header(page0),
     )
 }

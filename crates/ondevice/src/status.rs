@@ -60,8 +60,11 @@ pub enum Refusal {
     CrashLoop,
     /// Its data does not check out (checksums, structure).
     Damaged,
-    /// Not signed for the configured key.
+    /// Not signed for the configured key, or in the clear where images are encrypted.
     Untrusted,
+    /// Encrypted with a key this device does not have (TPM cleared or replaced, store moved,
+    /// key changed): only a new capture under the device's key helps.
+    Key,
     /// Anything else (the store or the kernel cannot do it now).
     Other,
 }
@@ -391,8 +394,9 @@ pub fn from_boot_log(bytes: &[u8]) -> Option<BootStatus> {
 
 /// Whether a boot whose images were refused like this takes a new image at the ready point:
 /// when the store holds none (`refused` empty) or when one was refused because the system
-/// changed or an update marked it stale, and none of them because it crash-looped (a new
-/// image of the same system would loop too). Damaged and untrusted images are left for
+/// changed, an update marked it stale or the device lost the key it was encrypted with, and
+/// none of them because it crash-looped (a new image of the same system would loop too).
+/// Damaged and untrusted images are left for
 /// someone to look at. `recapture` is `snapboot.norecapture`'s opposite; a store of signed
 /// images never gets an unsigned one (`signed`).
 pub fn recapture_after(
@@ -404,7 +408,7 @@ pub fn recapture_after(
     let changed = store_empty
         || refused
             .iter()
-            .any(|r| matches!(r.kind, Refusal::Changed | Refusal::Stale));
+            .any(|r| matches!(r.kind, Refusal::Changed | Refusal::Stale | Refusal::Key));
     let looped = refused.iter().any(|r| r.kind == Refusal::CrashLoop);
     match (changed && !looped && !signed, recapture) {
         (false, _) => Recapture::No,
@@ -495,6 +499,10 @@ mod tests {
         );
         assert_eq!(
             recapture_after(&[refused(Stale)], false, true, false),
+            Recapture::Planned
+        );
+        assert_eq!(
+            recapture_after(&[refused(Key)], false, true, false),
             Recapture::Planned
         );
         assert_eq!(

@@ -202,6 +202,8 @@ pub struct ImageSummary {
     pub pinned: bool,
     /// It carries a signature.
     pub signed: bool,
+    /// The device key it is encrypted with (`None`: in the clear).
+    pub encrypted: Option<String>,
     /// Commit time, unix seconds.
     pub created_unix: u64,
     /// Kernel and machine it was captured on (`None`: its description is unusable, see
@@ -269,6 +271,7 @@ pub fn summary(store: &Store<File>, rec: &ImageRec) -> ImageSummary {
         generation: rec.generation,
         pinned: rec.pinned,
         signed: !rec.signature.is_empty(),
+        encrypted: rec.sealed.map(|k| k.to_string()),
         created_unix: rec.created_unix,
         identity: d.as_ref().ok().map(|d| d.identity.clone()),
         description_error: d.as_ref().err().map(|e| boottrace::error_chain(e)),

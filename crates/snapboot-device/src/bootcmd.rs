@@ -70,6 +70,11 @@ pub struct CaptureArgs {
     /// chunks with BLAKE3 (`snapboot store init --checksum blake3`).
     #[arg(long, value_name = "SECRET_KEY")]
     sign_key: Option<PathBuf>,
+    /// Encrypt the image with the device key: `tpm` (a key sealed to the TPM, kept in the
+    /// store; `tpm:7+14` also binds it to those SHA-256 PCRs) or `key` (the key file
+    /// /etc/snapboot/device.key). The same word as `snapboot.encrypt=`.
+    #[arg(long, value_name = "tpm|tpm:PCR+PCR|key", value_parser = parse_encrypt)]
+    encrypt: Option<bootparams::Encrypt>,
     /// Every restore of the image prints how long each device's restore took (the kernel's
     /// pm_print_times), for `snapboot analyze`.
     #[arg(long)]
@@ -201,6 +206,10 @@ fn lazy_options(
     })
 }
 
+fn parse_encrypt(s: &str) -> Result<bootparams::Encrypt, String> {
+    bootparams::Encrypt::parse(s).ok_or_else(|| format!("{s}: expected tpm, tpm:PCR+PCR... or key"))
+}
+
 fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
     match capture(o) {
         Ok(CaptureOutcome::Restored(_)) => println!("restored"),
@@ -244,6 +253,9 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     o.pin = a.pin;
     o.sign_key = a.sign_key;
     o.pm_times = a.pm_times;
+    if let Some(e) = a.encrypt {
+        o.key = ondevice::devicekey::KeyConfig::new(e);
+    }
     run_capture(&o)
 }
 

@@ -83,12 +83,15 @@ pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
                 None => format!("FAILED: {}", i.verify),
             };
             println!(
-                "image {} generation {}{}{}: {} pages ({} zero, {} shared), {:.1} MiB stored, \
+                "image {} generation {}{}{}{}: {} pages ({} zero, {} shared), {:.1} MiB stored, \
                  kernel {kernel}{}; checksums: {checked}",
                 r.name,
                 r.generation,
                 if r.pinned { ", pinned" } else { "" },
                 if r.signed { ", signed" } else { "" },
+                r.encrypted.as_deref().map_or(String::new(), |k| format!(
+                    ", encrypted with device key {k}"
+                )),
                 r.stats.pages,
                 r.stats.zero_pages,
                 r.stats.shared_pages,

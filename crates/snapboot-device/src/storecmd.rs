@@ -98,6 +98,14 @@ pub enum KeyCmd {
         /// Path prefix of the two files.
         prefix: PathBuf,
     },
+    /// Make a new device key file (mode 0600) for devices without a TPM
+    /// (`snapboot.encrypt=key`): it goes into the initramfs as /etc/snapboot/device.key
+    /// (`board build --device-key`). Whoever reads the initramfs can decrypt the images:
+    /// weaker than a key sealed to a TPM (`snapboot.encrypt=tpm`), which needs no file.
+    Device {
+        /// The file to write (never over an existing one).
+        path: PathBuf,
+    },
 }
 
 const MIB: f64 = 1048576.0;
@@ -279,8 +287,8 @@ fn ls(a: DevArgs) -> Result<ExitCode> {
             s.generation()
         );
         println!(
-            "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10}  kernel",
-            "NAME", "GEN", "PINNED", "SIGNED", "PAGES", "SHARED", "STORED MiB"
+            "{:<16} {:>5} {:<6} {:<6} {:<9} {:>8} {:>8} {:>10}  kernel",
+            "NAME", "GEN", "PINNED", "SIGNED", "ENCRYPTED", "PAGES", "SHARED", "STORED MiB"
         );
         for r in images {
             let kernel = r.identity.map_or_else(
@@ -292,12 +300,18 @@ fn ls(a: DevArgs) -> Result<ExitCode> {
                 },
                 |id| id.release,
             );
+            // The key's first 8 hex digits name it well enough in a table.
+            let encrypted = r
+                .encrypted
+                .as_deref()
+                .map_or("no", |k| &k[..8.min(k.len())]);
             println!(
-                "{:<16} {:>5} {:<6} {:<6} {:>8} {:>8} {:>10.1}  {kernel}",
+                "{:<16} {:>5} {:<6} {:<6} {:<9} {:>8} {:>8} {:>10.1}  {kernel}",
                 r.name,
                 r.generation,
                 if r.pinned { "yes" } else { "no" },
                 if r.signed { "yes" } else { "no" },
+                encrypted,
                 r.stats.pages,
                 r.stats.shared_pages,
                 r.stats.stored_bytes as f64 / MIB
@@ -462,6 +476,12 @@ pub fn key(cmd: KeyCmd) -> Result<ExitCode> {
                 sp.display(),
                 pp.display()
             );
+        }
+        KeyCmd::Device { path } => {
+            let secret = imagekey::DeviceSecret::generate()?;
+            secret.save(&path)?;
+            let id = flashstore::DeviceKey::new(secret.bytes()).id();
+            println!("device key {id}: {}", path.display());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -98,6 +98,10 @@ pub struct BuildArgs {
     /// only images signed with its secret key.
     #[arg(long, value_name = "PUBLIC_KEY")]
     image_key: Option<PathBuf>,
+    /// Put this device key file (`snapboot key device`) in the initramfs as
+    /// /etc/snapboot/device.key, for `--encrypt key` (`snapboot.encrypt=key`).
+    #[arg(long, value_name = "KEY_FILE")]
+    device_key: Option<PathBuf>,
     /// Output directory (default: .snapboot/bundles/NAME, or bundles/arm64/NAME).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -184,6 +188,9 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     if let Some(k) = &a.image_key {
         imagekey::PublicKey::load(k)?;
     }
+    if let Some(k) = &a.device_key {
+        imagekey::DeviceSecret::load(k)?;
+    }
     let t = std::time::Instant::now();
     let b = Bundle::build(&BuildOptions {
         kernel,
@@ -191,6 +198,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         rootfs_dir,
         snapboot_bin: board::home::device_binary(arch)?,
         image_key: a.image_key.clone(),
+        device_key: a.device_key.clone(),
         out,
         cache_dir: home::debian_cache(),
         debs_dir: home::debs_cache(arch),

@@ -54,6 +54,14 @@ pub(crate) struct BoardOpts {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Encrypted images on every boot (`snapboot.encrypt=`): tpm (a key sealed to the
+    /// board's TPM, --tpm), tpm:PCR+PCR or key (the bundle's --device-key).
+    #[arg(long, value_name = "tpm|tpm:PCR+PCR|key", value_parser = encrypt_parser)]
+    encrypt: Option<bootparams::Encrypt>,
+}
+
+fn encrypt_parser(s: &str) -> Result<bootparams::Encrypt, String> {
+    bootparams::Encrypt::parse(s).ok_or_else(|| format!("{s}: expected tpm, tpm:PCR+PCR... or key"))
 }
 
 impl BoardOpts {
@@ -128,6 +136,9 @@ impl BoardOpts {
             o.kernel = KernelImage::Restore(vmlinux.clone());
         }
         o.timeout = Duration::from_secs(self.timeout);
+        if let Some(e) = &self.encrypt {
+            o.params.encrypt = e.clone();
+        }
         Ok((o, kernel))
     }
 }
