@@ -53,6 +53,11 @@ def say(line):
 
 say("app: starting")
 
+# A secret the application holds in memory, as a real one holds keys and tokens: built at
+# run time (its text is nowhere in this file), so finding it in a store's bytes means the
+# image exposes the process's memory (the encrypted-image tests look for it).
+APP_SECRET = "".join(reversed("terces-ppa-toobpans-ffeeddccbbaa9876543210")).encode()
+
 # --------------------------------------------------------------------------------------
 # Phase 1: imports.  A real application pulls in much of the stdlib; each module costs
 # .pyc unmarshalling and initialisation, which is slow under emulation.  Most are used

@@ -128,8 +128,9 @@ pub struct BuildOptions {
     /// A public key (`snapboot key gen`) to put in the initramfs: resume then restores
     /// only images signed for it.
     pub image_key: Option<PathBuf>,
-    /// A device key file (`snapboot key device`) to put in the initramfs: images are
-    /// encrypted with it under `snapboot.encrypt=key`.
+    /// A device key file (`snapboot key device`) to put in the initramfs (resume reads it)
+    /// and in a built-in workload's root (a capture reads it): images are encrypted with it
+    /// under `snapboot.encrypt=key`. A `rootfs_dir` must hold it itself.
     pub device_key: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
@@ -365,6 +366,18 @@ impl Bundle {
                 for m in tree.resolve(ROOT_MODULES)? {
                     let dst = lib.join(format!("{}.ko", m.name));
                     fs::write(&dst, read_module(&m.path)?).map_err(io(&dst))?;
+                }
+                // A capture runs in the root, after the initramfs is gone: it reads the
+                // device key from the same path there.
+                if let Some(k) = &opts.device_key {
+                    let dst = stage.join(DEVICE_KEY);
+                    if let Some(d) = dst.parent() {
+                        fs::create_dir_all(d).map_err(io(d))?;
+                    }
+                    fs::copy(k, &dst).map_err(io(k))?;
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(&dst, fs::Permissions::from_mode(0o600))
+                        .map_err(io(&dst))?;
                 }
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);

@@ -10,6 +10,7 @@ mod board;
 mod cli;
 mod common;
 mod debian;
+mod encrypted;
 mod flash;
 mod guards;
 mod lifecycle;

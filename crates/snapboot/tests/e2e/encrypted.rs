@@ -1,0 +1,150 @@
+//! Encrypted images on the real board (`snapboot.encrypt=`): what a store shows of the
+//! application's memory, restores with state intact, and every image the device key does
+//! not authenticate refused with its reason and a cold boot.
+
+use crate::common::{bundle, home, run, snapboot, store_session};
+use crate::snapshot::{
+    captured, check_restored_app, copy_store, damage_newest_image, host_checksum,
+};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What the `app` program holds in memory, built at run time (guest/app/app.py).
+const APP_SECRET: &[u8] = b"0123456789aabbccddeeff-snapboot-app-secret";
+
+/// Whether the file at `path` holds `needle` anywhere (a sparse store reads its holes as
+/// zeros, quickly).
+fn file_holds(path: &Path, needle: &[u8]) -> bool {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return false;
+        }
+        let mut window = std::mem::take(&mut carry);
+        window.extend_from_slice(&buf[..n]);
+        if window.windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+        carry = window[window.len().saturating_sub(needle.len() - 1)..].to_vec();
+    }
+}
+
+/// A new device key file `name` in the test home; returns its path and key id.
+fn device_key(name: &str) -> (PathBuf, String) {
+    let path = home().join(name);
+    let _ = std::fs::remove_file(&path);
+    let mut c = snapboot();
+    c.args(["key", "device"]).arg(&path);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "key device:\n{so}\n{se}");
+    let id = so
+        .split_whitespace()
+        .nth(2)
+        .map(|s| s.trim_end_matches(':').to_string())
+        .unwrap_or_else(|| panic!("no key id in {so:?}"));
+    (path, id)
+}
+
+/// Builds `workload` with the device key `key` into bundles/`name`.
+fn keyed_bundle(workload: &str, name: &str, key: &Path) -> PathBuf {
+    bundle(workload); // the kernel fetched and the device binary built by this test binary
+    let out = home().join("bundles").join(name);
+    let mut c = snapboot();
+    c.args(["board", "build", "--workload", workload, "--device-key"])
+        .arg(key)
+        .arg("--out")
+        .arg(&out);
+    let (o, so, se) = run(c);
+    assert!(o.status.success(), "build {name}:\n{so}\n{se}");
+    out
+}
+
+/// The key id each image of `store` is encrypted with (`None`: in the clear).
+fn encrypted_with(store: &Path) -> Vec<Option<String>> {
+    let mut c = snapboot();
+    c.args(["store", "ls", "--json"]).arg(store);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "store ls:\n{so}\n{se}");
+    let v: serde_json::Value = serde_json::from_str(&so).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["encrypted"].as_str().map(String::from))
+        .collect()
+}
+
+/// Boots `bundle` on `store` with `extra` words and expects a refusal naming `reason`, then
+/// a cold boot that reaches the ready point.
+fn expect_refused(bundle: &Path, store: &Path, extra: &[&str], reason: &str) {
+    let mut s = store_session(bundle, store, extra);
+    let fb = Regex::new(r"snapboot: @fallback").unwrap();
+    let (line, _) = s
+        .wait_for(&fb, "fallback marker", Duration::from_secs(120))
+        .unwrap();
+    assert!(line.contains(reason), "fallback {line:?} lacks {reason:?}");
+    let ready = Regex::new(r"snapboot: @ready").unwrap();
+    s.wait_for(
+        &ready,
+        "cold boot after the refusal",
+        Duration::from_secs(180),
+    )
+    .unwrap();
+    s.finish(boottrace::Outcome::Ready);
+}
+
+/// With a key file: the `app` image is encrypted (its secret, plain in a clear store's
+/// bytes, is in none of the encrypted store's), restores with its state intact, and a
+/// flipped ciphertext byte or an image in the clear is refused with the reason.
+#[test]
+fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_own() {
+    let plain = captured("app");
+    assert!(
+        file_holds(&plain, APP_SECRET),
+        "the app's secret is not in a clear store: the test would prove nothing"
+    );
+    let (key, id) = device_key("test-enc-app.key");
+    let b = keyed_bundle("app", "app-enc", &key);
+    let store = home().join("test-enc-app.store");
+    let _ = std::fs::remove_file(&store);
+    crate::common::board_capture(&b, &store, &["--encrypt", "key"]);
+    assert_eq!(encrypted_with(&store), vec![Some(id.clone())]);
+    assert!(
+        !file_holds(&store, APP_SECRET),
+        "the app's secret is readable in the encrypted store"
+    );
+
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    let mut s = store_session(&b, &store, &["snapboot.encrypt=key"]);
+    let (line, _) = s
+        .wait_for(&restored, "restored marker", Duration::from_secs(180))
+        .unwrap();
+    check_restored_app(&mut s, 0, &host_checksum());
+    s.finish(boottrace::Outcome::Answered);
+    assert!(line.contains("restored"), "{line}");
+
+    // A flipped ciphertext byte: the tag refuses the chunk.
+    let bad = copy_store(&store, "test-enc-app-flipped.store");
+    let chunk = damage_newest_image(&bad);
+    expect_refused(
+        &b,
+        &bad,
+        &["snapboot.encrypt=key"],
+        &format!("chunk {chunk} (cluster"),
+    );
+    let _ = std::fs::remove_file(&bad);
+
+    // The clear image on a device that encrypts: refused, not restored.
+    let clear = copy_store(&plain, "test-enc-app-clear.store");
+    expect_refused(
+        &b,
+        &clear,
+        &["snapboot.encrypt=key"],
+        "the image is not encrypted",
+    );
+    let _ = std::fs::remove_file(&clear);
+}
