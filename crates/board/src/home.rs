@@ -180,6 +180,25 @@ pub fn build_builtin(name: &str, arch: Arch) -> Result<Bundle, HomeError> {
     })?)
 }
 
+/// The built-in workload of `b` built again into `out` with the device key file `key` in its
+/// initramfs and root (`snapboot.encrypt=key`), for benchmarks that compare encrypted
+/// images with the plain ones of `b`.
+pub fn build_keyed(b: &Bundle, key: &Path, out: &Path) -> Result<Bundle, HomeError> {
+    let arch = b.kernel.arch;
+    let workload = Workload::builtin(&b.workload.name)?;
+    Ok(Bundle::build(&BuildOptions {
+        kernel: b.kernel.clone(),
+        workload,
+        rootfs_dir: None,
+        snapboot_bin: device_binary(arch)?,
+        image_key: None,
+        device_key: Some(key.to_path_buf()),
+        out: out.to_path_buf(),
+        cache_dir: debian_cache(),
+        debs_dir: debs_cache(arch),
+    })?)
+}
+
 /// What a bundle argument names: a directory (holding `bundle.json`, or any path with a
 /// `/`), else a built-in workload's bundle under the home directory.
 pub fn bundle_dir(arg: &str, arch: Arch) -> PathBuf {

@@ -450,6 +450,13 @@ fn fsck(dev: &StoreAddress) -> Result<ExitCode> {
             format!("{} problem(s)", r.problems.len())
         }
     );
+    if r.unopened_images > 0 {
+        println!(
+            "{} encrypted image(s) and {} chunk(s) checked by their checksums only: no device \
+             key here to open them",
+            r.unopened_images, r.unopened_chunks
+        );
+    }
     Ok(if r.clean() {
         ExitCode::SUCCESS
     } else {

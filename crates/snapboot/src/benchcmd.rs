@@ -427,7 +427,9 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         bail!(board::BenchError::NoRuns);
     }
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
-    let opts = a.board.to_run_options(&bundle)?;
+    let mut opts = a.board.to_run_options(&bundle)?;
+    // --encrypt adds the encrypted methods; every other method stays in the clear.
+    opts.params.encrypt = bootparams::Encrypt::Off;
     // With --restore-kernel every boot would start on the restore kernel: the cold baseline
     // would be a hand-over to the stock kernel, and no method would use the stock kernel.
     anyhow::ensure!(
@@ -445,10 +447,29 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
             None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }
     };
-    let plan = bench::ComparePlan::new(&bundle.workload, restore_kernel);
+    let mut plan = bench::ComparePlan::new(&bundle.workload, restore_kernel);
+    let keyed = match a.board.encrypt() {
+        None => None,
+        Some(how @ bootparams::Encrypt::KeyFile) => {
+            plan = plan.with_encrypted();
+            // A device key of this run, and the bundle that carries it.
+            let key = work.join("device.key");
+            let _ = std::fs::remove_file(&key);
+            imagekey::DeviceSecret::generate()?.save(&key)?;
+            let b = board::home::build_keyed(&bundle, &key, &work.join("bundle-encrypted"))?;
+            Some((b, how.clone()))
+        }
+        Some(other) => bail!(
+            "bench compare --encrypt {}: only `key` is measured (a key file in the bundle)",
+            other.word()
+        ),
+    };
     print_notes(&plan.notes);
     let pb = progress(plan.steps(a.runs), "compare");
-    let methods = bench::compare(&bundle, &opts, &work, a.runs, &plan, &mut || pb.inc(1));
+    let encrypted = keyed.as_ref().map(|(b, how)| (b, how));
+    let methods = bench::compare(&bundle, &opts, &work, a.runs, &plan, encrypted, &mut || {
+        pb.inc(1)
+    });
     pb.finish_and_clear();
     let methods = methods?;
 

@@ -70,6 +70,11 @@ impl BoardOpts {
         self.arch
     }
 
+    /// `--encrypt`, if given.
+    pub(crate) fn encrypt(&self) -> Option<&bootparams::Encrypt> {
+        self.encrypt.as_ref()
+    }
+
     /// Whether --mem was given.
     pub(crate) fn mem_given(&self) -> bool {
         self.mem.is_some()

@@ -31,8 +31,8 @@ use measure::{make_work, profiled_image, resume_boot, Captured};
 
 mod plan;
 pub use plan::{
-    no_recapture_note, ComparePlan, RestoreKernelUse, COMPARE_METHODS, PROFILED_METHODS,
-    RESTORE_KERNEL_METHODS,
+    no_recapture_note, ComparePlan, RestoreKernelUse, COMPARE_METHODS, ENCRYPTED_METHODS,
+    PROFILED_METHODS, RESTORE_KERNEL_METHODS,
 };
 
 mod endurance;
@@ -94,17 +94,21 @@ enum Boot<'a> {
     KernelNative,
     /// A snapshot boot of the image in this store, with these options (which kernel).
     Image(&'a Path, &'a RunOptions),
+    /// The same, of another bundle (the encrypted image's, which holds its device key).
+    ImageOf(&'a Bundle, &'a Path, &'a RunOptions),
 }
 
 /// `bench compare`: the methods of `plan` ([`ComparePlan::methods`]), `runs` boots each,
 /// with the stores and swap images under `work` (created if missing). Calls `tick`
-/// [`ComparePlan::steps`] times.
+/// [`ComparePlan::steps`] times. `encrypted`: the bundle with a device key and how images
+/// are encrypted, for the encrypted methods.
 pub fn compare(
     bundle: &Bundle,
     opts: &RunOptions,
     work: &Path,
     runs: usize,
     plan: &ComparePlan,
+    encrypted: Option<(&Bundle, &bootparams::Encrypt)>,
     tick: &mut dyn FnMut(),
 ) -> Result<Vec<MethodRuns>, BenchError> {
     if runs == 0 {
@@ -187,12 +191,36 @@ pub fn compare(
             }
         }
     }
+    // The encrypted image: captured from the keyed bundle with `snapboot.encrypt=`, which
+    // every boot of it carries; restored by the restore kernel.
+    let enc = match (encrypted, rk_opts.as_ref()) {
+        (Some((b, how)), Some(rk)) if plan.encrypted => {
+            let mut o = opts.clone();
+            o.params.encrypt = how.clone();
+            let method = ENCRYPTED_METHODS[0];
+            let store = work.join(format!("{method}.store"));
+            let _ = std::fs::remove_file(&store);
+            capture_boot(b, &o, &store).map_err(|source| BenchError::Capture { method, source })?;
+            tick();
+            let mut rk = rk.clone();
+            rk.params.encrypt = how.clone();
+            Some((b, Captured::open(store)?, rk))
+        }
+        _ => None,
+    };
+    if let Some((b, image, rk)) = enc.as_ref() {
+        methods.push((
+            image.runs(ENCRYPTED_METHODS[0]),
+            Boot::ImageOf(b, &image.store, rk),
+        ));
+    }
     let n = methods.len();
     for round in 0..runs {
         for j in 0..n {
             let k = (round + j) % n;
             let t = match methods[k].1 {
                 Boot::Image(store, o) => resume_boot(bundle, o, store, methods[k].0.method)?,
+                Boot::ImageOf(b, store, o) => resume_boot(b, o, store, methods[k].0.method)?,
                 Boot::Cold => boot(opts, false, "cold boot")?,
                 Boot::KernelNative => {
                     native::sparse_copy(&swap_saved, &swap)?;

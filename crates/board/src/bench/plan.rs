@@ -24,6 +24,11 @@ pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
     "restore-kernel-lazy-profiled",
 ];
 
+/// The methods `compare --encrypt` adds, restored by the restore kernel: the `snapboot`
+/// image captured encrypted (`snapboot.encrypt=`), from a bundle that differs from the
+/// others only by its device key.
+pub const ENCRYPTED_METHODS: [&str; 1] = ["restore-kernel-encrypted"];
+
 /// The profiled lazy methods: their images are re-captured by the restored workload
 /// (`recapture` on its console).
 pub const PROFILED_METHODS: [&str; 2] = [COMPARE_METHODS[4], RESTORE_KERNEL_METHODS[2]];
@@ -47,6 +52,8 @@ pub struct ComparePlan {
     pub restore_kernel: Option<PathBuf>,
     /// Whether the profiled lazy methods are measured: the workload re-captures itself.
     pub profiled: bool,
+    /// Whether the encrypted methods are measured (`--encrypt`, with a restore kernel).
+    pub encrypted: bool,
     /// Why methods are left out, one line each.
     pub notes: Vec<String>,
 }
@@ -83,8 +90,23 @@ impl ComparePlan {
         Self {
             restore_kernel,
             profiled,
+            encrypted: false,
             notes,
         }
+    }
+
+    /// The plan with the encrypted methods too (left out, with a note, without a restore
+    /// kernel).
+    pub fn with_encrypted(mut self) -> Self {
+        if self.restore_kernel.is_some() {
+            self.encrypted = true;
+        } else {
+            self.notes.push(format!(
+                "{} left out: it is restored by the restore kernel",
+                ENCRYPTED_METHODS.join(", ")
+            ));
+        }
+        self
     }
 
     /// The methods measured, in the report's order (the baseline first).
@@ -94,13 +116,14 @@ impl ComparePlan {
             .into_iter()
             .chain(RESTORE_KERNEL_METHODS.into_iter().filter(|_| rk))
             .filter(|m| self.profiled || !PROFILED_METHODS.contains(m))
+            .chain(ENCRYPTED_METHODS.into_iter().filter(|_| self.encrypted))
             .collect()
     }
 
     /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
     /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
     pub fn steps(&self, runs: usize) -> u64 {
-        let captures = if self.profiled { 4 } else { 3 };
+        let captures = if self.profiled { 4 } else { 3 } + u64::from(self.encrypted);
         self.methods().len() as u64 * runs as u64 + captures
     }
 }

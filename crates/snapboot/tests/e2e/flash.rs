@@ -51,7 +51,11 @@ fn images(store: &Path) -> Vec<serde_json::Value> {
 
 /// Boots `bundle` with `store` and `extra` words, waits for the restore and returns the
 /// restored system's `loglevel=` word, and the console up to the restore.
-fn restored_loglevel(bundle: &Path, store: &Path, extra: &[&str]) -> (String, Vec<String>) {
+pub(crate) fn restored_loglevel(
+    bundle: &Path,
+    store: &Path,
+    extra: &[&str],
+) -> (String, Vec<String>) {
     let mut s = crate::common::store_session(bundle, store, extra);
     let restored = Regex::new(r"snapboot: @restored").unwrap();
     s.wait_for(&restored, "restored marker", Duration::from_secs(120))
