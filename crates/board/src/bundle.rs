@@ -37,6 +37,20 @@ pub const BOARD_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs", "vi
 /// loads them only when the command line has `snapboot.lazy`.
 pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "dm_verity", "zram", "lzo_rle"];
 
+/// Modules an encrypted lazy capture needs besides [`LAZY_MODULES`]: dm-crypt and its cipher
+/// (`ondevice::lazy::CIPHER`; AES itself is built into Debian's kernel). The kernel would
+/// ask modprobe for the cipher's template, which the board's roots do not have, so `/init`
+/// loads them all when the command line has `snapboot.lazy` and `snapboot.encrypt=`.
+pub const LAZY_CRYPT_MODULES: &[&str] = &[
+    "dm_crypt",
+    // xts builds on ecb (a soft dependency: the module names none).
+    "ecb",
+    "xts",
+    "chacha_generic",
+    "nhpoly1305_sse2",
+    "adiantum",
+];
+
 /// Modules the booted system loads later, not at boot: virtio-mem, which adds deferred
 /// memory after ready or restored (`snapboot.defermem`). The initramfs copies them to
 /// `/run/snapboot/modules`, which outlives the switch to the root filesystem.
@@ -291,6 +305,16 @@ impl Bundle {
             .into_iter()
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
+        let lazy_crypt_modules: Vec<_> = tree
+            .resolve(LAZY_CRYPT_MODULES)?
+            .into_iter()
+            .filter(|l| {
+                !modules
+                    .iter()
+                    .chain(&lazy_modules)
+                    .any(|m| m.name == l.name)
+            })
+            .collect();
         let late_modules: Vec<_> = tree
             .resolve(LATE_MODULES)?
             .into_iter()
@@ -309,7 +333,12 @@ impl Bundle {
         }
         let snapboot_blake3 = build_id(&snapboot);
         ir.file("bin/snapboot", 0o755, snapboot);
-        for m in modules.iter().chain(&lazy_modules).chain(&late_modules) {
+        for m in modules
+            .iter()
+            .chain(&lazy_modules)
+            .chain(&lazy_crypt_modules)
+            .chain(&late_modules)
+        {
             ir.file(
                 &format!("lib/modules/{}.ko", m.name),
                 0o644,
@@ -319,6 +348,7 @@ impl Bundle {
         let script = InitScript {
             modules: modules.iter().map(|m| m.name.clone()).collect(),
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
+            lazy_crypt_modules: lazy_crypt_modules.iter().map(|m| m.name.clone()).collect(),
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: match opts.kernel.arch {
                 // The x86_64 PC's root is a disk of its own; the arm64 board's is a

@@ -50,7 +50,7 @@ const CAPTURE_UNIT: &str = "snapboot-capture.service";
 pub const INITRAMFS_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
 
 /// Modules the running system needs: the initramfs' ones, the RNG, lazy capture's
-/// device-mapper stack and zram, deferred memory's virtio-mem, and ext4 for the data disk
+/// device-mapper stack (dm-crypt too) and zram, deferred memory's virtio-mem, and ext4 for the data disk
 /// (a module in Debian's kernel).
 pub const ROOT_MODULES: &[&str] = &[
     "virtio_pci",
@@ -60,6 +60,10 @@ pub const ROOT_MODULES: &[&str] = &[
     "dm_mod",
     "dm_snapshot",
     "dm_verity",
+    // An encrypted lazy capture's dm-crypt and its cipher (modprobe loads them on demand).
+    "dm_crypt",
+    "ecb",
+    "xts",
     "zram",
     "lzo_rle",
     "virtio_mem",

@@ -166,6 +166,9 @@ pub struct InitScript {
     /// Modules loaded only on a cold boot whose command line asks for a lazy capture
     /// (`snapboot.lazy`): device-mapper snapshot and zram, in load order.
     pub lazy_modules: Vec<String>,
+    /// Modules loaded besides `lazy_modules` when the command line also has
+    /// `snapboot.encrypt=`: dm-crypt and its cipher, for an encrypted swap region.
+    pub lazy_crypt_modules: Vec<String>,
     /// Modules copied to `/run/snapboot/modules` on a cold boot with deferred memory
     /// (`snapboot.defermem`), for `snapboot memory add` to load after ready or restored.
     pub late_modules: Vec<String>,
@@ -228,6 +231,18 @@ impl InitScript {
                     "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
                 ));
             }
+            if !self.lazy_crypt_modules.is_empty() {
+                s.push_str(&format!(
+                    "  case \" $(cat /proc/cmdline) \" in *\" {}=\"*)\n",
+                    bootparams::key::ENCRYPT
+                ));
+                for module in &self.lazy_crypt_modules {
+                    s.push_str(&format!(
+                        "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                    ));
+                }
+                s.push_str("  ;; esac\n");
+            }
             s.push_str(";; esac\n");
         }
         if !self.late_modules.is_empty() {
@@ -270,6 +285,7 @@ mod tests {
         let init = InitScript {
             modules: vec!["virtio_blk".into()],
             lazy_modules: Vec::new(),
+            lazy_crypt_modules: Vec::new(),
             late_modules: Vec::new(),
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -364,6 +380,7 @@ mod tests {
         let s = InitScript {
             modules: vec!["virtio_ring".into(), "virtio".into(), "virtio_blk".into()],
             lazy_modules: vec!["dm_mod".into(), "dm_snapshot".into()],
+            lazy_crypt_modules: vec!["dm_crypt".into(), "xts".into()],
             late_modules: vec!["virtio_mem".into()],
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -381,6 +398,12 @@ mod tests {
         );
         assert!(s.contains("--env 'APP_READY_CMD=snapboot ready'"));
         assert!(s.find("resume").unwrap() < s.find("mount -t squashfs").unwrap());
+        // dm-crypt only for an encrypted lazy capture: inside the lazy case, after its modules.
+        let lazy = s.find("\" snapboot.lazy\"").unwrap();
+        let snap = s.find("dm_snapshot.ko").unwrap();
+        let encrypt = s.find("\" snapboot.encrypt=\"").unwrap();
+        let crypt = s.find("dm_crypt.ko").unwrap();
+        assert!(lazy < snap && snap < encrypt && encrypt < crypt, "{s}");
         // Lazy-capture modules: only on a cold boot that asks for them, after resume.
         let lazy = s.find("*\" snapboot.lazy\"*)").unwrap();
         assert!(s.find("resume --from-cmdline").unwrap() < lazy);

@@ -100,11 +100,6 @@ pub enum CaptureError {
     /// The device key the image is to be encrypted with is not at hand.
     #[error("refusing to capture an encrypted image")]
     Key(#[source] crate::devicekey::DeviceKeyError),
-    /// A lazy image's swap region would be written in the clear.
-    #[error(
-        "refusing to capture: a lazy image's swap region is not encrypted yet, and          snapboot.encrypt={0} asks for encrypted images (capture a full image: drop          snapboot.lazy)"
-    )]
-    LazyEncrypted(String),
     /// A writable, block-backed filesystem is mounted.
     #[error(
         "refusing to capture: {device} ({fstype}) is mounted read-write on {target}; its \
@@ -215,9 +210,6 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
     if o.key.encrypt.on() {
-        if o.lazy.is_some() {
-            return Err(CaptureError::LazyEncrypted(o.key.encrypt.word()));
-        }
         // The key itself is read only after the snapshot (so the image never holds it);
         // whether it can be is checked now, before anything changes.
         crate::devicekey::check_reachable(&o.key).map_err(CaptureError::Key)?;
@@ -351,8 +343,8 @@ fn take_image(
                 offset: store.raw_offset(e),
                 bytes,
             };
-            let p =
-                lazy::prepare(&at.path, place, l, profile.as_ref()).map_err(CaptureError::Lazy)?;
+            let p = lazy::prepare(&at.path, place, l, profile.as_ref(), o.key.encrypt.on())
+                .map_err(CaptureError::Lazy)?;
             let mib = |pages: u64| (pages * PAGE_SIZE as u64) as f64 / 1048576.0;
             let mut text = format!(
                 "{} pages ({:.1} MiB) paged out to the swap region in {:.2} s; writes after restore go to {}",

@@ -23,6 +23,7 @@ use super::DevNum;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use zeroize::{Zeroize, Zeroizing};
 
 /// Errors of device-mapper calls; each names the call and the device.
 #[derive(Debug, thiserror::Error)]
@@ -179,9 +180,16 @@ pub fn target_msg_payload(sector: u64, message: &str) -> Vec<u8> {
     p
 }
 
-/// An ioctl buffer: `struct dm_ioctl` followed by a payload, 8-byte aligned.
+/// An ioctl buffer: `struct dm_ioctl` followed by a payload, 8-byte aligned. Wiped when
+/// dropped: a table load may carry a `crypt` target's key.
 pub struct Request {
     words: Vec<u64>,
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        self.words.zeroize();
+    }
 }
 
 impl Request {
@@ -266,8 +274,14 @@ impl Request {
 }
 
 /// Serialises table lines into `dm_target_spec` records, the payload of [`Cmd::TableLoad`].
-pub fn encode_table(targets: &[Target]) -> Result<Vec<u8>, DmError> {
-    let mut out = Vec::new();
+///
+/// A table may carry a secret (a `crypt` target's key): the records are written into one
+/// allocation of their final size (no copy left behind by a reallocation) that is wiped when
+/// dropped.
+pub fn encode_table(targets: &[Target]) -> Result<Zeroizing<Vec<u8>>, DmError> {
+    let params_len = |t: &Target| (t.params.len() + 1).next_multiple_of(8);
+    let total = targets.iter().map(|t| SPEC_SIZE + params_len(t)).sum();
+    let mut out = Zeroizing::new(Vec::with_capacity(total));
     for t in targets {
         if t.kind.len() >= DM_MAX_TYPE_NAME {
             return Err(DmError::TooLong {
@@ -275,7 +289,7 @@ pub fn encode_table(targets: &[Target]) -> Result<Vec<u8>, DmError> {
                 value: t.kind.clone(),
             });
         }
-        let params_len = (t.params.len() + 1).next_multiple_of(8);
+        let params_len = params_len(t);
         let next = SPEC_SIZE + params_len;
         let mut kind = [0u8; DM_MAX_TYPE_NAME];
         kind[..t.kind.len()].copy_from_slice(t.kind.as_bytes());
@@ -284,10 +298,11 @@ pub fn encode_table(targets: &[Target]) -> Result<Vec<u8>, DmError> {
         out.extend_from_slice(&0i32.to_ne_bytes());
         out.extend_from_slice(&(next as u32).to_ne_bytes());
         out.extend_from_slice(&kind);
-        let mut p = t.params.as_bytes().to_vec();
-        p.resize(params_len, 0);
-        out.extend_from_slice(&p);
+        out.extend_from_slice(t.params.as_bytes());
+        let end = out.len() + params_len - t.params.len();
+        out.resize(end, 0);
     }
+    debug_assert_eq!(out.len(), total);
     Ok(out)
 }
 

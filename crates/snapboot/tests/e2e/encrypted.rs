@@ -220,3 +220,27 @@ fn a_signing_device_restores_its_own_encrypted_recapture_and_refuses_another_key
         "{console:#?}"
     );
 }
+
+/// An encrypted lazy `app` image: its swap region, which holds most of the app's memory,
+/// reaches the store encrypted with the image's swap key (the secret is nowhere in the
+/// store), and the restored app pages its state back in through dm-crypt intact.
+#[test]
+fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
+    let (key, id) = device_key("test-enc-lazy.key");
+    let b = keyed_bundle("app", "app-enc-lazy", &key);
+    let store = home().join("test-enc-lazy.store");
+    let _ = std::fs::remove_file(&store);
+    crate::common::board_capture(&b, &store, &["--encrypt", "key", "--lazy"]);
+    assert_eq!(encrypted_with(&store), vec![Some(id)]);
+    assert!(
+        !file_holds(&store, APP_SECRET),
+        "the app's secret is readable in the encrypted lazy store"
+    );
+
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    let mut s = store_session(&b, &store, &["snapboot.encrypt=key"]);
+    s.wait_for(&restored, "restored marker", Duration::from_secs(180))
+        .unwrap();
+    check_restored_app(&mut s, 0, &host_checksum());
+    s.finish(boottrace::Outcome::Answered);
+}
