@@ -191,28 +191,28 @@ pub fn compare(
             }
         }
     }
-    // The encrypted image: captured from the keyed bundle with `snapboot.encrypt=`, which
-    // every boot of it carries; restored by the restore kernel.
-    let enc = match (encrypted, rk_opts.as_ref()) {
-        (Some((b, how)), Some(rk)) if plan.encrypted => {
+    // The encrypted images, full and lazy: captured from the keyed bundle with
+    // `snapboot.encrypt=`, which every boot of them carries; restored by the restore kernel.
+    let mut enc = Vec::new();
+    let rk_enc = rk_opts.as_ref().zip(encrypted).map(|(rk, (_, how))| {
+        let mut o = rk.clone();
+        o.params.encrypt = how.clone();
+        o
+    });
+    if let (Some((b, how)), Some(rk), true) = (encrypted, rk_enc.as_ref(), plan.encrypted) {
+        for (method, lazy) in ENCRYPTED_METHODS.into_iter().zip([false, true]) {
             let mut o = opts.clone();
             o.params.encrypt = how.clone();
-            let method = ENCRYPTED_METHODS[0];
+            o.params.lazy = lazy.then_some(Reclaim::Max);
             let store = work.join(format!("{method}.store"));
             let _ = std::fs::remove_file(&store);
             capture_boot(b, &o, &store).map_err(|source| BenchError::Capture { method, source })?;
             tick();
-            let mut rk = rk.clone();
-            rk.params.encrypt = how.clone();
-            Some((b, Captured::open(store)?, rk))
+            enc.push((method, b, Captured::open(store)?));
         }
-        _ => None,
-    };
-    if let Some((b, image, rk)) = enc.as_ref() {
-        methods.push((
-            image.runs(ENCRYPTED_METHODS[0]),
-            Boot::ImageOf(b, &image.store, rk),
-        ));
+        for (method, b, image) in &enc {
+            methods.push((image.runs(method), Boot::ImageOf(b, &image.store, rk)));
+        }
     }
     let n = methods.len();
     for round in 0..runs {

@@ -25,9 +25,10 @@ pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
 ];
 
 /// The methods `compare --encrypt` adds, restored by the restore kernel: the `snapboot`
-/// image captured encrypted (`snapboot.encrypt=`), from a bundle that differs from the
-/// others only by its device key.
-pub const ENCRYPTED_METHODS: [&str; 1] = ["restore-kernel-encrypted"];
+/// and `snapboot-lazy` images captured encrypted (`snapboot.encrypt=`), from a bundle that
+/// differs from the others only by its device key.
+pub const ENCRYPTED_METHODS: [&str; 2] =
+    ["restore-kernel-encrypted", "restore-kernel-lazy-encrypted"];
 
 /// The profiled lazy methods: their images are re-captured by the restored workload
 /// (`recapture` on its console).
@@ -123,7 +124,7 @@ impl ComparePlan {
     /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
     /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
     pub fn steps(&self, runs: usize) -> u64 {
-        let captures = if self.profiled { 4 } else { 3 } + u64::from(self.encrypted);
+        let captures = if self.profiled { 4 } else { 3 } + 2 * u64::from(self.encrypted);
         self.methods().len() as u64 * runs as u64 + captures
     }
 }
@@ -223,5 +224,23 @@ mod tests {
             plan.notes[1], "restore-kernel, restore-kernel-lazy left out: --no-restore-kernel",
             "the profiled one is named once, in the first note"
         );
+    }
+
+    #[test]
+    fn encrypted_methods_come_with_a_restore_kernel_only() {
+        let w = Workload::builtin("app").unwrap();
+        let rk = RestoreKernelUse::Measured("vmlinux".into());
+        let plain = ComparePlan::new(&w, rk.clone());
+        let plan = ComparePlan::new(&w, rk).with_encrypted();
+        assert!(plan.encrypted);
+        assert_eq!(&plan.methods()[plain.methods().len()..], &ENCRYPTED_METHODS);
+        assert_eq!(plan.steps(3), plain.steps(3) + 2 * 3 + 2);
+        let none = ComparePlan::new(&w, RestoreKernelUse::Declined).with_encrypted();
+        assert!(!none.encrypted);
+        assert!(!none.methods().contains(&ENCRYPTED_METHODS[0]));
+        assert!(none
+            .notes
+            .iter()
+            .any(|n| n.contains("restore-kernel-encrypted")));
     }
 }

@@ -58,7 +58,10 @@ fn zero_runs_are_refused_before_anything_boots() {
     let work = dir.path().join("work");
     let mut ticks = 0;
     let plan = ComparePlan::new(&bundle().workload, RestoreKernelUse::Declined);
-    let err = compare(&bundle(), &opts(), &work, 0, &plan, &mut || ticks += 1).unwrap_err();
+    let err = compare(&bundle(), &opts(), &work, 0, &plan, None, &mut || {
+        ticks += 1
+    })
+    .unwrap_err();
     assert_eq!(err.to_string(), "--runs must be at least 1");
     let err = cold(&bundle(), &opts(), 0, &mut || ticks += 1).unwrap_err();
     assert!(matches!(err, BenchError::NoRuns), "{err}");
