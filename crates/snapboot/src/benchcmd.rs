@@ -5,7 +5,7 @@
 
 use crate::boardopts::BoardOpts;
 use crate::output::{progress, publish, report_runs};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use board::bench::{self, MethodRuns};
 use board::home::bundle_or_build;
 use clap::Args;
@@ -453,6 +453,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         Some(how @ bootparams::Encrypt::KeyFile) => {
             plan = plan.with_encrypted();
             // A device key of this run, and the bundle that carries it.
+            std::fs::create_dir_all(&work)
+                .with_context(|| format!("making {}", work.display()))?;
             let key = work.join("device.key");
             let _ = std::fs::remove_file(&key);
             imagekey::DeviceSecret::generate()?.save(&key)?;
