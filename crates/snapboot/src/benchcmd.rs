@@ -453,8 +453,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         Some(how @ bootparams::Encrypt::KeyFile) => {
             plan = plan.with_encrypted();
             // A device key of this run, and the bundle that carries it.
-            std::fs::create_dir_all(&work)
-                .with_context(|| format!("making {}", work.display()))?;
+            std::fs::create_dir_all(&work).with_context(|| format!("making {}", work.display()))?;
             let key = work.join("device.key");
             let _ = std::fs::remove_file(&key);
             imagekey::DeviceSecret::generate()?.save(&key)?;
