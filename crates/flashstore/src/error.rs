@@ -59,7 +59,7 @@ pub enum StoreError {
     #[error("image `{image}` is encrypted with device key {key}, and no device key is at hand to open it")]
     Locked {
         image: String,
-        key: crate::seal::KeyId,
+        key: crate::keyid::KeyId,
     },
     /// A sealed chunk is to be read and the store is not unlocked.
     #[error("chunk {chunk} is encrypted, and no device key is at hand to open it")]
@@ -68,8 +68,8 @@ pub enum StoreError {
     #[error("image `{image}` is encrypted with device key {key}, not with this device's key {have}: it was captured under another key (the key was changed, or the store comes from another device)")]
     WrongKey {
         image: String,
-        key: crate::seal::KeyId,
-        have: crate::seal::KeyId,
+        key: crate::keyid::KeyId,
+        have: crate::keyid::KeyId,
     },
 }
 
@@ -165,7 +165,7 @@ pub enum Damage {
     #[error("page list of image `{image}` does not authenticate under device key {key}: altered after it was written, or sealed with another key")]
     PageListSeal {
         image: String,
-        key: crate::seal::KeyId,
+        key: crate::keyid::KeyId,
     },
     /// A sealed image refers to a chunk that is not sealed (its catalog record was altered).
     #[error("image `{image}` is encrypted but refers to chunk {chunk}, which is not: the catalog was altered")]

@@ -2,10 +2,10 @@
 //! against the images, cluster ownership (no overlaps, no leaks), the dedupe table against
 //! the pages it describes.
 
+use crate::keyid::KeyId;
 use crate::layout::{page_key, PageRef, PAGE};
 use crate::medium::Medium;
 use crate::reader::{read_chunk, read_stored};
-use crate::seal::KeyId;
 use crate::store::{Owner, Store};
 use std::collections::{BTreeMap, BTreeSet};
 

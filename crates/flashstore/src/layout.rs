@@ -3,6 +3,7 @@
 //! never overwritten while committed; see docs/store.md for the picture.
 
 use crate::error::{Damage, StoreError, SuperblockError};
+use crate::keyid::KeyId;
 use serde::{Deserialize, Serialize};
 
 /// Bytes per block; every structure starts on a block.
@@ -195,6 +196,18 @@ impl Superblock {
     }
 }
 
+/// A device key wrapped by something only the device can undo (a TPM-sealed blob), kept in
+/// the catalog so the store carries its own key, unreadable elsewhere. Opaque to the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeySlot {
+    /// The key it wraps.
+    pub id: KeyId,
+    /// How it is wrapped (`tpm2`, ...): the caller's vocabulary.
+    pub kind: String,
+    /// The wrapped key.
+    pub wrapped: Vec<u8>,
+}
+
 /// Contiguous clusters from `cluster`, holding `len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Extent {
@@ -281,7 +294,7 @@ pub struct ImageRec {
     pub raw: Option<Extent>,
     /// The device key its page list and every chunk it references are sealed with (none:
     /// stored in the clear).
-    pub sealed: Option<crate::seal::KeyId>,
+    pub sealed: Option<KeyId>,
 }
 
 /// The map of everything committed, rewritten (elsewhere) at every commit.
@@ -300,7 +313,7 @@ pub struct Catalog {
     /// How every chunk is checksummed.
     pub check: ChunkCheck,
     /// Device keys wrapped for this device (a TPM-sealed key), opaque to the store.
-    pub key_slots: Vec<crate::seal::KeySlot>,
+    pub key_slots: Vec<KeySlot>,
 }
 
 /// How chunks are checksummed (chosen when the store is formatted, the same for every chunk).

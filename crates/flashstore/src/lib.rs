@@ -10,6 +10,7 @@ mod bootlog;
 mod compact;
 mod error;
 mod fsck;
+mod keyid;
 mod layout;
 mod legacy;
 mod medium;
@@ -23,13 +24,15 @@ pub use bootlog::{update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX
 pub use compact::CompactReport;
 pub use error::{Damage, StoreError, SuperblockError};
 pub use fsck::FsckReport;
+pub use keyid::KeyId;
 pub use layout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, Label, Page, PageRef,
-    BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
+    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot, Label, Page,
+    PageRef, BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC,
+    PAGE,
 };
 pub use medium::{FailingMedium, Medium, MemMedium, Window};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};
-pub use seal::{DeviceKey, KeyId, KeySlot, SEAL_OVERHEAD};
+pub use seal::{DeviceKey, SEAL_OVERHEAD};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 

@@ -26,10 +26,10 @@
 //! images").
 
 use crate::error::{Damage, StoreError};
+use crate::keyid::KeyId;
 use crate::layout::{ChunkRec, Page};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 /// Nonce bytes in front of every sealed structure.
@@ -42,31 +42,6 @@ pub const SEAL_OVERHEAD: usize = NONCE_BYTES + TAG_BYTES;
 const AEAD_CONTEXT: &str = "snapboot flashstore 2026-11 sealed image aead key";
 const DEDUPE_CONTEXT: &str = "snapboot flashstore 2026-11 sealed image dedupe key";
 const ID_CONTEXT: &str = "snapboot flashstore 2026-11 device key id";
-
-/// The public name of a device key: 16 bytes derived from it, shown as 32 hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct KeyId(pub [u8; 16]);
-
-impl std::fmt::Display for KeyId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-/// A device key wrapped by something only the device can undo (a TPM-sealed blob), kept in
-/// the catalog so the store carries its own key, unreadable elsewhere. Opaque to the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeySlot {
-    /// The key it wraps.
-    pub id: KeyId,
-    /// How it is wrapped (`tpm2`, ...): the caller's vocabulary.
-    pub kind: String,
-    /// The wrapped key.
-    pub wrapped: Vec<u8>,
-}
 
 /// The 32-byte key a device seals its images with. Wiped when dropped; never written to
 /// the medium.

@@ -9,12 +9,14 @@
 //! crash leaves behind is referenced, so it is idle space, not a leak.
 
 use crate::error::{Damage, StoreError, SuperblockError};
+use crate::keyid::KeyId;
+use crate::layout::KeySlot;
 use crate::layout::{
     decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Label,
     Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 use crate::medium::Medium;
-use crate::seal::{DeviceKey, KeyId, KeySlot};
+use crate::seal::DeviceKey;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How to lay out a new store.
