@@ -301,6 +301,7 @@ mod tests {
             params: bootparams::BootParams::default(),
             cmdline: Vec::new(),
             disks: Vec::new(),
+            tpm: None,
             timeout: Duration::from_secs(1),
             echo: false,
         }

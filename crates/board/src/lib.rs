@@ -28,6 +28,7 @@ pub mod restore_kernel;
 pub mod run_options;
 #[cfg(test)]
 mod testutil;
+pub mod tpm;
 pub mod uboot;
 pub mod version_stamp;
 pub mod virt;

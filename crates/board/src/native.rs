@@ -138,6 +138,7 @@ mod tests {
                 path: "data.img".into(),
                 readonly: false,
             }],
+            tpm: None,
             timeout: Duration::from_secs(1),
             echo: false,
         };

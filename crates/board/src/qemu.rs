@@ -6,6 +6,7 @@ use crate::bundle::Bundle;
 use crate::run_options::{
     kernel_cmdline, memory_args, virtio_disks, Accel, KernelImage, RunOptions,
 };
+use crate::tpm::Swtpm;
 use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
 use regex::Regex;
@@ -22,6 +23,29 @@ use std::time::{Duration, Instant};
 /// 0.25-1.7 s per boot (`deferred pages initialised in 292ms` instead of 24-52 ms) and
 /// ~0.4 s per restore. Add it with `--cmdline init_on_free=1` to see for yourself.
 pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 printk.time=1";
+
+/// The kernel file QEMU boots on the PC: the image the options name, but a bzImage
+/// whenever the board has a TPM, the stock kernel's or the restore kernel's
+/// ([`crate::restore_kernel::bzimage_beside`]).
+///
+/// Measured with QEMU 7.2 and SeaBIOS 1.16.2: QEMU's PVH path (`-kernel vmlinux`) loads the
+/// initramfs at the top of the RAM below 4 GiB less the 160 KiB (0x28000) it assumes the
+/// firmware's ACPI data takes, without asking the firmware. A TPM adds its 64 KiB event log
+/// (`etc/tpm/log`) to what SeaBIOS allocates there, which pushes the ACPI tables below that
+/// line (512 MiB board: tables at 0x1ffd0000-0x1ffd2570, initramfs up to 0x1ffd6fff), so the
+/// initramfs overwrites them: the kernel finds the RSDP but reads a zeroed RSDT ("Invalid
+/// table length 0x0 in RSDT/XSDT"), and no ACPI, no TPM. Without an initramfs the same PVH
+/// boot sees the TPM. The bzImage's loader (`linuxboot_dma.bin`) moves the initramfs below
+/// the top of memory the firmware reports (E801), clear of the tables.
+pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
+    let tpm = opts.tpm.is_some();
+    match &opts.kernel {
+        KernelImage::Vmlinux if !tpm => bundle.vmlinux(),
+        KernelImage::Vmlinux | KernelImage::BzImage => bundle.bzimage(),
+        KernelImage::Restore(vmlinux) if !tpm => vmlinux.clone(),
+        KernelImage::Restore(vmlinux) => crate::restore_kernel::bzimage_beside(vmlinux),
+    }
+}
 
 /// The QEMU program and arguments for a run. The bundle's kernel pack must exist
 /// ([`Bundle::ensure_kernel_pack`]; [`Session::start`] makes sure of it).
@@ -44,12 +68,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     }
     memory_args(&mut c, opts);
     c.args(["-display", "none", "-no-reboot"]);
-    let kernel = match &opts.kernel {
-        KernelImage::Vmlinux => bundle.vmlinux(),
-        KernelImage::BzImage => bundle.bzimage(),
-        KernelImage::Restore(vmlinux) => vmlinux.clone(),
-    };
-    c.arg("-kernel").arg(kernel);
+    c.arg("-kernel").arg(kernel_file(bundle, opts));
     c.arg("-initrd").arg(bundle.initramfs());
     let letter = (b'b' + opts.disks.len() as u8) as char;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
@@ -65,20 +84,48 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     c
 }
 
-/// The QEMU command of a run on the bundle's board, with the files that live as long as
-/// the run (the arm64 board's U-Boot environment).
-pub fn board_command(
-    bundle: &Bundle,
-    opts: &RunOptions,
-) -> Result<(Command, Option<tempfile::TempDir>), RunError> {
+/// What lives exactly as long as one run of the board, dropped after its QEMU: the arm64
+/// board's U-Boot environment, the board's TPM (`crate::tpm`).
+#[derive(Debug, Default)]
+pub struct RunFiles {
+    _dir: Option<tempfile::TempDir>,
+    _tpm: Option<Swtpm>,
+}
+
+/// The QEMU command of a run on the bundle's board, with what lives as long as the run (the
+/// arm64 board's U-Boot environment; with [`RunOptions::tpm`], the TPM emulator, started
+/// here and stopped when the [`RunFiles`] are dropped).
+pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, RunFiles), RunError> {
     bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
-    match bundle.kernel.arch {
-        crate::Arch::X86_64 => Ok((qemu_command(bundle, opts), None)),
+    let arch = bundle.kernel.arch;
+    let (mut cmd, dir) = match arch {
+        crate::Arch::X86_64 => (qemu_command(bundle, opts), None),
         crate::Arch::Arm64 => {
             let (cmd, dir) = crate::virt::command(bundle, opts).map_err(RunError::Arm64Board)?;
-            Ok((cmd, Some(dir)))
+            (cmd, Some(dir))
         }
-    }
+    };
+    let tpm = match &opts.tpm {
+        None => None,
+        Some(state) => {
+            if arch == crate::Arch::X86_64 {
+                let kernel = kernel_file(bundle, opts);
+                if !kernel.is_file() {
+                    return Err(RunError::Tpm(crate::tpm::TpmError::NoBzImage(kernel)));
+                }
+            }
+            let tpm = Swtpm::start(state).map_err(RunError::Tpm)?;
+            cmd.args(crate::tpm::qemu_args(arch, tpm.socket()));
+            Some(tpm)
+        }
+    };
+    Ok((
+        cmd,
+        RunFiles {
+            _dir: dir,
+            _tpm: tpm,
+        },
+    ))
 }
 
 /// Errors of a board run. Each ends the run with a one-line reason.
@@ -116,6 +163,9 @@ pub enum RunError {
     /// The arm64 board's boot disk or boot loader environment could not be made.
     #[error("cannot prepare the arm64 board")]
     Arm64Board(#[source] crate::virt::VirtError),
+    /// The board's TPM could not be started.
+    #[error("cannot start the board's TPM")]
+    Tpm(#[source] crate::tpm::TpmError),
 }
 
 enum Chunk {
@@ -136,8 +186,8 @@ pub struct Session {
     cursor: usize,
     exited: bool,
     echo: bool,
-    /// Files of this run only, removed with the session.
-    _run_files: Option<tempfile::TempDir>,
+    /// What lives as long as this run (files, the TPM), dropped after QEMU is stopped.
+    _run_files: RunFiles,
 }
 
 impl Session {
@@ -531,6 +581,34 @@ mod tests {
                 "{append}"
             );
             assert_eq!(append.contains("rdinit=/bin/snapboot"), restore, "{append}");
+        }
+    }
+
+    /// With a TPM the PC boots bzImages (QEMU's PVH loader would put the initramfs over the
+    /// ACPI tables), whichever kernel; without one, the image the options name.
+    #[test]
+    fn a_board_with_a_tpm_boots_bzimages() {
+        let b = crate::testutil::bundle();
+        let mut o = crate::testutil::opts();
+        let rk = PathBuf::from("/rk/restore-1/vmlinux");
+        let cases = [
+            (KernelImage::Vmlinux, b.vmlinux(), b.bzimage()),
+            (KernelImage::BzImage, b.bzimage(), b.bzimage()),
+            (
+                KernelImage::Restore(rk.clone()),
+                rk.clone(),
+                PathBuf::from("/rk/restore-1/bzImage"),
+            ),
+        ];
+        for (kernel, without, with) in cases {
+            o.kernel = kernel.clone();
+            o.tpm = None;
+            assert_eq!(kernel_file(&b, &o), without, "{kernel:?}");
+            o.tpm = Some(PathBuf::from("/tpm/a"));
+            assert_eq!(kernel_file(&b, &o), with, "{kernel:?} with a TPM");
+            let a = args(&qemu_command(&b, &o));
+            let k = &a[a.iter().position(|x| x == "-kernel").unwrap() + 1];
+            assert_eq!(PathBuf::from(k), with);
         }
     }
 }

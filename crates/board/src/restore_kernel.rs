@@ -56,6 +56,23 @@ pub fn product(arch: Arch) -> (&'static str, &'static str) {
     }
 }
 
+/// What the build of `arch` keeps beside its [`product`], and where the kernel's build
+/// system leaves it: x86_64's bzImage, which the board boots instead of the vmlinux when it
+/// has a TPM ([`bzimage_beside`]).
+pub fn extra_products(arch: Arch) -> &'static [(&'static str, &'static str)] {
+    match arch {
+        Arch::X86_64 => &[("bzImage", "arch/x86/boot/bzImage")],
+        Arch::Arm64 => &[],
+    }
+}
+
+/// The bzImage an x86_64 restore kernel build keeps beside its vmlinux `image`. The board
+/// boots it when it has a TPM: QEMU's PVH loader puts the initramfs over the firmware's
+/// ACPI tables then (`crate::tpm`), the bzImage's loader does not.
+pub fn bzimage_beside(image: &Path) -> PathBuf {
+    image.with_file_name("bzImage")
+}
+
 /// Why no restore kernel could be built.
 #[derive(Debug, Error)]
 pub enum RestoreKernelError {
@@ -289,6 +306,7 @@ pub fn build(
     eprintln!("snapboot: compiling the {arch} restore kernel ({jobs} jobs, a few minutes)");
     let mut compile = make(&tree, arch);
     compile.arg(format!("-j{}", jobs.max(1))).arg(name);
+    compile.args(extra_products(arch).iter().map(|(extra, _)| extra));
     // init/Makefile prefers KBUILD_BUILD_VERSION_TIMESTAMP to KBUILD_BUILD_TIMESTAMP.
     compile.env_remove("KBUILD_BUILD_VERSION_TIMESTAMP");
     for (var, value) in stamp.iter().flat_map(|(s, _)| s.make_vars()) {
@@ -311,6 +329,10 @@ pub fn build(
     fs::create_dir_all(&out).map_err(io_err(&out))?;
     let image = out.join(name);
     fs::copy(&built, &image).map_err(io_err(&image))?;
+    for (extra, extra_at) in extra_products(arch) {
+        let kept = out.join(extra);
+        fs::copy(tree.join(extra_at), &kept).map_err(io_err(&kept))?;
+    }
     let config_out = out.join("config");
     fs::write(&config_out, &config).map_err(io_err(&config_out))?;
     let k = RestoreKernel {
@@ -553,6 +575,9 @@ mod tests {
             "CONFIG_PVH",
             "CONFIG_VIRTIO_BLK",
             "CONFIG_X86_5LEVEL",
+            "CONFIG_PNP",
+            "CONFIG_TCG_TIS",
+            "CONFIG_TCG_CRB",
         ] {
             assert!(s.iter().any(|x| x.name == need && x.value == "y"), "{need}");
         }
@@ -620,6 +645,7 @@ mod tests {
             "CONFIG_RTC_DRV_PL031",
             "CONFIG_KEXEC_FILE",
             "CONFIG_ARM64_VA_BITS_48",
+            "CONFIG_TCG_TIS",
         ] {
             assert!(on(need), "{need}");
         }
@@ -631,6 +657,12 @@ mod tests {
         assert_eq!(fragment(Arch::Arm64), FRAGMENT_ARM64);
         assert_eq!(product(Arch::Arm64), ("Image", "arch/arm64/boot/Image"));
         assert_eq!(product(Arch::X86_64).0, "vmlinux");
+        assert_eq!(extra_products(Arch::Arm64), &[]);
+        assert_eq!(
+            bzimage_beside(Path::new("/rk/restore-1/vmlinux")),
+            PathBuf::from("/rk/restore-1/bzImage")
+        );
+        assert_eq!(extra_products(Arch::X86_64)[0].0, "bzImage");
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct RunOptions {
     pub cmdline: Vec<String>,
     /// Extra virtio disks after the root disk (`/dev/vdb`, ...).
     pub disks: Vec<Disk>,
+    /// The board's TPM 2.0 (`crate::tpm`): the directory its state persists in, or none.
+    pub tpm: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
     /// Copy console output to our stdout as it arrives.
@@ -101,6 +103,7 @@ impl RunOptions {
             params: board_params(),
             cmdline: Vec::new(),
             disks: Vec::new(),
+            tpm: None,
             timeout: Duration::from_secs(300),
             echo: false,
         }

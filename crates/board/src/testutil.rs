@@ -42,6 +42,7 @@ pub fn opts() -> RunOptions {
         params: BootParams::default(),
         cmdline: Vec::new(),
         disks: Vec::new(),
+        tpm: None,
         timeout: Duration::from_secs(1),
         echo: false,
     }

@@ -50,6 +50,9 @@ pub fn restore_kernel(arch: board::Arch, jobs: Option<usize>) -> Result<ExitCode
         std::fs::metadata(&k.image).map_or(0.0, |m| mib(m.len())),
         k.build_secs
     );
+    for (extra, _) in board::restore_kernel::extra_products(arch) {
+        println!("  {extra} {}", k.image.with_file_name(extra).display());
+    }
     if let Some(v) = &k.version {
         println!("  version {v} (the stock kernel's)");
     }

@@ -51,6 +51,12 @@ pub(crate) struct BoardOpts {
     /// board's kernel pack), which boots cold. `board run --store` uses it by default.
     #[arg(long)]
     restore_kernel: bool,
+    /// Give the board a TPM 2.0 (a software TPM, swtpm) whose state persists in DIR
+    /// (created if missing): a key sealed to it in one boot unseals in the next; another
+    /// DIR is another TPM. Give it on every boot of an image, capture and restore alike:
+    /// the TPM is part of the machine the image restores onto.
+    #[arg(long, value_name = "DIR")]
+    tpm: Option<PathBuf>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
@@ -125,6 +131,7 @@ impl BoardOpts {
                 readonly: false,
             })
             .collect();
+        o.tpm = self.tpm.clone();
         match self.accel {
             AccelArg::Auto => {}
             AccelArg::Tcg => o.accel = Accel::Tcg,
@@ -178,5 +185,20 @@ mod tests {
         assert_eq!(choice(&["--bzimage"], false), KernelChoice::Stock);
         assert_eq!(choice(&["--restore-kernel"], false), KernelChoice::Restore);
         assert!(Cmd::try_parse_from(["run", "--bzimage", "--restore-kernel"]).is_err());
+    }
+
+    #[test]
+    fn tpm_names_the_state_directory_and_is_off_without_it() {
+        let b = |args: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+                .unwrap()
+                .board
+        };
+        assert_eq!(b(&["--tpm", "t/a"]).tpm, Some(PathBuf::from("t/a")));
+        assert_eq!(b(&[]).tpm, None);
+        assert!(
+            Cmd::try_parse_from(["run", "--tpm"]).is_err(),
+            "DIR is required"
+        );
     }
 }

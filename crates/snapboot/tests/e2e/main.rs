@@ -16,4 +16,5 @@ mod guards;
 mod lifecycle;
 mod restore_kernel;
 mod snapshot;
+mod tpm;
 mod trace;
