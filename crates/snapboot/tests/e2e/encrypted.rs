@@ -244,3 +244,78 @@ fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
     check_restored_app(&mut s, 0, &host_checksum());
     s.finish(boottrace::Outcome::Answered);
 }
+
+/// `board run` of `bundle` on `store` with the TPM in `tpm` and `snapboot.encrypt=tpm`, on
+/// the restore kernel; returns its console and timeline as printed.
+fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path) -> String {
+    let mut c = snapboot();
+    c.args(["board", "run"])
+        .arg(bundle)
+        .arg("--store")
+        .arg(store)
+        .arg("--tpm")
+        .arg(tpm)
+        .args(["--encrypt", "tpm", "--console", "--probe"]);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}\n{se}");
+    so
+}
+
+/// A key sealed to the board's TPM: the image restores on the restore kernel with that TPM;
+/// on a board with another TPM (cleared, replaced, the store moved) it is refused with the
+/// TPM's reason and the board boots cold; the next capture there makes a new key, sealed
+/// to the new TPM, which replaces the store's key slot, and its image restores.
+#[test]
+fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
+    crate::restore_kernel::restore_kernel();
+    let b = bundle("shell");
+    let dir = tempfile::tempdir_in(home()).unwrap();
+    let (tpm_a, tpm_b) = (dir.path().join("tpm-a"), dir.path().join("tpm-b"));
+    let store = dir.path().join("s.store");
+    let capture = |tpm: &Path| {
+        let t = tpm.to_str().unwrap();
+        crate::common::board_capture(&b, &store, &["--tpm", t, "--encrypt", "tpm", "--console"])
+    };
+    let so = capture(&tpm_a);
+    assert!(so.contains("encrypted with new device key"), "{so}");
+    let first = encrypted_with(&store);
+    let Some(Some(id_a)) = first.first().cloned() else {
+        panic!("not encrypted: {first:?}");
+    };
+    let so = run_with_tpm(&b, &store, &tpm_a);
+    let restore = so.split_once("-snapboot-restore").map_or("", |s| s.1);
+    assert!(
+        restore.contains("encrypted with the device key") && restore.contains("@restored"),
+        "not restored by the restore kernel with the TPM's key:\n{so}"
+    );
+
+    // Another TPM: the key does not unseal; every image refused with why; a cold boot.
+    let so = run_with_tpm(&b, &store, &tpm_b);
+    let fallback = so
+        .lines()
+        .find(|l| l.contains("@fallback"))
+        .unwrap_or_else(|| panic!("no fallback:\n{so}"));
+    assert!(
+        fallback.contains(&format!("this TPM cannot unseal the store's device key {id_a}"))
+            && fallback.contains("sealed by another TPM"),
+        "{fallback}"
+    );
+    assert!(!so.contains("snapboot: @restored"), "{so}");
+
+    // The capture on the new TPM makes a new key and replaces the slot.
+    let so = capture(&tpm_b);
+    assert!(
+        so.contains("which this TPM cannot unseal") && so.contains(&id_a),
+        "the new key does not say it replaces {id_a}:\n{so}"
+    );
+    let Some(Some(id_b)) = encrypted_with(&store).first().cloned() else {
+        panic!("not encrypted");
+    };
+    assert_ne!(id_a, id_b);
+    let s = ondevice::store::open_store(&store, false).unwrap();
+    let slots: Vec<String> = s.key_slots().iter().map(|k| k.id.to_string()).collect();
+    assert_eq!(slots, vec![id_b.clone()]);
+    drop(s);
+    let so = run_with_tpm(&b, &store, &tpm_b);
+    assert!(so.contains("snapboot: @restored"), "{so}");
+}
