@@ -371,6 +371,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
     }
     let log = store.boot_log().map_err(ResumeError::Record)?;
     // Without the device key no encrypted image opens: each is refused with why.
+    let t_key = Instant::now();
     let no_key = crate::devicekey::unlock(&mut store, &o.key)
         .err()
         .map(|e| chain(&e));
@@ -378,6 +379,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
         public: key.as_ref(),
         encrypt: &o.key.encrypt,
         device: store.key_id(),
+        key_secs: t_key.elapsed().as_secs_f64(),
     };
     let mut refused = Vec::new();
     for name in order {
@@ -484,6 +486,8 @@ struct Trust<'a> {
     encrypt: &'a bootparams::Encrypt,
     /// The key the store is unlocked with.
     device: Option<flashstore::KeyId>,
+    /// How long getting it took (unsealing it, or reading the key file).
+    key_secs: f64,
 }
 
 impl Trust<'_> {
@@ -495,7 +499,7 @@ impl Trust<'_> {
         &self,
         store: &flashstore::Store<std::fs::File>,
         rec: &flashstore::ImageRec,
-    ) -> Result<&'static str, ResumeError> {
+    ) -> Result<String, ResumeError> {
         if self.encrypt.on() {
             let device = self.device.ok_or_else(|| ResumeError::Clear {
                 encrypt: self.encrypt.word(),
@@ -509,20 +513,28 @@ impl Trust<'_> {
                 Some(k) if k != device => return Err(ResumeError::ForeignKey { image: k, device }),
                 Some(_) => {}
             }
+            let how = format!(
+                ", encrypted with the device key ({} in {:.3} s)",
+                match self.encrypt {
+                    bootparams::Encrypt::KeyFile => "read",
+                    _ => "unsealed",
+                },
+                self.key_secs
+            );
             return match self.public {
                 Some(key) if !rec.signature.is_empty() => {
                     crate::store::check_signature(store, rec, key)?;
-                    Ok(", encrypted with the device key, signature checked")
+                    Ok(how + ", signature checked")
                 }
-                _ => Ok(", encrypted with the device key"),
+                _ => Ok(how),
             };
         }
         match self.public {
             Some(key) => {
                 crate::store::check_signature(store, rec, key)?;
-                Ok(", signature checked")
+                Ok(", signature checked".into())
             }
-            None => Ok(""),
+            None => Ok(String::new()),
         }
     }
 }

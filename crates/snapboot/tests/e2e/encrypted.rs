@@ -296,8 +296,9 @@ fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
         .find(|l| l.contains("@fallback"))
         .unwrap_or_else(|| panic!("no fallback:\n{so}"));
     assert!(
-        fallback.contains(&format!("this TPM cannot unseal the store's device key {id_a}"))
-            && fallback.contains("sealed by another TPM"),
+        fallback.contains(&format!(
+            "this TPM cannot unseal the store's device key {id_a}"
+        )) && fallback.contains("sealed by another TPM"),
         "{fallback}"
     );
     assert!(!so.contains("snapboot: @restored"), "{so}");
