@@ -42,13 +42,8 @@ pub const LAZY_MODULES: &[&str] = &["dm_mod", "dm_snapshot", "dm_verity", "zram"
 /// ask modprobe for the cipher's template, which the board's roots do not have, so `/init`
 /// loads them all when the command line has `snapboot.lazy` and `snapboot.encrypt=`.
 pub const LAZY_CRYPT_MODULES: &[&str] = &[
-    "dm_crypt",
-    // xts builds on ecb (a soft dependency: the module names none).
-    "ecb",
-    "xts",
-    "chacha_generic",
-    "nhpoly1305_sse2",
-    "adiantum",
+    "dm_crypt", // xts builds on ecb (a soft dependency: the module names none).
+    "ecb", "xts",
 ];
 
 /// Modules the booted system loads later, not at boot: virtio-mem, which adds deferred

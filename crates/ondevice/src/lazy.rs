@@ -544,9 +544,10 @@ pub fn prepare(
 /// The swap region's cipher for dm-crypt, with its key size.
 ///
 /// AES-XTS with a 512-bit key, AES itself built into Debian's 6.1 kernel (xts and ecb are
-/// modules). Not yet measured against `xchacha12,aes-adiantum-plain64` (the faster choice
-/// without AES instructions, as on the board's QEMU TCG CPU; its modules are in the
-/// board's lazy-crypt list): the swap key size would change with it (32 bytes).
+/// modules, on amd64 and arm64 alike). Not yet measured against
+/// `xchacha12,aes-adiantum-plain64` (the faster choice without AES instructions, as on the
+/// board's QEMU TCG CPU; its NH hash module is architecture-specific, `nhpoly1305_sse2`
+/// on amd64): the swap key size would change with it (32 bytes).
 pub const CIPHER: &str = "aes-xts-plain64";
 const KEY_BYTES: usize = 64;
 
