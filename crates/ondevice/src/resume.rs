@@ -111,12 +111,16 @@ pub enum ResumeError {
     DeviceKey(String),
     /// The image is in the clear, and this device restores encrypted images only.
     #[error(
-        "the image is not encrypted, and this device restores only images encrypted with its          device key (snapboot.encrypt={encrypt}): it was written by something else than this          device's captures"
+        "the image is not encrypted, and this device restores only images encrypted with its \
+         device key (snapboot.encrypt={encrypt}): it was written by something else than this \
+         device's captures"
     )]
     Clear { encrypt: String },
     /// The image is encrypted with another key than the device's.
     #[error(
-        "the image is encrypted with device key {image}, this device's key is {device}: it          was captured under another key (the key changed, or the store comes from another          device)"
+        "the image is encrypted with device key {image}, this device's key is {device}: it \
+         was captured under another key (the key changed, or the store comes from another \
+         device)"
     )]
     ForeignKey {
         image: flashstore::KeyId,
@@ -632,6 +636,28 @@ mod tests {
             text.contains("MPIDR 0x100") && text.contains("0x0, 0x1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn key_refusals_read_as_one_sentence_and_have_their_kinds() {
+        let k = |b: u8| flashstore::KeyId([b; 16]);
+        let clear = ResumeError::Clear {
+            encrypt: "tpm".into(),
+        };
+        let foreign = ResumeError::ForeignKey {
+            image: k(1),
+            device: k(2),
+        };
+        for (e, kind) in [(&clear, Refusal::Untrusted), (&foreign, Refusal::Key)] {
+            let text = e.to_string();
+            assert!(!text.contains("  "), "{text}");
+            assert_eq!(e.refusal(), kind);
+        }
+        assert!(foreign.to_string().contains(&format!(
+            "device key {}, this device's key is {}",
+            k(1),
+            k(2)
+        )));
     }
 
     #[test]
