@@ -116,6 +116,21 @@ pub enum BundleError {
     },
 }
 
+/// Where the initramfs and the root keep the config file, relative to their top.
+fn config_path() -> &'static str {
+    bootparams::config::CONFIG_PATH.trim_start_matches('/')
+}
+
+/// Copies `src` to `dst` in a staged root, with `mode`.
+fn stage_file(dst: &Path, src: &Path, mode: u32) -> Result<(), BundleError> {
+    if let Some(d) = dst.parent() {
+        fs::create_dir_all(d).map_err(io(d))?;
+    }
+    fs::copy(src, dst).map_err(io(src))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dst, fs::Permissions::from_mode(mode)).map_err(io(dst))
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
     move |source| BundleError::Io {
         path: path.to_path_buf(),
@@ -141,6 +156,10 @@ pub struct BuildOptions {
     /// and in a built-in workload's root (a capture reads it): images are encrypted with it
     /// under `snapboot.encrypt=key`. A `rootfs_dir` must hold it itself.
     pub device_key: Option<PathBuf>,
+    /// A config file (`snapboot.conf(5)`) to put in the initramfs (resume reads it) and in a
+    /// built-in workload's root (the ready point reads it), as it is: one that does not
+    /// parse makes the board boot cold saying why. A `rootfs_dir` must hold it itself.
+    pub config: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
     /// Where what outlives one build is kept: the debian workload's base root, made once
@@ -364,6 +383,9 @@ impl Bundle {
             let key = fs::read(k).map_err(io(k))?;
             ir.file(DEVICE_KEY, 0o600, key);
         }
+        if let Some(c) = &opts.config {
+            ir.file(config_path(), 0o644, fs::read(c).map_err(io(c))?);
+        }
         // The kernel this bundle's images come from, for a restore kernel booting this same
         // initramfs (its own uname differs; ondevice::system::image_kernel reads this).
         if let Some(record) = image_kernel_record(opts)? {
@@ -393,16 +415,12 @@ impl Bundle {
                     fs::write(&dst, read_module(&m.path)?).map_err(io(&dst))?;
                 }
                 // A capture runs in the root, after the initramfs is gone: it reads the
-                // device key from the same path there.
+                // device key and the config file from the same paths there.
                 if let Some(k) = &opts.device_key {
-                    let dst = stage.join(DEVICE_KEY);
-                    if let Some(d) = dst.parent() {
-                        fs::create_dir_all(d).map_err(io(d))?;
-                    }
-                    fs::copy(k, &dst).map_err(io(k))?;
-                    use std::os::unix::fs::PermissionsExt;
-                    fs::set_permissions(&dst, fs::Permissions::from_mode(0o600))
-                        .map_err(io(&dst))?;
+                    stage_file(&stage.join(DEVICE_KEY), k, 0o600)?;
+                }
+                if let Some(c) = &opts.config {
+                    stage_file(&stage.join(config_path()), c, 0o644)?;
                 }
                 mksquashfs(&stage, &rootfs_img)?;
                 let _ = fs::remove_dir_all(&stage);

@@ -221,9 +221,18 @@ impl InitScript {
             dev = self.root_dev,
             fs = self.root_fs
         ));
+        if !self.lazy_modules.is_empty() || !self.late_modules.is_empty() {
+            // The settings decide, the config file's too: `snapboot config words` prints
+            // them as kernel words (nothing when they do not parse: resume said why).
+            s.push_str(&format!(
+                "words=\"$(cat /proc/cmdline)\"\n\
+                 [ -e {} ] && words=\"$(/bin/snapboot config words)\"\n",
+                bootparams::config::CONFIG_PATH
+            ));
+        }
         if !self.lazy_modules.is_empty() {
             s.push_str(&format!(
-                "case \" $(cat /proc/cmdline) \" in *\" {}\"*)\n",
+                "case \" $words \" in *\" {}\"*)\n",
                 bootparams::key::LAZY
             ));
             for module in &self.lazy_modules {
@@ -233,7 +242,7 @@ impl InitScript {
             }
             if !self.lazy_crypt_modules.is_empty() {
                 s.push_str(&format!(
-                    "  case \" $(cat /proc/cmdline) \" in *\" {}=\"*)\n",
+                    "  case \" $words \" in *\" {}=\"*)\n",
                     bootparams::key::ENCRYPT
                 ));
                 for module in &self.lazy_crypt_modules {
@@ -247,7 +256,7 @@ impl InitScript {
         }
         if !self.late_modules.is_empty() {
             s.push_str(&format!(
-                "case \" $(cat /proc/cmdline) \" in *\" {}=\"*)\n  mkdir -p /run/snapboot/modules\n",
+                "case \" $words \" in *\" {}=\"*)\n  mkdir -p /run/snapboot/modules\n",
                 bootparams::key::DEFERMEM
             ));
             for module in &self.late_modules {

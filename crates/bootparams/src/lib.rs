@@ -68,6 +68,8 @@
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
 
 mod address;
+pub mod config;
+pub mod settings;
 
 pub use address::{StoreAddress, StoreAddressError, LABEL_MAX, STORE_FORMS};
 use flashstore::Compression;
@@ -636,6 +638,12 @@ pub fn value_of<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
 /// What a size-taking key expects.
 const SIZE: &str = "expected a size such as 96M";
 
+/// What a flag takes after `=`, if anything.
+const FLAG_VALUES: &str = "expected no value, or yes, no, true or false";
+
+/// What every key starts with on the kernel command line.
+pub const PREFIX: &str = "snapboot.";
+
 impl BootParams {
     /// Reads the `snapboot.*` words of a kernel command line; other words are not ours and
     /// are skipped. A later word overrides an earlier one with the same key, as the kernel's
@@ -643,121 +651,131 @@ impl BootParams {
     pub fn parse(cmdline: &str) -> Result<BootParams, BootParamsError> {
         let mut p = BootParams::default();
         for word in cmdline.split_whitespace() {
-            if !word.starts_with("snapboot.") {
-                continue;
-            }
-            let (k, value) = match word.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (word, None),
-            };
-            let bad = |expected| BootParamsError::BadValue {
-                word: word.to_string(),
-                expected,
-            };
-            let flag = |v: Option<&str>| match v {
-                None => Ok(true),
-                Some(_) => Err(bad("takes no value")),
-            };
-            let text = |v: Option<&str>| match v {
-                Some(v) if !v.is_empty() => Ok(v.to_string()),
-                _ => Err(bad("expected a device such as /dev/vdb")),
-            };
-            match k {
-                key::STORE => {
-                    let a = StoreAddress::parse(value.unwrap_or_default());
-                    p.store = Some(a.map_err(|source| BootParamsError::StoreAddress {
-                        word: word.to_string(),
-                        source,
-                    })?);
-                }
-                key::CAPTURE => p.capture = flag(value)?,
-                key::FORCE => p.force = flag(value)?,
-                key::NODROP => p.drop_caches = !flag(value)?,
-                key::NOCOMPACT => p.compact = !flag(value)?,
-                key::ONCE => p.once = flag(value)?,
-                key::THEN => {
-                    p.then = match value {
-                        Some("continue") => Then::Continue,
-                        Some("poweroff") => Then::PowerOff,
-                        _ => return Err(bad("expected continue or poweroff")),
-                    }
-                }
-                key::COMPRESS => {
-                    let c = value.and_then(parse_compression);
-                    p.compression = Some(c.ok_or_else(|| bad("expected lz4 or none"))?);
-                }
-                key::LAZY => {
-                    let r = parse_reclaim(value.unwrap_or(""));
-                    p.lazy = Some(r.ok_or_else(|| bad("expected max or a size such as 96M"))?);
-                }
-                key::SWAPSIZE => {
-                    p.swap_size = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
-                }
-                key::NOVERITY => p.verity = !flag(value)?,
-                key::PROFILECHECK => p.profile_check = flag(value)?,
-                key::AFTERUDEV => p.after_udev = flag(value)?,
-                key::PROFILE => {
-                    p.profile = value
-                        .and_then(ProfileMode::parse)
-                        .ok_or_else(|| bad("expected eager, prefetch or off"))?;
-                }
-                key::KHIBERNATE => p.khibernate = Some(text(value)?),
-                key::KRESUME => p.kresume = Some(text(value)?),
-                key::COLDKERNEL => p.cold_kernel = Some(text(value)?),
-                key::HANDEDOVER => p.handed_over = flag(value)?,
-                key::IMAGE => {
-                    p.images = value.and_then(parse_images).ok_or_else(|| {
-                        bad("expected image names such as current or current,factory \
-                             (each 1 to 64 of A-Z a-z 0-9 . _ -)")
-                    })?;
-                }
-                key::DEDUPE => {
-                    let d = value.and_then(parse_dedupe);
-                    p.dedupe = Some(d.ok_or_else(|| {
-                        bad("expected off, full, selective, selective:USE or selective:USE:RUN")
-                    })?);
-                }
-                key::PIN => p.pin = flag(value)?,
-                key::PMTIMES => p.pm_times = flag(value)?,
-                key::DEFERMEM => {
-                    p.defer_mem = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
-                }
-                key::MEMONLINE => {
-                    p.mem_online = value
-                        .and_then(MemOnline::parse)
-                        .ok_or_else(|| bad("expected movable or kernel"))?;
-                }
-                key::MEMDEADLINE => {
-                    let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
-                    p.mem_deadline = n.ok_or_else(|| bad("expected seconds (1 or more)"))?;
-                }
-                key::MEMFAULT => {
-                    let f = value.and_then(MemFault::parse);
-                    p.mem_fault = Some(f.ok_or_else(|| bad("expected offline or noload"))?);
-                }
-                key::ATTEMPTS => {
-                    let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
-                    p.attempts = n.ok_or_else(|| bad("expected a count (1 or more)"))?;
-                }
-                key::CONFIRM => {
-                    p.confirm = value
-                        .and_then(Confirm::parse)
-                        .ok_or_else(|| bad("expected restored or app"))?;
-                }
-                key::NORECAPTURE => p.recapture = !flag(value)?,
-                key::ENCRYPT => {
-                    p.encrypt = value
-                        .and_then(Encrypt::parse)
-                        .ok_or_else(|| bad("expected tpm, tpm:PCR+PCR... (0-23) or key"))?;
-                }
-                _ => {
-                    return Err(BootParamsError::Unknown {
-                        word: word.to_string(),
-                    })
-                }
+            if word.starts_with(PREFIX) {
+                p.apply(word)?;
             }
         }
         Ok(p)
+    }
+
+    /// Sets what one `snapboot.*` word says (`snapboot.KEY` or `snapboot.KEY=VALUE`): the
+    /// one parser of every value, for the kernel command line and the config file
+    /// ([`crate::config`]) alike. A flag takes no value, or `yes`, `no`, `true` or `false`
+    /// (so a command line can turn off what a config file turned on).
+    pub fn apply(&mut self, word: &str) -> Result<(), BootParamsError> {
+        let p = self;
+        let (k, value) = match word.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (word, None),
+        };
+        let bad = |expected| BootParamsError::BadValue {
+            word: word.to_string(),
+            expected,
+        };
+        let flag = |v: Option<&str>| match v {
+            None | Some("yes" | "true") => Ok(true),
+            Some("no" | "false") => Ok(false),
+            Some(_) => Err(bad(FLAG_VALUES)),
+        };
+        let text = |v: Option<&str>| match v {
+            Some(v) if !v.is_empty() => Ok(v.to_string()),
+            _ => Err(bad("expected a device such as /dev/vdb")),
+        };
+        match k {
+            key::STORE => {
+                let a = StoreAddress::parse(value.unwrap_or_default());
+                p.store = Some(a.map_err(|source| BootParamsError::StoreAddress {
+                    word: word.to_string(),
+                    source,
+                })?);
+            }
+            key::CAPTURE => p.capture = flag(value)?,
+            key::FORCE => p.force = flag(value)?,
+            key::NODROP => p.drop_caches = !flag(value)?,
+            key::NOCOMPACT => p.compact = !flag(value)?,
+            key::ONCE => p.once = flag(value)?,
+            key::THEN => {
+                p.then = match value {
+                    Some("continue") => Then::Continue,
+                    Some("poweroff") => Then::PowerOff,
+                    _ => return Err(bad("expected continue or poweroff")),
+                }
+            }
+            key::COMPRESS => {
+                let c = value.and_then(parse_compression);
+                p.compression = Some(c.ok_or_else(|| bad("expected lz4 or none"))?);
+            }
+            key::LAZY => {
+                let r = parse_reclaim(value.unwrap_or(""));
+                p.lazy = Some(r.ok_or_else(|| bad("expected max or a size such as 96M"))?);
+            }
+            key::SWAPSIZE => {
+                p.swap_size = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
+            }
+            key::NOVERITY => p.verity = !flag(value)?,
+            key::PROFILECHECK => p.profile_check = flag(value)?,
+            key::AFTERUDEV => p.after_udev = flag(value)?,
+            key::PROFILE => {
+                p.profile = value
+                    .and_then(ProfileMode::parse)
+                    .ok_or_else(|| bad("expected eager, prefetch or off"))?;
+            }
+            key::KHIBERNATE => p.khibernate = Some(text(value)?),
+            key::KRESUME => p.kresume = Some(text(value)?),
+            key::COLDKERNEL => p.cold_kernel = Some(text(value)?),
+            key::HANDEDOVER => p.handed_over = flag(value)?,
+            key::IMAGE => {
+                p.images = value.and_then(parse_images).ok_or_else(|| {
+                    bad("expected image names such as current or current,factory \
+                             (each 1 to 64 of A-Z a-z 0-9 . _ -)")
+                })?;
+            }
+            key::DEDUPE => {
+                let d = value.and_then(parse_dedupe);
+                p.dedupe = Some(d.ok_or_else(|| {
+                    bad("expected off, full, selective, selective:USE or selective:USE:RUN")
+                })?);
+            }
+            key::PIN => p.pin = flag(value)?,
+            key::PMTIMES => p.pm_times = flag(value)?,
+            key::DEFERMEM => {
+                p.defer_mem = Some(value.and_then(parse_size).ok_or_else(|| bad(SIZE))?);
+            }
+            key::MEMONLINE => {
+                p.mem_online = value
+                    .and_then(MemOnline::parse)
+                    .ok_or_else(|| bad("expected movable or kernel"))?;
+            }
+            key::MEMDEADLINE => {
+                let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
+                p.mem_deadline = n.ok_or_else(|| bad("expected seconds (1 or more)"))?;
+            }
+            key::MEMFAULT => {
+                let f = value.and_then(MemFault::parse);
+                p.mem_fault = Some(f.ok_or_else(|| bad("expected offline or noload"))?);
+            }
+            key::ATTEMPTS => {
+                let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
+                p.attempts = n.ok_or_else(|| bad("expected a count (1 or more)"))?;
+            }
+            key::CONFIRM => {
+                p.confirm = value
+                    .and_then(Confirm::parse)
+                    .ok_or_else(|| bad("expected restored or app"))?;
+            }
+            key::NORECAPTURE => p.recapture = !flag(value)?,
+            key::ENCRYPT => {
+                p.encrypt = value
+                    .and_then(Encrypt::parse)
+                    .ok_or_else(|| bad("expected tpm, tpm:PCR+PCR... (0-23) or key"))?;
+            }
+            _ => {
+                return Err(BootParamsError::Unknown {
+                    word: word.to_string(),
+                })
+            }
+        }
+        Ok(())
     }
 
     /// The words that say all of this (none for a default value), in [`key::ALL`] order.

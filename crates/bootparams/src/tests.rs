@@ -162,7 +162,7 @@ fn bad_words_are_named() {
         ),
         (
             "snapboot.noverity=1",
-            "snapboot.noverity=1: takes no value",
+            "snapboot.noverity=1: expected no value, or yes, no, true or false",
         ),
         (
             "snapboot.defermem=lots",
@@ -185,8 +185,8 @@ fn bad_words_are_named() {
             "snapboot.compress=lzo: expected lz4 or none",
         ),
         (
-            "snapboot.capture=yes",
-            "snapboot.capture=yes: takes no value",
+            "snapboot.capture=on",
+            "snapboot.capture=on: expected no value, or yes, no, true or false",
         ),
         (
             "snapboot.store",
@@ -215,14 +215,17 @@ fn bad_words_are_named() {
             "snapboot.image=a,,b: expected image names such as current or current,factory \
              (each 1 to 64 of A-Z a-z 0-9 . _ -)",
         ),
-        ("snapboot.pin=1", "snapboot.pin=1: takes no value"),
+        (
+            "snapboot.pin=1",
+            "snapboot.pin=1: expected no value, or yes, no, true or false",
+        ),
         (
             "snapboot.dedupe=selective:101",
             "snapboot.dedupe=selective:101: expected off, full, selective, selective:USE or selective:USE:RUN",
         ),
         (
-            "snapboot.pmtimes=yes",
-            "snapboot.pmtimes=yes: takes no value",
+            "snapboot.pmtimes=2",
+            "snapboot.pmtimes=2: expected no value, or yes, no, true or false",
         ),
     ] {
         assert_eq!(BootParams::parse(line).unwrap_err().to_string(), want);
@@ -289,7 +292,7 @@ fn reclaim() -> impl Strategy<Value = Option<Reclaim>> {
 }
 
 prop_compose! {
-    fn params()(
+    pub(crate) fn params()(
         store in store(), khibernate in device(), kresume in device(), cold_kernel in device(),
         flags in any::<[bool; 6]>(), continue_after in any::<bool>(),
         compression in compression(), lazy in reclaim(),

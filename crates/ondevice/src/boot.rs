@@ -2,14 +2,16 @@
 //! the application's ready point, when a restore waits for udev, and when a restore kernel
 //! hands a cold boot to the stock kernel.
 //!
-//! Each decision is a pure function of the kernel command line and what the caller observed
-//! ([`power_on`], [`at_ready`], [`before_udev`], [`hand_over_pack`]), tested below; the
+//! Each decision is a pure function of the settings (the config file under the kernel
+//! command line: [`crate::settings`]) and what the caller observed ([`power_on`],
+//! [`at_ready`], [`before_udev`], [`hand_over_pack`]), tested below; the
 //! `run_*` functions carry them out and print the markers. The binaries only parse their
 //! arguments and call these.
 
 use crate::capture::{capture, CaptureOptions, CaptureOutcome};
 use crate::guest::print_marker;
 use crate::resume::{resume, ResumeError, ResumeOptions};
+use crate::settings::{refusal, Settings};
 use crate::status::{recapture_after, BootStatus, Outcome, Recapture};
 use bootparams::{BootParams, StoreAddress};
 use boottrace::{error_chain as chain, Marker};
@@ -41,8 +43,8 @@ pub enum PowerOn {
     HandedOver,
     /// A capture boot: the image is taken at the ready point, nothing is restored.
     CaptureBoot,
-    /// Boot cold for this reason (a word that does not parse, a restore kernel asked to
-    /// capture).
+    /// Boot cold for this reason (a word or a config file that does not parse, a restore
+    /// kernel asked to capture).
     Cold(String),
     /// The benchmarks' baseline: the kernel's own resume from this swap device.
     KernelNative(PathBuf),
@@ -57,11 +59,11 @@ pub enum PowerOn {
     },
 }
 
-/// What `cmdline` asks of a power-on.
-pub fn power_on(cmdline: &str) -> PowerOn {
-    let p = match BootParams::parse(cmdline) {
-        Ok(p) => p,
-        Err(e) => return PowerOn::Cold(e.to_string()),
+/// What the settings ask of a power-on.
+pub fn power_on(settings: &Settings) -> PowerOn {
+    let p = match settings {
+        Ok(p) => p.clone(),
+        Err(e) => return PowerOn::Cold(refusal(e)),
     };
     if p.handed_over {
         return PowerOn::HandedOver;
@@ -95,11 +97,11 @@ pub fn power_on(cmdline: &str) -> PowerOn {
 /// says whether the address resolved: [`crate::locate::resolve`], where two matching
 /// devices count as there, since waiting for udev would not change that).
 pub fn before_udev(
-    cmdline: &str,
+    settings: &Settings,
     store_modules_loaded: bool,
     appears: impl Fn(&StoreAddress, Duration) -> bool,
 ) -> Option<String> {
-    let params = BootParams::parse(cmdline).ok()?;
+    let params = settings.as_ref().ok()?;
     if params.kresume.is_some() {
         return Some("the kernel's own resume runs where initramfs-tools runs it".into());
     }
@@ -149,13 +151,14 @@ pub enum ResumeRequest {
 pub fn run_resume(req: ResumeRequest) -> u8 {
     let started = Instant::now();
     let cmdline = crate::system::kernel_cmdline();
+    let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
         let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
         let appears = |a: &StoreAddress, wait| match crate::locate::resolve(a, wait) {
             Ok(at) => at.path.exists(),
             Err(e) => !e.is_missing(),
         };
-        if let Some(why) = before_udev(&cmdline, modules.exists(), appears) {
+        if let Some(why) = before_udev(&settings, modules.exists(), appears) {
             print_marker(Marker::ResumeAfterUdev, Some(&why));
             return EXIT_AFTER_UDEV;
         }
@@ -173,9 +176,9 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
             None
         }
     };
-    let params = BootParams::parse(&cmdline).unwrap_or_default();
+    let params = crate::settings::for_the_record(&settings, &cmdline);
     let plan = match req {
-        ResumeRequest::FromCmdline { .. } => power_on(&cmdline),
+        ResumeRequest::FromCmdline { .. } => power_on(&settings),
         ResumeRequest::Store { store, once } => PowerOn::Restore {
             store,
             once,
@@ -220,7 +223,11 @@ fn carry_out(
     match plan {
         PowerOn::Nothing => cold(
             Outcome::Cold,
-            format!("no {}= on the kernel command line", bootparams::key::STORE),
+            format!(
+                "no store: no {}= on the kernel command line, no store = in {}",
+                bootparams::key::STORE,
+                bootparams::config::CONFIG_PATH
+            ),
         ),
         PowerOn::CaptureBoot => cold(
             Outcome::Cold,
@@ -376,12 +383,13 @@ pub enum AtReady {
     Capture(Box<CaptureOptions>),
 }
 
-/// What `cmdline` asks of the ready point. A word that does not parse on a boot that asks
-/// for no capture is ignored here: resume named it at power-on (`fallback`).
-pub fn at_ready(cmdline: &str) -> AtReady {
-    let p = match BootParams::parse(cmdline) {
+/// What the settings ask of the ready point (`cmdline`: the kernel command line they
+/// include). A word or a config file that does not parse on a boot that asks for no
+/// capture is ignored here: resume named it at power-on (`fallback`).
+pub fn at_ready(cmdline: &str, settings: &Settings) -> AtReady {
+    let p = match settings {
         Ok(p) => p,
-        Err(e) if asks_for_capture(cmdline) => return AtReady::Refuse(e.to_string()),
+        Err(e) if asks_for_capture(cmdline) => return AtReady::Refuse(refusal(e)),
         Err(_) => return AtReady::Nothing,
     };
     if let Some(dev) = &p.khibernate {
@@ -456,9 +464,12 @@ pub enum Ready {
 pub fn run_ready() -> Result<Ready, ReadyError> {
     crate::guest::ready();
     let cmdline = crate::system::kernel_cmdline();
-    let params = BootParams::parse(&cmdline).unwrap_or_default();
-    let (result, powers_off) = match at_ready(&cmdline) {
-        AtReady::Nothing => (Ok(recapture_if_planned(&params)), false),
+    let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
+    let (result, powers_off) = match at_ready(&cmdline, &settings) {
+        AtReady::Nothing => match &settings {
+            Ok(params) => (Ok(recapture_if_planned(params)), false),
+            Err(_) => (Ok(Ready::Running(None)), false),
+        },
         AtReady::Refuse(why) => (Err(ReadyError::BadWord(why)), false),
         AtReady::KernelNative(dev) => (
             crate::kernel_native::hibernate(&dev)
@@ -488,8 +499,8 @@ pub fn run_ready() -> Result<Ready, ReadyError> {
     // restore.
     if let (Ok(Ready::Running(_)), false) = (&result, powers_off) {
         start_outcome_target();
-        if let Ok(p) = BootParams::parse(&cmdline) {
-            crate::memory::start_add(&p);
+        if let Ok(p) = &settings {
+            crate::memory::start_add(p);
         }
     }
     result
@@ -560,6 +571,74 @@ fn recapture_if_planned(params: &BootParams) -> Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bootparams::config::{effective, ConfigFile};
+
+    /// The settings of `cmdline` over the config file `text` (none when empty).
+    fn with_file(cmdline: &str, text: &str) -> Settings {
+        let path = Path::new(bootparams::config::CONFIG_PATH);
+        let file = match text {
+            "" => None,
+            t => Some(ConfigFile::parse(path, t)?),
+        };
+        Ok(effective(cmdline, file)?.params)
+    }
+
+    fn power_on(cmdline: &str) -> PowerOn {
+        super::power_on(&with_file(cmdline, ""))
+    }
+
+    fn before_udev(
+        cmdline: &str,
+        modules: bool,
+        appears: impl Fn(&StoreAddress, Duration) -> bool,
+    ) -> Option<String> {
+        super::before_udev(&with_file(cmdline, ""), modules, appears)
+    }
+
+    fn at_ready(cmdline: &str) -> AtReady {
+        super::at_ready(cmdline, &with_file(cmdline, ""))
+    }
+
+    #[test]
+    fn the_config_files_store_restores_and_a_bad_file_restores_nothing_and_captures_nothing() {
+        let file = "store = /dev/vdb\nimage = factory\n";
+        assert_eq!(
+            super::power_on(&with_file("quiet", file)),
+            restore("/dev/vdb", false, &["factory"])
+        );
+        // The command line's store wins over the file's.
+        assert_eq!(
+            super::power_on(&with_file("snapboot.store=/dev/vdc", file)),
+            restore("/dev/vdc", false, &["factory"])
+        );
+        let capture = "snapboot.capture";
+        let AtReady::Capture(o) = super::at_ready(capture, &with_file(capture, file)) else {
+            panic!("no capture with the file's store")
+        };
+        assert_eq!(
+            (o.store, o.image.as_str()),
+            (StoreAddress::path("/dev/vdb"), "factory")
+        );
+        let bad = "store = /dev/vdb\nstroe = /dev/vdc\n";
+        let why = "/etc/snapboot/snapboot.conf:2: unknown key \"stroe\" (did you mean store?): \
+                   a config file that does not parse is not acted on (snapboot config check)";
+        assert_eq!(
+            super::power_on(&with_file("snapboot.store=/dev/vdb", bad)),
+            PowerOn::Cold(why.into())
+        );
+        match super::at_ready(capture, &with_file(capture, bad)) {
+            AtReady::Refuse(w) => assert_eq!(w, why),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            super::at_ready("quiet", &with_file("quiet", bad)),
+            AtReady::Nothing
+        ));
+        assert_eq!(
+            super::before_udev(&with_file("quiet", bad), true, |_, _| false),
+            None
+        );
+    }
 
     fn restore(store: &str, once: bool, images: &[&str]) -> PowerOn {
         PowerOn::Restore {

@@ -28,6 +28,7 @@ pub mod parttable;
 pub mod profile;
 pub mod restore;
 pub mod resume;
+pub mod settings;
 pub mod snapshot;
 pub mod status;
 pub mod store;

@@ -29,8 +29,15 @@ const WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
     /// No store named and none given.
-    #[error("no store: give one, or boot with {}=", bootparams::key::STORE)]
+    #[error(
+        "no store: give one, write store = in {}, or boot with {}=",
+        bootparams::config::CONFIG_PATH,
+        bootparams::key::STORE
+    )]
     NoStore,
+    /// The device's settings cannot be known (a bad config file or kernel word).
+    #[error("the device's settings")]
+    Settings(#[from] bootparams::config::SettingsError),
     /// This boot's status cannot be read.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
@@ -42,15 +49,14 @@ pub enum LifecycleError {
     Store(#[from] StoreUseError),
 }
 
-/// The store given, or else the one this boot's command line names.
-fn store_of(
-    params: &BootParams,
-    given: Option<&StoreAddress>,
-) -> Result<StoreAddress, LifecycleError> {
-    given
-        .or(params.store.as_ref())
-        .cloned()
-        .ok_or(LifecycleError::NoStore)
+/// The store given, or else the one the device's settings name (the config file's, under
+/// the kernel command line's).
+fn store_of(given: Option<&StoreAddress>) -> Result<StoreAddress, LifecycleError> {
+    if let Some(store) = given {
+        return Ok(store.clone());
+    }
+    let settings = crate::settings::load()?;
+    settings.store.ok_or(LifecycleError::NoStore)
 }
 
 /// Right after a restore (the restored system's command line is its capture's): reads the
@@ -59,17 +65,21 @@ fn store_of(
 /// what cannot be read is the status's reason.
 pub fn restored_status(params: &BootParams) -> BootStatus {
     let confirm = params.confirm == Confirm::Restored;
-    let kept = store_of(params, None).and_then(|store| {
-        Ok(crate::store::update_boot_log(&store, WAIT, |log| {
-            let s = crate::status::from_boot_log(&std::mem::take(&mut log.last_boot));
-            if let (true, Some(ImageRef { name, generation })) =
-                (confirm, s.as_ref().and_then(|s| s.image.as_ref()))
-            {
-                log.confirm(name, *generation);
-            }
-            s
-        })?)
-    });
+    let kept = params
+        .store
+        .clone()
+        .ok_or(LifecycleError::NoStore)
+        .and_then(|store| {
+            Ok(crate::store::update_boot_log(&store, WAIT, |log| {
+                let s = crate::status::from_boot_log(&std::mem::take(&mut log.last_boot));
+                if let (true, Some(ImageRef { name, generation })) =
+                    (confirm, s.as_ref().and_then(|s| s.image.as_ref()))
+                {
+                    log.confirm(name, *generation);
+                }
+                s
+            })?)
+        });
     let mut s = match kept {
         Ok(Some(s)) => s,
         Ok(None) => {
@@ -104,8 +114,7 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
     else {
         return Err(LifecycleError::NotRestored(status.outcome.word()));
     };
-    let params = BootParams::parse(&crate::system::kernel_cmdline()).unwrap_or_default();
-    let store = store_of(&params, store)?;
+    let store = store_of(store)?;
     crate::store::update_boot_log(&store, WAIT, |log| {
         log.confirm(&image.name, image.generation)
     })?;
@@ -118,8 +127,7 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
 /// the next boot does not try them and captures a new one. Returns the generation they
 /// were marked through.
 pub fn invalidate(store: Option<&StoreAddress>) -> Result<u64, LifecycleError> {
-    let params = BootParams::parse(&crate::system::kernel_cmdline()).unwrap_or_default();
-    let address = store_of(&params, store)?;
+    let address = store_of(store)?;
     let (mut s, at) = crate::store::open_address(&address, WAIT, true)?;
     let through = s.generation();
     s.update_boot_log(|log| log.stale_through = through)

@@ -298,11 +298,10 @@ pub fn add(
     })
 }
 
-/// `snapboot memory add`: adds the deferred memory the command line asks for and prints
+/// `snapboot memory add`: adds the deferred memory the settings ask for and prints
 /// the `memory` marker (or `memory-missing`).
 pub fn add_from_cmdline() -> Result<Option<Report>, MemoryError> {
-    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let Some(plan) = bootparams::BootParams::parse(&cmdline)
+    let Some(plan) = crate::settings::load()
         .ok()
         .as_ref()
         .and_then(Plan::from_params)

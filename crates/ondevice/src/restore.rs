@@ -35,10 +35,9 @@ pub struct RestoreReport {
 
 /// Runs every post-restore step and prints the `restored` marker.
 pub fn after_restore() -> RestoreReport {
-    let params = std::fs::read_to_string("/proc/cmdline")
-        .ok()
-        .and_then(|c| bootparams::BootParams::parse(&c).ok())
-        .unwrap_or_default();
+    let cmdline = crate::system::kernel_cmdline();
+    let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
+    let params = crate::settings::for_the_record(&settings, &cmdline);
     let profile_check = params.profile_check;
     if profile_check {
         crate::profile::start_fault_watch(FAULT_WATCH_SECS);

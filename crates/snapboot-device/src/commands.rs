@@ -1,5 +1,5 @@
-//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `image`, `store`)
-//! and the fast paths taken before any command line is parsed.
+//! The device's commands (`start`, `ready`, `capture`, `resume`, `check`, `config`, `image`,
+//! `store`) and the fast paths taken before any command line is parsed.
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -36,6 +36,10 @@ pub enum DeviceCmd {
     /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
     /// hibernation) met or not, with what to do.
     Check(crate::checkcmd::CheckArgs),
+    /// (device) The config file /etc/snapboot/snapboot.conf (snapboot.conf(5)): check it and
+    /// show the settings in effect; print its man page, default file or docs table.
+    #[command(subcommand)]
+    Config(crate::configcmd::ConfigCmd),
     /// (device) What this boot did: restored (which image, which unconfirmed restore), cold
     /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status).
     /// Exit status 0 when restored, 4 when not.
@@ -89,6 +93,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Capture(a) => bootcmd::capture_cmd(a),
         DeviceCmd::Resume(a) => bootcmd::resume_cmd(a),
         DeviceCmd::Check(a) => crate::checkcmd::check(a),
+        DeviceCmd::Config(c) => crate::configcmd::config(c),
         DeviceCmd::Status(a) => lifecyclecmd::status(a),
         DeviceCmd::Confirm(a) => lifecyclecmd::confirm(a),
         DeviceCmd::Invalidate(a) => lifecyclecmd::invalidate(a),
@@ -117,6 +122,9 @@ pub fn fast_path(argv: &[OsString]) -> Option<Result<ExitCode>> {
         return Some(bootcmd::resume_cmd(
             bootcmd::ResumeArgs::from_cmdline_before_udev(),
         ));
+    }
+    if argv == ["config", "words"] {
+        return Some(crate::configcmd::words());
     }
     None
 }

@@ -105,6 +105,11 @@ pub struct BuildArgs {
     /// /etc/snapboot/device.key, for `--encrypt key` (`snapboot.encrypt=key`).
     #[arg(long, value_name = "KEY_FILE")]
     device_key: Option<PathBuf>,
+    /// Put this config file (snapboot.conf(5)) in the initramfs and the built-in workload's
+    /// root as /etc/snapboot/snapboot.conf. It goes in as it is; one that does not parse is
+    /// named here, and the board then boots cold saying why.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Output directory (default: .snapboot/bundles/NAME, or bundles/arm64/NAME).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -194,6 +199,11 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     if let Some(k) = &a.device_key {
         imagekey::DeviceSecret::load(k)?;
     }
+    if let Some(c) = &a.config {
+        if let Err(e) = bootparams::config::ConfigFile::read(c) {
+            eprintln!("snapboot: warning: {e}: the board will boot cold, saying so");
+        }
+    }
     let t = std::time::Instant::now();
     let b = Bundle::build(&BuildOptions {
         kernel,
@@ -202,6 +212,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         snapboot_bin: board::home::device_binary(arch)?,
         image_key: a.image_key.clone(),
         device_key: a.device_key.clone(),
+        config: a.config.clone(),
         out,
         cache_dir: home::debian_cache(),
         debs_dir: home::debs_cache(arch),

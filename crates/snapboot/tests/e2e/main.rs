@@ -9,6 +9,7 @@ mod binding;
 mod board;
 mod cli;
 mod common;
+mod config;
 mod debian;
 mod encrypted;
 mod flash;
