@@ -360,6 +360,6 @@ mod tests {
             }
             checked += 1;
         }
-        assert_eq!(checked, 23);
+        assert_eq!(checked, 20);
     }
 }

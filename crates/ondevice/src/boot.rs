@@ -178,6 +178,9 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     };
     let params = crate::settings::for_the_record(&settings, &cmdline);
     let plan = match req {
+        // A store given by hand is restored under the same settings (the device key, the
+        // crash-loop guard): not when they cannot be known.
+        ResumeRequest::Store { .. } if settings.is_err() => power_on(&settings),
         ResumeRequest::FromCmdline { .. } => power_on(&settings),
         ResumeRequest::Store { store, once } => PowerOn::Restore {
             store,

@@ -65,7 +65,11 @@ fn a_config_file_that_does_not_parse_restores_nothing_and_names_its_line() {
         "{line}"
     );
     let ready = Regex::new(r"snapboot: @ready").unwrap();
-    s.wait_for(&ready, "the cold boot reaching ready", Duration::from_secs(180))
-        .unwrap();
+    s.wait_for(
+        &ready,
+        "the cold boot reaching ready",
+        Duration::from_secs(180),
+    )
+    .unwrap();
     s.finish(boottrace::Outcome::Ready);
 }
