@@ -399,7 +399,7 @@ pub fn at_ready(cmdline: &str, settings: &Settings) -> AtReady {
         return AtReady::KernelNative(dev.into());
     }
     match (&p.store, p.capture) {
-        (Some(store), true) => AtReady::Capture(Box::new(capture_options(&p, store))),
+        (Some(store), true) => AtReady::Capture(Box::new(capture_options(p, store))),
         _ => AtReady::Nothing,
     }
 }
