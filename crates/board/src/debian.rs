@@ -1,6 +1,6 @@
 //! The `debian` workload: a systemd-based Debian system built from Debian's own packages,
 //! with its initramfs made by Debian's initramfs-tools, and snapboot put in the way a user
-//! puts it into their device (`snapboot install`, then `mkinitramfs`).
+//! puts it into their device (its Debian package, with apt; then `mkinitramfs`).
 //!
 //! ```text
 //!   mmdebstrap (host, Debian's mirror) --> SNAPBOOT_HOME/debian/base-<key>.tar  (cached)
@@ -9,7 +9,8 @@
 //!   stage: + the bundle kernel's modules the board needs (depmod)
 //!          + /opt/app/app.py and snapboot-app.service (Type=notify; the console's reader)
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
-//!          + `snapboot-device install --root stage --after snapboot-app.service --store-module …`
+//!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
+//!            ordered after the application, the store's modules listed
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -137,6 +138,9 @@ pub enum DebianError {
     /// Module resolution failed.
     #[error(transparent)]
     Module(#[from] ModuleError),
+    /// snapboot's package could not be built.
+    #[error("the snapboot package")]
+    Package(#[from] crate::debpkg::DebError),
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -284,19 +288,7 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     let config = stage.join(format!("boot/config-{}", b.release));
     fs::copy(src, &config).map_err(io(src))?;
     configure(b, stage)?;
-    // snapboot goes in the way the documentation tells a user to put it in.
-    run(Command::new(b.snapboot_bin)
-        .arg("install")
-        .arg("--root")
-        .arg(stage)
-        .args(["--after", APP_UNIT])
-        // The store is a virtio disk (on a device: `--store /dev/mmcblk0p3` finds these).
-        .args([
-            "--store-module",
-            "virtio_pci",
-            "--store-module",
-            "virtio_blk",
-        ]))?;
+    install_package(b, stage)?;
     let inside = format!("/boot/initrd.img-{}", b.release);
     run(Command::new("chroot")
         .arg(stage)
@@ -305,6 +297,39 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     fs::copy(&made, b.initramfs).map_err(io(&made))?;
     fs::remove_file(&made).map_err(io(&made))?;
     Ok(())
+}
+
+/// snapboot goes in the way the documentation tells a user to put it in: its Debian package
+/// (built here from the board's device binary), installed with apt; then what the
+/// administrator configures: the capture waits for the application, and the initramfs
+/// loads the store's drivers before udev (the store is a virtio disk; on a device
+/// `snapboot install --store /dev/mmcblk0p3` finds these).
+fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
+    let head: Vec<u8> = fs::read(b.snapboot_bin)
+        .map_err(io(b.snapboot_bin))?
+        .into_iter()
+        .take(64)
+        .collect();
+    let arch = crate::Arch::of_elf(&head).unwrap_or_default();
+    let tmp = stage.join("tmp");
+    let deb = crate::debpkg::build(b.snapboot_bin, arch, &tmp)?;
+    let inside = Path::new("/tmp").join(deb.file_name().unwrap_or_default());
+    run(Command::new("chroot")
+        .arg(stage)
+        .args(["apt-get", "install", "-y", "-q", "--no-install-recommends"])
+        .arg(&inside)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    fs::remove_file(&deb).map_err(io(&deb))?;
+    write(
+        stage,
+        ondevice::install::DROPIN_PATH,
+        &ondevice::install::after_dropin(&[APP_UNIT.to_string()]),
+    )?;
+    write(
+        stage,
+        ondevice::install::STORE_MODULES_PATH,
+        "virtio_pci\nvirtio_blk\n",
+    )
 }
 
 /// The bundle kernel's modules the board needs, with their dependencies, in the root's

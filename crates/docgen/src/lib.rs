@@ -1,5 +1,6 @@
-//! `snapboot-docgen ROOT`: writes the device binary's man pages and shell completions under
-//! ROOT, at the paths the Debian package ships them (scripts/deb.sh calls it):
+//! The device binary's man pages and shell completions, generated from its command line
+//! (clap) and written under a root at the paths the Debian package ships them
+//! (`board::debpkg` calls this):
 //!
 //! ```text
 //!   ROOT/usr/share/man/man8/snapboot.8                 snapboot(8)
@@ -9,7 +10,7 @@
 //!   ROOT/usr/share/fish/vendor_completions.d/snapboot.fish
 //! ```
 //!
-//! A separate program so clap_mangen and clap_complete stay out of the static device binary.
+//! A crate of its own so clap_mangen and clap_complete stay out of the static device binary.
 //! The pages are written uncompressed; the packaging compresses them.
 
 use anyhow::{Context, Result};
@@ -17,24 +18,11 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
 
+/// The man pages' directory under a root.
+pub const MAN_DIR: &str = "usr/share/man/man8";
+
 /// Section of the man pages: system administration commands.
 const SECTION: &str = "8";
-
-fn main() -> Result<()> {
-    let mut args = std::env::args_os().skip(1);
-    let (Some(root), None) = (args.next(), args.next()) else {
-        anyhow::bail!(
-            "usage: snapboot-docgen ROOT (writes ROOT/usr/share/{{man,bash-completion,zsh,fish}})"
-        );
-    };
-    let root = PathBuf::from(root);
-    let pages = write_man_pages(&root)?;
-    let completions = write_completions(&root)?;
-    for p in pages.iter().chain(&completions) {
-        println!("{}", p.display());
-    }
-    Ok(())
-}
 
 /// The command line as the pages show it: built, so every subcommand knows its full name
 /// (`snapboot-store-gc`), without clap's `help` subcommand.
@@ -45,8 +33,8 @@ fn command() -> clap::Command {
 }
 
 /// snapboot(8) and a page for every visible subcommand, at every depth.
-fn write_man_pages(root: &Path) -> Result<Vec<PathBuf>> {
-    let dir = root.join("usr/share/man").join(format!("man{SECTION}"));
+pub fn write_man_pages(root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = root.join(MAN_DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     let mut todo = vec![command()];
@@ -80,7 +68,8 @@ const COMPLETIONS: [(Shell, &str, &str); 3] = [
     ),
 ];
 
-fn write_completions(root: &Path) -> Result<Vec<PathBuf>> {
+/// The bash, zsh and fish completions.
+pub fn write_completions(root: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (shell, dir, name) in COMPLETIONS {
         let dir = root.join(dir);
