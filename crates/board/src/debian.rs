@@ -21,6 +21,8 @@
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
 
 use crate::modules::{ModuleError, ModuleTree};
+use crate::workload::InitKind;
+use ondevice::install::Generator;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,26 @@ pub const PACKAGES: &[&str] = &[
     "procps",
     "zstd",
 ];
+
+/// [`PACKAGES`] for a root whose initramfs `g` makes: dracut takes initramfs-tools' place
+/// (the two conflict).
+pub fn packages(g: Generator) -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .map(|&p| match (p, g) {
+            ("initramfs-tools", Generator::Dracut) => "dracut",
+            _ => p,
+        })
+        .collect()
+}
+
+/// The initramfs generator of a Debian workload.
+pub fn generator_of(init: InitKind) -> Generator {
+    match init {
+        InitKind::DebianDracut => Generator::Dracut,
+        _ => Generator::InitramfsTools,
+    }
+}
 
 /// The application's unit (in the root's /etc/systemd/system).
 pub const APP_UNIT: &str = "snapboot-app.service";
@@ -203,16 +225,19 @@ pub fn host_codename(os_release: &str) -> Option<String> {
 }
 
 /// The cache key of a base root: release and package list.
-pub fn base_key(codename: &str) -> String {
-    let text = format!("{codename} minbase {}", PACKAGES.join(","));
+pub fn base_key(codename: &str, packages: &[&str]) -> String {
+    let text = format!("{codename} minbase {}", packages.join(","));
     blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
 }
 
 /// The base root as a tarball, built with mmdebstrap once and kept in `cache_dir`.
-pub fn base_tarball(cache_dir: &Path) -> Result<PathBuf, DebianError> {
+pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, DebianError> {
     let os = fs::read_to_string("/etc/os-release").unwrap_or_default();
     let codename = host_codename(&os).unwrap_or_else(|| "bookworm".into());
-    let tar = cache_dir.join(format!("base-{codename}-{}.tar", base_key(&codename)));
+    let tar = cache_dir.join(format!(
+        "base-{codename}-{}.tar",
+        base_key(&codename, packages)
+    ));
     if tar.is_file() {
         return Ok(tar);
     }
@@ -231,7 +256,7 @@ pub fn base_tarball(cache_dir: &Path) -> Result<PathBuf, DebianError> {
             "--format=tar",
             "--quiet",
         ])
-        .arg(format!("--include={}", PACKAGES.join(",")))
+        .arg(format!("--include={}", packages.join(",")))
         // No documentation or translations on a device.
         .arg("--dpkgopt=path-exclude=/usr/share/{doc,man,info,locale}/*")
         .arg("--dpkgopt=path-include=/usr/share/locale/locale.alias")
@@ -263,12 +288,14 @@ pub struct DebianBuild<'a> {
     pub stage: &'a Path,
     /// Where the initramfs goes.
     pub initramfs: &'a Path,
+    /// What makes the initramfs.
+    pub generator: Generator,
 }
 
 /// Builds the root tree in `stage` and its initramfs.
 pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     need("chroot", "coreutils")?;
-    let tar = base_tarball(b.cache_dir)?;
+    let tar = base_tarball(b.cache_dir, &packages(b.generator))?;
     let stage = b.stage;
     let _ = fs::remove_dir_all(stage);
     fs::create_dir_all(stage).map_err(io(stage))?;
@@ -290,13 +317,38 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     configure(b, stage)?;
     install_package(b, stage)?;
     let inside = format!("/boot/initrd.img-{}", b.release);
-    run(Command::new("chroot")
-        .arg(stage)
-        .args(["mkinitramfs", "-o", &inside, b.release]))?;
+    make_initramfs(b, stage, &inside)?;
     let made = stage.join(inside.trim_start_matches('/'));
     fs::copy(&made, b.initramfs).map_err(io(&made))?;
     fs::remove_file(&made).map_err(io(&made))?;
     Ok(())
+}
+
+/// The initramfs, made in the root by its generator: initramfs-tools' mkinitramfs, or dracut
+/// told to make a generic image with the board's drivers and the modules a block root needs.
+fn make_initramfs(b: &DebianBuild, stage: &Path, inside: &str) -> Result<(), DebianError> {
+    let mut cmd = Command::new("chroot");
+    cmd.arg(stage);
+    match b.generator {
+        Generator::InitramfsTools => cmd.args(["mkinitramfs", "-o", inside, b.release]),
+        Generator::Dracut => {
+            write(
+                stage,
+                "etc/dracut.conf.d/snapboot-board.conf",
+                &format!(
+                    "# Written by snapboot for the board: not for the build host, the board's \
+                     drivers, no systemd in the initramfs.\n\
+                     hostonly=\"no\"\n\
+                     drivers=\" {} \"\n\
+                     dracutmodules=\" base fs-lib rootfs-block udev-rules kernel-modules snapboot \"\n\
+                     compress=\"zstd\"\n",
+                    INITRAMFS_MODULES.join(" ")
+                ),
+            )?;
+            cmd.args(["dracut", "--force", "--kver", b.release, inside])
+        }
+    };
+    run(&mut cmd)
 }
 
 /// snapboot goes in the way the documentation tells a user to put it in: its Debian package
@@ -500,9 +552,18 @@ mod tests {
 
     #[test]
     fn the_cache_key_follows_release_and_packages() {
-        assert_eq!(base_key("bookworm"), base_key("bookworm"));
-        assert_ne!(base_key("bookworm"), base_key("trixie"));
-        assert_eq!(base_key("bookworm").len(), 16);
+        assert_eq!(
+            base_key("bookworm", PACKAGES),
+            base_key("bookworm", PACKAGES)
+        );
+        assert_ne!(base_key("bookworm", PACKAGES), base_key("trixie", PACKAGES));
+        assert_eq!(base_key("bookworm", PACKAGES).len(), 16);
+        let dracut = packages(Generator::Dracut);
+        assert_ne!(
+            base_key("bookworm", &dracut),
+            base_key("bookworm", PACKAGES)
+        );
+        assert!(dracut.contains(&"dracut") && !dracut.contains(&"initramfs-tools"));
     }
 
     #[test]
@@ -528,6 +589,7 @@ mod tests {
             cache_dir: d.path(),
             stage: d.path(),
             initramfs: &d.path().join("initrd"),
+            generator: Generator::InitramfsTools,
         };
         // `systemctl set-default` in a chroot needs root and a real tree: expect that step
         // to be the one that fails here, after the files are written.
