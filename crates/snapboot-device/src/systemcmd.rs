@@ -146,6 +146,10 @@ pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
 pub fn install(a: InstallArgs) -> Result<ExitCode> {
     use ondevice::install::{self, Content};
     let running = a.root == std::path::Path::new("/");
+    if !a.uninstall && install::system::package_installed(&a.root, install::system::PACKAGE) {
+        // Said before anything else is looked at.
+        return Err(install::InstallError::PackageInstalled.into());
+    }
     if a.uninstall {
         let generator = install::system::generator(&a.root);
         if a.dry_run {
