@@ -14,7 +14,7 @@ use crate::busybox::Busybox;
 use crate::initramfs::{InitScript, Initramfs};
 use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
 use crate::modules::{read_module, ModuleError, ModuleTree};
-use crate::workload::{check_tree, InitKind, Workload};
+use crate::workload::{check_tree, Workload};
 use crate::workload_error::WorkloadError;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -305,10 +305,10 @@ impl Bundle {
                 arch: opts.kernel.arch,
             });
         }
-        if opts.workload.init == InitKind::Debian && opts.kernel.arch != Arch::X86_64 {
+        if opts.workload.init.is_debian() && opts.kernel.arch != Arch::X86_64 {
             return Err(BundleError::DebianArch(opts.kernel.arch));
         }
-        if opts.workload.init == InitKind::Debian {
+        if opts.workload.init.is_debian() {
             return Self::build_debian(opts, &snapboot);
         }
 
@@ -477,6 +477,7 @@ impl Bundle {
             cache_dir: &opts.cache_dir,
             stage: &stage,
             initramfs: &out.join("initramfs.cpio"),
+            generator: crate::debian::generator_of(opts.workload.init),
         })?;
         let rootfs_img = out.join("rootfs.img");
         let squashed = mksquashfs(&stage, &rootfs_img);

@@ -1,6 +1,6 @@
 //! The `debian` workload: a systemd-based Debian system built from Debian's own packages,
 //! with its initramfs made by Debian's initramfs-tools, and snapboot put in the way a user
-//! puts it into their device (`snapboot install`, then `mkinitramfs`).
+//! puts it into their device (its Debian package, with apt; then `mkinitramfs`).
 //!
 //! ```text
 //!   mmdebstrap (host, Debian's mirror) --> SNAPBOOT_HOME/debian/base-<key>.tar  (cached)
@@ -9,7 +9,8 @@
 //!   stage: + the bundle kernel's modules the board needs (depmod)
 //!          + /opt/app/app.py and snapboot-app.service (Type=notify; the console's reader)
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
-//!          + `snapboot-device install --root stage --after snapboot-app.service --store-module …`
+//!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
+//!            ordered after the application, the store's modules listed
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -20,6 +21,8 @@
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
 
 use crate::modules::{ModuleError, ModuleTree};
+use crate::workload::InitKind;
+use ondevice::install::Generator;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,26 @@ pub const PACKAGES: &[&str] = &[
     "procps",
     "zstd",
 ];
+
+/// [`PACKAGES`] for a root whose initramfs `g` makes: dracut takes initramfs-tools' place
+/// (the two conflict).
+pub fn packages(g: Generator) -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .map(|&p| match (p, g) {
+            ("initramfs-tools", Generator::Dracut) => "dracut",
+            _ => p,
+        })
+        .collect()
+}
+
+/// The initramfs generator of a Debian workload.
+pub fn generator_of(init: InitKind) -> Generator {
+    match init {
+        InitKind::DebianDracut => Generator::Dracut,
+        _ => Generator::InitramfsTools,
+    }
+}
 
 /// The application's unit (in the root's /etc/systemd/system).
 pub const APP_UNIT: &str = "snapboot-app.service";
@@ -137,6 +160,9 @@ pub enum DebianError {
     /// Module resolution failed.
     #[error(transparent)]
     Module(#[from] ModuleError),
+    /// snapboot's package could not be built.
+    #[error("the snapboot package")]
+    Package(#[from] crate::debpkg::DebError),
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -199,16 +225,19 @@ pub fn host_codename(os_release: &str) -> Option<String> {
 }
 
 /// The cache key of a base root: release and package list.
-pub fn base_key(codename: &str) -> String {
-    let text = format!("{codename} minbase {}", PACKAGES.join(","));
+pub fn base_key(codename: &str, packages: &[&str]) -> String {
+    let text = format!("{codename} minbase {}", packages.join(","));
     blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
 }
 
 /// The base root as a tarball, built with mmdebstrap once and kept in `cache_dir`.
-pub fn base_tarball(cache_dir: &Path) -> Result<PathBuf, DebianError> {
+pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, DebianError> {
     let os = fs::read_to_string("/etc/os-release").unwrap_or_default();
     let codename = host_codename(&os).unwrap_or_else(|| "bookworm".into());
-    let tar = cache_dir.join(format!("base-{codename}-{}.tar", base_key(&codename)));
+    let tar = cache_dir.join(format!(
+        "base-{codename}-{}.tar",
+        base_key(&codename, packages)
+    ));
     if tar.is_file() {
         return Ok(tar);
     }
@@ -227,7 +256,7 @@ pub fn base_tarball(cache_dir: &Path) -> Result<PathBuf, DebianError> {
             "--format=tar",
             "--quiet",
         ])
-        .arg(format!("--include={}", PACKAGES.join(",")))
+        .arg(format!("--include={}", packages.join(",")))
         // No documentation or translations on a device.
         .arg("--dpkgopt=path-exclude=/usr/share/{doc,man,info,locale}/*")
         .arg("--dpkgopt=path-include=/usr/share/locale/locale.alias")
@@ -259,12 +288,14 @@ pub struct DebianBuild<'a> {
     pub stage: &'a Path,
     /// Where the initramfs goes.
     pub initramfs: &'a Path,
+    /// What makes the initramfs.
+    pub generator: Generator,
 }
 
 /// Builds the root tree in `stage` and its initramfs.
 pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     need("chroot", "coreutils")?;
-    let tar = base_tarball(b.cache_dir)?;
+    let tar = base_tarball(b.cache_dir, &packages(b.generator))?;
     let stage = b.stage;
     let _ = fs::remove_dir_all(stage);
     fs::create_dir_all(stage).map_err(io(stage))?;
@@ -284,27 +315,73 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     let config = stage.join(format!("boot/config-{}", b.release));
     fs::copy(src, &config).map_err(io(src))?;
     configure(b, stage)?;
-    // snapboot goes in the way the documentation tells a user to put it in.
-    run(Command::new(b.snapboot_bin)
-        .arg("install")
-        .arg("--root")
-        .arg(stage)
-        .args(["--after", APP_UNIT])
-        // The store is a virtio disk (on a device: `--store /dev/mmcblk0p3` finds these).
-        .args([
-            "--store-module",
-            "virtio_pci",
-            "--store-module",
-            "virtio_blk",
-        ]))?;
+    install_package(b, stage)?;
     let inside = format!("/boot/initrd.img-{}", b.release);
-    run(Command::new("chroot")
-        .arg(stage)
-        .args(["mkinitramfs", "-o", &inside, b.release]))?;
+    make_initramfs(b, stage, &inside)?;
     let made = stage.join(inside.trim_start_matches('/'));
     fs::copy(&made, b.initramfs).map_err(io(&made))?;
     fs::remove_file(&made).map_err(io(&made))?;
     Ok(())
+}
+
+/// The initramfs, made in the root by its generator: initramfs-tools' mkinitramfs, or dracut
+/// told to make a generic image with the board's drivers and the modules a block root needs.
+fn make_initramfs(b: &DebianBuild, stage: &Path, inside: &str) -> Result<(), DebianError> {
+    let mut cmd = Command::new("chroot");
+    cmd.arg(stage);
+    match b.generator {
+        Generator::InitramfsTools => cmd.args(["mkinitramfs", "-o", inside, b.release]),
+        Generator::Dracut => {
+            write(
+                stage,
+                "etc/dracut.conf.d/snapboot-board.conf",
+                &format!(
+                    "# Written by snapboot for the board: not for the build host, the board's \
+                     drivers, no systemd in the initramfs.\n\
+                     hostonly=\"no\"\n\
+                     drivers=\" {} \"\n\
+                     dracutmodules=\" base fs-lib rootfs-block udev-rules kernel-modules snapboot \"\n\
+                     compress=\"zstd\"\n",
+                    INITRAMFS_MODULES.join(" ")
+                ),
+            )?;
+            cmd.args(["dracut", "--force", "--kver", b.release, inside])
+        }
+    };
+    run(&mut cmd)
+}
+
+/// snapboot goes in the way the documentation tells a user to put it in: its Debian package
+/// (built here from the board's device binary), installed with apt; then what the
+/// administrator configures: the capture waits for the application, and the initramfs
+/// loads the store's drivers before udev (the store is a virtio disk; on a device
+/// `snapboot install --store /dev/mmcblk0p3` finds these).
+fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
+    let head: Vec<u8> = fs::read(b.snapboot_bin)
+        .map_err(io(b.snapboot_bin))?
+        .into_iter()
+        .take(64)
+        .collect();
+    let arch = crate::Arch::of_elf(&head).unwrap_or_default();
+    let tmp = stage.join("tmp");
+    let deb = crate::debpkg::build(b.snapboot_bin, arch, &tmp)?;
+    let inside = Path::new("/tmp").join(deb.file_name().unwrap_or_default());
+    run(Command::new("chroot")
+        .arg(stage)
+        .args(["apt-get", "install", "-y", "-q", "--no-install-recommends"])
+        .arg(&inside)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    fs::remove_file(&deb).map_err(io(&deb))?;
+    write(
+        stage,
+        ondevice::install::DROPIN_PATH,
+        &ondevice::install::after_dropin(&[APP_UNIT.to_string()]),
+    )?;
+    write(
+        stage,
+        ondevice::install::STORE_MODULES_PATH,
+        "virtio_pci\nvirtio_blk\n",
+    )
 }
 
 /// The bundle kernel's modules the board needs, with their dependencies, in the root's
@@ -475,9 +552,18 @@ mod tests {
 
     #[test]
     fn the_cache_key_follows_release_and_packages() {
-        assert_eq!(base_key("bookworm"), base_key("bookworm"));
-        assert_ne!(base_key("bookworm"), base_key("trixie"));
-        assert_eq!(base_key("bookworm").len(), 16);
+        assert_eq!(
+            base_key("bookworm", PACKAGES),
+            base_key("bookworm", PACKAGES)
+        );
+        assert_ne!(base_key("bookworm", PACKAGES), base_key("trixie", PACKAGES));
+        assert_eq!(base_key("bookworm", PACKAGES).len(), 16);
+        let dracut = packages(Generator::Dracut);
+        assert_ne!(
+            base_key("bookworm", &dracut),
+            base_key("bookworm", PACKAGES)
+        );
+        assert!(dracut.contains(&"dracut") && !dracut.contains(&"initramfs-tools"));
     }
 
     #[test]
@@ -503,6 +589,7 @@ mod tests {
             cache_dir: d.path(),
             stage: d.path(),
             initramfs: &d.path().join("initrd"),
+            generator: Generator::InitramfsTools,
         };
         // `systemctl set-default` in a chroot needs root and a real tree: expect that step
         // to be the one that fails here, after the files are written.

@@ -13,6 +13,7 @@ pub mod bundle;
 pub mod busybox;
 pub mod capture;
 pub mod debian;
+pub mod debpkg;
 pub mod dynlink;
 pub mod foreign;
 pub mod home;

@@ -65,6 +65,10 @@ pub enum InitKind {
     /// A Debian root with systemd as PID 1 and an initramfs made by initramfs-tools
     /// (`crate::debian`).
     Debian,
+    /// The same Debian root with its initramfs made by dracut instead (snapboot's dracut
+    /// module in it).
+    #[serde(rename = "debian-dracut")]
+    DebianDracut,
 }
 
 impl InitKind {
@@ -72,8 +76,15 @@ impl InitKind {
     pub fn kernel_args(self) -> &'static [&'static str] {
         match self {
             InitKind::Board => &[],
-            InitKind::Debian => &["root=/dev/vda", "rootfstype=squashfs", "ro"],
+            InitKind::Debian | InitKind::DebianDracut => {
+                &["root=/dev/vda", "rootfstype=squashfs", "ro"]
+            }
         }
+    }
+
+    /// Whether the system is a Debian root built by `crate::debian`.
+    pub fn is_debian(self) -> bool {
+        matches!(self, InitKind::Debian | InitKind::DebianDracut)
     }
 }
 
@@ -128,12 +139,23 @@ impl Workload {
         }
     }
 
+    /// The built-in `debian-dracut` workload: [`Workload::debian`] with its initramfs made
+    /// by dracut (and snapboot's dracut module) instead of initramfs-tools.
+    pub fn debian_dracut() -> Self {
+        Self {
+            name: "debian-dracut".into(),
+            init: InitKind::DebianDracut,
+            ..Self::debian()
+        }
+    }
+
     /// A built-in workload by name.
     pub fn builtin(name: &str) -> Result<Self, WorkloadError> {
         match name {
             "shell" => Ok(Self::shell()),
             "app" => Ok(Self::app()),
             "debian" => Ok(Self::debian()),
+            "debian-dracut" => Ok(Self::debian_dracut()),
             other => Err(WorkloadError::Unknown(other.into())),
         }
     }

@@ -12,6 +12,17 @@ use crate::imagecmd;
 use crate::lifecyclecmd;
 use crate::systemcmd::{self, InstallArgs, MemoryCmd, ProfileCmd};
 
+// The device binary's command line (`snapboot` on the device); the man pages and shell
+// completions of the Debian package are generated from it (crates/docgen).
+/// Snapshot boot for Linux, the device's commands.
+#[derive(clap::Parser, Debug)]
+#[command(name = "snapboot", version, about, after_help = crate::EXIT_HELP)]
+pub struct DeviceCli {
+    /// The command.
+    #[command(subcommand)]
+    pub cmd: DeviceCmd,
+}
+
 /// Commands that run on the device (and, for `image` and `store`, on the host too).
 #[derive(Subcommand, Debug)]
 pub enum DeviceCmd {
@@ -68,10 +79,12 @@ pub enum DeviceCmd {
     /// with, and show what is online.
     #[command(subcommand)]
     Memory(MemoryCmd),
-    /// (device) Put snapboot into a Debian-style system: the binary, the initramfs-tools
-    /// hook and boot script (resume before the root is mounted) and the systemd units
-    /// (snapboot-capture.service, enabled; snapboot-restored.target). Then rebuild the
-    /// initramfs (`update-initramfs -u`).
+    /// (device) Put snapboot into a system without the snapboot package, at the
+    /// administrator's paths (/usr/local/sbin, /etc): the binary, the initramfs-tools hook
+    /// and scripts or the dracut module (resume before the root is mounted), the systemd
+    /// units (snapboot-capture.service, enabled) and the update hooks, listed with their
+    /// checksums in /etc/snapboot/installed.manifest; then rebuild the initramfs
+    /// (`update-initramfs -u` or `dracut -f`). Refused where the package is installed.
     Install(InstallArgs),
 }
 
@@ -145,11 +158,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Parser, Debug)]
-    struct Cli {
-        #[command(subcommand)]
-        cmd: DeviceCmd,
-    }
+    type Cli = DeviceCli;
 
     /// The fast path for `/init`'s call must mean what clap would parse.
     #[test]

@@ -17,7 +17,7 @@ mod systemcmd;
 
 pub use bootcmd::{CaptureArgs, ResumeArgs};
 pub use checkcmd::{print_checks, status as check_status, CheckArgs};
-pub use commands::{dispatch, exit, fast_path, DeviceCmd, ImageCmd};
+pub use commands::{dispatch, exit, fast_path, DeviceCli, DeviceCmd, ImageCmd};
 pub use configcmd::ConfigCmd;
 pub use exit::{Exit, EXIT_HELP};
 pub use storecmd::{key, KeyCmd, StoreCmd};

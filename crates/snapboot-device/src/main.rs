@@ -4,21 +4,13 @@
 //! the kernel unpacks, and the restore path maps, a fraction of the full tool.
 
 use clap::Parser;
-use snapboot_device::{dispatch, exit, fast_path, DeviceCmd};
+use snapboot_device::{dispatch, exit, fast_path, DeviceCli};
 use std::process::ExitCode;
-
-/// Snapshot boot for Linux, the device's commands.
-#[derive(Parser, Debug)]
-#[command(name = "snapboot", version, about, after_help = snapboot_device::EXIT_HELP)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: DeviceCmd,
-}
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if let Some(result) = fast_path(&argv) {
         return exit(result);
     }
-    exit(dispatch(Cli::parse().cmd))
+    exit(dispatch(DeviceCli::parse().cmd))
 }

@@ -25,6 +25,17 @@ pub struct InstallArgs {
     /// --store cannot look at the device).
     #[arg(long, value_name = "MODULE")]
     pub store_module: Vec<String>,
+    /// Print exactly the paths the install would write (and remove), and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Remove what an earlier `snapboot install` wrote (/etc/snapboot/installed.manifest
+    /// lists it); files changed since are kept, with a warning.
+    #[arg(long, conflicts_with_all = ["after", "store", "store_module"])]
+    pub uninstall: bool,
+    /// Do not rebuild the initramfs afterwards (`update-initramfs -u` or `dracut -f`; never
+    /// run with --root, which is not the running system).
+    #[arg(long)]
+    pub no_initramfs: bool,
 }
 
 /// `snapboot memory`.
@@ -133,13 +144,35 @@ pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
 
 /// `snapboot install`.
 pub fn install(a: InstallArgs) -> Result<ExitCode> {
+    use ondevice::install::{self, Content};
+    let running = a.root == std::path::Path::new("/");
+    if !a.uninstall && install::system::package_installed(&a.root, install::system::PACKAGE) {
+        // Said before anything else is looked at.
+        return Err(install::InstallError::PackageInstalled.into());
+    }
+    if a.uninstall {
+        let generator = install::system::generator(&a.root);
+        if a.dry_run {
+            anyhow::bail!("--uninstall --dry-run: read /etc/snapboot/installed.manifest instead");
+        }
+        let done = install::uninstall(&a.root)?;
+        for p in &done.removed {
+            println!("removed {}", p.display());
+        }
+        for (p, why) in &done.kept {
+            eprintln!("snapboot: kept {} ({why})", p.display());
+        }
+        if let Some(g) = generator.filter(|_| running && !a.no_initramfs) {
+            rebuild_initramfs(g)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
     let mut store_modules = a.store_module.clone();
     if let Some(address) = &a.store {
         let at = ondevice::locate::resolve(address, std::time::Duration::ZERO)
             .with_context(|| format!("store {address}"))?;
-        let found =
-            ondevice::install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
+        let found = install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
         println!(
             "{at}: drivers {}",
             if found.is_empty() {
@@ -154,14 +187,45 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
             }
         }
     }
-    let written = ondevice::install::install(&ondevice::install::InstallOptions {
+    let plan = install::plan(&install::InstallOptions {
         root: a.root.clone(),
         binary,
         after: a.after.clone(),
         store_modules,
     })?;
+    if a.dry_run {
+        for w in &plan.writes {
+            match &w.content {
+                Content::File { data, mode } => {
+                    println!(
+                        "would write {} ({} bytes, mode {mode:o})",
+                        w.path.display(),
+                        data.len()
+                    )
+                }
+                Content::Link(t) => println!("would link {} -> {}", w.path.display(), t.display()),
+            }
+        }
+        for r in &plan.removes {
+            println!("would remove {}", r.path().display());
+        }
+        for p in &plan.kept {
+            println!("would keep {} (there already)", p.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (written, changed) = install::apply(&plan)?;
     for p in &written {
         println!("installed {}", p.display());
+    }
+    for p in &plan.kept {
+        println!("kept {} (there already)", p.display());
+    }
+    for p in &changed {
+        eprintln!(
+            "snapboot: kept {} (changed since the last install)",
+            p.display()
+        );
     }
     if a.after.is_empty() {
         println!(
@@ -169,16 +233,41 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
              your application's readiness"
         );
     }
-    let chroot = if a.root == std::path::Path::new("/") {
-        String::new()
+    if running && !a.no_initramfs {
+        rebuild_initramfs(plan.generator)?;
     } else {
-        format!("chroot {} ", a.root.display())
-    };
+        let chroot = if running {
+            String::new()
+        } else {
+            format!("chroot {} ", a.root.display())
+        };
+        println!(
+            "next: {chroot}{} (the initramfs resumes only once it carries snapboot)",
+            plan.generator.rebuild_command().join(" ")
+        );
+    }
     println!(
-        "next: {chroot}update-initramfs -u (the initramfs resumes only once it carries \
-         snapboot), then boot once with `snapboot.capture snapboot.store=PARTUUID=…` (or \
-         PARTLABEL=, LABEL=, a device path) on the kernel command line and at every power-on \
-         with `snapboot.store=` alone (docs/real-boards.md)"
+        "next: boot once with `snapboot.capture snapboot.store=PARTUUID=…` (or PARTLABEL=, \
+         LABEL=, a device path) on the kernel command line and at every power-on with \
+         `snapboot.store=` alone (docs/real-boards.md)"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Rebuilds the running kernel's initramfs with the system's generator, and has systemd
+/// read the units again.
+fn rebuild_initramfs(g: ondevice::install::Generator) -> Result<()> {
+    if std::path::Path::new("/run/systemd/system").is_dir() {
+        let _ = std::process::Command::new("systemctl")
+            .arg("daemon-reload")
+            .status();
+    }
+    let cmd = g.rebuild_command();
+    println!("running {}", cmd.join(" "));
+    let status = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .status()
+        .with_context(|| format!("cannot run {}", cmd[0]))?;
+    anyhow::ensure!(status.success(), "`{}` failed: {status}", cmd.join(" "));
+    Ok(())
 }

@@ -228,6 +228,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     let made_by = match b.workload.init {
         board::workload::InitKind::Board => "the board's, uncompressed cpio",
         board::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
+        board::workload::InitKind::DebianDracut => "dracut, zstd",
     };
     println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(

@@ -59,6 +59,16 @@ enum BoardCmd {
     },
     /// Build a guest bundle: vmlinux, initramfs, root filesystem.
     Build(crate::boardcmd::BuildArgs),
+    /// Build the Debian package snapboot_VERSION_ARCH.deb from the board's device binary
+    /// (dpkg-deb; `make deb`).
+    Deb {
+        /// The package's architecture (amd64 from x86_64, arm64 from the cross-built binary).
+        #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
+        arch: board::Arch,
+        /// Directory the package is written to.
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
     /// Power the board on.
     Run(crate::boardcmd::RunArgs),
     /// Cold-boot with capture requested: the image is taken at ready, then the board powers off.
@@ -96,6 +106,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             crate::boardcmd::restore_kernel(arch, jobs)
         }
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
+        Cmd::Board(BoardCmd::Deb { arch, out }) => {
+            let deb = board::debpkg::build(&board::home::device_binary(arch)?, arch, &out)?;
+            println!("{}", deb.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Board(BoardCmd::Run(a)) => crate::boardcmd::run(a),
         Cmd::Trace(a) => crate::tracecmd::trace(a),
         Cmd::Bench(BenchCmd::Cold(a)) => crate::benchcmd::cold(a),

@@ -103,3 +103,83 @@ fn a_capture_error_in_the_guest_ends_the_run_at_once_with_its_reason() {
         "ended by the guest's reason, not by waiting: {se}"
     );
 }
+
+/// Every path under `dir`, directories too, sorted.
+fn tree(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        out.push(p.clone());
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(tree(&p));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `snapboot install --root` on a root with initramfs-tools and systemd (their marker
+/// files): `--dry-run` prints exactly the paths the install then writes and its manifest
+/// lists, `--uninstall` leaves the root as it was, and with the package installed the
+/// command says so and writes nothing.
+#[test]
+fn install_writes_what_dry_run_lists_and_uninstall_removes_it() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    for p in [
+        "usr/share/initramfs-tools/hook-functions",
+        "usr/lib/systemd/systemd",
+    ] {
+        std::fs::create_dir_all(root.join(p).parent().unwrap()).unwrap();
+        std::fs::write(root.join(p), "").unwrap();
+    }
+    let before = tree(root);
+    let install = |extra: &[&str]| {
+        let mut c = snapboot();
+        c.arg("install").arg("--root").arg(root);
+        c.args(["--after", "app.service", "--store-module", "virtio_blk"]);
+        c.args(extra);
+        run(c)
+    };
+    let paths = |text: &str, prefix: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    };
+    let (out, dry, se) = install(&["--dry-run"]);
+    assert!(out.status.success(), "{dry}{se}");
+    assert_eq!(tree(root), before, "--dry-run wrote something");
+    let mut listed = paths(&dry, "would write ");
+    listed.extend(paths(&dry, "would link "));
+    let (out, so, se) = install(&[]);
+    assert!(out.status.success(), "{so}{se}");
+    let written = paths(&so, "installed ");
+    assert_eq!(written, listed);
+    assert!(
+        so.contains("next: chroot "),
+        "no initramfs rebuild with --root: {so}"
+    );
+    let manifest = std::fs::read_to_string(root.join("etc/snapboot/installed.manifest")).unwrap();
+    let recorded: Vec<String> = manifest
+        .lines()
+        .filter(|l| l.starts_with("file ") || l.starts_with("link "))
+        .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(recorded, written);
+
+    let mut c = snapboot();
+    c.args(["install", "--uninstall", "--root"]).arg(root);
+    let (out, so, se) = run(c);
+    assert!(out.status.success(), "{so}{se}");
+    assert_eq!(tree(root), before, "--uninstall left something: {so}");
+
+    let status = root.join("var/lib/dpkg/status");
+    std::fs::create_dir_all(status.parent().unwrap()).unwrap();
+    std::fs::write(&status, "Package: snapboot\nStatus: install ok installed\n").unwrap();
+    let before = tree(root);
+    let (out, _, se) = install(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(se.contains("the snapboot package is installed"), "{se}");
+    assert_eq!(tree(root), before);
+}

@@ -1,7 +1,8 @@
 //! The `debian` workload on the real board: a Debian root built from Debian's packages with
-//! systemd as PID 1, an initramfs made by Debian's initramfs-tools carrying snapboot's hook
-//! and boot script (`snapboot install`), and the capture taken by
-//! `snapboot-capture.service` once the application's service is ready.
+//! systemd as PID 1, snapboot put in by its Debian package (apt), an initramfs made by
+//! Debian's initramfs-tools with snapboot's hook and scripts (or, `debian-dracut`, by dracut
+//! with snapboot's dracut module), and the capture taken by `snapboot-capture.service` once
+//! the application's service is ready.
 
 use crate::common::{bundle, run, snapboot};
 use crate::snapshot::{
@@ -11,18 +12,20 @@ use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Captures the `debian` workload by its systemd unit, with `data` attached as /dev/vdc but
-/// not mounted (the board's devices, and so its memory map, must be the same at restore).
-fn capture_debian(data: &Path) -> PathBuf {
-    let store = crate::common::home().join("test-debian.store");
+/// Captures `workload` (`debian` or `debian-dracut`) by its systemd unit, with `data`
+/// attached as /dev/vdc but not mounted (the board's devices, and so its memory map, must be
+/// the same at restore).
+fn capture_debian(workload: &str, data: Option<&Path>) -> PathBuf {
+    let store = crate::common::home().join(format!("test-{workload}.store"));
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
     c.args(["board", "capture"])
-        .arg(bundle("debian"))
+        .arg(bundle(workload))
         .arg("--store")
-        .arg(&store)
-        .arg("--disk")
-        .arg(data);
+        .arg(&store);
+    if let Some(data) = data {
+        c.arg("--disk").arg(data);
+    }
     let (out, so, se) = run(c);
     assert!(out.status.success(), "capture failed:\n{so}\n{se}");
     assert!(so.contains("image current generation 2"), "{so}");
@@ -52,7 +55,7 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     // restore, mounted only after a restore by a unit of snapboot-restored.target, which
     // appends a line to it.
     let data = data_disk();
-    let store = capture_debian(&data);
+    let store = capture_debian("debian", Some(&data));
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     let mut randoms = Vec::new();
@@ -128,6 +131,30 @@ fn debian_with_systemd_restores_three_times_and_a_damaged_image_boots_cold() {
     assert_eq!((&c[2], &c[3]), ("4", "fallback"), "{line}");
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "cold boot after the fallback");
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// The same root with its initramfs made by Debian's dracut and snapboot's dracut module
+/// (from the package): captured by the systemd unit, restored once, before udev, by the
+/// module's pre-udev hook, with the markers the initramfs-tools scripts print (`init` first).
+#[test]
+fn debian_with_dracut_restores() {
+    let store = capture_debian("debian-dracut", None);
+    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
+    let mut s = crate::common::store_session(&bundle("debian-dracut"), &store, &[]);
+    let restored = Regex::new(r"snapboot: @restored .*").unwrap();
+    s.wait_for(&restored, "restored marker", Duration::from_secs(180))
+        .unwrap();
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    let at = |marker: &str| lines.iter().position(|l| l.starts_with(marker));
+    let (init, resume) = (at("snapboot: @init"), at("snapboot: @resume-start"));
+    assert!(
+        matches!((init, resume), (Some(i), Some(r)) if i < r),
+        "dracut's hook prints @init before the resume: {lines:?}"
+    );
+    assert!(at("snapboot: @resume-after-udev").is_none(), "{lines:?}");
+    check_restored_app(&mut s, 1, &expected);
+    check_system(&mut s, "restore from dracut's initramfs");
     s.finish(boottrace::Outcome::Answered);
 }
 
