@@ -1,19 +1,25 @@
-//! The arm64 board's boot disk, partitioned like an i.MX-class device's eMMC: U-Boot finds
-//! `extlinux/extlinux.conf` on the first partition and boots the label its environment
-//! names (`crate::uboot`); the root filesystem and the kernel pack (the stock kernel and
-//! initramfs a restore kernel hands a cold boot to) are partitions of the same disk.
+//! The arm64 board's boot disk, partitioned like an i.MX-class device's eMMC: U-Boot's
+//! distro boot finds `boot.scr` on the first partition (`guest/u-boot/boot.cmd`, compiled
+//! with `mkimage`), which boots `snapboot/extlinux.conf`'s label: the one U-Boot's
+//! environment names (`crate::uboot`), or `capture` once when the device asked for it in the
+//! `ubootenv` partition (`snapboot capture --next-boot`). The root filesystem and the kernel
+//! pack (the stock kernel and initramfs a restore kernel hands a cold boot to) are
+//! partitions of the same disk.
 //!
 //! ```text
-//! GPT  | 1 boot (ext4)               | 2 root (squashfs) | 3 coldkernel (raw pack) | GPT
-//!      |   Image           stock     |   rootfs.img      |   coldkernel.pack       |
-//!      |   restore/Image   restore   |                   |                         |
-//!      |   initrd          both      |                   |                         |
-//!      |   extlinux/extlinux.conf    |                   |                         |
-//! 0    1 MiB                                                                  end-1 MiB
+//! GPT | 1 boot (ext4)             | 2 root      | 3 coldkernel    | 4 ubootenv       | GPT
+//!     |  Image          stock     |  squashfs   |  raw pack       |  1 MiB: U-Boot   |
+//!     |  restore/Image  restore   |             |                 |  env area (CRC,  |
+//!     |  initrd         all       |             |                 |  vars) or zeros  |
+//!     |  boot.scr                 |             |                 |                  |
+//!     |  snapboot/extlinux.conf   |             |                 |                  |
+//! 0   1 MiB                                                                  end-1 MiB
 //! ```
 //!
 //! Built once per bundle and restore kernel (rebuilt when one of its inputs changes),
-//! attached read-only: the run's command line and label live in U-Boot's environment.
+//! attached read-only: the run's command line and label live in U-Boot's environment. A
+//! run that lets the device ask for a capture boots a writable copy
+//! (`RunOptions::boot_disk`).
 
 use crate::uboot::CMDLINE_VAR;
 use serde::{Deserialize, Serialize};
@@ -38,6 +44,17 @@ const BOOT_SLACK: u64 = 8 * MIB;
 pub const ROOT_PARTITION: &str = "/dev/vda2";
 /// The kernel pack partition.
 pub const PACK_PARTITION: &str = "/dev/vda3";
+/// The partition of the device's next-boot request (a U-Boot environment area): its
+/// number, which `boot.scr` reads, and its GPT name, which the device looks for.
+pub const ENV_PARTITION_NUMBER: u32 = 4;
+/// The next-boot request partition's GPT name.
+pub const ENV_PARTITION_NAME: &str = "ubootenv";
+/// Bytes of the next-boot request partition.
+const ENV_PARTITION_BYTES: u64 = MIB;
+/// The boot script's source.
+const BOOT_CMD: &str = include_str!("../../../guest/u-boot/boot.cmd");
+/// The layout this code builds: a disk of another layout is rebuilt.
+const LAYOUT: u32 = 2;
 
 /// Why the boot disk could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +100,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BootDiskError + '_ {
 struct Inputs {
     /// The fixed boot partition's size: a disk of another layout is rebuilt.
     boot_partition: u64,
+    /// [`LAYOUT`].
+    layout: u32,
     files: Vec<(PathBuf, u64, u128)>,
 }
 
@@ -100,25 +119,31 @@ impl Inputs {
         }
         Ok(Inputs {
             boot_partition: BOOT_PARTITION_BYTES,
+            layout: LAYOUT,
             files,
         })
     }
 }
 
-/// `extlinux.conf` of the boot partition: one label per kernel, the command line from
-/// U-Boot's environment.
+/// `snapboot/extlinux.conf` of the boot partition: one label per kernel, the command line
+/// from U-Boot's environment, and the capture entry `boot.scr` boots once when asked.
 pub fn extlinux_conf(with_restore: bool) -> String {
     let mut s =
         String::from("# Written by snapboot: the arm64 board's boot menu.\ndefault stock\n");
-    let mut label = |name: &str, kernel: &str| {
+    let mut label = |name: &str, kernel: &str, extra: &str| {
         s.push_str(&format!(
-            "label {name}\n  kernel {kernel}\n  initrd /initrd\n  append ${{{CMDLINE_VAR}}}\n"
+            "label {name}\n  kernel {kernel}\n  initrd /initrd\n  append ${{{CMDLINE_VAR}}}{extra}\n"
         ));
     };
-    label("stock", "/Image");
+    label("stock", "/Image", "");
     if with_restore {
-        label("restore", "/restore/Image");
+        label("restore", "/restore/Image", "");
     }
+    label(
+        "capture",
+        "/Image",
+        &format!(" {}", bootparams::key::CAPTURE),
+    );
     s
 }
 
@@ -192,7 +217,7 @@ pub fn ensure(
     let work = dir.join(format!("{name}.work"));
     let _ = fs::remove_dir_all(&work);
     let tree = work.join("boot");
-    fs::create_dir_all(tree.join("extlinux")).map_err(io_err(&tree))?;
+    fs::create_dir_all(tree.join("snapboot")).map_err(io_err(&tree))?;
     let mut boot_bytes = 0;
     let mut place = |src: &Path, dst: &str| -> Result<(), BootDiskError> {
         let to = tree.join(dst);
@@ -210,8 +235,19 @@ pub fn ensure(
     if let Some(rk) = restore {
         place(rk, "restore/Image")?;
     }
-    let conf = tree.join("extlinux/extlinux.conf");
+    let conf = tree.join("snapboot/extlinux.conf");
     fs::write(&conf, extlinux_conf(restore.is_some())).map_err(io_err(&conf))?;
+    let cmd = work.join("boot.cmd");
+    fs::write(&cmd, BOOT_CMD).map_err(io_err(&cmd))?;
+    tool(
+        Command::new("mkimage")
+            .args([
+                "-A", "arm64", "-O", "linux", "-T", "script", "-C", "none", "-d",
+            ])
+            .arg(&cmd)
+            .arg(tree.join("boot.scr")),
+        "u-boot-tools",
+    )?;
     let boot_img = work.join("boot.ext4");
     if boot_bytes + BOOT_SLACK > BOOT_PARTITION_BYTES {
         return Err(BootDiskError::BootTooSmall {
@@ -220,6 +256,11 @@ pub fn ensure(
         });
     }
     let boot_size = BOOT_PARTITION_BYTES;
+    // No request: zeros, whose CRC does not match, so `boot.scr` imports nothing.
+    let env_img = work.join("ubootenv.img");
+    fs::File::create(&env_img)
+        .and_then(|f| f.set_len(ENV_PARTITION_BYTES))
+        .map_err(io_err(&env_img))?;
     tool(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-L", "boot", "-d"])
@@ -240,6 +281,10 @@ pub fn ensure(
         Part {
             name: "coldkernel",
             file: pack,
+        },
+        Part {
+            name: ENV_PARTITION_NAME,
+            file: &env_img,
         },
     ];
     let mut sizes = Vec::new();
@@ -328,7 +373,24 @@ mod tests {
             "label stock\n  kernel /Image\n  initrd /initrd\n  append ${snapboot_cmdline}\n"
         ));
         assert!(c.contains("label restore\n  kernel /restore/Image\n"));
+        assert!(c.contains(
+            "label capture\n  kernel /Image\n  initrd /initrd\n  append ${snapboot_cmdline} snapboot.capture\n"
+        ));
         assert!(!extlinux_conf(false).contains("restore"));
+    }
+
+    #[test]
+    fn the_boot_script_reads_the_request_partition_and_boots_the_menu_it_is_written_beside() {
+        assert!(BOOT_CMD.contains(&format!(
+            "part start ${{devtype}} ${{devnum}} {ENV_PARTITION_NUMBER} snapboot_envblk"
+        )));
+        assert!(BOOT_CMD.contains("/snapboot/extlinux.conf\n"));
+        assert!(BOOT_CMD.contains("setenv pxe_label_override capture"));
+        let clear = BOOT_CMD.find("write ${kernel_addr_r}").unwrap();
+        assert!(
+            clear < BOOT_CMD.find("sysboot").unwrap(),
+            "cleared before booting"
+        );
     }
 
     #[test]

@@ -302,6 +302,7 @@ mod tests {
             cmdline: Vec::new(),
             disks: Vec::new(),
             tpm: None,
+            boot_disk: None,
             timeout: Duration::from_secs(1),
             echo: false,
         }

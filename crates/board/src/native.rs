@@ -139,6 +139,7 @@ mod tests {
                 readonly: false,
             }],
             tpm: None,
+            boot_disk: None,
             timeout: Duration::from_secs(1),
             echo: false,
         };

@@ -73,7 +73,7 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     let letter = (b'b' + opts.disks.len() as u8) as char;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
-    virtio_disks(&mut c, &bundle.rootfs(), opts);
+    virtio_disks(&mut c, &bundle.rootfs(), false, opts);
     // The board's boot partition, last: the kernel pack a restore kernel hands a cold boot
     // to. It is attached on every boot, whichever kernel runs: the firmware's memory map
     // depends on the devices, and an image only restores onto the map it was captured on.

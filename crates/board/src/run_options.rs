@@ -85,6 +85,10 @@ pub struct RunOptions {
     pub disks: Vec<Disk>,
     /// The board's TPM 2.0 (`crate::tpm`): the directory its state persists in, or none.
     pub tpm: Option<PathBuf>,
+    /// The arm64 board: a writable boot disk of the run's own, kept across power-ons (made
+    /// from the bundle's when missing), so the device can ask U-Boot for its next boot;
+    /// none: the bundle's, read-only.
+    pub boot_disk: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
     /// Copy console output to our stdout as it arrives.
@@ -104,6 +108,7 @@ impl RunOptions {
             cmdline: Vec::new(),
             disks: Vec::new(),
             tpm: None,
+            boot_disk: None,
             timeout: Duration::from_secs(300),
             echo: false,
         }
@@ -180,14 +185,18 @@ pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
 
 /// `-m`, `-smp` and, with deferred memory, the virtio-mem device holding the rest of the
 /// RAM: the same on both boards.
-/// The board's virtio devices after its first disk: the first disk (`vda`, read-only: the
-/// PC's root, the arm64 board's boot disk), a hardware RNG (so a restored image can reseed
-/// the kernel's generator), then the run's disks (`vdb`, ...).
-pub(crate) fn virtio_disks(c: &mut Command, first: &std::path::Path, opts: &RunOptions) {
-    c.arg("-drive").arg(format!(
-        "file={},if=virtio,format=raw,readonly=on",
-        first.display()
-    ));
+/// The board's virtio devices after its first disk: the first disk (`vda`: the PC's root,
+/// the arm64 board's boot disk; read-only unless `first_writable`), a hardware RNG (so a
+/// restored image can reseed the kernel's generator), then the run's disks (`vdb`, ...).
+pub(crate) fn virtio_disks(
+    c: &mut Command,
+    first: &std::path::Path,
+    first_writable: bool,
+    opts: &RunOptions,
+) {
+    let ro = if first_writable { "" } else { ",readonly=on" };
+    c.arg("-drive")
+        .arg(format!("file={},if=virtio,format=raw{ro}", first.display()));
     c.args(["-device", "virtio-rng-pci"]);
     for d in &opts.disks {
         let ro = if d.readonly { ",readonly=on" } else { "" };

@@ -43,6 +43,7 @@ pub fn opts() -> RunOptions {
         cmdline: Vec::new(),
         disks: Vec::new(),
         tpm: None,
+        boot_disk: None,
         timeout: Duration::from_secs(1),
         echo: false,
     }

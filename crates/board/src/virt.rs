@@ -34,6 +34,9 @@ pub enum VirtError {
     /// U-Boot or its environment.
     #[error(transparent)]
     Uboot(#[from] UbootError),
+    /// The run's own boot disk could not be made.
+    #[error("cannot copy the boot disk to {}", .0.display())]
+    BootDiskCopy(std::path::PathBuf, #[source] std::io::Error),
     /// The run's scratch directory.
     #[error("cannot make the run's directory: {0}")]
     RunDir(std::io::Error),
@@ -64,7 +67,7 @@ pub fn command(
         .tempdir()
         .map_err(VirtError::RunDir)?;
     let env_flash = dir.path().join("u-boot-env.img");
-    env.write_flash(&env_flash)?;
+    uboot::write_flash(&env, &env_flash)?;
 
     let mut c = Command::new(crate::Arch::Arm64.qemu().0);
     let accel = match opts.accel {
@@ -80,6 +83,15 @@ pub fn command(
         "if=pflash,unit=1,format=raw,file={}",
         env_flash.display()
     ));
-    virtio_disks(&mut c, &disk, opts);
+    let disk = match &opts.boot_disk {
+        Some(own) => {
+            if !own.exists() {
+                std::fs::copy(&disk, own).map_err(|e| VirtError::BootDiskCopy(own.clone(), e))?;
+            }
+            own.clone()
+        }
+        None => disk,
+    };
+    virtio_disks(&mut c, &disk, opts.boot_disk.is_some(), opts);
     Ok((c, dir))
 }

@@ -26,8 +26,14 @@ pub enum ThenArg {
 pub struct CaptureArgs {
     /// The store to write the image to: a device (or file) path, PARTUUID=, PARTLABEL= or
     /// LABEL=.
-    #[arg(long)]
-    store: StoreAddress,
+    #[arg(long, required_unless_present = "next_boot")]
+    store: Option<StoreAddress>,
+    /// Capture on the next boot instead of now: ask the boot loader to boot its capture
+    /// entry once (U-Boot: `snapboot_once=capture` with `fw_setenv`, or in the `ubootenv`
+    /// partition); that boot captures at the ready point with the settings of its command
+    /// line.
+    #[arg(long, conflicts_with = "store")]
+    next_boot: bool,
     /// What to do after the image is written.
     #[arg(long, value_enum, default_value = "poweroff")]
     then: ThenArg,
@@ -224,7 +230,12 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
-    let mut o = CaptureOptions::new(a.store);
+    let Some(store) = a.store else {
+        let loader = ondevice::bootloader::Loader::detect()?;
+        println!("{}", loader.request_capture()?);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut o = CaptureOptions::new(store);
     o.then = match a.then {
         ThenArg::Poweroff => Then::PowerOff,
         ThenArg::Continue => Then::Continue,

@@ -314,3 +314,97 @@ fn arm64_debian_workload_is_refused_with_the_reason() {
     );
     assert!(!out_dir.join("bundle.json").exists());
 }
+
+/// The bytes of the boot disk's U-Boot request partition (`ubootenv`).
+fn request_area(disk: &Path) -> Vec<u8> {
+    let (out, so, se) = run({
+        let mut c = Command::new("sfdisk");
+        c.arg("--json").arg(disk);
+        c
+    });
+    assert!(out.status.success(), "sfdisk --json: {se}");
+    let table: serde_json::Value = serde_json::from_str(&so).unwrap();
+    let n = board::bootdisk::ENV_PARTITION_NUMBER as usize;
+    let part = &table["partitiontable"]["partitions"][n - 1];
+    assert_eq!(part["name"], board::bootdisk::ENV_PARTITION_NAME, "{part}");
+    let start = part["start"].as_u64().unwrap() * 512;
+    let data = std::fs::read(disk).unwrap();
+    let at = usize::try_from(start).unwrap();
+    data[at..at + ondevice::bootloader::uboot::AREA_BYTES].to_vec()
+}
+
+/// A device on U-Boot asks for its own capture, as it would in the field: booted normally
+/// with no image (cold), `snapboot capture --next-boot` writes the request to the boot disk's
+/// `ubootenv` partition; the next power-on U-Boot's boot script clears it and boots the
+/// capture entry once, which captures; the power-on after that takes the normal entry again
+/// and restores the capture boot's system. A damaged image on the normal entry boots cold
+/// with the reason.
+#[test]
+fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
+    let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
+    let store = home().join("test-arm64-next-boot.store");
+    let disk = home().join("test-arm64-next-boot.bootdisk.img");
+    let _ = std::fs::remove_file(&disk);
+    let mut o = store_options(&b, &store);
+    board::capture::create_store(
+        &store,
+        board::capture::store_size(o.mem_mib),
+        flashstore::ChunkCheck::Xxh3,
+    )
+    .unwrap();
+    o.boot_disk = Some(disk.clone());
+    let ready = r"snapboot: @ready";
+
+    // 1. Normal boot, no image: cold; the device asks for a capture on its next boot.
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(&mut s, ready, "the cold boot reaching ready");
+    s.send("/run/snapboot/bin/snapboot capture --next-boot; echo next-boot-status-$?")
+        .unwrap();
+    let answer = expect(
+        &mut s,
+        r"next-boot-status-\d+",
+        "capture --next-boot's status",
+    );
+    assert!(answer.ends_with("status-0"), "{answer}");
+    s.send("reboot -f").unwrap();
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::Ready);
+    assert!(
+        ondevice::bootloader::uboot::requested(&request_area(&disk)),
+        "no request in the ubootenv partition"
+    );
+
+    // 2. U-Boot clears the request and boots the capture entry, which captures.
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(
+        &mut s,
+        r"snapboot: a capture was asked for",
+        "boot.scr taking the request",
+    );
+    let line = expect(&mut s, r"snapboot: @capture-(done|failed)", "the capture");
+    assert!(line.contains("@capture-done"), "{line}");
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+    assert!(
+        !ondevice::bootloader::uboot::requested(&request_area(&disk)),
+        "the request is still there after the capture boot"
+    );
+
+    // 3. The normal entry again: it restores the capture boot's system.
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    s.send("echo cmdline-$(grep -c snapboot.capture /proc/cmdline)")
+        .unwrap();
+    let answer = expect(&mut s, r"^cmdline-\d", "the restored system's command line");
+    assert_eq!(answer, "cmdline-1", "not the capture boot's system");
+    s.finish(boottrace::Outcome::Answered);
+
+    // 4. A damaged image on the normal entry: refused with the reason, cold boot.
+    let chunk = damage_newest_image(&store);
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    let line = expect(&mut s, r"snapboot: @fallback", "fallback marker");
+    let reason = format!("checksum mismatch in chunk {chunk}");
+    assert!(line.contains(&reason), "fallback {line:?} lacks {reason:?}");
+    expect(&mut s, ready, "the cold boot reaching ready");
+    s.finish(boottrace::Outcome::Ready);
+}
