@@ -52,6 +52,17 @@ pub enum KernelImage {
     Restore(PathBuf),
 }
 
+/// How the board's kernel is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Firmware {
+    /// QEMU loads the kernel itself (`-kernel`: PVH or bzImage; U-Boot on the arm64 board).
+    #[default]
+    Direct,
+    /// The PC's UEFI firmware (OVMF) boots GRUB from the disk's ESP, which boots the kernel
+    /// (`crate::uefi`; the `debian` workload).
+    Uefi,
+}
+
 /// An extra disk.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Disk {
@@ -76,6 +87,8 @@ pub struct RunOptions {
     pub accel: Accel,
     /// Kernel image to boot.
     pub kernel: KernelImage,
+    /// How it is loaded.
+    pub firmware: Firmware,
     /// What snapboot on the device is asked to do (`snapboot.*` words, rendered after the
     /// board's own command line).
     pub params: bootparams::BootParams,
@@ -100,6 +113,7 @@ impl RunOptions {
             smp: 1,
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
+            firmware: Firmware::Direct,
             params: board_params(),
             cmdline: Vec::new(),
             disks: Vec::new(),
@@ -180,14 +194,19 @@ pub fn parse_mem_mib(s: &str) -> Result<u32, MemSizeError> {
 
 /// `-m`, `-smp` and, with deferred memory, the virtio-mem device holding the rest of the
 /// RAM: the same on both boards.
-/// The board's virtio devices after its first disk: the first disk (`vda`, read-only: the
-/// PC's root, the arm64 board's boot disk), a hardware RNG (so a restored image can reseed
+/// The board's virtio devices after its first disk: the first disk (`vda`: the PC's root
+/// and the arm64 board's boot disk, read-only; the UEFI PC's disk, whose ESP GRUB and the
+/// device write), a hardware RNG (so a restored image can reseed
 /// the kernel's generator), then the run's disks (`vdb`, ...).
-pub(crate) fn virtio_disks(c: &mut Command, first: &std::path::Path, opts: &RunOptions) {
-    c.arg("-drive").arg(format!(
-        "file={},if=virtio,format=raw,readonly=on",
-        first.display()
-    ));
+pub(crate) fn virtio_disks(
+    c: &mut Command,
+    first: &std::path::Path,
+    first_readonly: bool,
+    opts: &RunOptions,
+) {
+    let ro = if first_readonly { ",readonly=on" } else { "" };
+    c.arg("-drive")
+        .arg(format!("file={},if=virtio,format=raw{ro}", first.display()));
     c.args(["-device", "virtio-rng-pci"]);
     for d in &opts.disks {
         let ro = if d.readonly { ",readonly=on" } else { "" };

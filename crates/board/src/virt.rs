@@ -80,6 +80,6 @@ pub fn command(
         "if=pflash,unit=1,format=raw,file={}",
         env_flash.display()
     ));
-    virtio_disks(&mut c, &disk, opts);
+    virtio_disks(&mut c, &disk, true, opts);
     Ok((c, dir))
 }

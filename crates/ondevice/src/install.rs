@@ -15,6 +15,8 @@
 //!   ROOT/usr/lib/systemd/system/snapboot-fallback.target      ... when a restore was refused
 //!   ROOT/etc/kernel/postinst.d/zz-snapboot                    an update marks images stale
 //!   ROOT/etc/initramfs/post-update.d/snapboot                 (`snapboot invalidate`)
+//!   ROOT/etc/grub.d/42_snapboot           GRUB's capture entry (`snapboot-capture`)
+//!   ROOT/etc/default/grub.d/snapboot.cfg  /etc/snapboot/cmdline's words on every entry
 //!   ROOT/etc/systemd/system/multi-user.target.wants/snapboot-capture.service  (enabled)
 //!   ROOT/etc/systemd/system/snapboot-capture.service.d/after.conf  with --after UNIT
 //!   ROOT/etc/snapboot/store-modules   with --store DEV or --store-module M: the drivers
@@ -70,6 +72,12 @@ const INIT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/init-top/snapb
 const ROOT_MARKER_PATH: &str = "usr/share/initramfs-tools/scripts/local-bottom/snapboot";
 const KERNEL_POSTINST_PATH: &str = "etc/kernel/postinst.d/zz-snapboot";
 const INITRAMFS_POST_UPDATE_PATH: &str = "etc/initramfs/post-update.d/snapboot";
+/// GRUB's capture entry, for grub-mkconfig (`update-grub`).
+pub const GRUB_SNIPPET: &str = include_str!("../../../guest/grub/42_snapboot");
+/// What grub-mkconfig adds to every entry's command line (the store's words).
+pub const GRUB_DEFAULTS: &str = include_str!("../../../guest/grub/snapboot.cfg");
+const GRUB_SNIPPET_PATH: &str = "etc/grub.d/42_snapboot";
+const GRUB_DEFAULTS_PATH: &str = "etc/default/grub.d/snapboot.cfg";
 const WANTS_DIR: &str = "etc/systemd/system/multi-user.target.wants";
 const DROPIN_DIR: &str = "etc/systemd/system/snapboot-capture.service.d";
 
@@ -254,6 +262,8 @@ pub fn install(o: &InstallOptions) -> Result<Vec<PathBuf>, InstallError> {
         INITRAMFS_POST_UPDATE.as_bytes(),
         0o755,
     )?;
+    put(GRUB_SNIPPET_PATH, GRUB_SNIPPET.as_bytes(), 0o755)?;
+    put(GRUB_DEFAULTS_PATH, GRUB_DEFAULTS.as_bytes(), 0o644)?;
     let dropin = format!("{DROPIN_DIR}/after.conf");
     if o.after.is_empty() {
         remove_if_there(&o.root.join(&dropin))?;

@@ -8,6 +8,7 @@
 
 pub mod binding;
 pub mod boot;
+pub mod bootloader;
 pub mod capture;
 pub mod capture_mounts;
 pub mod devicekey;

@@ -26,8 +26,18 @@ pub enum ThenArg {
 pub struct CaptureArgs {
     /// The store to write the image to: a device (or file) path, PARTUUID=, PARTLABEL= or
     /// LABEL=.
-    #[arg(long)]
-    store: StoreAddress,
+    #[arg(long, required_unless_present = "next_boot")]
+    store: Option<StoreAddress>,
+    /// Capture on the next boot instead of now: the boot loader boots its capture entry
+    /// once (GRUB: `next_entry=snapboot-capture` in grubenv, as `grub-reboot` sets it), whose
+    /// `snapboot.capture` takes the image at the ready point; the boot after it is the
+    /// normal one, which restores. Reboot to capture.
+    #[arg(long, conflicts_with = "store")]
+    next_boot: bool,
+    /// With --next-boot: the directory holding GRUB's `grub/grubenv` (default: the first of
+    /// /boot/efi, /boot that has one).
+    #[arg(long, value_name = "DIR", requires = "next_boot")]
+    boot_directory: Option<PathBuf>,
     /// What to do after the image is written.
     #[arg(long, value_enum, default_value = "poweroff")]
     then: ThenArg,
@@ -224,7 +234,10 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
-    let mut o = CaptureOptions::new(a.store);
+    let Some(store) = a.store else {
+        return next_boot_capture(a.boot_directory.as_deref());
+    };
+    let mut o = CaptureOptions::new(store);
     o.then = match a.then {
         ThenArg::Poweroff => Then::PowerOff,
         ThenArg::Continue => Then::Continue,
@@ -257,6 +270,21 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
         o.key = ondevice::devicekey::KeyConfig::new(e);
     }
     run_capture(&o)
+}
+
+/// `snapboot capture --next-boot`: the boot loader's capture entry, once.
+fn next_boot_capture(boot_dir: Option<&std::path::Path>) -> Result<ExitCode> {
+    use ondevice::bootloader::{grub::CAPTURE_ENTRY, Loader};
+    let loader = Loader::detect(std::path::Path::new("/"), boot_dir)?;
+    loader.boot_once(CAPTURE_ENTRY)?;
+    match &loader {
+        Loader::Grub { grubenv } => println!(
+            "next boot: GRUB entry {CAPTURE_ENTRY} (next_entry in {}); the boot after it \
+             restores",
+            grubenv.display()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `snapboot resume`: returns only when the image was not restored

@@ -18,3 +18,4 @@ mod restore_kernel;
 mod snapshot;
 mod tpm;
 mod trace;
+mod uefi;
