@@ -343,7 +343,7 @@ mod tests {
             store_modules: vec!["virtio_pci".into(), "virtio_blk".into()],
         };
         let written = install(&o).unwrap();
-        assert_eq!(written.len(), 14, "{written:?}");
+        assert_eq!(written.len(), 16, "{written:?}");
         let modules = fs::read_to_string(root.join(STORE_MODULES_PATH)).unwrap();
         assert_eq!(modules, "virtio_pci\nvirtio_blk\n");
         let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
@@ -353,6 +353,8 @@ mod tests {
         assert_eq!(mode(BINARY_PATH), 0o755);
         assert_eq!(mode(HOOK_PATH), 0o755);
         assert_eq!(mode(SCRIPT_PATH), 0o755);
+        // grub-mkconfig runs only the executable scripts of /etc/grub.d.
+        assert_eq!(mode(GRUB_SNIPPET_PATH), 0o755);
         let unit = fs::read_to_string(root.join(UNIT_DIR).join(CAPTURE_UNIT_NAME)).unwrap();
         assert!(
             unit.contains("ExecStart=/usr/sbin/snapboot ready"),
@@ -371,7 +373,7 @@ mod tests {
         // Again, without --after and modules: the drop-in and the list go, the rest stays.
         o.after.clear();
         o.store_modules.clear();
-        assert_eq!(install(&o).unwrap().len(), 12);
+        assert_eq!(install(&o).unwrap().len(), 14);
         assert!(!root.join(DROPIN_DIR).join("after.conf").exists());
         assert!(!root.join(STORE_MODULES_PATH).exists());
         assert!(root.join(BINARY_PATH).exists());

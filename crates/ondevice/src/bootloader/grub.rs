@@ -231,4 +231,28 @@ mod tests {
         let big = vec![Line::Var("x".into(), "y".repeat(2000))];
         assert_eq!(render(&big, BLOCK_BYTES), Err(2028));
     }
+
+    #[test]
+    fn grubs_own_tool_reads_what_is_written_into_its_block() {
+        let d = tempfile::tempdir().unwrap();
+        let env = d.path().join("grubenv");
+        let made = std::process::Command::new("grub-editenv")
+            .arg(&env)
+            .arg("create")
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("no grub-editenv (package grub-common): skipped");
+            return;
+        }
+        set_next_entry(&env, CAPTURE_ENTRY).unwrap();
+        let out = std::process::Command::new("grub-editenv")
+            .arg(&env)
+            .arg("list")
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "next_entry=snapboot-capture\n"
+        );
+    }
 }
