@@ -107,7 +107,8 @@ pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, Run
     let arch = bundle.kernel.arch;
     let (mut cmd, dir) = match arch {
         crate::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
-            crate::uefi::command(bundle, opts, BASE_CMDLINE).map_err(RunError::Uefi)?,
+            crate::uefi::command(bundle, opts, BASE_CMDLINE)
+                .map_err(|e| RunError::Uefi(Box::new(e)))?,
             None,
         ),
         crate::Arch::X86_64 => (qemu_command(bundle, opts), None),
@@ -176,7 +177,7 @@ pub enum RunError {
     Arm64Board(#[source] crate::virt::VirtError),
     /// The UEFI PC's disk or firmware could not be prepared.
     #[error("cannot prepare the UEFI board")]
-    Uefi(#[source] crate::uefi::UefiError),
+    Uefi(#[source] Box<crate::uefi::UefiError>),
     /// The board's TPM could not be started.
     #[error("cannot start the board's TPM")]
     Tpm(#[source] crate::tpm::TpmError),
