@@ -93,6 +93,12 @@ pub const ROOT_MODULES: &[&str] = &[
     "ext4",
     // ext4's checksums (a soft dependency modules.dep does not list).
     "crc32c_generic",
+    // The UEFI board's ESP (FAT; its code page and character sets), mounted at /boot/efi
+    // to edit GRUB's environment (`snapboot capture --next-boot`).
+    "vfat",
+    "nls_cp437",
+    "nls_ascii",
+    "nls_utf8",
 ];
 
 /// Scale of the application's state: a quarter of `app`'s, so a cold boot under TCG stays
@@ -315,6 +321,7 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     let config = stage.join(format!("boot/config-{}", b.release));
     fs::copy(src, &config).map_err(io(src))?;
     configure(b, stage)?;
+    esp_mount_point(stage)?;
     install_package(b, stage)?;
     let inside = format!("/boot/initrd.img-{}", b.release);
     make_initramfs(b, stage, &inside)?;
@@ -427,6 +434,17 @@ fn link(stage: &Path, rel: &str, target: &str) -> Result<(), DebianError> {
     }
     let _ = fs::remove_file(&p);
     symlink(target, &p).map_err(io(&p))
+}
+
+/// `/boot/efi`, where the UEFI board's ESP (GPT name `esp`) is mounted on demand (`mount
+/// /boot/efi`; `noauto`: the PVH board has no ESP): GRUB's `grub/grubenv` is there.
+fn esp_mount_point(stage: &Path) -> Result<(), DebianError> {
+    let dir = stage.join("boot/efi");
+    fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let fstab = stage.join("etc/fstab");
+    let mut text = fs::read_to_string(&fstab).map_err(io(&fstab))?;
+    text.push_str("PARTLABEL=esp /boot/efi vfat noauto,umask=0077 0 0\n");
+    fs::write(&fstab, text).map_err(io(&fstab))
 }
 
 /// The application's unit: it reads queries from the console and answers there (the

@@ -31,6 +31,7 @@ pub mod run_options;
 mod testutil;
 pub mod tpm;
 pub mod uboot;
+pub mod uefi;
 pub mod version_stamp;
 pub mod virt;
 pub mod workload;

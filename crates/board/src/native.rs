@@ -132,6 +132,7 @@ mod tests {
             smp: 1,
             accel: crate::run_options::Accel::Tcg,
             kernel: crate::run_options::KernelImage::Vmlinux,
+            firmware: crate::run_options::Firmware::Direct,
             params: bootparams::BootParams::default(),
             cmdline: vec!["quiet".into()],
             disks: vec![Disk {

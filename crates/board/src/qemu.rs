@@ -47,9 +47,9 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
     }
 }
 
-/// The QEMU program and arguments for a run. The bundle's kernel pack must exist
-/// ([`Bundle::ensure_kernel_pack`]; [`Session::start`] makes sure of it).
-pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
+/// The PC (q35) with the run's accelerator, memory and CPUs, no display, exiting on reboot:
+/// what both ways of loading its kernel start from.
+pub fn pc_machine(opts: &RunOptions) -> Command {
     let mut c = Command::new("qemu-system-x86_64");
     let accel = match opts.accel {
         Accel::Tcg => "tcg",
@@ -68,6 +68,13 @@ pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     }
     memory_args(&mut c, opts);
     c.args(["-display", "none", "-no-reboot"]);
+    c
+}
+
+/// The QEMU program and arguments for a run. The bundle's kernel pack must exist
+/// ([`Bundle::ensure_kernel_pack`]; [`Session::start`] makes sure of it).
+pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
+    let mut c = pc_machine(opts);
     c.arg("-kernel").arg(kernel_file(bundle, opts));
     c.arg("-initrd").arg(bundle.initramfs());
     let letter = (b'b' + opts.disks.len() as u8) as char;
@@ -99,6 +106,11 @@ pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, Run
     bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
     let arch = bundle.kernel.arch;
     let (mut cmd, dir) = match arch {
+        crate::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
+            crate::uefi::command(bundle, opts, BASE_CMDLINE)
+                .map_err(|e| RunError::Uefi(Box::new(e)))?,
+            None,
+        ),
         crate::Arch::X86_64 => (qemu_command(bundle, opts), None),
         crate::Arch::Arm64 => {
             let (cmd, dir) = crate::virt::command(bundle, opts).map_err(RunError::Arm64Board)?;
@@ -163,6 +175,9 @@ pub enum RunError {
     /// The arm64 board's boot disk or boot loader environment could not be made.
     #[error("cannot prepare the arm64 board")]
     Arm64Board(#[source] crate::virt::VirtError),
+    /// The UEFI PC's disk or firmware could not be prepared.
+    #[error("cannot prepare the UEFI board")]
+    Uefi(#[source] Box<crate::uefi::UefiError>),
     /// The board's TPM could not be started.
     #[error("cannot start the board's TPM")]
     Tpm(#[source] crate::tpm::TpmError),

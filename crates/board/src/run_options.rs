@@ -52,6 +52,17 @@ pub enum KernelImage {
     Restore(PathBuf),
 }
 
+/// How the board's kernel is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Firmware {
+    /// QEMU loads the kernel itself (`-kernel`: PVH or bzImage; U-Boot on the arm64 board).
+    #[default]
+    Direct,
+    /// The PC's UEFI firmware (OVMF) boots GRUB from the disk's ESP, which boots the kernel
+    /// (`crate::uefi`; the `debian` workload).
+    Uefi,
+}
+
 /// An extra disk.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Disk {
@@ -76,6 +87,8 @@ pub struct RunOptions {
     pub accel: Accel,
     /// Kernel image to boot.
     pub kernel: KernelImage,
+    /// How it is loaded.
+    pub firmware: Firmware,
     /// What snapboot on the device is asked to do (`snapboot.*` words, rendered after the
     /// board's own command line).
     pub params: bootparams::BootParams,
@@ -104,6 +117,7 @@ impl RunOptions {
             smp: 1,
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
+            firmware: Firmware::Direct,
             params: board_params(),
             cmdline: Vec::new(),
             disks: Vec::new(),

@@ -39,6 +39,7 @@ pub fn opts() -> RunOptions {
         smp: 1,
         accel: Accel::Tcg,
         kernel: KernelImage::Vmlinux,
+        firmware: crate::run_options::Firmware::Direct,
         params: BootParams::default(),
         cmdline: Vec::new(),
         disks: Vec::new(),

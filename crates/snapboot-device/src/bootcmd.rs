@@ -28,12 +28,17 @@ pub struct CaptureArgs {
     /// LABEL=.
     #[arg(long, required_unless_present = "next_boot")]
     store: Option<StoreAddress>,
-    /// Capture on the next boot instead of now: ask the boot loader to boot its capture
-    /// entry once (U-Boot: `snapboot_once=capture` with `fw_setenv`, or in the `ubootenv`
-    /// partition); that boot captures at the ready point with the settings of its command
-    /// line.
+    /// Capture on the next boot instead of now: the boot loader boots its capture entry
+    /// once (GRUB: `next_entry=snapboot-capture` in grubenv, as `grub-reboot` sets it;
+    /// U-Boot: `snapboot_once=capture` with `fw_setenv`, or in the `ubootenv` partition),
+    /// whose `snapboot.capture` takes the image at the ready point; the boot after it is the
+    /// normal one, which restores. Reboot to capture.
     #[arg(long, conflicts_with = "store")]
     next_boot: bool,
+    /// With --next-boot: the directory holding GRUB's `grub/grubenv` (default: the first of
+    /// /boot/efi, /boot that has one).
+    #[arg(long, value_name = "DIR", requires = "next_boot")]
+    boot_directory: Option<PathBuf>,
     /// What to do after the image is written.
     #[arg(long, value_enum, default_value = "poweroff")]
     then: ThenArg,
@@ -231,9 +236,7 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
     let Some(store) = a.store else {
-        let loader = ondevice::bootloader::Loader::detect()?;
-        println!("{}", loader.request_capture()?);
-        return Ok(ExitCode::SUCCESS);
+        return next_boot_capture(a.boot_directory.as_deref());
     };
     let mut o = CaptureOptions::new(store);
     o.then = match a.then {
@@ -268,6 +271,13 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
         o.key = ondevice::devicekey::KeyConfig::new(e);
     }
     run_capture(&o)
+}
+
+/// `snapboot capture --next-boot`: the boot loader's capture entry, once.
+fn next_boot_capture(boot_dir: Option<&std::path::Path>) -> Result<ExitCode> {
+    let loader = ondevice::bootloader::Loader::detect(std::path::Path::new("/"), boot_dir)?;
+    println!("{}", loader.request_capture()?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `snapboot resume`: returns only when the image was not restored

@@ -181,4 +181,16 @@ mod tests {
             "only the boot path is taken early"
         );
     }
+
+    #[test]
+    fn capture_takes_a_store_or_the_next_boot_but_not_both() {
+        let parse = |w: &[&str]| Cli::try_parse_from(w.iter().copied());
+        assert!(parse(&["snapboot", "capture"]).is_err(), "where to?");
+        assert!(parse(&["snapboot", "capture", "--next-boot"]).is_ok());
+        assert!(parse(&["snapboot", "capture", "--store", "/dev/vdb"]).is_ok());
+        let both = ["snapboot", "capture", "--next-boot", "--store", "/dev/vdb"];
+        assert!(parse(&both).is_err(), "the capture entry names the store");
+        let dir = ["snapboot", "capture", "--boot-directory", "/boot"];
+        assert!(parse(&dir).is_err(), "--boot-directory is for --next-boot");
+    }
 }

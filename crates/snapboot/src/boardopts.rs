@@ -9,6 +9,15 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `--firmware`: how the PC loads its kernel.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirmwareArg {
+    /// QEMU loads the kernel (PVH vmlinux, or the bzImage).
+    Direct,
+    /// UEFI firmware (OVMF) boots GRUB from the disk's ESP, GRUB the kernel (debian workload).
+    Uefi,
+}
+
 /// Accelerator choice.
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub(crate) enum AccelArg {
@@ -42,6 +51,11 @@ pub(crate) struct BoardOpts {
     /// Accelerator (auto: KVM only with real vmx/svm).
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelArg,
+    /// How the PC loads its kernel: direct (QEMU loads it) or uefi (OVMF, then GRUB from a
+    /// GPT disk's ESP, with snapboot's GRUB entries; the debian workload). Give it on every
+    /// boot of an image: the firmware is part of the machine the image restores onto.
+    #[arg(long, value_enum, default_value = "direct")]
+    firmware: FirmwareArg,
     /// Boot the compressed bzImage instead of the uncompressed vmlinux.
     #[arg(long, conflicts_with = "restore_kernel")]
     bzimage: bool,
@@ -140,7 +154,16 @@ impl BoardOpts {
         if self.bzimage {
             o.kernel = KernelImage::BzImage;
         }
+        if self.firmware == FirmwareArg::Uefi {
+            o.firmware = board::run_options::Firmware::Uefi;
+        }
         let release = &bundle.kernel.release;
+        // The UEFI PC's GRUB boots the bundle's kernel: a restore kernel is not one of its
+        // entries (yet), so a snapshot boot there is the stock kernel's.
+        let choice = match (self.firmware, choice) {
+            (FirmwareArg::Uefi, KernelChoice::Default) => KernelChoice::Stock,
+            (_, c) => c,
+        };
         let kernel = boot_kernel(choice, snapshot_boot, release, || {
             board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel)
         })?;

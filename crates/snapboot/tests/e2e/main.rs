@@ -19,3 +19,4 @@ mod restore_kernel;
 mod snapshot;
 mod tpm;
 mod trace;
+mod uefi;

@@ -1,0 +1,407 @@
+//! The x86_64 PC powered on into UEFI firmware (Debian's OVMF), which boots GRUB from the
+//! EFI system partition of a GPT disk; GRUB boots the `debian` workload's kernel with the
+//! entries snapboot ships (`guest/grub/42_snapboot`). The timeline starts at power-on, so the
+//! firmware's and GRUB's time are part of every measured boot, as on a PC.
+//!
+//! ```text
+//! pflash 0  OVMF_CODE_4M.fd (read-only)     virtio disk 0 (vda, read-write):
+//! pflash 1  the bundle's copy of             GPT | 1 esp (FAT)                  | 2 root   |
+//!           OVMF_VARS_4M.fd                      |  EFI/BOOT/BOOTX64.EFI  GRUB  | squashfs |
+//!                                                |  vmlinuz  initrd.img         |          |
+//!                                                |  grub/grub.cfg grub/grubenv  |          |
+//!                                           virtio disk 1… the run's extra disks (the store)
+//! ```
+//!
+//! GRUB is `\EFI\BOOT\BOOTX64.EFI`, the removable-media path the firmware boots without a boot
+//! entry in its variables; its prefix is the ESP's `/grub`, where `grubenv` is writable (the
+//! root is a read-only squashfs). The disk is built once per bundle (rebuilt when its kernel,
+//! initramfs or root is newer); each run writes only `grub.cfg`: the header a Debian
+//! grub.cfg has (load `grubenv`, boot `next_entry` once), then what `42_snapboot` writes for
+//! the run's command line: the normal entry and the capture entry. A capture run
+//! (`snapboot.capture` in its words) boots the capture entry through `next_entry`, as
+//! `snapboot capture --next-boot` on the device does.
+//!
+//! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
+
+use crate::bundle::Bundle;
+use crate::partdisk::{gpt_disk, DiskError, GptPartition};
+use crate::run_options::{kernel_cmdline, virtio_disks, RunOptions};
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Debian's OVMF: the firmware's code (package `ovmf`).
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+/// Debian's OVMF: the firmware's variables as shipped, copied once per bundle.
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// GRUB's EFI modules (package `grub-efi-amd64-bin`).
+pub const GRUB_EFI_MODULES: &str = "/usr/lib/grub/x86_64-efi";
+/// The root partition as the kernel sees it.
+pub const ROOT_PARTITION: &str = "/dev/vda2";
+/// The ESP's partition name (`PARTLABEL=`).
+pub const ESP_NAME: &str = "esp";
+/// The ESP's size: fixed, so the root partition starts at the same sector whatever the
+/// kernel's size (an image restores only onto the partitions it was captured with).
+pub const ESP_BYTES: u64 = 64 << 20;
+/// The ESP starts at 1 MiB (`crate::partdisk`).
+const ESP_OFFSET: u64 = 1 << 20;
+/// GPT's type of an EFI system partition.
+const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+/// The modules built into GRUB's image: it reads the ESP, its environment and grub.cfg, and
+/// boots Linux through the EFI handover.
+const GRUB_MODULES: &[&str] = &[
+    "part_gpt",
+    "fat",
+    "normal",
+    "configfile",
+    "linux",
+    "loadenv",
+    "echo",
+    "test",
+];
+/// The normal entry's id (`42_snapboot` on a board).
+pub const NORMAL_ENTRY: &str = "snapboot";
+/// The capture entry's id.
+pub const CAPTURE_ENTRY: &str = "snapboot-capture";
+/// GRUB's entries as shipped (installed by `snapboot install` as /etc/grub.d/42_snapboot).
+pub const GRUB_SNIPPET: &str = include_str!("../../../guest/grub/42_snapboot");
+
+/// Why the UEFI board could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum UefiError {
+    /// Only the `debian` workload names its root on the command line.
+    #[error(
+        "--firmware uefi boots the debian workload only (workload {0}: its /init expects \
+         the root at /dev/vda)"
+    )]
+    Workload(String),
+    /// A restore kernel is not one of this board's GRUB entries.
+    #[error("--firmware uefi boots the bundle's kernel; the restore kernel is not a GRUB entry")]
+    RestoreKernel,
+    /// A file of the firmware or of GRUB is missing.
+    #[error("{} not found (package {package}; `make deps`)", path.display())]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// The Debian package that has it.
+        package: &'static str,
+    },
+    /// A host tool failed.
+    #[error("`{cmd}` failed: {reason}")]
+    Tool {
+        /// The command line.
+        cmd: String,
+        /// Its status and error output.
+        reason: String,
+    },
+    /// The partition table.
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    /// Reading or writing a file.
+    #[error("{}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UefiError + '_ {
+    move |source| UefiError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Runs a host tool; a failure carries its status and error output.
+fn tool(cmd: &mut Command) -> Result<Vec<u8>, UefiError> {
+    let line = format!("{cmd:?}").replace('"', "");
+    let out = cmd.output().map_err(|e| UefiError::Tool {
+        cmd: line.clone(),
+        reason: e.to_string(),
+    })?;
+    if !out.status.success() {
+        return Err(UefiError::Tool {
+            cmd: line,
+            reason: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// An mtools command on the ESP inside `disk` (`-i disk@@offset`).
+fn mtools(program: &str, disk: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env("MTOOLS_SKIP_CHECK", "1")
+        .arg("-i")
+        .arg(format!("{}@@{ESP_OFFSET}", disk.display()));
+    c
+}
+
+/// Copies `src` to `dest` (`::/path`) on the ESP of `disk`, replacing it.
+fn put(disk: &Path, src: &Path, dest: &str) -> Result<(), UefiError> {
+    tool(mtools("mcopy", disk).arg("-o").arg(src).arg(dest)).map(|_| ())
+}
+
+fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
+    if Path::new(path).exists() {
+        Ok(())
+    } else {
+        Err(UefiError::Missing {
+            path: path.into(),
+            package,
+        })
+    }
+}
+
+/// The bundle's UEFI disk (ESP and root), built unless an up-to-date one is there.
+pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
+    let disk = bundle.dir.join("uefi-disk.img");
+    let inputs = [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()];
+    let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let Some(t) = modified(&disk) {
+        if inputs.iter().all(|p| modified(p).is_some_and(|s| s <= t)) {
+            return Ok(disk);
+        }
+    }
+    need(GRUB_EFI_MODULES, "grub-efi-amd64-bin")?;
+    let work = tempfile::Builder::new()
+        .prefix("snapboot-uefi-")
+        .tempdir_in(&bundle.dir)
+        .map_err(io(&bundle.dir))?;
+    let w = work.path();
+    let grub = w.join("BOOTX64.EFI");
+    tool(
+        Command::new("grub-mkimage")
+            .args([
+                "-O",
+                "x86_64-efi",
+                "-p",
+                "/grub",
+                "-d",
+                GRUB_EFI_MODULES,
+                "-o",
+            ])
+            .arg(&grub)
+            .args(GRUB_MODULES),
+    )?;
+    let env = w.join("grubenv");
+    tool(Command::new("grub-editenv").arg(&env).arg("create"))?;
+
+    let root_bytes = fs::metadata(bundle.rootfs())
+        .map_err(io(&bundle.rootfs()))?
+        .len();
+    let tmp = bundle.dir.join("uefi-disk.img.tmp");
+    let placed = gpt_disk(
+        &tmp,
+        &[
+            GptPartition {
+                name: ESP_NAME.into(),
+                uuid: "0e5f1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+                bytes: ESP_BYTES,
+            },
+            GptPartition {
+                name: "root".into(),
+                uuid: "7a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d".into(),
+                bytes: root_bytes,
+            },
+        ],
+    )?;
+    tool(
+        Command::new("sfdisk")
+            .args(["--quiet", "--part-type"])
+            .arg(&tmp)
+            .args(["1", ESP_TYPE]),
+    )?;
+    let esp = w.join("esp.img");
+    tool(
+        Command::new("mkfs.vfat")
+            .args(["-F", "32", "-n", "ESP", "-C"])
+            .arg(&esp)
+            .arg((ESP_BYTES / 1024).to_string()),
+    )?;
+    copy_into(&esp, &tmp, placed[0].offset)?;
+    copy_into(&bundle.rootfs(), &tmp, placed[1].offset)?;
+    tool(mtools("mmd", &tmp).args(["::/EFI", "::/EFI/BOOT", "::/grub"]))?;
+    put(&tmp, &grub, "::/EFI/BOOT/BOOTX64.EFI")?;
+    put(&tmp, &bundle.bzimage(), "::/vmlinuz")?;
+    put(&tmp, &bundle.initramfs(), "::/initrd.img")?;
+    put(&tmp, &env, "::/grub/grubenv")?;
+    fs::rename(&tmp, &disk).map_err(io(&disk))?;
+    Ok(disk)
+}
+
+/// Writes the file `src` into `disk` at byte `offset`.
+fn copy_into(src: &Path, disk: &Path, offset: u64) -> Result<(), UefiError> {
+    let mut from = fs::File::open(src).map_err(io(src))?;
+    let mut to = fs::OpenOptions::new()
+        .write(true)
+        .open(disk)
+        .map_err(io(disk))?;
+    to.seek(SeekFrom::Start(offset)).map_err(io(disk))?;
+    std::io::copy(&mut from, &mut to).map_err(io(disk))?;
+    to.flush().map_err(io(disk))
+}
+
+/// The head of the board's grub.cfg, as Debian's `00_header` writes it: the environment
+/// loaded, `next_entry` booted once and cleared, else the normal entry; no menu wait.
+pub fn grub_header() -> String {
+    format!(
+        "# Written by snapboot's board for one run: 00_header's part, then 42_snapboot's.\n\
+         if [ -s $prefix/grubenv ]; then\n  load_env\nfi\n\
+         if [ \"${{next_entry}}\" ] ; then\n   set default=\"${{next_entry}}\"\n   \
+         set next_entry=\n   save_env next_entry\n   set boot_once=true\n\
+         else\n   set default=\"{NORMAL_ENTRY}\"\nfi\n\
+         set timeout=0\n\
+         echo \"grub: booting ${{default}}\"\n"
+    )
+}
+
+/// The run's grub.cfg: [`grub_header`], then the entries `42_snapboot` writes for `words`
+/// (the kernel command line without `snapboot.capture`), run as grub-mkconfig runs it.
+pub fn grub_cfg(words: &str) -> Result<String, UefiError> {
+    let out = tool(
+        Command::new("sh")
+            .args(["-c", GRUB_SNIPPET, "42_snapboot"])
+            .env("SNAPBOOT_GRUB_LINUX", "/vmlinuz")
+            .env("SNAPBOOT_GRUB_INITRD", "/initrd.img")
+            .env("GRUB_CMDLINE_LINUX", words)
+            .env_remove("GRUB_CMDLINE_LINUX_DEFAULT")
+            .env_remove("GRUB_DEVICE")
+            .env_remove("GRUB_DEVICE_UUID"),
+    )?;
+    Ok(format!(
+        "{}{}",
+        grub_header(),
+        String::from_utf8_lossy(&out)
+    ))
+}
+
+/// The run's kernel words for GRUB, and whether the run captures: the PC's words with the
+/// root on its partition, and `snapboot.capture` taken out (the capture entry adds it).
+pub fn grub_words(cmdline: &str) -> (String, bool) {
+    let mut capture = false;
+    let words: Vec<String> = cmdline
+        .split_whitespace()
+        .filter(|w| {
+            let c = *w == bootparams::key::CAPTURE;
+            capture |= c;
+            !c
+        })
+        .map(|w| match w.strip_prefix("root=") {
+            Some("/dev/vda") => format!("root={ROOT_PARTITION}"),
+            _ => w.to_string(),
+        })
+        .collect();
+    (words.join(" "), capture)
+}
+
+/// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it).
+fn boot_once(disk: &Path, entry: &str) -> Result<(), UefiError> {
+    let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
+    let env = dir.path().join("grubenv");
+    tool(mtools("mcopy", disk).arg("::/grub/grubenv").arg(&env))?;
+    tool(
+        Command::new("grub-editenv")
+            .arg(&env)
+            .arg("set")
+            .arg(format!("next_entry={entry}")),
+    )?;
+    put(disk, &env, "::/grub/grubenv")
+}
+
+/// Reads a variable of the ESP's grubenv (none when unset).
+pub fn grubenv_var(disk: &Path, name: &str) -> Result<Option<String>, UefiError> {
+    let out = tool(mtools("mtype", disk).arg("::/grub/grubenv"))?;
+    let text = String::from_utf8_lossy(&out);
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .map(str::to_string))
+}
+
+/// The QEMU command of one run on the UEFI PC.
+pub fn command(
+    bundle: &Bundle,
+    opts: &RunOptions,
+    base_cmdline: &str,
+) -> Result<Command, UefiError> {
+    if bundle.workload.init != crate::workload::InitKind::Debian {
+        return Err(UefiError::Workload(bundle.workload.name.clone()));
+    }
+    if matches!(opts.kernel, crate::run_options::KernelImage::Restore(_)) {
+        return Err(UefiError::RestoreKernel);
+    }
+    need(OVMF_CODE, "ovmf")?;
+    need(OVMF_VARS, "ovmf")?;
+    let disk = ensure_disk(bundle)?;
+    let vars = bundle.dir.join("uefi-vars.fd");
+    if !vars.is_file() {
+        fs::copy(OVMF_VARS, &vars).map_err(io(&vars))?;
+    }
+    let cmdline = kernel_cmdline(bundle, opts, base_cmdline, "");
+    let (words, capture) = grub_words(&cmdline);
+    let cfg_dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
+    let cfg = cfg_dir.path().join("grub.cfg");
+    fs::write(&cfg, grub_cfg(&words)?).map_err(io(&cfg))?;
+    put(&disk, &cfg, "::/grub/grub.cfg")?;
+    if capture {
+        boot_once(&disk, CAPTURE_ENTRY)?;
+    }
+
+    let mut c = crate::qemu::pc_machine(opts);
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+    ));
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=1,file={}",
+        vars.display()
+    ));
+    virtio_disks(&mut c, &disk, true, opts);
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_capture_word_becomes_the_capture_entry_and_the_root_its_partition() {
+        let (words, capture) =
+            grub_words("console=ttyS0 root=/dev/vda rootfstype=squashfs snapboot.capture x");
+        assert_eq!(words, "console=ttyS0 root=/dev/vda2 rootfstype=squashfs x");
+        assert!(capture);
+        let (words, capture) = grub_words("root=/dev/vdb snapboot.store=/dev/vdb");
+        assert_eq!(words, "root=/dev/vdb snapboot.store=/dev/vdb");
+        assert!(!capture);
+    }
+
+    #[test]
+    fn both_entries_come_from_the_snippet_and_differ_only_in_the_capture_word() {
+        let cfg = grub_cfg("console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb").unwrap();
+        assert!(cfg.contains("save_env next_entry"), "{cfg}");
+        let linux: Vec<&str> = cfg
+            .lines()
+            .filter(|l| l.trim_start().starts_with("linux"))
+            .collect();
+        assert_eq!(
+            linux,
+            [
+                "\tlinux\t/vmlinuz console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb",
+                "\tlinux\t/vmlinuz console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb \
+                 snapboot.capture"
+            ]
+        );
+        for id in [NORMAL_ENTRY, CAPTURE_ENTRY] {
+            assert!(cfg.contains(&format!("--id {id} {{")), "{id}: {cfg}");
+        }
+        assert!(cfg.contains(&format!("set default=\"{NORMAL_ENTRY}\"")));
+    }
+}
