@@ -11,6 +11,8 @@
 //!   /usr/lib/systemd/system/snapboot-*                 /etc/systemd/system/snapboot-*
 //!   /etc/kernel/postinst.d/zz-snapboot                 the same
 //!   /etc/initramfs/post-update.d/snapboot              the same
+//!   /etc/grub.d/42_snapboot                            the same, where /etc/grub.d is
+//!   /etc/default/grub.d/snapboot.cfg                   the same, where /etc/grub.d is
 //!   /etc/snapboot/snapboot.conf                        the same (kept when it is there)
 //! ```
 //!
@@ -54,6 +56,9 @@ pub enum Part {
     UpdateHook,
     /// The configuration: never replaced once it is there.
     Config,
+    /// GRUB's capture entry and the words it adds to every entry: read by grub-mkconfig
+    /// (`update-grub`), so `snapboot install` writes them only where GRUB is (/etc/grub.d).
+    Grub,
 }
 
 /// One file snapboot ships.
@@ -133,6 +138,10 @@ pub const DRACUT_RESUME: &str =
     include_str!("../../../../guest/dracut/90snapboot/snapboot-resume.sh");
 /// The dracut pre-pivot hook (the local-bottom script's work).
 pub const DRACUT_ROOT: &str = include_str!("../../../../guest/dracut/90snapboot/snapboot-root.sh");
+/// GRUB's capture entry (`snapboot-capture`), for grub-mkconfig.
+pub const GRUB_SNIPPET: &str = include_str!("../../../../guest/grub/42_snapboot");
+/// What grub-mkconfig adds to every entry's command line (the words of /etc/snapboot/cmdline).
+pub const GRUB_DEFAULTS: &str = include_str!("../../../../guest/grub/snapboot.cfg");
 /// The default configuration (every setting commented out).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../../guest/snapboot.conf");
 
@@ -241,6 +250,20 @@ pub const SHIPPED: &[Shipped] = &[
         text: INITRAMFS_POST_UPDATE,
         mode: 0o755,
         part: Part::UpdateHook,
+    },
+    Shipped {
+        package: "etc/grub.d/42_snapboot",
+        admin: "etc/grub.d/42_snapboot",
+        text: GRUB_SNIPPET,
+        mode: 0o755,
+        part: Part::Grub,
+    },
+    Shipped {
+        package: "etc/default/grub.d/snapboot.cfg",
+        admin: "etc/default/grub.d/snapboot.cfg",
+        text: GRUB_DEFAULTS,
+        mode: 0o644,
+        part: Part::Grub,
     },
     Shipped {
         package: CONFIG_PATH,

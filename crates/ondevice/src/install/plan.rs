@@ -132,6 +132,7 @@ pub fn plan(o: &InstallOptions) -> Result<Plan, InstallError> {
     for f in SHIPPED {
         match f.part {
             Part::Initramfs(g) if g != generator => continue,
+            Part::Grub if !root.join("etc/grub.d").is_dir() => continue,
             Part::Config => {
                 let there = root.join(f.admin);
                 let ours = old
