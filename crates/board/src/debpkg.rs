@@ -310,7 +310,9 @@ mod tests {
         assert!(man.join("snapboot.8.gz").is_file());
         assert!(man.join("snapboot-install.8.gz").is_file());
         assert!(!man.join("snapboot.8").exists());
-        assert!(stage_dir.join("usr/share/man/man5/snapboot.conf.5.gz").is_file());
+        assert!(stage_dir
+            .join("usr/share/man/man5/snapboot.conf.5.gz")
+            .is_file());
         let conffiles = fs::read_to_string(stage_dir.join("DEBIAN/conffiles")).unwrap();
         assert!(
             conffiles.contains("/etc/snapboot/snapboot.conf\n"),

@@ -3,9 +3,7 @@
 //! timestamps from power-on (grabserial-style), the usability probe and time-to-interactive.
 
 use crate::bundle::Bundle;
-use crate::run_options::{
-    kernel_cmdline, memory_args, virtio_disks, Accel, KernelImage, RunOptions,
-};
+use crate::run_options::{kernel_cmdline, virtio_disks, KernelImage, RunOptions};
 use crate::tpm::Swtpm;
 use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
@@ -47,34 +45,10 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
     }
 }
 
-/// The PC (q35) with the run's accelerator, memory and CPUs, no display, exiting on reboot:
-/// what both ways of loading its kernel start from.
-pub fn pc_machine(opts: &RunOptions) -> Command {
-    let mut c = Command::new("qemu-system-x86_64");
-    let accel = match opts.accel {
-        Accel::Tcg => "tcg",
-        Accel::Kvm => "kvm",
-    };
-    c.args([
-        "-M",
-        "q35",
-        "-accel",
-        accel,
-        "-nodefaults",
-        "-no-user-config",
-    ]);
-    if opts.accel == Accel::Kvm {
-        c.args(["-cpu", "host"]);
-    }
-    memory_args(&mut c, opts);
-    c.args(["-display", "none", "-no-reboot"]);
-    c
-}
-
 /// The QEMU program and arguments for a run. The bundle's kernel pack must exist
 /// ([`Bundle::ensure_kernel_pack`]; [`Session::start`] makes sure of it).
 pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
-    let mut c = pc_machine(opts);
+    let mut c = crate::run_options::pc_machine(opts);
     c.arg("-kernel").arg(kernel_file(bundle, opts));
     c.arg("-initrd").arg(bundle.initramfs());
     let letter = (b'b' + opts.disks.len() as u8) as char;

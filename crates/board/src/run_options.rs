@@ -221,6 +221,30 @@ pub(crate) fn virtio_disks(
     }
 }
 
+/// The PC (q35) with the run's accelerator, memory and CPUs, no display, exiting on reboot:
+/// what both ways of loading its kernel start from.
+pub(crate) fn pc_machine(opts: &RunOptions) -> Command {
+    let mut c = Command::new("qemu-system-x86_64");
+    let accel = match opts.accel {
+        Accel::Tcg => "tcg",
+        Accel::Kvm => "kvm",
+    };
+    c.args([
+        "-M",
+        "q35",
+        "-accel",
+        accel,
+        "-nodefaults",
+        "-no-user-config",
+    ]);
+    if opts.accel == Accel::Kvm {
+        c.args(["-cpu", "host"]);
+    }
+    memory_args(&mut c, opts);
+    c.args(["-display", "none", "-no-reboot"]);
+    c
+}
+
 pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {
     let deferred = deferred_mib(opts);
     let mem = match deferred {

@@ -356,7 +356,7 @@ pub fn command(
         boot_once(&disk, CAPTURE_ENTRY)?;
     }
 
-    let mut c = crate::qemu::pc_machine(opts);
+    let mut c = crate::run_options::pc_machine(opts);
     c.arg("-drive").arg(format!(
         "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
     ));

@@ -24,9 +24,7 @@ use crate::{BootParams, BootParamsError, PREFIX};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-/// Where the device reads its config file: on the root filesystem, and at the same path in
-/// the initramfs, where resume runs.
-pub const CONFIG_PATH: &str = "/etc/snapboot/snapboot.conf";
+pub use crate::settings::CONFIG_PATH;
 
 /// The largest config file read (a config file is a few hundred bytes).
 pub const CONFIG_MAX_BYTES: u64 = 64 << 10;

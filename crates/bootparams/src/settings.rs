@@ -8,6 +8,10 @@
 
 use crate::key;
 
+/// Where the device reads its config file: on the root filesystem, and at the same path in
+/// the initramfs, where resume runs.
+pub const CONFIG_PATH: &str = "/etc/snapboot/snapboot.conf";
+
 /// Where a setting may be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {

@@ -121,7 +121,11 @@ mod tests {
         assert!(main.contains("install"), "the page lists the subcommands");
         let conf =
             std::fs::read_to_string(d.path().join("usr/share/man/man5/snapboot.conf.5")).unwrap();
-        assert!(conf.starts_with(".TH SNAPBOOT.CONF 5"), "{}", &conf[..80.min(conf.len())]);
+        assert!(
+            conf.starts_with(".TH SNAPBOOT.CONF 5"),
+            "{}",
+            &conf[..80.min(conf.len())]
+        );
         assert!(conf.contains("encrypt"), "every setting is in the page");
         let done = write_completions(d.path()).unwrap();
         assert_eq!(done.len(), 3);

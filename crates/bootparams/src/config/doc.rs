@@ -2,8 +2,7 @@
 //! `snapboot.conf(5)` in roff, the default config file `guest/snapboot.conf` and the
 //! markdown table of docs/config.md. Unit tests keep the committed files equal to these.
 
-use super::CONFIG_PATH;
-use crate::settings::{Scope, Setting, SETTINGS};
+use crate::settings::{Scope, Setting, CONFIG_PATH, SETTINGS};
 use crate::PREFIX;
 
 /// Lines of the default file's comments wrap before this column.

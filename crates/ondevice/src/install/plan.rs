@@ -4,11 +4,11 @@
 
 use super::files::{Generator, Part, ADMIN_BINARY_PATH, CAPTURE_UNIT_NAME, SHIPPED};
 use super::manifest::{self, Record, MANIFEST_PATH};
-use super::system::{self, PACKAGE};
-use super::{
+use super::options::{
     after_dropin, io_err, valid_module_name, valid_unit_name, InstallError, InstallOptions,
     DROPIN_PATH, STORE_MODULES_PATH, WANTS_DIR,
 };
+use super::system::{self, PACKAGE};
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};

@@ -1,7 +1,10 @@
 //! `snapboot install`'s tests: the plan is what is written, the manifest what is removed.
 
+use super::options::valid_unit_name;
 use super::*;
+use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 /// busybox-static from the host (the board needs it anyway), as the static binary.
 fn a_static_binary() -> Vec<u8> {
