@@ -126,7 +126,9 @@ fn an_unconfirmed_image_is_restored_twice_then_skipped_and_every_boot_has_a_stat
 
     // A boot that names no store: cold, and says why.
     let (mut s, line) = boot_until(&b, None, &[], false, r"snapboot: @status .*");
-    assert!(line.contains("@status cold: no snapboot.store="), "{line}");
+    let why = "no store: no snapboot.store= on the kernel command line, \
+               no store = in /etc/snapboot/snapboot.conf";
+    assert!(line.contains(&format!("@status cold: {why}")), "{line}");
     wait_ready(&mut s);
     let (st, code) = status(&mut s);
     assert_eq!((st["outcome"].as_str(), code), (Some("cold"), 4), "{st}");
