@@ -189,24 +189,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebianError + '_ {
 
 /// Runs a host command; a failure carries its status and the last lines of its stderr.
 fn run(cmd: &mut Command) -> Result<(), DebianError> {
-    let line = format!("{cmd:?}").replace('"', "");
-    let out = cmd.output().map_err(|e| DebianError::Command {
-        cmd: line.clone(),
-        reason: e.to_string(),
-    })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let tail: Vec<&str> = err.lines().rev().take(8).collect();
-    Err(DebianError::Command {
-        cmd: line,
-        reason: format!(
-            "{}: {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ),
-    })
+    crate::hostcmd::output(cmd)
+        .map(drop)
+        .map_err(|f| DebianError::Command {
+            cmd: f.cmd,
+            reason: f.reason,
+        })
 }
 
 fn need(tool: &'static str, package: &'static str) -> Result<(), DebianError> {

@@ -130,20 +130,10 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 fn run(cmd: &mut Command) -> Result<Vec<u8>, DebError> {
-    let line = format!("{cmd:?}").replace('"', "");
-    let out = cmd.output().map_err(|e| DebError::Command {
-        cmd: line.clone(),
-        reason: e.to_string(),
-    })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        return Err(DebError::Command {
-            cmd: line,
-            reason: format!("{}: {}", out.status, tail.join(" | ")),
-        });
-    }
-    Ok(out.stdout)
+    crate::hostcmd::output(cmd).map_err(|f| DebError::Command {
+        cmd: f.cmd,
+        reason: f.reason,
+    })
 }
 
 /// Every regular file under `dir`, relative to it, sorted.

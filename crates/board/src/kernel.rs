@@ -151,18 +151,12 @@ impl KernelInfo {
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<String, KernelError> {
-    let shown = format!("{cmd:?}").replace('"', "");
-    let out = cmd.output().map_err(|e| KernelError::Command {
-        cmd: shown.clone(),
-        reason: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(KernelError::Command {
-            cmd: shown,
-            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::hostcmd::output(cmd)
+        .map(|out| String::from_utf8_lossy(&out).into_owned())
+        .map_err(|f| KernelError::Command {
+            cmd: f.cmd,
+            reason: f.reason,
+        })
 }
 
 /// Resolves the package that `meta` (e.g. `linux-image-amd64`) depends on.

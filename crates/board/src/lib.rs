@@ -17,6 +17,7 @@ pub mod debpkg;
 pub mod dynlink;
 pub mod foreign;
 pub mod home;
+mod hostcmd;
 pub mod initramfs;
 pub mod kernel;
 pub mod kernel_config;

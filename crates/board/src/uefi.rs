@@ -118,22 +118,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UefiError + '_ {
 
 /// Runs a host tool; a failure carries its status and error output.
 fn tool(cmd: &mut Command) -> Result<Vec<u8>, UefiError> {
-    let line = format!("{cmd:?}").replace('"', "");
-    let out = cmd.output().map_err(|e| UefiError::Tool {
-        cmd: line.clone(),
-        reason: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(UefiError::Tool {
-            cmd: line,
-            reason: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(out.stdout)
+    crate::hostcmd::output(cmd).map_err(|f| UefiError::Tool {
+        cmd: f.cmd,
+        reason: f.reason,
+    })
 }
 
 /// An mtools command on the ESP inside `disk` (`-i disk@@offset`).
