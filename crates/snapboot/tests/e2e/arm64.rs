@@ -2,7 +2,7 @@
 //! partitioned boot disk): capture and restore on Debian's arm64 kernel and on the arm64
 //! restore kernel, and the refusals that must end in a cold boot with the reason.
 
-use crate::common::{board_capture, home, run, snapboot, store_options};
+use crate::common::{board_capture, home, kernel_fetched, run, snapboot, store_options, OnceByKey};
 use crate::snapshot::{
     assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
     region_hash, rewrite_identity, swap_of,
@@ -10,13 +10,8 @@ use crate::snapshot::{
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
-
-fn lock() -> &'static Mutex<()> {
-    static L: OnceLock<Mutex<()>> = OnceLock::new();
-    L.get_or_init(|| Mutex::new(()))
-}
 
 /// The arm64 device binary, cross-built once per test binary from the code under test.
 fn device_binary_built() {
@@ -33,27 +28,16 @@ fn device_binary_built() {
 
 /// The arm64 bundle of `workload`, built once by this test binary.
 pub(crate) fn arm64_bundle(workload: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
-    let _g = lock().lock().unwrap_or_else(|e| e.into_inner());
-    let dir = home().join("bundles").join("arm64").join(workload);
-    if built.lock().unwrap().iter().any(|w| w == workload) {
-        return dir;
-    }
-    device_binary_built();
-    let mut c = snapboot();
-    c.args(["board", "fetch-kernel", "--arch", "arm64"]);
-    let (out, so, se) = run(c);
-    assert!(
-        out.status.success(),
-        "fetch-kernel --arch arm64 failed:\n{so}\n{se}"
-    );
-    let mut c = snapboot();
-    c.args(["board", "build", "--workload", workload, "--arch", "arm64"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "arm64 build failed:\n{so}\n{se}");
-    built.lock().unwrap().push(workload.to_string());
-    dir
+    static BUILT: OnceByKey<PathBuf> = OnceByKey::new();
+    BUILT.get(workload, || {
+        device_binary_built();
+        kernel_fetched("arm64", "kernel-arm64.json");
+        let mut c = snapboot();
+        c.args(["board", "build", "--workload", workload, "--arch", "arm64"]);
+        let (out, so, se) = run(c);
+        assert!(out.status.success(), "arm64 build failed:\n{so}\n{se}");
+        home().join("bundles").join("arm64").join(workload)
+    })
 }
 
 /// The arm64 restore kernel, built once (minutes on a fresh machine, then cached).
@@ -84,19 +68,15 @@ fn arm64_restore_kernel() -> PathBuf {
 
 /// Captures `workload` on the arm64 board once; returns the store.
 fn captured(workload: &str) -> PathBuf {
-    static STORES: OnceLock<Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
-    let stores = STORES.get_or_init(|| Mutex::new(Vec::new()));
-    let mut g = stores.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = g.iter().find(|(w, _)| w == workload) {
-        return p.clone();
-    }
-    let b = arm64_bundle(workload);
-    let store = home().join(format!("test-arm64-{workload}.store"));
-    let _ = std::fs::remove_file(&store);
-    let so = board_capture(&b, &store, &[]);
-    assert!(so.contains("image current generation 2"), "{so}");
-    g.push((workload.to_string(), store.clone()));
-    store
+    static STORES: OnceByKey<PathBuf> = OnceByKey::new();
+    STORES.get(workload, || {
+        let b = arm64_bundle(workload);
+        let store = home().join(format!("test-arm64-{workload}.store"));
+        let _ = std::fs::remove_file(&store);
+        let so = board_capture(&b, &store, &[]);
+        assert!(so.contains("image current generation 2"), "{so}");
+        store
+    })
 }
 
 /// Powers on the arm64 `workload` with `store` as its second disk.

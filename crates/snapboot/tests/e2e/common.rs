@@ -3,9 +3,10 @@
 //! Bundles are built once per test binary into a shared home directory
 //! (`$SNAPBOOT_HOME`, default `<workspace>/.snapboot`) and reused by every test.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The snapboot binary under test (static, so it also goes into the initramfs).
 pub fn snapboot() -> Command {
@@ -29,9 +30,54 @@ pub fn run(mut c: Command) -> (Output, String, String) {
     (out, so, se)
 }
 
-fn build_lock() -> &'static Mutex<()> {
-    static L: OnceLock<Mutex<()>> = OnceLock::new();
-    L.get_or_init(|| Mutex::new(()))
+/// Values made once per key for the whole test binary (bundles, captured stores): a test
+/// asking for a key another test is making waits for that one result, while other keys are
+/// made at the same time. One lock over every key would leave a core idle whenever two
+/// tests need different things (a Debian root built by mmdebstrap held up the `shell`
+/// bundle; an `app` capture held up `shell`'s). A maker that panics leaves its key unmade,
+/// and the next test to ask makes it again.
+pub struct OnceByKey<T> {
+    cells: OnceLock<Mutex<HashMap<String, Arc<OnceLock<T>>>>>,
+}
+
+impl<T: Clone> OnceByKey<T> {
+    pub const fn new() -> Self {
+        Self {
+            cells: OnceLock::new(),
+        }
+    }
+
+    /// The value of `key`, made by `make` if no test has made it yet.
+    pub fn get(&self, key: &str, make: impl FnOnce() -> T) -> T {
+        let cell = {
+            let mut cells = self
+                .cells
+                .get_or_init(Default::default)
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            cells.entry(key.to_string()).or_default().clone()
+        };
+        cell.get_or_init(make).clone()
+    }
+}
+
+/// The kernel of `arch` ("x86_64" or "arm64") fetched by `board fetch-kernel`, once per test
+/// binary and only if `record` (its kernel.json) is missing: two bundle builds must not
+/// unpack it at the same time.
+pub fn kernel_fetched(arch: &str, record: &str) {
+    static FETCHED: OnceByKey<()> = OnceByKey::new();
+    FETCHED.get(arch, || {
+        if home().join(record).exists() {
+            return;
+        }
+        let mut c = snapboot();
+        c.args(["board", "fetch-kernel", "--arch", arch]);
+        let (out, so, se) = run(c);
+        assert!(
+            out.status.success(),
+            "fetch-kernel --arch {arch} failed:\n{so}\n{se}"
+        );
+    })
 }
 
 /// Builds `snapboot-device` (the binary the board puts on the device, another package) in
@@ -56,26 +102,16 @@ fn device_binary_built() {
 /// Makes sure the kernel is fetched and the workload's bundle is built by *this* binary
 /// (so the initramfs carries the snapboot under test). Returns the bundle directory.
 pub fn bundle(workload: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
-    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
-    let dir = home().join("bundles").join(workload);
-    if built.lock().unwrap().iter().any(|w| w == workload) {
-        return dir;
-    }
-    device_binary_built();
-    if !home().join("kernel.json").exists() {
+    static BUILT: OnceByKey<PathBuf> = OnceByKey::new();
+    BUILT.get(workload, || {
+        device_binary_built();
+        kernel_fetched("x86_64", "kernel.json");
         let mut c = snapboot();
-        c.args(["board", "fetch-kernel"]);
+        c.args(["board", "build", "--workload", workload]);
         let (out, so, se) = run(c);
-        assert!(out.status.success(), "fetch-kernel failed:\n{so}\n{se}");
-    }
-    let mut c = snapboot();
-    c.args(["board", "build", "--workload", workload]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "build failed:\n{so}\n{se}");
-    built.lock().unwrap().push(workload.to_string());
-    dir
+        assert!(out.status.success(), "build {workload} failed:\n{so}\n{se}");
+        home().join("bundles").join(workload)
+    })
 }
 
 /// Run options for bundle `b` with `store` as `/dev/vdb` (`snapboot.store=/dev/vdb`).

@@ -61,7 +61,7 @@ fn restore_kernel_restores_the_app_repeatedly() {
     let store = copy_store(&captured("app"), "test-rk-app.store");
     let expected = host_checksum();
     let mut randoms = Vec::new();
-    for boot in 0..3 {
+    for boot in 0..2 {
         let mut s = restore_session("app", &store, 0);
         expect(
             &mut s,
