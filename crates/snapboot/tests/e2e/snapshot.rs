@@ -385,10 +385,11 @@ fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
 }
 
 /// Improved snapshot boot: a lazy image holds only what stayed resident; the rest comes
-/// back from the store's swap region on demand, with the state intact, and the region is
-/// never written after capture, even when the restored system itself swaps under pressure,
-/// so the next power-on restores the same state again (the region is compared byte for byte
-/// after the boot).
+/// back from the store's swap region on demand, with the state intact. The region is
+/// clusters the store gave the image (a raw region no other image or chunk touches), and it
+/// is never written after capture, even when the restored system itself swaps under
+/// pressure, so the next power-on restores the same state again (the region is compared
+/// byte for byte after the boot, and the store checks clean before and after).
 #[test]
 fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
     let full = inspect(&captured("app"));
@@ -409,6 +410,15 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
         swap["offset"].as_u64().unwrap(),
         swap["bytes"].as_u64().unwrap(),
     );
+    let list = crate::flash::images(&store);
+    let raw = &list[0]["raw_region"];
+    assert_eq!(raw["offset"].as_u64().unwrap(), off, "{list:?}");
+    assert!(raw["bytes"].as_u64().unwrap() >= len, "{list:?}");
+    let fsck = || {
+        let (ok, text) = crate::flash::store_cmd(&["fsck"], &store);
+        assert!(ok && text.contains("clean"), "{text}");
+    };
+    fsck();
     let pristine = region_hash(&store, off, len);
     let expected = host_checksum();
     let restored = Regex::new(r"snapboot: @restored").unwrap();
@@ -432,6 +442,7 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
         pristine,
         "the restored system wrote to the image's swap region"
     );
+    fsck();
 }
 
 /// The swap region's pages, as `inspect` shows the image: (offset, bytes, used pages).
