@@ -100,7 +100,8 @@ pub struct RunOptions {
     pub tpm: Option<PathBuf>,
     /// The arm64 board: a writable boot disk of the run's own, kept across power-ons (made
     /// from the bundle's when missing), so the device can ask U-Boot for its next boot;
-    /// none: the bundle's, read-only.
+    /// none: the bundle's, read-only. The UEFI PC: its disk with the store partition
+    /// (`crate::uefi`, made from the bundle's by a capture); none: the bundle's, no store.
     pub boot_disk: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
