@@ -62,12 +62,7 @@ pub enum CaptureBootError {
     NoPowerOff(#[source] RunError),
 }
 
-/// Bytes of the store file a capture creates for a guest of `mem_mib` (sparse): room for two
-/// images as large as RAM (a re-capture writes the new one before the old one goes) and a
-/// lazy image's swap region.
-pub fn store_size(mem_mib: u32) -> u64 {
-    3 * (u64::from(mem_mib) << 20)
-}
+pub use crate::run_options::store_size;
 
 /// Creates a new, empty store file of `bytes` (sparse) at `path` with chunk checksums
 /// `check`, replacing any file there, as `snapboot store init --size` does on a device.

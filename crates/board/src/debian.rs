@@ -10,7 +10,8 @@
 //!          + /opt/app/app.py and snapboot-app.service (Type=notify; the console's reader)
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
 //!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
-//!            ordered after the application, the store's modules listed
+//!            ordered after the application, the store's modules listed, the store named
+//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `crate::uefi`)
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v

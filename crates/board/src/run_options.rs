@@ -140,6 +140,13 @@ pub fn board_params() -> bootparams::BootParams {
     }
 }
 
+/// Bytes of the store a capture creates for a guest of `mem_mib` (a sparse file, or the UEFI
+/// PC's store partition): room for two images as large as RAM (a re-capture writes the new
+/// one before the old one goes) and a lazy image's swap region.
+pub fn store_size(mem_mib: u32) -> u64 {
+    3 * (u64::from(mem_mib) << 20)
+}
+
 /// Deferred memory is plugged in blocks of this many MiB (Linux memory blocks on x86_64).
 pub const DEFER_BLOCK_MIB: u32 = 128;
 

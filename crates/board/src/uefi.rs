@@ -509,7 +509,7 @@ pub fn command(
     let (words, capture) = grub_words(&cmdline);
     let disk = match &opts.boot_disk {
         Some(d) => {
-            let bytes = crate::capture::store_size(opts.mem_mib);
+            let bytes = crate::run_options::store_size(opts.mem_mib);
             ensure_store_disk(bundle, d, capture, bytes)?;
             d.clone()
         }
