@@ -186,29 +186,16 @@ fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
     }
 }
 
-/// The files a disk is made of.
-fn inputs(bundle: &Bundle) -> [PathBuf; 3] {
-    [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()]
-}
-
-/// Which build of the bundle a disk carries: size and modification time of each of its
-/// files (`bundle.id` on the ESP).
+/// Which build of the bundle a disk carries (`bundle.id` on the ESP): a BLAKE3 of the
+/// kernel, the initramfs and the root, so a rebuild that writes the same files again keeps
+/// the disks made from them.
 fn bundle_id(bundle: &Bundle) -> Result<String, UefiError> {
-    let mut id = Vec::new();
-    for p in inputs(bundle) {
-        let m = fs::metadata(&p).map_err(io(&p))?;
-        let t = m
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        id.push(format!(
-            "{}:{}:{t}",
-            p.file_name().unwrap_or_default().to_string_lossy(),
-            m.len()
-        ));
+    let mut h = blake3::Hasher::new();
+    for p in [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()] {
+        let mut f = fs::File::open(&p).map_err(io(&p))?;
+        std::io::copy(&mut f, &mut h).map_err(io(&p))?;
     }
-    Ok(id.join(" "))
+    Ok(format!("blake3:{}", &h.finalize().to_hex()[..32]))
 }
 
 /// The build of the bundle the disk `disk` carries (its ESP's `bundle.id`), or why none.
@@ -220,9 +207,15 @@ fn carried_id(disk: &Path) -> String {
 
 /// The bundle's UEFI disk (ESP and root), built unless one of the bundle's build is there.
 pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
+    Ok(bundle_disk(bundle)?.0)
+}
+
+/// [`ensure_disk`], and the bundle's build it carries.
+fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     let disk = bundle.dir.join("uefi-disk.img");
-    if disk.is_file() && carried_id(&disk) == bundle_id(bundle)? {
-        return Ok(disk);
+    let build = bundle_id(bundle)?;
+    if disk.is_file() && carried_id(&disk) == build {
+        return Ok((disk, build));
     }
     need(GRUB_EFI_MODULES, "grub-efi-amd64-bin")?;
     let work = tempfile::Builder::new()
@@ -248,7 +241,7 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     let env = w.join("grubenv");
     tool(Command::new("grub-editenv").arg(&env).arg("create"))?;
     let id = w.join("bundle.id");
-    fs::write(&id, bundle_id(bundle)?).map_err(io(&id))?;
+    fs::write(&id, &build).map_err(io(&id))?;
 
     let root_bytes = fs::metadata(bundle.rootfs())
         .map_err(io(&bundle.rootfs()))?
@@ -273,7 +266,7 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     put(&tmp, &env, "::/grub/grubenv")?;
     put(&tmp, &id, BUNDLE_ID)?;
     fs::rename(&tmp, &disk).map_err(io(&disk))?;
-    Ok(disk)
+    Ok((disk, build))
 }
 
 /// Writes the PC's partition table at `path`: the ESP, the root of `root_bytes`, and a
@@ -324,8 +317,7 @@ pub fn ensure_store_disk(
     capture: bool,
     store_bytes: u64,
 ) -> Result<(), UefiError> {
-    let template = ensure_disk(bundle)?;
-    let want = bundle_id(bundle)?;
+    let (template, want) = bundle_disk(bundle)?;
     if disk.exists() {
         let have = carried_id(disk);
         if have == want {
@@ -590,14 +582,15 @@ mod tests {
         assert_eq!(root, vec![0x5a; 3 << 20]);
         assert!(grubenv_var(&disk, "next_entry").unwrap().is_none());
 
-        // A snapshot boot of the same build keeps the disk (and so its store).
+        // A snapshot boot of the same build keeps the disk (and so its store), also after
+        // a rebuild that wrote the same files again.
         let stamp = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
         let made = stamp(&disk);
+        fs::write(b.rootfs(), vec![0x5a; 3 << 20]).unwrap();
         ensure_store_disk(&b, &disk, false, store_bytes).unwrap();
         assert_eq!(stamp(&disk), made);
 
         // A new build of the bundle: refused for a snapshot boot, made anew by a capture.
-        std::thread::sleep(std::time::Duration::from_millis(20));
         fs::write(b.rootfs(), vec![0xa5; 2 << 20]).unwrap();
         let err = ensure_store_disk(&b, &disk, false, store_bytes).unwrap_err();
         assert!(matches!(err, UefiError::StaleDisk { .. }), "{err}");
