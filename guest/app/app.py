@@ -443,13 +443,20 @@ def system_state():
         r = subprocess.run(["systemctl", "is-system-running", "--wait"], capture_output=True,
                            text=True, timeout=20)
         state = r.stdout.strip() or "unknown"
-    except (OSError, subprocess.TimeoutExpired) as e:
+    except subprocess.TimeoutExpired:
+        state = "unsettled"
+    except OSError as e:
         return f"error systemctl: {e}"
     failed = ""
+    jobs = ""
     if state != "running":
         r = subprocess.run(["systemctl", "--failed", "--plain", "--no-legend"], capture_output=True,
                            text=True, timeout=10)
         failed = ",".join(l.split()[0] for l in r.stdout.splitlines() if l.strip()) or "none"
+        # What the manager still waits for: each queued job as unit/type/state.
+        r = subprocess.run(["systemctl", "list-jobs", "--plain", "--no-legend"], capture_output=True,
+                           text=True, timeout=10)
+        jobs = ",".join("/".join(l.split()[1:4]) for l in r.stdout.splitlines() if l.strip()) or "none"
     token = os.urandom(8).hex()
     journal = "missing"
     try:
@@ -464,7 +471,7 @@ def system_state():
     except (OSError, subprocess.SubprocessError) as e:
         journal = f"error:{type(e).__name__}"
     out = f"system {state} journal={journal}"
-    return out + (f" failed={failed}" if failed else "")
+    return out + (f" failed={failed} jobs={jobs}" if failed else "")
 
 
 def update_records(st, count, seed):

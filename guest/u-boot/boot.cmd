@@ -6,9 +6,11 @@
 # pxe_label_override): the store words, which restore when there is an image. A capture is
 # asked for from Linux (`snapboot capture --next-boot`) by writing snapboot_once=capture in
 # U-Boot's environment format (CRC32, NUL-separated variables) to the boot disk's partition
-# 4 ("ubootenv"). This script clears that request (zeroes its first block, so its CRC no
-# longer matches) BEFORE it boots the capture entry: a capture that crashes is not retried
-# on every boot.
+# 4 ("ubootenv"). This script clears that request (writes the area back as an environment
+# with no variables) BEFORE it boots the capture entry: a capture that crashes is not
+# retried on every boot. With no request the area is such an empty environment (the board
+# writes one when it builds the disk), which imports in silence; a damaged area makes
+# U-Boot say "bad CRC, import failed" and the boot goes on normally.
 setenv snapboot_once
 if part start ${devtype} ${devnum} 4 snapboot_envblk; then
   if ${devtype} read ${kernel_addr_r} ${snapboot_envblk} 0x200; then
@@ -17,9 +19,14 @@ if part start ${devtype} ${devnum} 4 snapboot_envblk; then
 fi
 if test "${snapboot_once}" = "capture"; then
   echo "snapboot: a capture was asked for: clearing the request, booting the capture entry once"
-  mw.b ${kernel_addr_r} 0 0x200
-  if ${devtype} write ${kernel_addr_r} ${snapboot_envblk} 1; then
-    setenv snapboot_once
+  setenv snapboot_once
+  setenv snapboot_cleared
+  if env export -c -s 0x40000 ${kernel_addr_r} snapboot_once; then
+    if ${devtype} write ${kernel_addr_r} ${snapboot_envblk} 0x200; then
+      setenv snapboot_cleared yes
+    fi
+  fi
+  if test "${snapboot_cleared}" = "yes"; then
     setenv pxe_label_override capture
   else
     echo "snapboot: cannot clear the capture request: booting normally"

@@ -10,8 +10,8 @@
 //! GPT | 1 boot (ext4)             | 2 root      | 3 coldkernel    | 4 ubootenv       | GPT
 //!     |  Image          stock     |  squashfs   |  raw pack       |  1 MiB: U-Boot   |
 //!     |  restore/Image  restore   |             |                 |  env area (CRC,  |
-//!     |  initrd         all       |             |                 |  vars) or zeros  |
-//!     |  boot.scr                 |             |                 |                  |
+//!     |  initrd         all       |             |                 |  vars; none: no  |
+//!     |  boot.scr                 |             |                 |  request)        |
 //!     |  snapboot/extlinux.conf   |             |                 |                  |
 //! 0   1 MiB                                                                  end-1 MiB
 //! ```
@@ -54,7 +54,7 @@ const ENV_PARTITION_BYTES: u64 = MIB;
 /// The boot script's source.
 const BOOT_CMD: &str = include_str!("../../../guest/u-boot/boot.cmd");
 /// The layout this code builds: a disk of another layout is rebuilt.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 
 /// Why the boot disk could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +77,9 @@ pub enum BootDiskError {
         /// Bytes they may take.
         room: u64,
     },
+    /// The request partition's empty environment could not be made.
+    #[error("the {ENV_PARTITION_NAME} partition's environment")]
+    Env(#[from] ubootenv::EnvError),
     /// Reading or writing a file.
     #[error("{}", path.display())]
     Io {
@@ -256,11 +259,8 @@ pub fn ensure(
         });
     }
     let boot_size = BOOT_PARTITION_BYTES;
-    // No request: zeros, whose CRC does not match, so `boot.scr` imports nothing.
     let env_img = work.join("ubootenv.img");
-    fs::File::create(&env_img)
-        .and_then(|f| f.set_len(ENV_PARTITION_BYTES))
-        .map_err(io_err(&env_img))?;
+    fs::write(&env_img, no_request()?).map_err(io_err(&env_img))?;
     tool(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-L", "boot", "-d"])
@@ -326,6 +326,15 @@ pub fn ensure(
     Ok(disk)
 }
 
+/// The request partition with no request: a valid environment area without variables, so
+/// `boot.scr`'s `env import -c` takes it in silence (zeros fail its CRC check, and U-Boot
+/// would print "bad CRC, import failed" on every normal boot; a damaged area still does).
+pub fn no_request() -> Result<Vec<u8>, ubootenv::EnvError> {
+    let mut part = ubootenv::Env::default().to_area(ondevice::bootloader::uboot::AREA_BYTES)?;
+    part.resize(ENV_PARTITION_BYTES as usize, 0);
+    Ok(part)
+}
+
 fn tool(cmd: &mut Command, package: &'static str) -> Result<(), BootDiskError> {
     tool_with_input(cmd, "", package)
 }
@@ -386,11 +395,56 @@ mod tests {
         )));
         assert!(BOOT_CMD.contains("/snapboot/extlinux.conf\n"));
         assert!(BOOT_CMD.contains("setenv pxe_label_override capture"));
+        // Cleared by writing back a whole area (its size in blocks) without the variable.
+        let area = ondevice::bootloader::uboot::AREA_BYTES;
+        assert!(BOOT_CMD.contains(&format!(
+            "env export -c -s {area:#x} ${{kernel_addr_r}} snapboot_once; then"
+        )));
+        assert!(BOOT_CMD.contains(&format!(
+            "write ${{kernel_addr_r}} ${{snapboot_envblk}} {:#x}; then",
+            area / 512
+        )));
         let clear = BOOT_CMD.find("write ${kernel_addr_r}").unwrap();
         assert!(
             clear < BOOT_CMD.find("sysboot").unwrap(),
             "cleared before booting"
         );
+    }
+
+    #[test]
+    fn a_new_disk_asks_for_nothing_in_an_environment_u_boot_takes() {
+        use ondevice::bootloader::uboot::{requested, AREA_BYTES};
+        let part = no_request().unwrap();
+        assert_eq!(part.len() as u64, ENV_PARTITION_BYTES);
+        let env = ubootenv::Env::from_area(&part, AREA_BYTES).unwrap();
+        assert!(env.is_empty(), "{env:?}");
+        assert!(!requested(&part));
+        // The device's request goes into it and reads back; one flipped byte is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let dev = dir.path().join("ubootenv");
+        fs::write(&dev, &part).unwrap();
+        ondevice::bootloader::uboot::write_request(&dev).unwrap();
+        let mut written = fs::read(&dev).unwrap();
+        assert!(requested(&written));
+        written[AREA_BYTES - 1] ^= 0x80;
+        assert!(matches!(
+            ubootenv::Env::from_area(&written, AREA_BYTES),
+            Err(ubootenv::EnvError::Crc { .. })
+        ));
+    }
+
+    #[test]
+    fn the_empty_area_is_what_mkenvimage_makes_of_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("no-request.env");
+        let area = ondevice::bootloader::uboot::AREA_BYTES;
+        let mut mkenvimage = Command::new("mkenvimage");
+        mkenvimage.args(["-s", &format!("{area:#x}"), "-p", "0", "-o"]);
+        match mkenvimage.arg(&out).arg("/dev/null").status() {
+            Ok(made) if made.success() => {}
+            _ => return eprintln!("no mkenvimage (u-boot-tools): skipped"),
+        }
+        assert_eq!(fs::read(&out).unwrap(), no_request().unwrap()[..area]);
     }
 
     #[test]

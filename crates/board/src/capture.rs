@@ -62,12 +62,7 @@ pub enum CaptureBootError {
     NoPowerOff(#[source] RunError),
 }
 
-/// Bytes of the store file a capture creates for a guest of `mem_mib` (sparse): room for two
-/// images as large as RAM (a re-capture writes the new one before the old one goes) and a
-/// lazy image's swap region.
-pub fn store_size(mem_mib: u32) -> u64 {
-    3 * (u64::from(mem_mib) << 20)
-}
+pub use crate::run_options::store_size;
 
 /// Creates a new, empty store file of `bytes` (sparse) at `path` with chunk checksums
 /// `check`, replacing any file there, as `snapboot store init --size` does on a device.
@@ -99,16 +94,24 @@ pub fn create_store(
 }
 
 /// Attaches `store` as `/dev/vdb` and names it in the boot parameters. For a capture the
-/// file is created when missing; for a snapshot boot it must exist.
+/// file is created when missing; for a snapshot boot it must exist. On the UEFI PC `store`
+/// is the PC's whole disk instead, whose store partition the root's config file names
+/// (`crate::uefi`; a capture makes the disk when missing).
 pub fn attach_store(
     opts: &mut RunOptions,
     store: &Path,
     capture: bool,
 ) -> Result<(), CaptureBootError> {
+    if !store.exists() && !capture {
+        return Err(CaptureBootError::NoStore(store.to_path_buf()));
+    }
+    if opts.firmware == crate::run_options::Firmware::Uefi {
+        opts.boot_disk = Some(store.to_path_buf());
+        opts.params.store = None;
+        opts.params.capture = capture;
+        return Ok(());
+    }
     if !store.exists() {
-        if !capture {
-            return Err(CaptureBootError::NoStore(store.to_path_buf()));
-        }
         create_store(store, store_size(opts.mem_mib), ChunkCheck::Xxh3)?;
     }
     opts.disks.insert(
@@ -270,6 +273,26 @@ mod tests {
             opts.params.render(),
             ["snapboot.store=/dev/vdb", "snapboot.capture"]
         );
+    }
+
+    #[test]
+    fn on_the_uefi_pc_the_store_is_the_pcs_disk_and_the_config_file_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("pc.img");
+        let mut opts = test_opts();
+        opts.firmware = crate::run_options::Firmware::Uefi;
+        assert!(matches!(
+            attach_store(&mut opts, &disk, false),
+            Err(CaptureBootError::NoStore(_))
+        ));
+        attach_store(&mut opts, &disk, true).unwrap();
+        assert!(
+            !disk.exists(),
+            "the board makes the disk from the bundle's, not a store file"
+        );
+        assert_eq!(opts.boot_disk.as_deref(), Some(disk.as_path()));
+        assert!(opts.disks.is_empty());
+        assert_eq!(opts.params.render(), ["snapboot.capture"]);
     }
 
     #[test]

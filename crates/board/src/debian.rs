@@ -10,7 +10,8 @@
 //!          + /opt/app/app.py and snapboot-app.service (Type=notify; the console's reader)
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
 //!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
-//!            ordered after the application, the store's modules listed
+//!            ordered after the application, the store's modules listed, the store named
+//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `crate::uefi`)
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -111,14 +112,20 @@ pub const DATA_LABEL: &str = "snapdata";
 /// The data partition's mount unit: started on every boot after the capture point, by
 /// `snapboot-restored.target` after a restore and by `snapboot-cold.target` at the ready
 /// point of any other boot (after its capture, if it takes one); skipped (not failed) on a
-/// board without the disk.
+/// board without the disk. `What=` is the label, which mount(8) resolves, not the
+/// `/dev/disk/by-label/` link: a device path makes systemd queue a job for the device unit
+/// with the mount's, and on a board without the disk that job waited out the device
+/// timeout (90 s) before the condition was even checked, so the system stayed `starting`
+/// (measured after a restore: `dev-disk-by\x2dlabel-snapdata.device` start running,
+/// data.mount and snapboot-restored.target waiting). The disk is there long before the
+/// capture point, so nothing needs to wait for it.
 pub const DATA_MOUNT: &str = "\
 [Unit]
 Description=Writable data (label snapdata), mounted on every boot after the capture point
 ConditionPathExists=/dev/disk/by-label/snapdata
 
 [Mount]
-What=/dev/disk/by-label/snapdata
+What=LABEL=snapdata
 Where=/data
 Type=ext4
 
@@ -169,6 +176,9 @@ pub enum DebianError {
     /// snapboot's package could not be built.
     #[error("the snapboot package")]
     Package(#[from] crate::debpkg::DebError),
+    /// The package's config file has no commented-out store line to fill in.
+    #[error("{0} has no `#store = ` line")]
+    NoStoreLine(String),
     /// Filesystem error.
     #[error("{path}")]
     Io {
@@ -367,6 +377,11 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         .arg(&inside)
         .env("DEBIAN_FRONTEND", "noninteractive"))?;
     fs::remove_file(&deb).map_err(io(&deb))?;
+    let conf = stage.join(bootparams::config::CONFIG_PATH.trim_start_matches('/'));
+    let text = fs::read_to_string(&conf).map_err(io(&conf))?;
+    let named = name_the_store(&text, STORE_ADDRESS)
+        .ok_or_else(|| DebianError::NoStoreLine(bootparams::config::CONFIG_PATH.into()))?;
+    fs::write(&conf, named).map_err(io(&conf))?;
     write(
         stage,
         ondevice::install::DROPIN_PATH,
@@ -377,6 +392,28 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         ondevice::install::STORE_MODULES_PATH,
         "virtio_pci\nvirtio_blk\n",
     )
+}
+
+/// The store the root's config file names, as docs/real-boards.md has a PC's administrator
+/// write it: the UEFI PC's store partition (`crate::uefi::STORE_NAME`). The PVH board names
+/// its store disk on the kernel command line, which overrides the file.
+pub const STORE_ADDRESS: &str = "PARTLABEL=snapstore";
+
+/// The package's default config file with its commented-out `store` line set to `address`
+/// (`sed -i 's/^#store = .*/store = ADDRESS/'`); none without such a line.
+fn name_the_store(text: &str, address: &str) -> Option<String> {
+    let mut found = false;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| match l.strip_prefix("#store = ") {
+            Some(_) if !found => {
+                found = true;
+                format!("store = {address}")
+            }
+            _ => l.to_string(),
+        })
+        .collect();
+    found.then(|| lines.join("\n") + "\n")
 }
 
 /// The bundle kernel's modules the board needs, with their dependencies, in the root's
@@ -579,6 +616,24 @@ mod tests {
         assert!(u.contains("TTYPath=/dev/ttyS0\n"), "{u}");
         assert!(u.contains("StandardInput=tty-force\n"), "{u}");
         assert!(u.contains(&format!("APP_SCALE={APP_SCALE}")), "{u}");
+    }
+
+    #[test]
+    fn the_root_names_the_uefi_pcs_store_partition_in_the_packages_config_file() {
+        assert_eq!(
+            STORE_ADDRESS,
+            format!("PARTLABEL={}", crate::uefi::STORE_NAME)
+        );
+        let shipped = bootparams::config::default_file();
+        let named = name_the_store(&shipped, STORE_ADDRESS).unwrap();
+        let path = Path::new(bootparams::config::CONFIG_PATH);
+        let file = bootparams::config::ConfigFile::parse(path, &named).unwrap();
+        let settings = bootparams::config::effective("", Some(file)).unwrap();
+        assert_eq!(
+            settings.params.store.map(|a| a.to_string()).as_deref(),
+            Some(STORE_ADDRESS)
+        );
+        assert_eq!(name_the_store("store = /dev/vdb\n", STORE_ADDRESS), None);
     }
 
     #[test]

@@ -100,7 +100,8 @@ pub struct RunOptions {
     pub tpm: Option<PathBuf>,
     /// The arm64 board: a writable boot disk of the run's own, kept across power-ons (made
     /// from the bundle's when missing), so the device can ask U-Boot for its next boot;
-    /// none: the bundle's, read-only.
+    /// none: the bundle's, read-only. The UEFI PC: its disk with the store partition
+    /// (`crate::uefi`, made from the bundle's by a capture); none: the bundle's, no store.
     pub boot_disk: Option<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
@@ -137,6 +138,13 @@ pub fn board_params() -> bootparams::BootParams {
         recapture: false,
         ..bootparams::BootParams::default()
     }
+}
+
+/// Bytes of the store a capture creates for a guest of `mem_mib` (a sparse file, or the UEFI
+/// PC's store partition): room for two images as large as RAM (a re-capture writes the new
+/// one before the old one goes) and a lazy image's swap region.
+pub fn store_size(mem_mib: u32) -> u64 {
+    3 * (u64::from(mem_mib) << 20)
 }
 
 /// Deferred memory is plugged in blocks of this many MiB (Linux memory blocks on x86_64).

@@ -4,30 +4,39 @@
 //! firmware's and GRUB's time are part of every measured boot, as on a PC.
 //!
 //! ```text
-//! pflash 0  OVMF_CODE_4M.fd (read-only)     virtio disk 0 (vda, read-write):
-//! pflash 1  the bundle's copy of             GPT | 1 esp (FAT)                  | 2 root   |
-//!           OVMF_VARS_4M.fd                      |  EFI/BOOT/BOOTX64.EFI  GRUB  | squashfs |
-//!                                                |  vmlinuz  initrd.img         |          |
-//!                                                |  grub/grub.cfg grub/grubenv  |          |
-//!                                           virtio disk 1… the run's extra disks (the store)
+//! pflash 0  OVMF_CODE_4M.fd (read-only)  virtio disk 0 (vda, read-write):
+//! pflash 1  the bundle's copy of          GPT | 1 esp (FAT)                 | 2 root   | 3 snapstore |
+//!           OVMF_VARS_4M.fd                   |  EFI/BOOT/BOOTX64.EFI GRUB  | squashfs | the store   |
+//!                                             |  vmlinuz  initrd.img        |          | (3 x RAM)   |
+//!                                             |  grub/grub.cfg grub/grubenv |          |             |
+//!                                             |  bundle.id                  |          |             |
+//!                                        virtio disk 1… the run's extra disks
 //! ```
 //!
 //! GRUB is `\EFI\BOOT\BOOTX64.EFI`, the removable-media path the firmware boots without a boot
 //! entry in its variables; its prefix is the ESP's `/grub`, where `grubenv` is writable (the
-//! root is a read-only squashfs). The disk is built once per bundle (rebuilt when its kernel,
-//! initramfs or root is newer); each run writes only `grub.cfg`: the header a Debian
+//! root is a read-only squashfs). Each run writes only `grub.cfg`: the header a Debian
 //! grub.cfg has (load `grubenv`, boot `next_entry` once), then what `42_snapboot` writes for
 //! the run's command line: the normal entry and the capture entry. A capture run
 //! (`snapboot.capture` in its words) boots the capture entry through `next_entry`, as
 //! `snapboot capture --next-boot` on the device does.
 //!
+//! The store is the disk's third partition, named [`STORE_NAME`], as on a PC with one disk;
+//! the `debian` root's `/etc/snapboot/snapboot.conf` names it (`store = PARTLABEL=snapstore`),
+//! so no kernel word does. A run with a store (`--store DISK`) boots DISK, the PC's whole
+//! disk, made on the first capture from the bundle's disk (ESP and root, built once per
+//! bundle and rebuilt when its kernel, initramfs or root is newer) with an empty store in
+//! partition 3. The ESP's `bundle.id` says which build of the bundle a disk carries: a
+//! capture onto an older one makes it anew (a new installation), a snapshot boot refuses it.
+//! A run without a store boots the bundle's disk, which has no store partition.
+//!
 //! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
 
 use crate::bundle::Bundle;
-use crate::partdisk::{gpt_disk, DiskError, GptPartition};
+use crate::partdisk::{format_store_in, gpt_disk, DiskError, GptPartition, Placed};
 use crate::run_options::{kernel_cmdline, virtio_disks, RunOptions};
 use std::fs;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,6 +55,12 @@ pub const ESP_NAME: &str = "esp";
 pub const ESP_BYTES: u64 = 64 << 20;
 /// The ESP starts at 1 MiB (`crate::partdisk`).
 const ESP_OFFSET: u64 = 1 << 20;
+/// The store partition's name (`PARTLABEL=`), which the root's config file names.
+pub const STORE_NAME: &str = "snapstore";
+/// The store's own label on a disk this board makes.
+const STORE_LABEL: &str = "uefi-pc";
+/// The ESP's file naming the build of the bundle a disk was made from.
+const BUNDLE_ID: &str = "::/bundle.id";
 /// GPT's type of an EFI system partition.
 const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 /// The modules built into GRUB's image: it reads the ESP, its environment and grub.cfg, and
@@ -86,6 +101,28 @@ pub enum UefiError {
         path: PathBuf,
         /// The Debian package that has it.
         package: &'static str,
+    },
+    /// A snapshot boot of a disk that carries an older build of the bundle.
+    #[error(
+        "{} carries another build of the bundle ({have}; the bundle is {want}): capture \
+         onto it again, which makes it anew",
+        disk.display()
+    )]
+    StaleDisk {
+        /// The PC's disk.
+        disk: PathBuf,
+        /// The build it carries.
+        have: String,
+        /// The bundle's.
+        want: String,
+    },
+    /// The disk has no store partition.
+    #[error("{} has no partition named {STORE_NAME}: {reason}", disk.display())]
+    NoStorePartition {
+        /// The PC's disk.
+        disk: PathBuf,
+        /// What its table says.
+        reason: String,
     },
     /// A host tool failed.
     #[error("`{cmd}` failed: {reason}")]
@@ -149,15 +186,36 @@ fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
     }
 }
 
-/// The bundle's UEFI disk (ESP and root), built unless an up-to-date one is there.
+/// Which build of the bundle a disk carries (`bundle.id` on the ESP): a BLAKE3 of the
+/// kernel, the initramfs and the root, so a rebuild that writes the same files again keeps
+/// the disks made from them.
+fn bundle_id(bundle: &Bundle) -> Result<String, UefiError> {
+    let mut h = blake3::Hasher::new();
+    for p in [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()] {
+        let mut f = fs::File::open(&p).map_err(io(&p))?;
+        std::io::copy(&mut f, &mut h).map_err(io(&p))?;
+    }
+    Ok(format!("blake3:{}", &h.finalize().to_hex()[..32]))
+}
+
+/// The build of the bundle the disk `disk` carries (its ESP's `bundle.id`), or why none.
+fn carried_id(disk: &Path) -> String {
+    tool(mtools("mtype", disk).arg(BUNDLE_ID))
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_else(|e| format!("unreadable: {e}"))
+}
+
+/// The bundle's UEFI disk (ESP and root), built unless one of the bundle's build is there.
 pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
+    Ok(bundle_disk(bundle)?.0)
+}
+
+/// [`ensure_disk`], and the bundle's build it carries.
+fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     let disk = bundle.dir.join("uefi-disk.img");
-    let inputs = [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()];
-    let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let Some(t) = modified(&disk) {
-        if inputs.iter().all(|p| modified(p).is_some_and(|s| s <= t)) {
-            return Ok(disk);
-        }
+    let build = bundle_id(bundle)?;
+    if disk.is_file() && carried_id(&disk) == build {
+        return Ok((disk, build));
     }
     need(GRUB_EFI_MODULES, "grub-efi-amd64-bin")?;
     let work = tempfile::Builder::new()
@@ -182,32 +240,14 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     )?;
     let env = w.join("grubenv");
     tool(Command::new("grub-editenv").arg(&env).arg("create"))?;
+    let id = w.join("bundle.id");
+    fs::write(&id, &build).map_err(io(&id))?;
 
     let root_bytes = fs::metadata(bundle.rootfs())
         .map_err(io(&bundle.rootfs()))?
         .len();
     let tmp = bundle.dir.join("uefi-disk.img.tmp");
-    let placed = gpt_disk(
-        &tmp,
-        &[
-            GptPartition {
-                name: ESP_NAME.into(),
-                uuid: "0e5f1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
-                bytes: ESP_BYTES,
-            },
-            GptPartition {
-                name: "root".into(),
-                uuid: "7a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d".into(),
-                bytes: root_bytes,
-            },
-        ],
-    )?;
-    tool(
-        Command::new("sfdisk")
-            .args(["--quiet", "--part-type"])
-            .arg(&tmp)
-            .args(["1", ESP_TYPE]),
-    )?;
+    let placed = pc_disk(&tmp, root_bytes, None)?;
     let esp = w.join("esp.img");
     tool(
         Command::new("mkfs.vfat")
@@ -215,26 +255,150 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
             .arg(&esp)
             .arg((ESP_BYTES / 1024).to_string()),
     )?;
-    copy_into(&esp, &tmp, placed[0].offset)?;
-    copy_into(&bundle.rootfs(), &tmp, placed[1].offset)?;
+    for (src, at) in [(&esp, &placed[0]), (&bundle.rootfs(), &placed[1])] {
+        let mut from = fs::File::open(src).map_err(io(src))?;
+        copy_into(&mut from, src, &tmp, at.offset)?;
+    }
     tool(mtools("mmd", &tmp).args(["::/EFI", "::/EFI/BOOT", "::/grub"]))?;
     put(&tmp, &grub, "::/EFI/BOOT/BOOTX64.EFI")?;
     put(&tmp, &bundle.bzimage(), "::/vmlinuz")?;
     put(&tmp, &bundle.initramfs(), "::/initrd.img")?;
     put(&tmp, &env, "::/grub/grubenv")?;
+    put(&tmp, &id, BUNDLE_ID)?;
     fs::rename(&tmp, &disk).map_err(io(&disk))?;
-    Ok(disk)
+    Ok((disk, build))
 }
 
-/// Writes the file `src` into `disk` at byte `offset`.
-fn copy_into(src: &Path, disk: &Path, offset: u64) -> Result<(), UefiError> {
-    let mut from = fs::File::open(src).map_err(io(src))?;
+/// Writes the PC's partition table at `path`: the ESP, the root of `root_bytes`, and a
+/// store partition of `store_bytes` when given. The same sizes place the partitions at the
+/// same sectors, so the bundle's disk and every store disk made from it agree on the ESP
+/// and the root.
+fn pc_disk(
+    path: &Path,
+    root_bytes: u64,
+    store_bytes: Option<u64>,
+) -> Result<Vec<Placed>, UefiError> {
+    let mut parts = vec![
+        GptPartition {
+            name: ESP_NAME.into(),
+            uuid: "0e5f1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b".into(),
+            bytes: ESP_BYTES,
+        },
+        GptPartition {
+            name: "root".into(),
+            uuid: "7a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d".into(),
+            bytes: root_bytes,
+        },
+    ];
+    if let Some(bytes) = store_bytes {
+        parts.push(GptPartition {
+            name: STORE_NAME.into(),
+            uuid: "3f9c2e4a-8b1d-4c6e-a5f7-2d8e9b0c1a3f".into(),
+            bytes,
+        });
+    }
+    let placed = gpt_disk(path, &parts)?;
+    tool(
+        Command::new("sfdisk")
+            .args(["--quiet", "--part-type"])
+            .arg(path)
+            .args(["1", ESP_TYPE]),
+    )?;
+    Ok(placed)
+}
+
+/// The PC's disk with its store at `disk` for a run of `bundle`: kept when it carries the
+/// bundle's build; made anew from the bundle's disk (its ESP and root copied, an empty
+/// store of `store_bytes` in partition 3) when it is missing, or for a capture when it
+/// carries another build; refused for a snapshot boot then.
+pub fn ensure_store_disk(
+    bundle: &Bundle,
+    disk: &Path,
+    capture: bool,
+    store_bytes: u64,
+) -> Result<(), UefiError> {
+    let (template, want) = bundle_disk(bundle)?;
+    if disk.exists() {
+        let have = carried_id(disk);
+        if have == want {
+            return Ok(());
+        }
+        if !capture {
+            return Err(UefiError::StaleDisk {
+                disk: disk.to_path_buf(),
+                have,
+                want,
+            });
+        }
+    }
+    let root = bundle.rootfs();
+    let root_bytes = fs::metadata(&root).map_err(io(&root))?.len();
+    let mut tmp = disk.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let placed = pc_disk(&tmp, root_bytes, Some(store_bytes))?;
+    let mut esp = fs::File::open(&template).map_err(io(&template))?;
+    esp.seek(SeekFrom::Start(ESP_OFFSET))
+        .map_err(io(&template))?;
+    copy_into(&mut esp.take(ESP_BYTES), &template, &tmp, placed[0].offset)?;
+    let mut from = fs::File::open(&root).map_err(io(&root))?;
+    copy_into(&mut from, &root, &tmp, placed[1].offset)?;
+    format_store_in(&tmp, &placed[2], STORE_LABEL)?;
+    fs::rename(&tmp, disk).map_err(io(disk))
+}
+
+/// Where the store partition of the PC's disk `disk` is (`sfdisk --json`).
+pub fn store_partition(disk: &Path) -> Result<Placed, UefiError> {
+    let missing = |reason: String| UefiError::NoStorePartition {
+        disk: disk.to_path_buf(),
+        reason,
+    };
+    let out = tool(Command::new("sfdisk").arg("--json").arg(disk))?;
+    let table: serde_json::Value =
+        serde_json::from_slice(&out).map_err(|e| missing(format!("sfdisk --json: {e}")))?;
+    let parts = table["partitiontable"]["partitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let part = parts
+        .iter()
+        .find(|p| p["name"] == STORE_NAME)
+        .ok_or_else(|| missing(format!("{} partitions", parts.len())))?;
+    let sector = |k: &str| part[k].as_u64().map(|n| n * 512);
+    match (sector("start"), sector("size")) {
+        (Some(offset), Some(bytes)) => Ok(Placed { offset, bytes }),
+        _ => Err(missing(format!("no start or size: {part}"))),
+    }
+}
+
+/// Opens the store in the PC's disk `disk`, read-only unless `rw`: what a boot wrote there.
+pub fn open_store(
+    disk: &Path,
+    rw: bool,
+) -> Result<flashstore::Store<flashstore::Window<fs::File>>, UefiError> {
+    let at = store_partition(disk)?;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(rw)
+        .open(disk)
+        .map_err(io(disk))?;
+    flashstore::Store::open(flashstore::Window::new(f, at.offset, at.bytes)).map_err(|e| {
+        UefiError::Disk(DiskError::Format {
+            path: disk.to_path_buf(),
+            offset: at.offset,
+            source: e,
+        })
+    })
+}
+
+/// Writes what `from` (read from the file `src`) holds into `disk` at byte `offset`.
+fn copy_into(from: &mut impl Read, src: &Path, disk: &Path, offset: u64) -> Result<(), UefiError> {
     let mut to = fs::OpenOptions::new()
         .write(true)
         .open(disk)
         .map_err(io(disk))?;
     to.seek(SeekFrom::Start(offset)).map_err(io(disk))?;
-    std::io::copy(&mut from, &mut to).map_err(io(disk))?;
+    std::io::copy(from, &mut to).map_err(io(src))?;
     to.flush().map_err(io(disk))
 }
 
@@ -329,13 +493,20 @@ pub fn command(
     }
     need(OVMF_CODE, "ovmf")?;
     need(OVMF_VARS, "ovmf")?;
-    let disk = ensure_disk(bundle)?;
     let vars = bundle.dir.join("uefi-vars.fd");
     if !vars.is_file() {
         fs::copy(OVMF_VARS, &vars).map_err(io(&vars))?;
     }
     let cmdline = kernel_cmdline(bundle, opts, base_cmdline, "");
     let (words, capture) = grub_words(&cmdline);
+    let disk = match &opts.boot_disk {
+        Some(d) => {
+            let bytes = crate::run_options::store_size(opts.mem_mib);
+            ensure_store_disk(bundle, d, capture, bytes)?;
+            d.clone()
+        }
+        None => ensure_disk(bundle)?,
+    };
     let cfg_dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let cfg = cfg_dir.path().join("grub.cfg");
     fs::write(&cfg, grub_cfg(&words)?).map_err(io(&cfg))?;
@@ -369,6 +540,67 @@ mod tests {
         let (words, capture) = grub_words("root=/dev/vdb snapboot.store=/dev/vdb");
         assert_eq!(words, "root=/dev/vdb snapboot.store=/dev/vdb");
         assert!(!capture);
+    }
+
+    #[test]
+    fn a_capture_makes_the_pcs_disk_with_an_empty_store_which_a_new_build_replaces() {
+        let tools = ["grub-mkimage", "mkfs.vfat", "mcopy", "sfdisk"];
+        if !Path::new(GRUB_EFI_MODULES).is_dir()
+            || tools
+                .iter()
+                .any(|t| Command::new(t).arg("--version").output().is_err())
+        {
+            eprintln!("no GRUB EFI modules, mtools, dosfstools or sfdisk: skipped");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = crate::testutil::bundle();
+        b.dir = dir.path().to_path_buf();
+        for (p, bytes) in [
+            (b.bzimage(), 4096),
+            (b.initramfs(), 4096),
+            (b.rootfs(), 3 << 20),
+        ] {
+            fs::write(p, vec![0x5a; bytes]).unwrap();
+        }
+        let disk = dir.path().join("pc.img");
+        let store_bytes = 16 << 20;
+        ensure_store_disk(&b, &disk, true, store_bytes).unwrap();
+        let part = store_partition(&disk).unwrap();
+        assert_eq!(part.bytes, store_bytes);
+        assert_eq!(
+            part.offset,
+            (1 << 20) + ESP_BYTES + (3 << 20),
+            "after the ESP and root"
+        );
+        let s = open_store(&disk, false).unwrap();
+        assert!(s.images().is_empty());
+        assert_eq!(s.label(), STORE_LABEL);
+        drop(s);
+        // The root and the ESP's files are the bundle's.
+        let root = fs::read(&disk).unwrap()[(1 << 20) + ESP_BYTES as usize..][..3 << 20].to_vec();
+        assert_eq!(root, vec![0x5a; 3 << 20]);
+        assert!(grubenv_var(&disk, "next_entry").unwrap().is_none());
+
+        // A snapshot boot of the same build keeps the disk (and so its store), also after
+        // a rebuild that wrote the same files again.
+        let stamp = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+        let made = stamp(&disk);
+        fs::write(b.rootfs(), vec![0x5a; 3 << 20]).unwrap();
+        ensure_store_disk(&b, &disk, false, store_bytes).unwrap();
+        assert_eq!(stamp(&disk), made);
+
+        // A new build of the bundle: refused for a snapshot boot, made anew by a capture.
+        fs::write(b.rootfs(), vec![0xa5; 2 << 20]).unwrap();
+        let err = ensure_store_disk(&b, &disk, false, store_bytes).unwrap_err();
+        assert!(matches!(err, UefiError::StaleDisk { .. }), "{err}");
+        assert!(err.to_string().contains("capture onto it again"), "{err}");
+        ensure_store_disk(&b, &disk, true, store_bytes).unwrap();
+        assert_eq!(
+            store_partition(&disk).unwrap().offset,
+            (1 << 20) + ESP_BYTES + (2 << 20)
+        );
+        ensure_store_disk(&b, &disk, false, store_bytes).unwrap();
     }
 
     #[test]

@@ -136,8 +136,9 @@ pub struct RunArgs {
     /// Write the timeline as JSON.
     #[arg(long)]
     timeline: Option<PathBuf>,
-    /// Snapshot-boot from this store file (attached as /dev/vdb). It restores with the
-    /// restore kernel when one is built (`board restore-kernel`), else with the stock kernel.
+    /// Snapshot-boot from this store file (attached as /dev/vdb; with `--firmware uefi` the
+    /// PC's disk that `board capture --firmware uefi` made). It restores with the restore
+    /// kernel when one is built (`board restore-kernel`), else with the stock kernel.
     #[arg(long)]
     store: Option<PathBuf>,
     /// Snapshot boot: restore with the stock kernel even when a restore kernel is built.
@@ -319,7 +320,9 @@ fn interactive(bundle: &Bundle, opts: &RunOptions) -> Result<ExitCode> {
 pub struct BoardCaptureArgs {
     /// The bundle directory (or a built-in workload name).
     pub bundle: String,
-    /// Store file (created if missing: sparse, three times the guest RAM).
+    /// Store file (created if missing: sparse, three times the guest RAM). With
+    /// `--firmware uefi`: the PC's whole disk (ESP, root, and the store in its partition
+    /// `snapstore`), made from the bundle's when missing or of another build.
     #[arg(long)]
     pub store: PathBuf,
     #[command(flatten)]
@@ -379,7 +382,14 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     opts.echo = a.console;
     opts.params.lazy = lazy;
     opts.params.pm_times = a.pm_times;
-    if !a.store.exists() {
+    let uefi = opts.firmware == board::run_options::Firmware::Uefi;
+    if uefi && sign_key.is_some() {
+        bail!(
+            "--sign-key with --firmware uefi: the PC's disk gets a store with fast chunk \
+             checksums, and signatures need BLAKE3 ones"
+        );
+    }
+    if !a.store.exists() && !uefi {
         // Signed images need cryptographic chunk checksums; others get the fast ones.
         let check = if sign_key.is_some() {
             flashstore::ChunkCheck::Blake3
@@ -399,16 +409,30 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
     if let Some(k) = &sign_key {
         ondevice::store::sign_image(&a.store, &name, k)?;
     }
-    let s = ondevice::store::open_store(&a.store, false)?;
+    if uefi {
+        let s = board::uefi::open_store(&a.store, false)?;
+        print_captured(&s, &name, &a.store)
+    } else {
+        let s = ondevice::store::open_store(&a.store, false)?;
+        print_captured(&s, &name, &a.store)
+    }
+}
+
+/// What `board capture` says of the image it left on the store `s` at `store`.
+fn print_captured<M: flashstore::Medium>(
+    s: &flashstore::Store<M>,
+    name: &str,
+    store: &std::path::Path,
+) -> Result<ExitCode> {
     let r = s
-        .image(&name)
+        .image(name)
         .with_context(|| format!("the capture did not leave image {name} on the store"))?;
     let u = s.usage();
     println!(
         "image {name} generation {} on {}: {} pages, {} shared with other images, \
          {:.1} MiB of new chunks{}{}; store {} of {} clusters used",
         r.generation,
-        a.store.display(),
+        store.display(),
         r.stats.pages,
         r.stats.shared_pages,
         r.stats.stored_bytes as f64 / 1048576.0,

@@ -141,7 +141,8 @@ pub fn write_request(dev: &Path) -> Result<(), UbootError> {
 }
 
 /// Whether the area at the start of `data` (the request partition's bytes) asks for a
-/// capture: an area whose CRC does not match (zeroed by the boot script) asks for nothing.
+/// capture: an area without the variable (the boot script writes one back before the
+/// capture boot) or whose CRC does not match (damaged, or never written) asks for nothing.
 pub fn requested(data: &[u8]) -> bool {
     Env::from_area(data, AREA_BYTES).is_ok_and(|e| e.get(ONCE_VAR) == Some(CAPTURE))
 }

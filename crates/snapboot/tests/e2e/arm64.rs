@@ -295,8 +295,8 @@ fn arm64_debian_workload_is_refused_with_the_reason() {
     assert!(!out_dir.join("bundle.json").exists());
 }
 
-/// The bytes of the boot disk's U-Boot request partition (`ubootenv`).
-fn request_area(disk: &Path) -> Vec<u8> {
+/// Where the boot disk's U-Boot request partition (`ubootenv`) starts, in bytes.
+fn request_offset(disk: &Path) -> usize {
     let (out, so, se) = run({
         let mut c = Command::new("sfdisk");
         c.arg("--json").arg(disk);
@@ -307,10 +307,30 @@ fn request_area(disk: &Path) -> Vec<u8> {
     let n = board::bootdisk::ENV_PARTITION_NUMBER as usize;
     let part = &table["partitiontable"]["partitions"][n - 1];
     assert_eq!(part["name"], board::bootdisk::ENV_PARTITION_NAME, "{part}");
-    let start = part["start"].as_u64().unwrap() * 512;
+    usize::try_from(part["start"].as_u64().unwrap() * 512).unwrap()
+}
+
+/// The bytes of the boot disk's U-Boot request area.
+fn request_area(disk: &Path) -> Vec<u8> {
+    let at = request_offset(disk);
     let data = std::fs::read(disk).unwrap();
-    let at = usize::try_from(start).unwrap();
     data[at..at + ondevice::bootloader::uboot::AREA_BYTES].to_vec()
+}
+
+/// What U-Boot says when `env import -c` finds a damaged environment.
+const BAD_CRC: &str = "bad CRC, import failed";
+
+/// What U-Boot said of the request area on the session's console so far: [`BAD_CRC`], or
+/// its warning for a variable `env import` was asked for and did not find. A normal boot
+/// says neither.
+fn env_complaints(s: &board::qemu::Session) -> Vec<String> {
+    let warning = format!("'{}' neither", ondevice::bootloader::uboot::ONCE_VAR);
+    s.timeline()
+        .lines
+        .iter()
+        .filter(|l| l.text.contains(BAD_CRC) || l.text.contains(&warning))
+        .map(|l| l.text.clone())
+        .collect()
 }
 
 /// A device on U-Boot asks for its own capture, as it would in the field: booted normally
@@ -318,7 +338,9 @@ fn request_area(disk: &Path) -> Vec<u8> {
 /// `ubootenv` partition; the next power-on U-Boot's boot script clears it and boots the
 /// capture entry once, which captures; the power-on after that takes the normal entry again
 /// and restores the capture boot's system. A damaged image on the normal entry boots cold
-/// with the reason.
+/// with the reason. The request area is a valid environment without the request before and
+/// after (U-Boot imports it in silence); a damaged one is reported by U-Boot and the boot
+/// goes on normally.
 #[test]
 fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
     let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
@@ -346,6 +368,11 @@ fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
         "capture --next-boot's status",
     );
     assert!(answer.ends_with("status-0"), "{answer}");
+    let said = env_complaints(&s);
+    assert!(
+        said.is_empty(),
+        "the new disk's request area is not an environment: {said:?}"
+    );
     s.send("reboot -f").unwrap();
     s.wait_exit(Duration::from_secs(60)).unwrap();
     s.finish(boottrace::Outcome::Ready);
@@ -365,9 +392,11 @@ fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
     assert!(line.contains("@capture-done"), "{line}");
     s.wait_exit(Duration::from_secs(60)).unwrap();
     s.finish(boottrace::Outcome::PoweredOff);
+    let area = request_area(&disk);
+    let env = board::uboot::Env::from_area(&area, area.len());
     assert!(
-        !ondevice::bootloader::uboot::requested(&request_area(&disk)),
-        "the request is still there after the capture boot"
+        env.as_ref().is_ok_and(|e| e.is_empty()),
+        "the capture boot left no empty environment: {env:?}"
     );
 
     // 3. The normal entry again: it restores the capture boot's system.
@@ -377,11 +406,25 @@ fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
         .unwrap();
     let answer = expect(&mut s, r"^cmdline-\d", "the restored system's command line");
     assert_eq!(answer, "cmdline-1", "not the capture boot's system");
+    let said = env_complaints(&s);
+    assert!(
+        said.is_empty(),
+        "the cleared request area is not an environment: {said:?}"
+    );
     s.finish(boottrace::Outcome::Answered);
 
-    // 4. A damaged image on the normal entry: refused with the reason, cold boot.
+    // 4. A damaged image on the normal entry: refused with the reason, cold boot; a damaged
+    // request area on the same power-on: U-Boot says so and boots the normal entry.
     let chunk = damage_newest_image(&store);
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&disk).unwrap();
+        f.seek(SeekFrom::Start(request_offset(&disk) as u64 + 100))
+            .unwrap();
+        f.write_all(b"damaged").unwrap();
+    }
     let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(&mut s, BAD_CRC, "U-Boot reporting the damaged request area");
     let line = expect(&mut s, r"snapboot: @fallback", "fallback marker");
     let reason = format!("checksum mismatch in chunk {chunk}");
     assert!(line.contains(&reason), "fallback {line:?} lacks {reason:?}");

@@ -134,13 +134,20 @@ pub(crate) fn expect_fallback(store: &Path, extra: &[&str], reason: &str) {
 /// chunk's id.
 pub(crate) fn damage_newest_image(store: &Path) -> u64 {
     let s = ondevice::store::open_store(store, false).unwrap();
+    let (id, at) = newest_chunk_middle(&s);
+    drop(s);
+    flip(store, at);
+    id
+}
+
+/// The last chunk of the newest image in `s`, and the store's byte in the middle of its
+/// stored data.
+pub(crate) fn newest_chunk_middle<M: flashstore::Medium>(s: &flashstore::Store<M>) -> (u64, u64) {
     let rec = s.newest().unwrap();
     let id = *rec.chunks.last().unwrap();
     let c = *s.catalog().chunks.iter().find(|c| c.id == id).unwrap();
     let at = c.cluster * s.cluster_bytes() + u64::from(c.offset) + u64::from(c.stored_len) / 2;
-    drop(s);
-    flip(store, at);
-    id
+    (id, at)
 }
 
 #[test]

@@ -1,21 +1,35 @@
 //! The `debian` workload on the UEFI PC (`--firmware uefi`): OVMF boots GRUB from the disk's
 //! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The capture boot is
 //! GRUB's capture entry chosen once through `next_entry` in the ESP's grubenv; the boots after
-//! it are the normal entry, which restores, or, with a damaged image, boots cold.
+//! it are the normal entry, which restores, or, with a damaged image, boots cold. The store is
+//! the PC disk's partition `snapstore`, which the root's config file names: no kernel word.
 
 use crate::common::{bundle, run, snapboot};
-use crate::snapshot::{ask, check_restored_app, copy_store, damage_newest_image};
+use crate::snapshot::{ask, check_restored_app, copy_store, flip, newest_chunk_middle};
 use board::run_options::Firmware;
 use regex::Regex;
 use std::path::Path;
 use std::time::Duration;
 
-/// The `debian` board on UEFI with `store` as /dev/vdb.
-fn uefi_session(store: &Path) -> board::qemu::Session {
+/// The `debian` board on UEFI booting `disk`, the PC's disk with the store partition.
+fn uefi_session(disk: &Path) -> board::qemu::Session {
     let b = board::Bundle::load(&bundle("debian")).unwrap();
-    let mut o = crate::common::store_options(&b, store);
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(300);
     o.firmware = Firmware::Uefi;
+    board::capture::attach_store(&mut o, disk, false).unwrap();
     board::qemu::Session::start(&b, &o).unwrap()
+}
+
+/// Damages the newest image in the store partition of the PC's disk `disk` (one byte in
+/// the middle of its last chunk); returns that chunk's id.
+fn damage_newest_image_on(disk: &Path) -> u64 {
+    let part = board::uefi::store_partition(disk).unwrap();
+    let s = board::uefi::open_store(disk, false).unwrap();
+    let (id, at) = newest_chunk_middle(&s);
+    drop(s);
+    flip(disk, part.offset + at);
+    id
 }
 
 /// Captured through GRUB's capture entry (chosen once, then cleared by GRUB itself),
@@ -24,7 +38,8 @@ fn uefi_session(store: &Path) -> board::qemu::Session {
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let dir = bundle("debian");
-    let store = crate::common::home().join("test-uefi-debian.store");
+    // The PC's whole disk: ESP, root, and the store in its partition.
+    let store = crate::common::home().join("test-uefi-debian.img");
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();
     c.args(["board", "capture"])
@@ -36,8 +51,8 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     assert!(out.status.success(), "capture failed:\n{so}\n{se}");
     assert!(so.contains("image current generation 2"), "{so}");
     // GRUB booted the capture entry and cleared next_entry (save_env on the ESP).
-    let disk = dir.join("uefi-disk.img");
-    let next = board::uefi::grubenv_var(&disk, "next_entry").unwrap();
+    let disk = &store;
+    let next = board::uefi::grubenv_var(disk, "next_entry").unwrap();
     assert!(
         next.as_deref().unwrap_or("").is_empty(),
         "next_entry left set: {next:?}"
@@ -59,8 +74,8 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 
-    let bad = copy_store(&store, "test-uefi-debian-bad.store");
-    let chunk = damage_newest_image(&bad);
+    let bad = copy_store(&store, "test-uefi-debian-bad.img");
+    let chunk = damage_newest_image_on(&bad);
     let mut s = uefi_session(&bad);
     let fb = Regex::new(r"snapboot: @fallback .*").unwrap();
     let (line, _) = s
@@ -70,6 +85,9 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         line.contains(&format!("checksum mismatch in chunk {chunk}")),
         "fallback without the damaged part named: {line}"
     );
+    // No store word on the kernel line: the config file's PARTLABEL found the partition.
+    let found = format!("store PARTLABEL={} (/dev/vda3)", board::uefi::STORE_NAME);
+    assert!(line.contains(&found), "{found} not in {line}");
     let ready = Regex::new(r"snapboot: @ready").unwrap();
     s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
         .unwrap();
