@@ -42,6 +42,7 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
         KernelImage::Vmlinux | KernelImage::BzImage => bundle.bzimage(),
         KernelImage::Restore(vmlinux) if !tpm => vmlinux.clone(),
         KernelImage::Restore(vmlinux) => crate::restore_kernel::bzimage_beside(vmlinux),
+        KernelImage::Restorer { elf, .. } => elf.clone(),
     }
 }
 
@@ -50,7 +51,11 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
 pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     let mut c = crate::run_options::pc_machine(opts);
     c.arg("-kernel").arg(kernel_file(bundle, opts));
-    c.arg("-initrd").arg(bundle.initramfs());
+    let initrd = match &opts.kernel {
+        KernelImage::Restorer { pack, .. } => pack.clone(),
+        _ => bundle.initramfs(),
+    };
+    c.arg("-initrd").arg(initrd);
     let letter = (b'b' + opts.disks.len() as u8) as char;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
