@@ -240,7 +240,7 @@ mod tests {
                 e(0xfeff_c000, 0x4000, RESERVED),
             ]
         );
-        assert_eq!(t.ram_pages(), 0xa0 + 0x2000_0 - 0x100);
+        assert_eq!(t.ram_pages(), 0xa0 + 0x2_0000 - 0x100);
         assert!(t.is_ram_page(0x9f) && !t.is_ram_page(0xa0) && t.is_ram_page(0x100));
         assert!(!t.is_ram_page(0x2_0000));
     }
