@@ -132,3 +132,54 @@ pub fn write_pack(store: &Path, out: &Path) -> Result<PackSummary, PackWriteErro
         bytes: bytes.len() as u64,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use restorer::pack::X86_RESTORE_MAGIC;
+    use snapimg::SyntheticStream;
+
+    fn pages(bytes: &[u8]) -> Vec<[u8; 4096]> {
+        bytes
+            .chunks_exact(4096)
+            .map(|c| c.try_into().unwrap())
+            .collect()
+    }
+
+    /// A stream of 600 pages (two PFN pages) becomes a pack the restorer reads back: the
+    /// arch header's fields, the PFN list in order, each data page after it in list order.
+    #[test]
+    fn a_stream_becomes_a_pack_with_its_pfns_and_pages_in_order() {
+        let s = SyntheticStream::new(600, 9);
+        let stream = pages(&s.to_bytes());
+        let (h, bytes) = pack_stream(&stream).unwrap();
+        assert_eq!(PackHeader::decode(&bytes), Ok(h));
+        assert_eq!(h.restore_magic, X86_RESTORE_MAGIC);
+        assert_eq!(h.e820_checksum, 9);
+        assert_eq!((h.entries, h.data_pages), (600, 600));
+        assert_eq!(h.num_physpages, s.header().num_physpages.get());
+        let meta = s.header().meta_pages().get() as usize;
+        let list = &bytes[4096..4096 + 8 * 600];
+        let index: Vec<u8> = stream[1..1 + meta].concat();
+        assert_eq!(list, &index[..8 * 600]);
+        let data = &bytes[h.data_offset() as usize..];
+        assert_eq!(data, &stream[1 + meta..].concat()[..]);
+        let mut sum = Checksum::default();
+        sum.update(&bytes[4096..]);
+        assert_eq!(sum.value(), h.checksum);
+    }
+
+    /// The restorer enters x86_64 kernels only: an arm64 image is refused on the host.
+    #[test]
+    fn an_arm64_image_is_refused() {
+        let s = SyntheticStream::new(10, 1).with_arch(ArchRecord::Arm64 {
+            uts_version: "#1 SMP".into(),
+            ttbr1_el1: 0,
+            reenter_kernel: 0,
+            hyp_stub_vectors: 0,
+            sleep_cpu_mpidr: 0,
+        });
+        let err = pack_stream(&pages(&s.to_bytes())).unwrap_err();
+        assert!(matches!(err, PackWriteError::NotX86), "{err}");
+    }
+}
