@@ -605,4 +605,21 @@ mod tests {
             assert_eq!(PathBuf::from(k), with);
         }
     }
+
+    /// The restorer boots as the kernel with the restore pack as its module, in place of
+    /// the initramfs; the board's disks stay (the memory map depends on them).
+    #[test]
+    fn the_restorer_boots_with_the_pack_as_its_module() {
+        let b = crate::testutil::bundle();
+        let mut o = crate::testutil::opts();
+        o.kernel = KernelImage::Restorer {
+            elf: PathBuf::from("/r/restorer"),
+            pack: PathBuf::from("/r/shell.pack"),
+        };
+        let a = args(&qemu_command(&b, &o));
+        let after = |flag: &str| a[a.iter().position(|x| x == flag).unwrap() + 1].clone();
+        assert_eq!(after("-kernel"), "/r/restorer");
+        assert_eq!(after("-initrd"), "/r/shell.pack");
+        assert!(a.iter().any(|x| x.contains("coldkernel.pack")), "{a:?}");
+    }
 }
