@@ -30,6 +30,7 @@ deps:
 build:
 	cargo build --release -p snapboot -p snapboot-device
 	scripts/device-arm64.sh
+	scripts/restorer.sh
 
 ## The Debian packages snapboot_VERSION_amd64.deb and _arm64.deb (from the static device
 ## binaries) in DEB_OUT, checked by lintian (packaging/deb/lintian-overrides says why for
@@ -74,11 +75,13 @@ demo: setup restore-kernel
 ## Unit tests and end-to-end tests that boot the real board (with the restore kernel too).
 test: setup restore-kernel
 	cargo test --release --workspace
+	cd crates/restorer && cargo test --release --lib
 
 ## The unit and property tests alone, no QEMU and no browser: every test target but the few
 ## scripts/unit-tests.py names (it prints them), in the release profile `make test` builds.
 unit:
 	python3 scripts/unit-tests.py
+	cd crates/restorer && cargo test --release --lib
 
 ## No import circle between the modules of any crate (Python 3, no build needed).
 imports:

@@ -50,6 +50,14 @@ pub enum KernelImage {
     /// A restore kernel (ELF, PVH; `crate::restore_kernel`) with the bundle's initramfs: it
     /// restores the bundle kernel's images, and cannot boot the root filesystem cold.
     Restore(PathBuf),
+    /// The restorer (crates/restorer, an ELF with a PVH entry) with a restore pack as its
+    /// module instead of the initramfs: no kernel boots before the image (x86_64 only).
+    Restorer {
+        /// The restorer's ELF (`scripts/restorer.sh` prints it).
+        elf: PathBuf,
+        /// The pack (`snapboot board restore-pack`).
+        pack: PathBuf,
+    },
 }
 
 /// How the board's kernel is loaded.

@@ -40,6 +40,9 @@ pub enum VirtError {
     /// The run's scratch directory.
     #[error("cannot make the run's directory: {0}")]
     RunDir(std::io::Error),
+    /// The restorer enters x86_64 kernels only.
+    #[error("the restorer runs on the x86_64 PC only")]
+    NoRestorer,
 }
 
 /// The QEMU command of one run, and the directory holding the run's U-Boot environment
@@ -51,6 +54,7 @@ pub fn command(
     let (label, restore) = match &opts.kernel {
         KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path())),
         KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None),
+        KernelImage::Restorer { .. } => return Err(VirtError::NoRestorer),
     };
     let files = BootFiles {
         kernel: bundle.kernel_image(),

@@ -16,6 +16,7 @@ mod flash;
 mod guards;
 mod lifecycle;
 mod restore_kernel;
+mod restorer;
 mod snapshot;
 mod tpm;
 mod trace;

@@ -1,0 +1,6 @@
+//! What the restorer and the host share: the restore pack's format ([`pack`]) and the
+//! kernel's e820 checksum ([`e820`]). `no_std` so the freestanding restorer can use it.
+#![cfg_attr(not(test), no_std)]
+
+pub mod e820;
+pub mod pack;
