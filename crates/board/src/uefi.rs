@@ -5,10 +5,11 @@
 //!
 //! ```text
 //! pflash 0  OVMF_CODE_4M.fd (read-only)     virtio disk 0 (vda, read-write):
-//! pflash 1  the bundle's copy of             GPT | 1 esp (FAT)                  | 2 root   |
-//!           OVMF_VARS_4M.fd                      |  EFI/BOOT/BOOTX64.EFI  GRUB  | squashfs |
-//!                                                |  vmlinuz  initrd.img         |          |
-//!                                                |  grub/grub.cfg grub/grubenv  |          |
+//! pflash 1  the bundle's copy of             GPT | 1 esp (FAT)                  | 2 root   | 3 snapboot-pack |
+//!           OVMF_VARS_4M.fd                      |  EFI/BOOT/BOOTX64.EFI  GRUB  | squashfs |  (raw) the      |
+//!                                                |  vmlinuz  initrd.img         |          |  kernel pack    |
+//!                                                |  grub/grub.cfg grub/grubenv  |          |                 |
+//!                                                |  snapboot-restore-kernel     |          |                 |
 //!                                           virtio disk 1… the run's extra disks (the store)
 //! ```
 //!
@@ -19,7 +20,11 @@
 //! grub.cfg has (load `grubenv`, boot `next_entry` once), then what `42_snapboot` writes for
 //! the run's command line: the normal entry and the capture entry. A capture run
 //! (`snapboot.capture` in its words) boots the capture entry through `next_entry`, as
-//! `snapboot capture --next-boot` on the device does.
+//! `snapboot capture --next-boot` on the device does. A run on the restore kernel is what a
+//! device has after `snapboot restore-kernel install` (which cannot run on the read-only
+//! root): the restore kernel on the ESP, the stock kernel's pack in partition 3 (the bundle's
+//! `coldkernel.pack`, written with the disk), and 42_snapboot's restore-kernel entry, the
+//! default.
 //!
 //! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
 
@@ -60,6 +65,14 @@ const GRUB_MODULES: &[&str] = &[
     "echo",
     "test",
 ];
+/// The kernel pack's partition as the restore kernel sees it (`snapboot.coldkernel=`).
+pub const PACK_PARTITION: &str = "/dev/vda3";
+/// The kernel pack partition's name.
+pub const PACK_NAME: &str = "snapboot-pack";
+/// The restore kernel on the ESP, as GRUB sees it.
+pub const RESTORE_KERNEL_ON_ESP: &str = "/snapboot-restore-kernel";
+/// The restore kernel's entry id (42_snapboot writes it, the default).
+pub const RESTORE_ENTRY: &str = ondevice::bootloader::restore_kernel::ENTRY;
 /// The normal entry's id (`42_snapboot` on a board).
 pub const NORMAL_ENTRY: &str = "snapboot";
 /// The capture entry's id.
@@ -76,9 +89,6 @@ pub enum UefiError {
          the root at /dev/vda)"
     )]
     Workload(String),
-    /// A restore kernel is not one of this board's GRUB entries.
-    #[error("--firmware uefi boots the bundle's kernel; the restore kernel is not a GRUB entry")]
-    RestoreKernel,
     /// A file of the firmware or of GRUB is missing.
     #[error("{} not found (package {package}; `make deps`)", path.display())]
     Missing {
@@ -87,6 +97,12 @@ pub enum UefiError {
         /// The Debian package that has it.
         package: &'static str,
     },
+    /// The restore kernel's build kept no bzImage (GRUB boots that, not the vmlinux).
+    #[error(
+        "{}: no bzImage beside the restore kernel (`snapboot board restore-kernel` builds it)",
+        .0.display()
+    )]
+    NoRestoreBzImage(PathBuf),
     /// A host tool failed.
     #[error("`{cmd}` failed: {reason}")]
     Tool {
@@ -152,7 +168,12 @@ fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
 /// The bundle's UEFI disk (ESP and root), built unless an up-to-date one is there.
 pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     let disk = bundle.dir.join("uefi-disk.img");
-    let inputs = [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()];
+    let inputs = [
+        bundle.bzimage(),
+        bundle.initramfs(),
+        bundle.rootfs(),
+        bundle.kernel_pack(),
+    ];
     let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
     if let Some(t) = modified(&disk) {
         if inputs.iter().all(|p| modified(p).is_some_and(|s| s <= t)) {
@@ -183,9 +204,9 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     let env = w.join("grubenv");
     tool(Command::new("grub-editenv").arg(&env).arg("create"))?;
 
-    let root_bytes = fs::metadata(bundle.rootfs())
-        .map_err(io(&bundle.rootfs()))?
-        .len();
+    let bytes = |p: &Path| fs::metadata(p).map(|m| m.len()).map_err(io(p));
+    let root_bytes = bytes(&bundle.rootfs())?;
+    let pack_bytes = bytes(&bundle.kernel_pack())?;
     let tmp = bundle.dir.join("uefi-disk.img.tmp");
     let placed = gpt_disk(
         &tmp,
@@ -199,6 +220,11 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
                 name: "root".into(),
                 uuid: "7a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d".into(),
                 bytes: root_bytes,
+            },
+            GptPartition {
+                name: PACK_NAME.into(),
+                uuid: "3c5e7a9b-1d2f-4e6a-8b0c-9d1e2f3a4b5c".into(),
+                bytes: pack_bytes,
             },
         ],
     )?;
@@ -217,6 +243,7 @@ pub fn ensure_disk(bundle: &Bundle) -> Result<PathBuf, UefiError> {
     )?;
     copy_into(&esp, &tmp, placed[0].offset)?;
     copy_into(&bundle.rootfs(), &tmp, placed[1].offset)?;
+    copy_into(&bundle.kernel_pack(), &tmp, placed[2].offset)?;
     tool(mtools("mmd", &tmp).args(["::/EFI", "::/EFI/BOOT", "::/grub"]))?;
     put(&tmp, &grub, "::/EFI/BOOT/BOOTX64.EFI")?;
     put(&tmp, &bundle.bzimage(), "::/vmlinuz")?;
@@ -239,7 +266,9 @@ fn copy_into(src: &Path, disk: &Path, offset: u64) -> Result<(), UefiError> {
 }
 
 /// The head of the board's grub.cfg, as Debian's `00_header` writes it: the environment
-/// loaded, `next_entry` booted once and cleared, else the normal entry; no menu wait.
+/// loaded, `next_entry` booted once and cleared (`boot_once` set), else the normal entry; no
+/// menu wait. 42_snapboot's restore-kernel entry, after it, makes itself the default unless
+/// `boot_once`.
 pub fn grub_header() -> String {
     format!(
         "# Written by snapboot's board for one run: 00_header's part, then 42_snapboot's.\n\
@@ -247,26 +276,44 @@ pub fn grub_header() -> String {
          if [ \"${{next_entry}}\" ] ; then\n   set default=\"${{next_entry}}\"\n   \
          set next_entry=\n   save_env next_entry\n   set boot_once=true\n\
          else\n   set default=\"{NORMAL_ENTRY}\"\nfi\n\
-         set timeout=0\n\
-         echo \"grub: booting ${{default}}\"\n"
+         set timeout=0\n"
     )
 }
 
+/// The last line of the board's grub.cfg: which entry GRUB boots, on the console.
+const GRUB_TAIL: &str = "echo \"grub: booting ${default}\"\n";
+
+/// The restore kernel's entry of a run: the restore kernel as GRUB sees it, and the kernel
+/// pack's device.
+#[derive(Debug, Clone, Copy)]
+pub struct RestoreEntry<'a> {
+    /// The restore kernel on the ESP.
+    pub linux: &'a str,
+    /// `snapboot.coldkernel=`.
+    pub pack: &'a str,
+}
+
 /// The run's grub.cfg: [`grub_header`], then the entries `42_snapboot` writes for `words`
-/// (the kernel command line without `snapboot.capture`), run as grub-mkconfig runs it.
-pub fn grub_cfg(words: &str) -> Result<String, UefiError> {
-    let out = tool(
-        Command::new("sh")
-            .args(["-c", GRUB_SNIPPET, "42_snapboot"])
-            .env("SNAPBOOT_GRUB_LINUX", "/vmlinuz")
-            .env("SNAPBOOT_GRUB_INITRD", "/initrd.img")
-            .env("GRUB_CMDLINE_LINUX", words)
-            .env_remove("GRUB_CMDLINE_LINUX_DEFAULT")
-            .env_remove("GRUB_DEVICE")
-            .env_remove("GRUB_DEVICE_UUID"),
-    )?;
+/// (the kernel command line without `snapboot.capture`) and, given one, the restore kernel's
+/// entry, run as grub-mkconfig runs it; then the line naming the entry booted.
+pub fn grub_cfg(words: &str, restore: Option<RestoreEntry>) -> Result<String, UefiError> {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", GRUB_SNIPPET, "42_snapboot"])
+        .env("SNAPBOOT_GRUB_LINUX", "/vmlinuz")
+        .env("SNAPBOOT_GRUB_INITRD", "/initrd.img")
+        .env("GRUB_CMDLINE_LINUX", words)
+        .env_remove("GRUB_CMDLINE_LINUX_DEFAULT")
+        .env_remove("GRUB_DEVICE")
+        .env_remove("GRUB_DEVICE_UUID")
+        .env_remove("SNAPBOOT_GRUB_RESTORE_LINUX")
+        .env_remove("SNAPBOOT_GRUB_COLDKERNEL");
+    if let Some(r) = restore {
+        sh.env("SNAPBOOT_GRUB_RESTORE_LINUX", r.linux)
+            .env("SNAPBOOT_GRUB_COLDKERNEL", r.pack);
+    }
+    let out = tool(&mut sh)?;
     Ok(format!(
-        "{}{}",
+        "{}{}{GRUB_TAIL}",
         grub_header(),
         String::from_utf8_lossy(&out)
     ))
@@ -291,17 +338,19 @@ pub fn grub_words(cmdline: &str) -> (String, bool) {
     (words.join(" "), capture)
 }
 
-/// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it).
-fn boot_once(disk: &Path, entry: &str) -> Result<(), UefiError> {
+/// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it), or
+/// with `None` unsets it (no request: the default entry boots).
+pub fn set_next_entry(disk: &Path, entry: Option<&str>) -> Result<(), UefiError> {
     let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let env = dir.path().join("grubenv");
     tool(mtools("mcopy", disk).arg("::/grub/grubenv").arg(&env))?;
-    tool(
-        Command::new("grub-editenv")
-            .arg(&env)
-            .arg("set")
-            .arg(format!("next_entry={entry}")),
-    )?;
+    let mut edit = Command::new("grub-editenv");
+    edit.arg(&env);
+    match entry {
+        Some(e) => edit.arg("set").arg(format!("next_entry={e}")),
+        None => edit.args(["unset", "next_entry"]),
+    };
+    tool(&mut edit)?;
     put(disk, &env, "::/grub/grubenv")
 }
 
@@ -324,9 +373,6 @@ pub fn command(
     if bundle.workload.init != crate::workload::InitKind::Debian {
         return Err(UefiError::Workload(bundle.workload.name.clone()));
     }
-    if matches!(opts.kernel, crate::run_options::KernelImage::Restore(_)) {
-        return Err(UefiError::RestoreKernel);
-    }
     need(OVMF_CODE, "ovmf")?;
     need(OVMF_VARS, "ovmf")?;
     let disk = ensure_disk(bundle)?;
@@ -334,14 +380,31 @@ pub fn command(
     if !vars.is_file() {
         fs::copy(OVMF_VARS, &vars).map_err(io(&vars))?;
     }
-    let cmdline = kernel_cmdline(bundle, opts, base_cmdline, "");
+    // The stock kernel's words: the restore kernel's entry adds its own two.
+    let mut stock = opts.clone();
+    stock.kernel = crate::run_options::KernelImage::Vmlinux;
+    let cmdline = kernel_cmdline(bundle, &stock, base_cmdline, "");
     let (words, capture) = grub_words(&cmdline);
+    let restore = match &opts.kernel {
+        crate::run_options::KernelImage::Restore(vmlinux) => {
+            let bz = crate::restore_kernel::bzimage_beside(vmlinux);
+            if !bz.is_file() {
+                return Err(UefiError::NoRestoreBzImage(bz));
+            }
+            put(&disk, &bz, &format!("::{RESTORE_KERNEL_ON_ESP}"))?;
+            Some(RestoreEntry {
+                linux: RESTORE_KERNEL_ON_ESP,
+                pack: PACK_PARTITION,
+            })
+        }
+        _ => None,
+    };
     let cfg_dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let cfg = cfg_dir.path().join("grub.cfg");
-    fs::write(&cfg, grub_cfg(&words)?).map_err(io(&cfg))?;
+    fs::write(&cfg, grub_cfg(&words, restore)?).map_err(io(&cfg))?;
     put(&disk, &cfg, "::/grub/grub.cfg")?;
     if capture {
-        boot_once(&disk, CAPTURE_ENTRY)?;
+        set_next_entry(&disk, Some(CAPTURE_ENTRY))?;
     }
 
     let mut c = crate::run_options::pc_machine(opts);
@@ -373,7 +436,7 @@ mod tests {
 
     #[test]
     fn both_entries_come_from_the_snippet_and_differ_only_in_the_capture_word() {
-        let cfg = grub_cfg("console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb").unwrap();
+        let cfg = grub_cfg("console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb", None).unwrap();
         assert!(cfg.contains("save_env next_entry"), "{cfg}");
         let linux: Vec<&str> = cfg
             .lines()
@@ -391,5 +454,41 @@ mod tests {
             assert!(cfg.contains(&format!("--id {id} {{")), "{id}: {cfg}");
         }
         assert!(cfg.contains(&format!("set default=\"{NORMAL_ENTRY}\"")));
+        assert!(!cfg.contains(RESTORE_ENTRY), "{cfg}");
+        assert!(cfg.ends_with(GRUB_TAIL), "{cfg}");
+    }
+
+    #[test]
+    fn the_restore_kernels_entry_is_the_default_unless_an_entry_was_chosen_once() {
+        let words = "console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb";
+        let cfg = grub_cfg(
+            words,
+            Some(RestoreEntry {
+                linux: RESTORE_KERNEL_ON_ESP,
+                pack: PACK_PARTITION,
+            }),
+        )
+        .unwrap();
+        let linux: Vec<&str> = cfg
+            .lines()
+            .filter(|l| l.trim_start().starts_with("linux"))
+            .collect();
+        assert_eq!(
+            linux[2],
+            format!(
+                "\tlinux\t{RESTORE_KERNEL_ON_ESP} {words} rdinit=/bin/snapboot \
+                 snapboot.coldkernel={PACK_PARTITION}"
+            )
+        );
+        // Its initramfs is the stock kernel's: the one the images are bound to.
+        let initrds = cfg.matches("\tinitrd\t/initrd.img\n").count();
+        assert_eq!(initrds, 3, "{cfg}");
+        assert!(cfg.contains(&format!("--id {RESTORE_ENTRY} {{")), "{cfg}");
+        let choose =
+            format!("if [ -z \"${{boot_once}}\" ]; then\n\tset default=\"{RESTORE_ENTRY}\"\nfi\n");
+        assert!(cfg.contains(&choose), "{cfg}");
+        // After the header's choice, before GRUB boots.
+        assert!(cfg.find(&choose) > cfg.find("set boot_once=true"));
+        assert!(cfg.ends_with(GRUB_TAIL), "{cfg}");
     }
 }

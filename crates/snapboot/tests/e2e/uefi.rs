@@ -1,67 +1,125 @@
 //! The `debian` workload on the UEFI PC (`--firmware uefi`): OVMF boots GRUB from the disk's
-//! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The capture boot is
-//! GRUB's capture entry chosen once through `next_entry` in the ESP's grubenv; the boots after
-//! it are the normal entry, which restores, or, with a damaged image, boots cold.
+//! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The device asks for
+//! its own capture (`snapboot capture --next-boot` sets `next_entry` in the ESP's grubenv);
+//! GRUB boots the capture entry once and clears the request; the boots after it are the
+//! normal entry, which restores. With the restore kernel installed, its entry is GRUB's
+//! default: it restores the same image, and hands a damaged one to the stock kernel (the
+//! pack partition), which boots cold.
 
-use crate::common::{bundle, run, snapboot};
 use crate::snapshot::{ask, check_restored_app, copy_store, damage_newest_image};
 use board::run_options::Firmware;
+use board::uefi::{grubenv_var, CAPTURE_ENTRY, NORMAL_ENTRY, RESTORE_ENTRY};
 use regex::Regex;
 use std::path::Path;
 use std::time::Duration;
 
-/// The `debian` board on UEFI with `store` as /dev/vdb.
-fn uefi_session(store: &Path) -> board::qemu::Session {
-    let b = board::Bundle::load(&bundle("debian")).unwrap();
-    let mut o = crate::common::store_options(&b, store);
+/// The `debian` board on UEFI with `store` as /dev/vdb; with `restore_kernel`, what a device
+/// has after `snapboot restore-kernel install`: that kernel as GRUB's default entry.
+fn uefi_session(
+    b: &board::Bundle,
+    store: &Path,
+    restore_kernel: Option<&Path>,
+) -> board::qemu::Session {
+    let mut o = crate::common::store_options(b, store);
     o.firmware = Firmware::Uefi;
-    board::qemu::Session::start(&b, &o).unwrap()
+    if let Some(k) = restore_kernel {
+        o.kernel = board::run_options::KernelImage::Restore(k.to_path_buf());
+    }
+    board::qemu::Session::start(b, &o).unwrap()
 }
 
-/// Captured through GRUB's capture entry (chosen once, then cleared by GRUB itself),
-/// restored by the normal entry with the service's state intact; a damaged image is refused
-/// with the reason and the normal entry boots cold.
-#[test]
-fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
-    let dir = bundle("debian");
-    let store = crate::common::home().join("test-uefi-debian.store");
-    let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&dir)
-        .arg("--store")
-        .arg(&store)
-        .args(["--firmware", "uefi"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
-    assert!(so.contains("image current generation 2"), "{so}");
-    // GRUB booted the capture entry and cleared next_entry (save_env on the ESP).
-    let disk = dir.join("uefi-disk.img");
-    let next = board::uefi::grubenv_var(&disk, "next_entry").unwrap();
-    assert!(
-        next.as_deref().unwrap_or("").is_empty(),
-        "next_entry left set: {next:?}"
-    );
-
-    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
-    let mut s = uefi_session(&store);
+/// Waits for GRUB's line naming the entry it boots and checks it is `entry`.
+fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
     let grub = Regex::new(r"grub: booting (\S+)").unwrap();
     let (line, _) = s
         .wait_for(&grub, "GRUB's entry", Duration::from_secs(120))
         .unwrap();
+    assert!(line.ends_with(&format!("booting {entry}")), "{line}");
+}
+
+/// The device's request, as in the field: booted through GRUB's normal entry with no image
+/// (cold), the application runs `snapboot capture --next-boot` and powers off; the next
+/// power-on GRUB boots the capture entry (and clears the request itself), which captures;
+/// the power-on after that is the normal entry again, which restores with the service's
+/// state intact. With the restore kernel as the default entry the same image restores again;
+/// a damaged one is refused with the reason and handed to the stock kernel, which boots cold.
+#[test]
+fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
+    let rk = crate::restore_kernel::restore_kernel();
+    let b = board::Bundle::load(&crate::common::bundle("debian")).unwrap();
+    let disk = board::uefi::ensure_disk(&b).unwrap();
+    // No request left over from an earlier run: the first power-on is the normal entry.
+    board::uefi::set_next_entry(&disk, None).unwrap();
+    let store = crate::common::home().join("test-uefi-debian.store");
+    let _ = std::fs::remove_file(&store);
+    board::capture::create_store(
+        &store,
+        board::capture::store_size(crate::common::store_options(&b, &store).mem_mib),
+        flashstore::ChunkCheck::Xxh3,
+    )
+    .unwrap();
+    let ready = Regex::new(r"snapboot: @ready").unwrap();
+
+    // 1. Normal entry, no image: cold. The device asks for a capture and powers off.
+    let mut s = uefi_session(&b, &store, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
+        .unwrap();
+    let answer = ask(&mut s, "nextboot", r"^next-boot \S+$");
+    assert_eq!(answer, "next-boot 0", "snapboot capture --next-boot failed");
+    s.wait_exit(Duration::from_secs(120)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+    let next = grubenv_var(&disk, "next_entry").unwrap();
+    assert_eq!(next.as_deref(), Some(CAPTURE_ENTRY), "the device's request");
+
+    // 2. GRUB takes the request: the capture entry, once; it captures and powers off.
+    let mut s = uefi_session(&b, &store, None);
+    expect_grub_entry(&mut s, CAPTURE_ENTRY);
+    let done = Regex::new(r"snapboot: @capture-(done|failed).*").unwrap();
+    let (line, _) = s
+        .wait_for(&done, "the capture", Duration::from_secs(400))
+        .unwrap();
+    assert!(line.contains("@capture-done"), "{line}");
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+    let next = grubenv_var(&disk, "next_entry").unwrap();
     assert!(
-        line.ends_with(&format!("booting {}", board::uefi::NORMAL_ENTRY)),
-        "{line}"
+        next.as_deref().unwrap_or("").is_empty(),
+        "GRUB left next_entry set: {next:?}"
     );
+
+    // 3. The normal entry again: it restores the capture boot's system.
+    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
+    let mut s = uefi_session(&b, &store, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     s.wait_for(&restored, "restored marker", Duration::from_secs(300))
         .unwrap();
-    check_restored_app(&mut s, 1, &expected);
+    let first = check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 
+    // 4. The restore kernel's entry, the default: the same image restores.
+    let mut s = uefi_session(&b, &store, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    let banner = Regex::new(r"Linux version \S+-snapboot-restore").unwrap();
+    s.wait_for(
+        &banner,
+        "the restore kernel's banner",
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    s.wait_for(&restored, "restored marker", Duration::from_secs(300))
+        .unwrap();
+    let second = check_restored_app(&mut s, 2, &expected);
+    crate::snapshot::assert_all_differ(vec![first, second]);
+    s.finish(boottrace::Outcome::Answered);
+
+    // 5. A damaged image on the restore kernel's entry: refused with the reason, handed to
+    // the stock kernel in the pack partition, which boots cold.
     let bad = copy_store(&store, "test-uefi-debian-bad.store");
     let chunk = damage_newest_image(&bad);
-    let mut s = uefi_session(&bad);
+    let mut s = uefi_session(&b, &bad, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
     let fb = Regex::new(r"snapboot: @fallback .*").unwrap();
     let (line, _) = s
         .wait_for(&fb, "fallback", Duration::from_secs(300))
@@ -70,7 +128,18 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         line.contains(&format!("checksum mismatch in chunk {chunk}")),
         "fallback without the damaged part named: {line}"
     );
-    let ready = Regex::new(r"snapboot: @ready").unwrap();
+    let handover = Regex::new(r"snapboot: @handover.*").unwrap();
+    let (line, _) = s
+        .wait_for(&handover, "handover marker", Duration::from_secs(120))
+        .unwrap();
+    assert!(line.contains("kexec into 6.1"), "{line}");
+    let stock = Regex::new(r"Linux version 6\.1\.\S+-amd64 ").unwrap();
+    s.wait_for(
+        &stock,
+        "the stock kernel's banner",
+        Duration::from_secs(120),
+    )
+    .unwrap();
     s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
         .unwrap();
     ask(&mut s, "ping", r"^pong \d+$");
