@@ -484,6 +484,11 @@ mod tests {
         let initrds = cfg.matches("\tinitrd\t/initrd.img\n").count();
         assert_eq!(initrds, 3, "{cfg}");
         assert!(cfg.contains(&format!("--id {RESTORE_ENTRY} {{")), "{cfg}");
+        // Every title is one quoted word to GRUB: a quote inside one ends the whole file's
+        // parse there, and GRUB boots what was read before it.
+        for line in cfg.lines().filter(|l| l.starts_with("menuentry ")) {
+            assert_eq!(line.matches('\'').count(), 2, "{line}");
+        }
         let choose =
             format!("if [ -z \"${{boot_once}}\" ]; then\n\tset default=\"{RESTORE_ENTRY}\"\nfi\n");
         assert!(cfg.contains(&choose), "{cfg}");

@@ -28,12 +28,17 @@ fn uefi_session(
     board::qemu::Session::start(b, &o).unwrap()
 }
 
+/// Waits up to `secs` for a console line matching `pattern`; returns it.
+fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) -> String {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .0
+}
+
 /// Waits for GRUB's line naming the entry it boots and checks it is `entry`.
 fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
-    let grub = Regex::new(r"grub: booting (\S+)").unwrap();
-    let (line, _) = s
-        .wait_for(&grub, "GRUB's entry", Duration::from_secs(120))
-        .unwrap();
+    let line = expect(s, r"grub: booting (\S+)", "GRUB's entry", 120);
     assert!(line.ends_with(&format!("booting {entry}")), "{line}");
 }
 
@@ -58,13 +63,12 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         flashstore::ChunkCheck::Xxh3,
     )
     .unwrap();
-    let ready = Regex::new(r"snapboot: @ready").unwrap();
+    let ready = r"snapboot: @ready";
 
     // 1. Normal entry, no image: cold. The device asks for a capture and powers off.
     let mut s = uefi_session(&b, &store, None);
     expect_grub_entry(&mut s, NORMAL_ENTRY);
-    s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
-        .unwrap();
+    expect(&mut s, ready, "the cold boot's ready", 400);
     let answer = ask(&mut s, "nextboot", r"^next-boot \S+$");
     assert_eq!(answer, "next-boot 0", "snapboot capture --next-boot failed");
     s.wait_exit(Duration::from_secs(120)).unwrap();
@@ -75,10 +79,12 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // 2. GRUB takes the request: the capture entry, once; it captures and powers off.
     let mut s = uefi_session(&b, &store, None);
     expect_grub_entry(&mut s, CAPTURE_ENTRY);
-    let done = Regex::new(r"snapboot: @capture-(done|failed).*").unwrap();
-    let (line, _) = s
-        .wait_for(&done, "the capture", Duration::from_secs(400))
-        .unwrap();
+    let line = expect(
+        &mut s,
+        r"snapboot: @capture-(done|failed)",
+        "the capture",
+        400,
+    );
     assert!(line.contains("@capture-done"), "{line}");
     s.wait_exit(Duration::from_secs(60)).unwrap();
     s.finish(boottrace::Outcome::PoweredOff);
@@ -92,24 +98,17 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
     let mut s = uefi_session(&b, &store, None);
     expect_grub_entry(&mut s, NORMAL_ENTRY);
-    let restored = Regex::new(r"snapboot: @restored .*").unwrap();
-    s.wait_for(&restored, "restored marker", Duration::from_secs(300))
-        .unwrap();
+    let restored = r"snapboot: @restored ";
+    expect(&mut s, restored, "restored marker", 300);
     let first = check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 
     // 4. The restore kernel's entry, the default: the same image restores.
     let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
-    let banner = Regex::new(r"Linux version \S+-snapboot-restore").unwrap();
-    s.wait_for(
-        &banner,
-        "the restore kernel's banner",
-        Duration::from_secs(120),
-    )
-    .unwrap();
-    s.wait_for(&restored, "restored marker", Duration::from_secs(300))
-        .unwrap();
+    let banner = r"Linux version \S+-snapboot-restore";
+    expect(&mut s, banner, "the restore kernel's banner", 120);
+    expect(&mut s, restored, "restored marker", 300);
     let second = check_restored_app(&mut s, 2, &expected);
     crate::snapshot::assert_all_differ(vec![first, second]);
     s.finish(boottrace::Outcome::Answered);
@@ -120,28 +119,16 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let chunk = damage_newest_image(&bad);
     let mut s = uefi_session(&b, &bad, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
-    let fb = Regex::new(r"snapboot: @fallback .*").unwrap();
-    let (line, _) = s
-        .wait_for(&fb, "fallback", Duration::from_secs(300))
-        .unwrap();
+    let line = expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
     assert!(
         line.contains(&format!("checksum mismatch in chunk {chunk}")),
         "fallback without the damaged part named: {line}"
     );
-    let handover = Regex::new(r"snapboot: @handover.*").unwrap();
-    let (line, _) = s
-        .wait_for(&handover, "handover marker", Duration::from_secs(120))
-        .unwrap();
+    let line = expect(&mut s, r"snapboot: @handover", "handover marker", 120);
     assert!(line.contains("kexec into 6.1"), "{line}");
-    let stock = Regex::new(r"Linux version 6\.1\.\S+-amd64 ").unwrap();
-    s.wait_for(
-        &stock,
-        "the stock kernel's banner",
-        Duration::from_secs(120),
-    )
-    .unwrap();
-    s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
-        .unwrap();
+    let stock = r"Linux version 6\.1\.\S+-amd64 ";
+    expect(&mut s, stock, "the stock kernel's banner", 120);
+    expect(&mut s, ready, "the cold boot's ready", 400);
     ask(&mut s, "ping", r"^pong \d+$");
     s.finish(boottrace::Outcome::Answered);
 }
