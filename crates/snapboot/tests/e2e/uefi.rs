@@ -1,10 +1,10 @@
 //! The `debian` workload on the UEFI PC (`--firmware uefi`): OVMF boots GRUB from the disk's
 //! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The device asks for
 //! its own capture (`snapboot capture --next-boot` sets `next_entry` in the ESP's grubenv);
-//! GRUB boots the capture entry once and clears the request; the boots after it are the
-//! normal entry, which restores. With the restore kernel installed, its entry is GRUB's
-//! default: it restores the same image, and hands a damaged one to the stock kernel (the
-//! pack partition), which boots cold.
+//! GRUB boots the capture entry once and clears the request. With the restore kernel
+//! installed its entry is GRUB's default: it restores the image, and hands a boot it cannot
+//! restore to the stock kernel (the pack partition), which boots cold; GRUB's normal entry
+//! (the stock kernel) boots cold on a damaged image.
 
 use crate::snapshot::{ask, check_restored_app, copy_store, damage_newest_image};
 use board::run_options::Firmware;
@@ -42,18 +42,19 @@ fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
     assert!(line.ends_with(&format!("booting {entry}")), "{line}");
 }
 
-/// The device's request, as in the field: booted through GRUB's normal entry with no image
-/// (cold), the application runs `snapboot capture --next-boot` and powers off; the next
-/// power-on GRUB boots the capture entry (and clears the request itself), which captures;
-/// the power-on after that is the normal entry again, which restores with the service's
-/// state intact. With the restore kernel as the default entry the same image restores again;
-/// a damaged one is refused with the reason and handed to the stock kernel, which boots cold.
+/// The device's request, as in the field, on a PC whose default entry is the restore kernel's:
+/// with no image the restore kernel hands the boot to the stock kernel in the pack partition,
+/// which boots cold; there the application runs `snapboot capture --next-boot` and powers off.
+/// The next power-on GRUB boots the capture entry once (and clears the request itself),
+/// which captures; the power-on after that is the restore kernel's entry again, which
+/// restores with the service's state intact. A damaged image on GRUB's normal entry (a PC
+/// without the restore kernel) is refused with the reason and boots cold.
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let rk = crate::restore_kernel::restore_kernel();
     let b = board::Bundle::load(&crate::common::bundle("debian")).unwrap();
     let disk = board::uefi::ensure_disk(&b).unwrap();
-    // No request left over from an earlier run: the first power-on is the normal entry.
+    // No request left over from an earlier run: the first power-on is the default entry.
     board::uefi::set_next_entry(&disk, None).unwrap();
     let store = crate::common::home().join("test-uefi-debian.store");
     let _ = std::fs::remove_file(&store);
@@ -65,9 +66,25 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     .unwrap();
     let ready = r"snapboot: @ready";
 
-    // 1. Normal entry, no image: cold. The device asks for a capture and powers off.
-    let mut s = uefi_session(&b, &store, None);
-    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    // 1. The restore kernel's entry, no image: handed to the stock kernel, cold. The device
+    // asks for a capture and powers off.
+    let mut s = uefi_session(&b, &store, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    expect(
+        &mut s,
+        r"Linux version \S+-snapboot-restore",
+        "the restore kernel",
+        120,
+    );
+    expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
+    let line = expect(&mut s, r"snapboot: @handover", "handover marker", 120);
+    assert!(line.contains("kexec into 6.1"), "{line}");
+    expect(
+        &mut s,
+        r"Linux version 6\.1\.\S+-amd64 ",
+        "the stock kernel",
+        120,
+    );
     expect(&mut s, ready, "the cold boot's ready", 400);
     let answer = ask(&mut s, "nextboot", r"^next-boot \S+$");
     assert_eq!(answer, "next-boot 0", "snapboot capture --next-boot failed");
@@ -76,8 +93,9 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let next = grubenv_var(&disk, "next_entry").unwrap();
     assert_eq!(next.as_deref(), Some(CAPTURE_ENTRY), "the device's request");
 
-    // 2. GRUB takes the request: the capture entry, once; it captures and powers off.
-    let mut s = uefi_session(&b, &store, None);
+    // 2. GRUB takes the request: the capture entry (the stock kernel), once; it captures and
+    // powers off.
+    let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, CAPTURE_ENTRY);
     let line = expect(
         &mut s,
@@ -94,40 +112,25 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         "GRUB left next_entry set: {next:?}"
     );
 
-    // 3. The normal entry again: it restores the capture boot's system.
+    // 3. The restore kernel's entry again: it restores the capture boot's system.
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
-    let mut s = uefi_session(&b, &store, None);
-    expect_grub_entry(&mut s, NORMAL_ENTRY);
-    let restored = r"snapboot: @restored ";
-    expect(&mut s, restored, "restored marker", 300);
-    let first = check_restored_app(&mut s, 1, &expected);
-    s.finish(boottrace::Outcome::Answered);
-
-    // 4. The restore kernel's entry, the default: the same image restores.
     let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
-    let banner = r"Linux version \S+-snapboot-restore";
-    expect(&mut s, banner, "the restore kernel's banner", 120);
-    expect(&mut s, restored, "restored marker", 300);
-    let second = check_restored_app(&mut s, 2, &expected);
-    crate::snapshot::assert_all_differ(vec![first, second]);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 
-    // 5. A damaged image on the restore kernel's entry: refused with the reason, handed to
-    // the stock kernel in the pack partition, which boots cold.
+    // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,
+    // cold.
     let bad = copy_store(&store, "test-uefi-debian-bad.store");
     let chunk = damage_newest_image(&bad);
-    let mut s = uefi_session(&b, &bad, Some(&rk));
-    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    let mut s = uefi_session(&b, &bad, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
     let line = expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
     assert!(
         line.contains(&format!("checksum mismatch in chunk {chunk}")),
         "fallback without the damaged part named: {line}"
     );
-    let line = expect(&mut s, r"snapboot: @handover", "handover marker", 120);
-    assert!(line.contains("kexec into 6.1"), "{line}");
-    let stock = r"Linux version 6\.1\.\S+-amd64 ";
-    expect(&mut s, stock, "the stock kernel's banner", 120);
     expect(&mut s, ready, "the cold boot's ready", 400);
     ask(&mut s, "ping", r"^pong \d+$");
     s.finish(boottrace::Outcome::Answered);
