@@ -420,6 +420,19 @@ def run_ready_cmd(var="APP_READY_CMD"):
         say("app: restored from snapshot")
 
 
+def run_device_cmd(var):
+    """Runs $var through the shell, passing its output through line by line; returns its
+    exit status (`unset` when the variable is)."""
+    cmd = os.environ.get(var, "").strip()
+    if not cmd:
+        return "unset"
+    r = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, errors="replace")
+    for line in r.stdout.splitlines():
+        say(line)
+    return str(r.returncode)
+
+
 def notify_ready():
     """Under systemd (Type=notify, $NOTIFY_SOCKET set): tells the service manager the
     application is ready, so units ordered after it (snapboot's capture) start now."""
@@ -548,6 +561,11 @@ def serve(st):
                 # system restored from the new image.
                 run_ready_cmd("APP_RECAPTURE_CMD" if os.environ.get("APP_RECAPTURE_CMD") else "APP_READY_CMD")
                 out = "recaptured"
+            elif cmd == "nextboot" and not arg:
+                # Ask the boot loader for one capture boot, as a device does before a planned
+                # power-off: $APP_NEXT_BOOT_CMD (the `debian` workload: `snapboot capture
+                # --next-boot` with the ESP mounted, then a power-off).
+                out = f"next-boot {run_device_cmd('APP_NEXT_BOOT_CMD')}"
             elif cmd == "system" and not arg:
                 out = system_state()
             elif cmd == "stats" and not arg:

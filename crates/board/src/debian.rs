@@ -472,6 +472,12 @@ fn esp_mount_point(stage: &Path) -> Result<(), DebianError> {
     fs::write(&fstab, text).map_err(io(&fstab))
 }
 
+/// The application's `nextboot` query: what a device does before a planned power-off to
+/// have its next boot capture. The ESP (GRUB's environment on the UEFI board) is mounted only
+/// for the write; the power-off follows a request that was written.
+pub const NEXT_BOOT_CMD: &str = "mount /boot/efi && /usr/sbin/snapboot capture --next-boot; \
+     s=$?; umount /boot/efi; [ $s = 0 ] && systemctl --no-block poweroff; exit $s";
+
 /// The application's unit: it reads queries from the console and answers there (the
 /// board's probe), and tells systemd when its state is built.
 pub fn app_unit() -> String {
@@ -484,6 +490,7 @@ pub fn app_unit() -> String {
          NotifyAccess=main\n\
          Environment=APP_SCALE={APP_SCALE}\n\
          Environment=\"APP_RECAPTURE_CMD=systemctl restart {CAPTURE_UNIT}\"\n\
+         Environment=\"APP_NEXT_BOOT_CMD={NEXT_BOOT_CMD}\"\n\
          ExecStart=/usr/bin/python3 /opt/app/app.py\n\
          StandardInput=tty-force\n\
          StandardOutput=tty\n\
@@ -616,6 +623,14 @@ mod tests {
         assert!(u.contains("TTYPath=/dev/ttyS0\n"), "{u}");
         assert!(u.contains("StandardInput=tty-force\n"), "{u}");
         assert!(u.contains(&format!("APP_SCALE={APP_SCALE}")), "{u}");
+        // systemd expands no `$` in Environment=, so the shell gets the command as written.
+        assert!(
+            u.contains(&format!(
+                "Environment=\"APP_NEXT_BOOT_CMD={NEXT_BOOT_CMD}\"\n"
+            )),
+            "{u}"
+        );
+        assert!(!NEXT_BOOT_CMD.contains(['"', '%', '\n']), "{NEXT_BOOT_CMD}");
     }
 
     #[test]

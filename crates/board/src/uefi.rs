@@ -5,11 +5,12 @@
 //!
 //! ```text
 //! pflash 0  OVMF_CODE_4M.fd (read-only)  virtio disk 0 (vda, read-write):
-//! pflash 1  the bundle's copy of          GPT | 1 esp (FAT)                 | 2 root   | 3 snapstore |
-//!           OVMF_VARS_4M.fd                   |  EFI/BOOT/BOOTX64.EFI GRUB  | squashfs | the store   |
-//!                                             |  vmlinuz  initrd.img        |          | (3 x RAM)   |
-//!                                             |  grub/grub.cfg grub/grubenv |          |             |
-//!                                             |  bundle.id                  |          |             |
+//! pflash 1  the bundle's copy of          GPT | 1 esp (FAT)                 | 2 root   | 3 snapboot-pack | 4 snapstore |
+//!           OVMF_VARS_4M.fd                   |  EFI/BOOT/BOOTX64.EFI GRUB  | squashfs |  (raw) the      | the store   |
+//!                                             |  vmlinuz  initrd.img        |          |  kernel pack    | (3 x RAM)   |
+//!                                             |  grub/grub.cfg grub/grubenv |          |                 |             |
+//!                                             |  snapboot-restore-kernel    |          |                 |             |
+//!                                             |  bundle.id                  |          |                 |             |
 //!                                        virtio disk 1… the run's extra disks
 //! ```
 //!
@@ -19,14 +20,18 @@
 //! grub.cfg has (load `grubenv`, boot `next_entry` once), then what `42_snapboot` writes for
 //! the run's command line: the normal entry and the capture entry. A capture run
 //! (`snapboot.capture` in its words) boots the capture entry through `next_entry`, as
-//! `snapboot capture --next-boot` on the device does.
+//! `snapboot capture --next-boot` on the device does. A run on the restore kernel is what a
+//! device has after `snapboot restore-kernel install` (which cannot run on the read-only
+//! root): the restore kernel on the ESP, the stock kernel's pack in partition 3 (the bundle's
+//! `coldkernel.pack`, written with the disk), and 42_snapboot's restore-kernel entry, the
+//! default.
 //!
-//! The store is the disk's third partition, named [`STORE_NAME`], as on a PC with one disk;
+//! The store is the disk's fourth partition, named [`STORE_NAME`], as on a PC with one disk;
 //! the `debian` root's `/etc/snapboot/snapboot.conf` names it (`store = PARTLABEL=snapstore`),
 //! so no kernel word does. A run with a store (`--store DISK`) boots DISK, the PC's whole
 //! disk, made on the first capture from the bundle's disk (ESP and root, built once per
 //! bundle and rebuilt when its kernel, initramfs or root is newer) with an empty store in
-//! partition 3. The ESP's `bundle.id` says which build of the bundle a disk carries: a
+//! partition 4. The ESP's `bundle.id` says which build of the bundle a disk carries: a
 //! capture onto an older one makes it anew (a new installation), a snapshot boot refuses it.
 //! A run without a store boots the bundle's disk, which has no store partition.
 //!
@@ -75,6 +80,14 @@ const GRUB_MODULES: &[&str] = &[
     "echo",
     "test",
 ];
+/// The kernel pack's partition as the restore kernel sees it (`snapboot.coldkernel=`).
+pub const PACK_PARTITION: &str = "/dev/vda3";
+/// The kernel pack partition's name.
+pub const PACK_NAME: &str = "snapboot-pack";
+/// The restore kernel on the ESP, as GRUB sees it.
+pub const RESTORE_KERNEL_ON_ESP: &str = "/snapboot-restore-kernel";
+/// The restore kernel's entry id (42_snapboot writes it, the default).
+pub const RESTORE_ENTRY: &str = ondevice::bootloader::restore_kernel::ENTRY;
 /// The normal entry's id (`42_snapboot` on a board).
 pub const NORMAL_ENTRY: &str = "snapboot";
 /// The capture entry's id.
@@ -91,9 +104,6 @@ pub enum UefiError {
          the root at /dev/vda)"
     )]
     Workload(String),
-    /// A restore kernel is not one of this board's GRUB entries.
-    #[error("--firmware uefi boots the bundle's kernel; the restore kernel is not a GRUB entry")]
-    RestoreKernel,
     /// A file of the firmware or of GRUB is missing.
     #[error("{} not found (package {package}; `make deps`)", path.display())]
     Missing {
@@ -124,6 +134,12 @@ pub enum UefiError {
         /// What its table says.
         reason: String,
     },
+    /// The restore kernel's build kept no bzImage (GRUB boots that, not the vmlinux).
+    #[error(
+        "{}: no bzImage beside the restore kernel (`snapboot board restore-kernel` builds it)",
+        .0.display()
+    )]
+    NoRestoreBzImage(PathBuf),
     /// A host tool failed.
     #[error("`{cmd}` failed: {reason}")]
     Tool {
@@ -187,11 +203,16 @@ fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
 }
 
 /// Which build of the bundle a disk carries (`bundle.id` on the ESP): a BLAKE3 of the
-/// kernel, the initramfs and the root, so a rebuild that writes the same files again keeps
+/// kernel, the initramfs, the root and the kernel pack, so a rebuild that writes the same files again keeps
 /// the disks made from them.
 fn bundle_id(bundle: &Bundle) -> Result<String, UefiError> {
     let mut h = blake3::Hasher::new();
-    for p in [bundle.bzimage(), bundle.initramfs(), bundle.rootfs()] {
+    for p in [
+        bundle.bzimage(),
+        bundle.initramfs(),
+        bundle.rootfs(),
+        bundle.kernel_pack(),
+    ] {
         let mut f = fs::File::open(&p).map_err(io(&p))?;
         std::io::copy(&mut f, &mut h).map_err(io(&p))?;
     }
@@ -243,11 +264,11 @@ fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     let id = w.join("bundle.id");
     fs::write(&id, &build).map_err(io(&id))?;
 
-    let root_bytes = fs::metadata(bundle.rootfs())
-        .map_err(io(&bundle.rootfs()))?
-        .len();
+    let bytes = |p: &Path| fs::metadata(p).map(|m| m.len()).map_err(io(p));
+    let root_bytes = bytes(&bundle.rootfs())?;
+    let pack_bytes = bytes(&bundle.kernel_pack())?;
     let tmp = bundle.dir.join("uefi-disk.img.tmp");
-    let placed = pc_disk(&tmp, root_bytes, None)?;
+    let placed = pc_disk(&tmp, root_bytes, pack_bytes, None)?;
     let esp = w.join("esp.img");
     tool(
         Command::new("mkfs.vfat")
@@ -255,7 +276,11 @@ fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
             .arg(&esp)
             .arg((ESP_BYTES / 1024).to_string()),
     )?;
-    for (src, at) in [(&esp, &placed[0]), (&bundle.rootfs(), &placed[1])] {
+    for (src, at) in [
+        (&esp, &placed[0]),
+        (&bundle.rootfs(), &placed[1]),
+        (&bundle.kernel_pack(), &placed[2]),
+    ] {
         let mut from = fs::File::open(src).map_err(io(src))?;
         copy_into(&mut from, src, &tmp, at.offset)?;
     }
@@ -269,13 +294,14 @@ fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     Ok((disk, build))
 }
 
-/// Writes the PC's partition table at `path`: the ESP, the root of `root_bytes`, and a
-/// store partition of `store_bytes` when given. The same sizes place the partitions at the
-/// same sectors, so the bundle's disk and every store disk made from it agree on the ESP
-/// and the root.
+/// Writes the PC's partition table at `path`: the ESP, the root of `root_bytes`, the kernel
+/// pack's partition of `pack_bytes`, and a store partition of `store_bytes` when given. The
+/// same sizes place the partitions at the same sectors, so the bundle's disk and every store
+/// disk made from it agree on the first three.
 fn pc_disk(
     path: &Path,
     root_bytes: u64,
+    pack_bytes: u64,
     store_bytes: Option<u64>,
 ) -> Result<Vec<Placed>, UefiError> {
     let mut parts = vec![
@@ -288,6 +314,11 @@ fn pc_disk(
             name: "root".into(),
             uuid: "7a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d".into(),
             bytes: root_bytes,
+        },
+        GptPartition {
+            name: PACK_NAME.into(),
+            uuid: "3c5e7a9b-1d2f-4e6a-8b0c-9d1e2f3a4b5c".into(),
+            bytes: pack_bytes,
         },
     ];
     if let Some(bytes) = store_bytes {
@@ -309,7 +340,7 @@ fn pc_disk(
 
 /// The PC's disk with its store at `disk` for a run of `bundle`: kept when it carries the
 /// bundle's build; made anew from the bundle's disk (its ESP and root copied, an empty
-/// store of `store_bytes` in partition 3) when it is missing, or for a capture when it
+/// store of `store_bytes` in partition 4) when it is missing, or for a capture when it
 /// carries another build; refused for a snapshot boot then.
 pub fn ensure_store_disk(
     bundle: &Bundle,
@@ -336,14 +367,18 @@ pub fn ensure_store_disk(
     let mut tmp = disk.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let placed = pc_disk(&tmp, root_bytes, Some(store_bytes))?;
+    let pack = bundle.kernel_pack();
+    let pack_bytes = fs::metadata(&pack).map_err(io(&pack))?.len();
+    let placed = pc_disk(&tmp, root_bytes, pack_bytes, Some(store_bytes))?;
     let mut esp = fs::File::open(&template).map_err(io(&template))?;
     esp.seek(SeekFrom::Start(ESP_OFFSET))
         .map_err(io(&template))?;
     copy_into(&mut esp.take(ESP_BYTES), &template, &tmp, placed[0].offset)?;
-    let mut from = fs::File::open(&root).map_err(io(&root))?;
-    copy_into(&mut from, &root, &tmp, placed[1].offset)?;
-    format_store_in(&tmp, &placed[2], STORE_LABEL)?;
+    for (src, at) in [(&root, &placed[1]), (&pack, &placed[2])] {
+        let mut from = fs::File::open(src).map_err(io(src))?;
+        copy_into(&mut from, src, &tmp, at.offset)?;
+    }
+    format_store_in(&tmp, &placed[3], STORE_LABEL)?;
     fs::rename(&tmp, disk).map_err(io(disk))
 }
 
@@ -403,7 +438,9 @@ fn copy_into(from: &mut impl Read, src: &Path, disk: &Path, offset: u64) -> Resu
 }
 
 /// The head of the board's grub.cfg, as Debian's `00_header` writes it: the environment
-/// loaded, `next_entry` booted once and cleared, else the normal entry; no menu wait.
+/// loaded, `next_entry` booted once and cleared (`boot_once` set), else the normal entry; no
+/// menu wait. 42_snapboot's restore-kernel entry, after it, makes itself the default unless
+/// `boot_once`.
 pub fn grub_header() -> String {
     format!(
         "# Written by snapboot's board for one run: 00_header's part, then 42_snapboot's.\n\
@@ -411,26 +448,44 @@ pub fn grub_header() -> String {
          if [ \"${{next_entry}}\" ] ; then\n   set default=\"${{next_entry}}\"\n   \
          set next_entry=\n   save_env next_entry\n   set boot_once=true\n\
          else\n   set default=\"{NORMAL_ENTRY}\"\nfi\n\
-         set timeout=0\n\
-         echo \"grub: booting ${{default}}\"\n"
+         set timeout=0\n"
     )
 }
 
+/// The last line of the board's grub.cfg: which entry GRUB boots, on the console.
+const GRUB_TAIL: &str = "echo \"grub: booting ${default}\"\n";
+
+/// The restore kernel's entry of a run: the restore kernel as GRUB sees it, and the kernel
+/// pack's device.
+#[derive(Debug, Clone, Copy)]
+pub struct RestoreEntry<'a> {
+    /// The restore kernel on the ESP.
+    pub linux: &'a str,
+    /// `snapboot.coldkernel=`.
+    pub pack: &'a str,
+}
+
 /// The run's grub.cfg: [`grub_header`], then the entries `42_snapboot` writes for `words`
-/// (the kernel command line without `snapboot.capture`), run as grub-mkconfig runs it.
-pub fn grub_cfg(words: &str) -> Result<String, UefiError> {
-    let out = tool(
-        Command::new("sh")
-            .args(["-c", GRUB_SNIPPET, "42_snapboot"])
-            .env("SNAPBOOT_GRUB_LINUX", "/vmlinuz")
-            .env("SNAPBOOT_GRUB_INITRD", "/initrd.img")
-            .env("GRUB_CMDLINE_LINUX", words)
-            .env_remove("GRUB_CMDLINE_LINUX_DEFAULT")
-            .env_remove("GRUB_DEVICE")
-            .env_remove("GRUB_DEVICE_UUID"),
-    )?;
+/// (the kernel command line without `snapboot.capture`) and, given one, the restore kernel's
+/// entry, run as grub-mkconfig runs it; then the line naming the entry booted.
+pub fn grub_cfg(words: &str, restore: Option<RestoreEntry>) -> Result<String, UefiError> {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", GRUB_SNIPPET, "42_snapboot"])
+        .env("SNAPBOOT_GRUB_LINUX", "/vmlinuz")
+        .env("SNAPBOOT_GRUB_INITRD", "/initrd.img")
+        .env("GRUB_CMDLINE_LINUX", words)
+        .env_remove("GRUB_CMDLINE_LINUX_DEFAULT")
+        .env_remove("GRUB_DEVICE")
+        .env_remove("GRUB_DEVICE_UUID")
+        .env_remove("SNAPBOOT_GRUB_RESTORE_LINUX")
+        .env_remove("SNAPBOOT_GRUB_COLDKERNEL");
+    if let Some(r) = restore {
+        sh.env("SNAPBOOT_GRUB_RESTORE_LINUX", r.linux)
+            .env("SNAPBOOT_GRUB_COLDKERNEL", r.pack);
+    }
+    let out = tool(&mut sh)?;
     Ok(format!(
-        "{}{}",
+        "{}{}{GRUB_TAIL}",
         grub_header(),
         String::from_utf8_lossy(&out)
     ))
@@ -455,17 +510,19 @@ pub fn grub_words(cmdline: &str) -> (String, bool) {
     (words.join(" "), capture)
 }
 
-/// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it).
-fn boot_once(disk: &Path, entry: &str) -> Result<(), UefiError> {
+/// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it), or
+/// with `None` unsets it (no request: the default entry boots).
+pub fn set_next_entry(disk: &Path, entry: Option<&str>) -> Result<(), UefiError> {
     let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let env = dir.path().join("grubenv");
     tool(mtools("mcopy", disk).arg("::/grub/grubenv").arg(&env))?;
-    tool(
-        Command::new("grub-editenv")
-            .arg(&env)
-            .arg("set")
-            .arg(format!("next_entry={entry}")),
-    )?;
+    let mut edit = Command::new("grub-editenv");
+    edit.arg(&env);
+    match entry {
+        Some(e) => edit.arg("set").arg(format!("next_entry={e}")),
+        None => edit.args(["unset", "next_entry"]),
+    };
+    tool(&mut edit)?;
     put(disk, &env, "::/grub/grubenv")
 }
 
@@ -488,16 +545,16 @@ pub fn command(
     if bundle.workload.init != crate::workload::InitKind::Debian {
         return Err(UefiError::Workload(bundle.workload.name.clone()));
     }
-    if matches!(opts.kernel, crate::run_options::KernelImage::Restore(_)) {
-        return Err(UefiError::RestoreKernel);
-    }
     need(OVMF_CODE, "ovmf")?;
     need(OVMF_VARS, "ovmf")?;
     let vars = bundle.dir.join("uefi-vars.fd");
     if !vars.is_file() {
         fs::copy(OVMF_VARS, &vars).map_err(io(&vars))?;
     }
-    let cmdline = kernel_cmdline(bundle, opts, base_cmdline, "");
+    // The stock kernel's words: the restore kernel's entry adds its own two.
+    let mut stock = opts.clone();
+    stock.kernel = crate::run_options::KernelImage::Vmlinux;
+    let cmdline = kernel_cmdline(bundle, &stock, base_cmdline, "");
     let (words, capture) = grub_words(&cmdline);
     let disk = match &opts.boot_disk {
         Some(d) => {
@@ -507,12 +564,26 @@ pub fn command(
         }
         None => ensure_disk(bundle)?,
     };
+    let restore = match &opts.kernel {
+        crate::run_options::KernelImage::Restore(vmlinux) => {
+            let bz = crate::restore_kernel::bzimage_beside(vmlinux);
+            if !bz.is_file() {
+                return Err(UefiError::NoRestoreBzImage(bz));
+            }
+            put(&disk, &bz, &format!("::{RESTORE_KERNEL_ON_ESP}"))?;
+            Some(RestoreEntry {
+                linux: RESTORE_KERNEL_ON_ESP,
+                pack: PACK_PARTITION,
+            })
+        }
+        _ => None,
+    };
     let cfg_dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let cfg = cfg_dir.path().join("grub.cfg");
-    fs::write(&cfg, grub_cfg(&words)?).map_err(io(&cfg))?;
+    fs::write(&cfg, grub_cfg(&words, restore)?).map_err(io(&cfg))?;
     put(&disk, &cfg, "::/grub/grub.cfg")?;
     if capture {
-        boot_once(&disk, CAPTURE_ENTRY)?;
+        set_next_entry(&disk, Some(CAPTURE_ENTRY))?;
     }
 
     let mut c = crate::run_options::pc_machine(opts);
@@ -605,7 +676,7 @@ mod tests {
 
     #[test]
     fn both_entries_come_from_the_snippet_and_differ_only_in_the_capture_word() {
-        let cfg = grub_cfg("console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb").unwrap();
+        let cfg = grub_cfg("console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb", None).unwrap();
         assert!(cfg.contains("save_env next_entry"), "{cfg}");
         let linux: Vec<&str> = cfg
             .lines()
@@ -623,5 +694,46 @@ mod tests {
             assert!(cfg.contains(&format!("--id {id} {{")), "{id}: {cfg}");
         }
         assert!(cfg.contains(&format!("set default=\"{NORMAL_ENTRY}\"")));
+        assert!(!cfg.contains(RESTORE_ENTRY), "{cfg}");
+        assert!(cfg.ends_with(GRUB_TAIL), "{cfg}");
+    }
+
+    #[test]
+    fn the_restore_kernels_entry_is_the_default_unless_an_entry_was_chosen_once() {
+        let words = "console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb";
+        let cfg = grub_cfg(
+            words,
+            Some(RestoreEntry {
+                linux: RESTORE_KERNEL_ON_ESP,
+                pack: PACK_PARTITION,
+            }),
+        )
+        .unwrap();
+        let linux: Vec<&str> = cfg
+            .lines()
+            .filter(|l| l.trim_start().starts_with("linux"))
+            .collect();
+        assert_eq!(
+            linux[2],
+            format!(
+                "\tlinux\t{RESTORE_KERNEL_ON_ESP} {words} rdinit=/bin/snapboot \
+                 snapboot.coldkernel={PACK_PARTITION}"
+            )
+        );
+        // Its initramfs is the stock kernel's: the one the images are bound to.
+        let initrds = cfg.matches("\tinitrd\t/initrd.img\n").count();
+        assert_eq!(initrds, 3, "{cfg}");
+        assert!(cfg.contains(&format!("--id {RESTORE_ENTRY} {{")), "{cfg}");
+        // Every title is one quoted word to GRUB: a quote inside one ends the whole file's
+        // parse there, and GRUB boots what was read before it.
+        for line in cfg.lines().filter(|l| l.starts_with("menuentry ")) {
+            assert_eq!(line.matches('\'').count(), 2, "{line}");
+        }
+        let choose =
+            format!("if [ -z \"${{boot_once}}\" ]; then\n\tset default=\"{RESTORE_ENTRY}\"\nfi\n");
+        assert!(cfg.contains(&choose), "{cfg}");
+        // After the header's choice, before GRUB boots.
+        assert!(cfg.find(&choose) > cfg.find("set boot_once=true"));
+        assert!(cfg.ends_with(GRUB_TAIL), "{cfg}");
     }
 }

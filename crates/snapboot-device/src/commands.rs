@@ -71,6 +71,10 @@ pub enum DeviceCmd {
     /// The kernel pack a restore kernel hands cold boots to (`snapboot.coldkernel=`).
     #[command(subcommand)]
     KernelPack(crate::packcmd::KernelPackCmd),
+    /// (device, GRUB) The restore kernel as GRUB's default entry: install it (with the
+    /// records it reads and the stock kernel's pack for refusals) or remove it.
+    #[command(subcommand)]
+    RestoreKernel(crate::restorecmd::RestoreKernelCmd),
     /// (device, restored from a lazy image) The application's working set: record which
     /// swapped-out pages it touched since the restore, for the next capture.
     #[command(subcommand)]
@@ -113,6 +117,7 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),
         DeviceCmd::KernelPack(c) => crate::packcmd::kernel_pack(c),
+        DeviceCmd::RestoreKernel(c) => crate::restorecmd::restore_kernel(c),
         DeviceCmd::Profile(c) => systemcmd::profile(c),
         DeviceCmd::Memory(c) => systemcmd::memory(c),
         DeviceCmd::Install(a) => systemcmd::install(a),

@@ -1,5 +1,5 @@
 //! The device's half of snapboot: the commands that run on the device (`start`, `ready`,
-//! `capture`, `resume`, `check`, `config`, `image`, `store`, `key`, `profile`, `memory`, `install`),
+//! `capture`, `resume`, `check`, `config`, `image`, `store`, `key`, `profile`, `memory`, `install`, `restore-kernel`),
 //! parsed here and carried out by the `ondevice` crate. `snapboot-device`, the small static
 //! binary the board puts in the initramfs and every image carries, is this crate's binary;
 //! the host tool `snapboot` has the same commands through this library.
@@ -12,6 +12,7 @@ mod exit;
 mod imagecmd;
 mod lifecyclecmd;
 mod packcmd;
+mod restorecmd;
 mod storecmd;
 mod systemcmd;
 

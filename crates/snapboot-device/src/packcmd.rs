@@ -61,6 +61,15 @@ fn read(path: &Path) -> Result<kernelpack::Pack> {
         .with_context(|| format!("{} is not a good kernel pack", path.display()))
 }
 
+/// Writes the pack of `kernel` and `initrd` to `out` (`snapboot kernel-pack write`).
+pub(crate) fn write_pack(kernel: &Path, initrd: &Path, out: &Path) -> Result<ExitCode> {
+    write(&WriteArgs {
+        kernel: kernel.to_path_buf(),
+        initrd: initrd.to_path_buf(),
+        out: out.to_path_buf(),
+    })
+}
+
 fn write(a: &WriteArgs) -> Result<ExitCode> {
     let kernel = fs::read(&a.kernel).with_context(|| format!("reading {}", a.kernel.display()))?;
     let initrd = fs::read(&a.initrd).with_context(|| format!("reading {}", a.initrd.display()))?;

@@ -158,12 +158,8 @@ impl BoardOpts {
             o.firmware = board::run_options::Firmware::Uefi;
         }
         let release = &bundle.kernel.release;
-        // The UEFI PC's GRUB boots the bundle's kernel: a restore kernel is not one of its
-        // entries (yet), so a snapshot boot there is the stock kernel's.
-        let choice = match (self.firmware, choice) {
-            (FirmwareArg::Uefi, KernelChoice::Default) => KernelChoice::Stock,
-            (_, c) => c,
-        };
+        // On the UEFI PC the restore kernel is GRUB's restore-kernel entry (crate board's
+        // uefi module), the default as on the PVH board.
         let kernel = boot_kernel(choice, snapshot_boot, release, || {
             board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel)
         })?;

@@ -47,6 +47,10 @@ pub const UNBOUND_PARAMS: &[&str] = &[
     "initcall_debug",
     // Which program of the initramfs runs first (a restore kernel starts snapboot directly).
     "rdinit",
+    // The kernel file the boot loader loaded (GRUB puts it first): the restore kernel's entry
+    // names another file than the entry the image was captured on. Which kernel the image
+    // belongs to is the identity's check, not this word's.
+    "BOOT_IMAGE",
 ];
 
 /// Whether a command-line token takes part in the binding (see [`UNBOUND_PARAMS`]).
@@ -422,8 +426,8 @@ mod tests {
     fn boot_steering_words_are_not_bound() {
         assert_eq!(
             bound_cmdline(
-                "console=ttyS0 rdinit=/bin/snapboot quiet snapboot.coldkernel=/dev/vdc \
-                 loglevel=3 initcall_debug root=/dev/vda ro"
+                "BOOT_IMAGE=/snapboot-restore-kernel console=ttyS0 rdinit=/bin/snapboot \
+                 quiet snapboot.coldkernel=/dev/vdc loglevel=3 initcall_debug root=/dev/vda ro"
             ),
             ["console=ttyS0", "root=/dev/vda", "ro"]
         );

@@ -11,8 +11,13 @@
 //!            partition); boot.scr clears it and saves before booting the capture entry
 //!                                                               (uboot.rs, guest/u-boot/)
 //! ```
+//!
+//! On GRUB it also sets up the restore kernel as the default entry (`snapboot restore-kernel
+//! install`, restore_kernel.rs): the kernel, the records the entry and the restore kernel
+//! read; the refusals go to the stock kernel through its kernel pack.
 
 pub mod grub;
+pub mod restore_kernel;
 pub mod uboot;
 
 use std::path::{Path, PathBuf};

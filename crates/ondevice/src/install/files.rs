@@ -12,7 +12,6 @@
 //!   /etc/kernel/postinst.d/zz-snapboot                 the same
 //!   /etc/initramfs/post-update.d/snapboot              the same
 //!   /etc/grub.d/42_snapboot                            the same, where /etc/grub.d is
-//!   /etc/default/grub.d/snapboot.cfg                   the same, where /etc/grub.d is
 //!   /etc/snapboot/snapboot.conf                        the same (kept when it is there)
 //! ```
 //!
@@ -43,6 +42,15 @@ impl Generator {
             Generator::Dracut => &["dracut", "-f"],
         }
     }
+
+    /// The command that rebuilds the initramfs of the kernel `release`.
+    pub fn rebuild_release_command(self, release: &str) -> Vec<String> {
+        let words: &[&str] = match self {
+            Generator::InitramfsTools => &["update-initramfs", "-u", "-k", release],
+            Generator::Dracut => &["dracut", "-f", "--kver", release],
+        };
+        words.iter().map(|w| w.to_string()).collect()
+    }
 }
 
 /// Which part of the system a file belongs to.
@@ -56,8 +64,9 @@ pub enum Part {
     UpdateHook,
     /// The configuration: never replaced once it is there.
     Config,
-    /// GRUB's capture entry and the words it adds to every entry: read by grub-mkconfig
-    /// (`update-grub`), so `snapboot install` writes them only where GRUB is (/etc/grub.d).
+    /// GRUB's capture entry: read by grub-mkconfig (`update-grub`), so `snapboot install`
+    /// writes it only where GRUB is (/etc/grub.d). GRUB carries no other setting: the store
+    /// and the policies are in the config file, which the initramfs has.
     Grub,
 }
 
@@ -140,8 +149,6 @@ pub const DRACUT_RESUME: &str =
 pub const DRACUT_ROOT: &str = include_str!("../../../../guest/dracut/90snapboot/snapboot-root.sh");
 /// GRUB's capture entry (`snapboot-capture`), for grub-mkconfig.
 pub const GRUB_SNIPPET: &str = include_str!("../../../../guest/grub/42_snapboot");
-/// What grub-mkconfig adds to every entry's command line (the words of /etc/snapboot/cmdline).
-pub const GRUB_DEFAULTS: &str = include_str!("../../../../guest/grub/snapboot.cfg");
 /// The default configuration (every setting commented out).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../../guest/snapboot.conf");
 
@@ -256,13 +263,6 @@ pub const SHIPPED: &[Shipped] = &[
         admin: "etc/grub.d/42_snapboot",
         text: GRUB_SNIPPET,
         mode: 0o755,
-        part: Part::Grub,
-    },
-    Shipped {
-        package: "etc/default/grub.d/snapboot.cfg",
-        admin: "etc/default/grub.d/snapboot.cfg",
-        text: GRUB_DEFAULTS,
-        mode: 0o644,
         part: Part::Grub,
     },
     Shipped {

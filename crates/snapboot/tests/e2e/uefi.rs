@@ -1,24 +1,35 @@
 //! The `debian` workload on the UEFI PC (`--firmware uefi`): OVMF boots GRUB from the disk's
-//! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The capture boot is
-//! GRUB's capture entry chosen once through `next_entry` in the ESP's grubenv; the boots after
-//! it are the normal entry, which restores, or, with a damaged image, boots cold. The store is
-//! the PC disk's partition `snapstore`, which the root's config file names: no kernel word.
+//! ESP, GRUB boots the entries snapboot ships (`guest/grub/42_snapboot`). The device asks for
+//! its own capture (`snapboot capture --next-boot` sets `next_entry` in the ESP's grubenv);
+//! GRUB boots the capture entry once and clears the request. With the restore kernel
+//! installed its entry is GRUB's default: it restores the image, and hands a boot it cannot
+//! restore to the stock kernel (the pack partition), which boots cold; GRUB's normal entry
+//! (the stock kernel) boots cold on a damaged image. The store is the PC disk's partition
+//! `snapstore`, which the root's config file names: no kernel word.
 
-use crate::common::{bundle, run, snapboot};
 use crate::snapshot::{ask, check_restored_app, copy_store, flip, newest_chunk_middle};
 use board::run_options::Firmware;
+use board::uefi::{grubenv_var, CAPTURE_ENTRY, NORMAL_ENTRY, RESTORE_ENTRY};
 use regex::Regex;
 use std::path::Path;
 use std::time::Duration;
 
-/// The `debian` board on UEFI booting `disk`, the PC's disk with the store partition.
-fn uefi_session(disk: &Path) -> board::qemu::Session {
-    let b = board::Bundle::load(&bundle("debian")).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
+/// The `debian` board on UEFI booting `disk`, the PC's disk with the store partition (made
+/// from the bundle's disk with an empty store when missing); with `restore_kernel`, what a
+/// device has after `snapboot restore-kernel install`: that kernel as GRUB's default entry.
+fn uefi_session(
+    b: &board::Bundle,
+    disk: &Path,
+    restore_kernel: Option<&Path>,
+) -> board::qemu::Session {
+    let mut o = board::RunOptions::for_bundle(b);
     o.timeout = Duration::from_secs(300);
     o.firmware = Firmware::Uefi;
     board::capture::attach_store(&mut o, disk, false).unwrap();
-    board::qemu::Session::start(&b, &o).unwrap()
+    if let Some(k) = restore_kernel {
+        o.kernel = board::run_options::KernelImage::Restore(k.to_path_buf());
+    }
+    board::qemu::Session::start(b, &o).unwrap()
 }
 
 /// Damages the newest image in the store partition of the PC's disk `disk` (one byte in
@@ -32,65 +43,110 @@ fn damage_newest_image_on(disk: &Path) -> u64 {
     id
 }
 
-/// Captured through GRUB's capture entry (chosen once, then cleared by GRUB itself),
-/// restored by the normal entry with the service's state intact; a damaged image is refused
-/// with the reason and the normal entry boots cold.
+/// Waits up to `secs` for a console line matching `pattern`; returns it.
+fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) -> String {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(secs))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .0
+}
+
+/// Waits for GRUB's line naming the entry it boots and checks it is `entry`.
+fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
+    let line = expect(s, r"grub: booting (\S+)", "GRUB's entry", 120);
+    assert!(line.ends_with(&format!("booting {entry}")), "{line}");
+}
+
+/// The device's request, as in the field, on a PC whose default entry is the restore kernel's:
+/// with no image the restore kernel hands the boot to the stock kernel in the pack partition,
+/// which boots cold; there the application runs `snapboot capture --next-boot` and powers off.
+/// The next power-on GRUB boots the capture entry once (and clears the request itself),
+/// which captures; the power-on after that is the restore kernel's entry again, which
+/// restores with the service's state intact. A damaged image on GRUB's normal entry (a PC
+/// without the restore kernel) is refused with the reason and boots cold.
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
-    let dir = bundle("debian");
-    // The PC's whole disk: ESP, root, and the store in its partition.
+    let rk = crate::restore_kernel::restore_kernel();
+    let b = board::Bundle::load(&crate::common::bundle("debian")).unwrap();
+    // No request left in the bundle's disk, which the PC's disk is made from: the first
+    // power-on is the default entry.
+    board::uefi::set_next_entry(&board::uefi::ensure_disk(&b).unwrap(), None).unwrap();
+    // The PC's whole disk: ESP, root, pack, and an empty store in its partition, made by the
+    // first power-on.
     let store = crate::common::home().join("test-uefi-debian.img");
     let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(&dir)
-        .arg("--store")
-        .arg(&store)
-        .args(["--firmware", "uefi"]);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
-    assert!(so.contains("image current generation 2"), "{so}");
-    // GRUB booted the capture entry and cleared next_entry (save_env on the ESP).
     let disk = &store;
-    let next = board::uefi::grubenv_var(disk, "next_entry").unwrap();
+    let ready = r"snapboot: @ready";
+
+    // 1. The restore kernel's entry, no image: handed to the stock kernel, cold. The device
+    // asks for a capture and powers off.
+    let mut s = uefi_session(&b, &store, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    expect(
+        &mut s,
+        r"Linux version \S+-snapboot-restore",
+        "the restore kernel",
+        120,
+    );
+    expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
+    let line = expect(&mut s, r"snapboot: @handover", "handover marker", 120);
+    assert!(line.contains("kexec into 6.1"), "{line}");
+    expect(
+        &mut s,
+        r"Linux version 6\.1\.\S+-amd64 ",
+        "the stock kernel",
+        120,
+    );
+    expect(&mut s, ready, "the cold boot's ready", 400);
+    let answer = ask(&mut s, "nextboot", r"^next-boot \S+$");
+    assert_eq!(answer, "next-boot 0", "snapboot capture --next-boot failed");
+    s.wait_exit(Duration::from_secs(120)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+    let next = grubenv_var(disk, "next_entry").unwrap();
+    assert_eq!(next.as_deref(), Some(CAPTURE_ENTRY), "the device's request");
+
+    // 2. GRUB takes the request: the capture entry (the stock kernel), once; it captures and
+    // powers off.
+    let mut s = uefi_session(&b, &store, Some(&rk));
+    expect_grub_entry(&mut s, CAPTURE_ENTRY);
+    let line = expect(
+        &mut s,
+        r"snapboot: @capture-(done|failed)",
+        "the capture",
+        400,
+    );
+    assert!(line.contains("@capture-done"), "{line}");
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
+    let next = grubenv_var(disk, "next_entry").unwrap();
     assert!(
         next.as_deref().unwrap_or("").is_empty(),
-        "next_entry left set: {next:?}"
+        "GRUB left next_entry set: {next:?}"
     );
 
+    // 3. The restore kernel's entry again: it restores the capture boot's system.
     let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
-    let mut s = uefi_session(&store);
-    let grub = Regex::new(r"grub: booting (\S+)").unwrap();
-    let (line, _) = s
-        .wait_for(&grub, "GRUB's entry", Duration::from_secs(120))
-        .unwrap();
-    assert!(
-        line.ends_with(&format!("booting {}", board::uefi::NORMAL_ENTRY)),
-        "{line}"
-    );
-    let restored = Regex::new(r"snapboot: @restored .*").unwrap();
-    s.wait_for(&restored, "restored marker", Duration::from_secs(300))
-        .unwrap();
+    let mut s = uefi_session(&b, &store, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 
+    // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,
+    // cold.
     let bad = copy_store(&store, "test-uefi-debian-bad.img");
     let chunk = damage_newest_image_on(&bad);
-    let mut s = uefi_session(&bad);
-    let fb = Regex::new(r"snapboot: @fallback .*").unwrap();
-    let (line, _) = s
-        .wait_for(&fb, "fallback", Duration::from_secs(300))
-        .unwrap();
+    let mut s = uefi_session(&b, &bad, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    let line = expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
     assert!(
         line.contains(&format!("checksum mismatch in chunk {chunk}")),
         "fallback without the damaged part named: {line}"
     );
     // No store word on the kernel line: the config file's PARTLABEL found the partition.
-    let found = format!("store PARTLABEL={} (/dev/vda3)", board::uefi::STORE_NAME);
+    let found = format!("store PARTLABEL={} (/dev/vda4)", board::uefi::STORE_NAME);
     assert!(line.contains(&found), "{found} not in {line}");
-    let ready = Regex::new(r"snapboot: @ready").unwrap();
-    s.wait_for(&ready, "the cold boot's ready", Duration::from_secs(400))
-        .unwrap();
+    expect(&mut s, ready, "the cold boot's ready", 400);
     ask(&mut s, "ping", r"^pong \d+$");
     s.finish(boottrace::Outcome::Answered);
 }
