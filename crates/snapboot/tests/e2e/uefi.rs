@@ -71,11 +71,12 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // No request left in the bundle's disk, which the PC's disk is made from: the first
     // power-on is the default entry.
     board::uefi::set_next_entry(&board::uefi::ensure_disk(&b).unwrap(), None).unwrap();
-    // The PC's whole disk: ESP, root, pack, and an empty store in its partition, made by the
-    // first power-on.
+    // The PC's whole disk: ESP, root, pack, and an empty store in its partition.
     let store = crate::common::home().join("test-uefi-debian.img");
     let _ = std::fs::remove_file(&store);
     let disk = &store;
+    let mem = board::RunOptions::for_bundle(&b).mem_mib;
+    board::uefi::ensure_store_disk(&b, disk, true, board::capture::store_size(mem)).unwrap();
     let ready = r"snapboot: @ready";
 
     // 1. The restore kernel's entry, no image: handed to the stock kernel, cold. The device
