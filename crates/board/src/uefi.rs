@@ -631,6 +631,7 @@ mod tests {
             (b.bzimage(), 4096),
             (b.initramfs(), 4096),
             (b.rootfs(), 3 << 20),
+            (b.kernel_pack(), 1 << 20),
         ] {
             fs::write(p, vec![0x5a; bytes]).unwrap();
         }
@@ -641,8 +642,8 @@ mod tests {
         assert_eq!(part.bytes, store_bytes);
         assert_eq!(
             part.offset,
-            (1 << 20) + ESP_BYTES + (3 << 20),
-            "after the ESP and root"
+            (1 << 20) + ESP_BYTES + (3 << 20) + (1 << 20),
+            "after the ESP, the root and the kernel pack"
         );
         let s = open_store(&disk, false).unwrap();
         assert!(s.images().is_empty());
@@ -669,7 +670,7 @@ mod tests {
         ensure_store_disk(&b, &disk, true, store_bytes).unwrap();
         assert_eq!(
             store_partition(&disk).unwrap().offset,
-            (1 << 20) + ESP_BYTES + (2 << 20)
+            (1 << 20) + ESP_BYTES + (2 << 20) + (1 << 20)
         );
         ensure_store_disk(&b, &disk, false, store_bytes).unwrap();
     }
