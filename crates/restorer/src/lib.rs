@@ -1,6 +1,7 @@
-//! What the restorer and the host share: the restore pack's format ([`pack`]) and the
+//! What the restorer and the host share: the disk it reads ([`disk`]), the restore pack's format ([`pack`]) and the
 //! kernel's e820 checksum ([`e820`]). `no_std` so the freestanding restorer can use it.
 #![cfg_attr(not(test), no_std)]
 
+pub mod disk;
 pub mod e820;
 pub mod pack;

@@ -1,0 +1,130 @@
+//! What the restorer reads its input from: a disk, as whole 512-byte sectors at byte
+//! offsets. The PC's virtio disks implement it in the restorer; tests use [`MemDisk`].
+
+/// Bytes of a sector: every read starts and ends on one.
+pub const SECTOR: u64 = 512;
+
+/// Why a read failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskError {
+    /// The read does not start or end on a sector.
+    Unaligned {
+        /// Byte offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// The read ends past the disk's end.
+    Range {
+        /// Byte offset asked for.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// Bytes the disk has.
+        size: u64,
+    },
+    /// The device reported an error (a virtio status, ...).
+    Device {
+        /// First sector of the failed request.
+        sector: u64,
+        /// The device's status byte.
+        status: u8,
+    },
+}
+
+impl core::fmt::Display for DiskError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            DiskError::Unaligned { offset, len } => write!(
+                f,
+                "read of {len} bytes at byte {offset} is not whole {SECTOR}-byte sectors"
+            ),
+            DiskError::Range { offset, len, size } => write!(
+                f,
+                "read of {len} bytes at byte {offset} ends past the disk's {size} bytes"
+            ),
+            DiskError::Device { sector, status } => {
+                write!(
+                    f,
+                    "the disk failed the read at sector {sector} (status {status})"
+                )
+            }
+        }
+    }
+}
+
+/// A disk the restorer reads.
+pub trait Disk {
+    /// Its size in bytes.
+    fn size(&self) -> u64;
+
+    /// Fills `buf` from byte `offset`; both `offset` and `buf.len()` must be whole sectors.
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+}
+
+/// Checks a read against the sector size and the disk's size: what every [`Disk`] does
+/// first.
+pub fn check_read(offset: u64, len: usize, size: u64) -> Result<(), DiskError> {
+    let len = len as u64;
+    if offset % SECTOR != 0 || len % SECTOR != 0 {
+        return Err(DiskError::Unaligned { offset, len });
+    }
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(DiskError::Range { offset, len, size });
+    }
+    Ok(())
+}
+
+/// A disk held in memory (tests; a store file read by the host).
+pub struct MemDisk<'a>(pub &'a [u8]);
+
+impl Disk for MemDisk<'_> {
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        check_read(offset, buf.len(), self.size())?;
+        let at = offset as usize;
+        buf.copy_from_slice(&self.0[at..at + buf.len()]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_whole_sectors_inside_the_disk_only() {
+        let bytes: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        let mut d = MemDisk(&bytes);
+        let mut buf = [0u8; 1024];
+        d.read(512, &mut buf).unwrap();
+        assert_eq!(buf[0], (512 % 256) as u8);
+        assert_eq!(buf[1023], ((512 + 1023) % 256) as u8);
+        assert_eq!(
+            d.read(100, &mut buf),
+            Err(DiskError::Unaligned {
+                offset: 100,
+                len: 1024
+            })
+        );
+        assert_eq!(
+            d.read(3584, &mut buf),
+            Err(DiskError::Range {
+                offset: 3584,
+                len: 1024,
+                size: 4096
+            })
+        );
+        assert_eq!(
+            d.read(u64::MAX - 511, &mut buf[..512]),
+            Err(DiskError::Range {
+                offset: u64::MAX - 511,
+                len: 512,
+                size: 4096
+            })
+        );
+    }
+}
