@@ -2,6 +2,10 @@
 //! kernel's e820 checksum ([`e820`]). `no_std` so the freestanding restorer can use it.
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
 pub mod disk;
 pub mod e820;
 pub mod pack;
+pub mod plan;
+pub mod window;
