@@ -10,6 +10,13 @@
 //!
 //! The pages themselves go into the store (crate `flashstore`): chunking, compression,
 //! checksums and dedupe live there, once. docs/image-format.md specifies both.
+//!
+//! `no_std` with `alloc`, so the freestanding restorer reads an image's description, its
+//! binding and its stream header with this same code; feature `std` (on by default) only
+//! turns on the standard library's side of the dependencies.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
 
 pub mod binding;
 pub mod description;
