@@ -6,6 +6,7 @@
 //! * [`description`]: what is kept with an image besides its pages: the kernel and machine
 //!   ([`Identity`], with its [`MemoryMap`]), what it is bound to ([`Binding`]), the stream's size and a lazy
 //!   image's [`SwapRegion`]. Resume checks all of it before the first page.
+//! * [`fingerprint`]: how a block device an image is bound to is fingerprinted.
 //! * [`verity`] builds and checks the dm-verity tree of a lazy image's swap region.
 //!
 //! The pages themselves go into the store (crate `flashstore`): chunking, compression,
@@ -20,6 +21,7 @@ extern crate alloc;
 
 pub mod binding;
 pub mod description;
+pub mod fingerprint;
 pub mod identity;
 pub mod kstream;
 pub mod memory_map;
