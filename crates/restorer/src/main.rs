@@ -220,6 +220,13 @@ fn power_off() -> ! {
 #[no_mangle]
 extern "C" fn rust_eh_personality() {}
 
+/// Named by the precompiled `alloc`'s landing pads (built for unwinding); never called:
+/// panics abort, so nothing unwinds.
+#[no_mangle]
+extern "C" fn _Unwind_Resume() -> ! {
+    power_off()
+}
+
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     say!("snapboot-restorer: refused: bug: {info}");
@@ -544,6 +551,60 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
             options(noreturn)
         )
     }
+}
+
+/// A placeholder heap, only so that the binary links with `alloc` (crates `storelayout` and
+/// `snapimg`, which the library uses, need it): a bump allocator over 64 KiB of .bss that
+/// never frees. Nothing allocates through it yet; the restore's real heap replaces it.
+mod placeholder_heap {
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Bytes of the arena.
+    const BYTES: usize = 64 << 10;
+
+    struct Bump {
+        arena: UnsafeCell<[u8; BYTES]>,
+        /// Bytes of the arena handed out.
+        used: AtomicUsize,
+    }
+
+    // SAFETY: `used` only grows, so every byte of the arena is handed out at most once and no
+    // two threads (there is one) ever get the same bytes.
+    unsafe impl Sync for Bump {}
+
+    // SAFETY: `alloc` returns null or `layout.size()` bytes aligned to `layout.align()`
+    // inside the arena, which no other allocation overlaps; `dealloc` frees nothing.
+    unsafe impl GlobalAlloc for Bump {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let base = self.arena.get().cast::<u8>();
+            let mut used = self.used.load(Ordering::Relaxed);
+            loop {
+                let start = (base as usize + used).next_multiple_of(layout.align()) - base as usize;
+                let Some(end) = start.checked_add(layout.size()).filter(|&e| e <= BYTES) else {
+                    return core::ptr::null_mut();
+                };
+                match self.used.compare_exchange_weak(
+                    used,
+                    end,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return base.wrapping_add(start),
+                    Err(now) => used = now,
+                }
+            }
+        }
+
+        unsafe fn dealloc(&self, _block: *mut u8, _layout: Layout) {}
+    }
+
+    #[global_allocator]
+    static HEAP: Bump = Bump {
+        arena: UnsafeCell::new([0; BYTES]),
+        used: AtomicUsize::new(0),
+    };
 }
 
 /// `memcpy`, `memset`, `memmove` and `memcmp` for the code the compiler emits: no libc
