@@ -8,6 +8,7 @@ extern crate alloc;
 pub mod disk;
 pub mod e820;
 pub mod formats;
+pub mod image;
 pub mod pack;
 pub mod plan;
 pub mod window;
