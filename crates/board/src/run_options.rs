@@ -294,7 +294,12 @@ pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, base: &str, cold_kerne
     if deferred.is_some() {
         params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
     }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
+    // A restoring program (the restore kernel, the restorer) boots the stock kernel cold
+    // from the kernel pack when it refuses the image.
+    if matches!(
+        opts.kernel,
+        KernelImage::Restore(_) | KernelImage::Restorer { .. }
+    ) {
         params.cold_kernel = Some(cold_kernel.to_string());
     }
     let mut cmdline = base.to_string();

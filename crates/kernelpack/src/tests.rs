@@ -108,7 +108,7 @@ fn lengths_are_capped_before_anything_is_allocated() {
     let mut h = Header::new(&k, b"i").unwrap();
     h.initrd_offset = h.kernel_offset; // overlaps the kernel
     let e = Header::decode(&h.encode()).unwrap_err();
-    assert!(matches!(e, PackError::Layout(_)), "{e}");
+    assert!(matches!(e, PackError::Layout { .. }), "{e}");
 }
 
 proptest! {

@@ -4,12 +4,14 @@
 //! the pack's checksum), writes every page to its PFN (pages whose PFN the restorer or the
 //! unread pack still occupies go to free "safe" pages and are copied last by a relocated
 //! loop), and jumps to the image kernel's `restore_registers` with `%r9` = its CR3. Any
-//! refusal is printed on COM1 and the machine powers off. See docs/design.md.
+//! refusal is printed on COM1, then the stock kernel boots cold from the kernel pack
+//! ([`fallback`]); if that fails too, the machine powers off. See docs/design.md.
 #![no_std]
 #![no_main]
 
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
+use hw::port::{inb, outb, outw};
 use restorer::e820::{Entry, Table};
 use restorer::pack::{Checksum, PackHeader, PAGE, X86_RESTORE_MAGIC, ZERO_FLAG};
 
@@ -157,18 +159,6 @@ struct Serial;
 
 const COM1: u16 = 0x3f8;
 
-fn outb(port: u16, v: u8) {
-    // SAFETY: port I/O to the PC's COM1 and ACPI ports, which this program owns.
-    unsafe { asm!("out dx, al", in("dx") port, in("al") v, options(nomem, nostack)) }
-}
-
-fn inb(port: u16) -> u8 {
-    let v: u8;
-    // SAFETY: as in `outb`.
-    unsafe { asm!("in al, dx", in("dx") port, out("al") v, options(nomem, nostack)) }
-    v
-}
-
 impl Write for Serial {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         for b in s.bytes() {
@@ -205,11 +195,13 @@ macro_rules! say {
     ($($t:tt)*) => {{ let _ = writeln!(Serial, $($t)*); }};
 }
 
+mod fallback;
+mod hw;
+
 /// Powers the PC off (q35: ACPI PM1a control at 0x604, sleep type 5 is 0) and halts if
 /// that did not work.
 fn power_off() -> ! {
-    // SAFETY: port I/O as in `outb`; the word write enters S5.
-    unsafe { asm!("out dx, ax", in("dx") 0x604u16, in("ax") 0x2000u16, options(nomem, nostack)) }
+    outw(0x604, 0x2000);
     loop {
         // SAFETY: halting with interrupts off stops the CPU; nothing else runs.
         unsafe { asm!("cli; hlt", options(nomem, nostack)) }
@@ -366,6 +358,11 @@ extern "C" fn restorer_main(start_info: u32) -> ! {
     say!("snapboot-restorer: started");
     let Err(why) = restore(u64::from(start_info));
     say!("snapboot-restorer: refused: {why}");
+    // Nothing the refused restore used is needed any more: all RAM above the restorer's
+    // image is free for the cold boot.
+    let image_end = core::ptr::addr_of!(__image_end) as u64;
+    let Err(e) = fallback::cold_boot(u64::from(start_info), image_end);
+    say!("snapboot-restorer: cold boot failed: {e}");
     power_off()
 }
 

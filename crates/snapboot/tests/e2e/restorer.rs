@@ -1,8 +1,9 @@
 //! End-to-end tests of the restorer (crates/restorer): started by the PC's firmware in place
 //! of a kernel, it restores the stock kernel's `shell` image from a restore pack
-//! (`board restore-pack`) with no kernel booted first, or refuses with its reason and powers
-//! off. `restorer_bench_shell` (ignored: about 10 minutes) measures it against a cold boot and
-//! the stock kernel's restore of the same image.
+//! (`board restore-pack`) with no kernel booted first, or refuses with its reason and boots
+//! the stock kernel cold from the kernel pack. `restorer_bench_shell` (ignored: about 10
+//! minutes) measures it against a cold boot and the stock kernel's restore of the same
+//! image.
 
 use crate::common::{bundle, run, snapboot, store_options};
 use crate::snapshot::{captured, copy_store};
@@ -75,24 +76,53 @@ fn restorer_restores_shell_repeatedly() {
     }
 }
 
-/// Boots the restorer and expects it to refuse with `reason` and power off.
-fn expect_refusal(b: &board::Bundle, o: &board::RunOptions, reason: &str) {
+/// Waits for a console line matching `pattern`; returns it and its time.
+fn expect_line(s: &mut board::qemu::Session, pattern: &str, what: &str) -> (String, f64) {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Boots the restorer and expects it to refuse with `reason`, then to boot the stock kernel
+/// cold from the kernel pack: the refusal and the `cold boot:` line come before the stock
+/// kernel's first line, which stands down from the image (`snapboot.handedover`) and
+/// reaches ready, and the shell answers its probe.
+fn expect_refusal_then_cold_boot(b: &board::Bundle, o: &board::RunOptions, reason: &str) {
     let mut s = board::qemu::Session::start(b, o).unwrap();
-    let re = Regex::new(&format!("snapboot-restorer: refused: {reason}")).unwrap();
-    s.wait_for(&re, reason, Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("{reason}: {e}"));
-    s.wait_exit(Duration::from_secs(30)).unwrap();
+    let refusal = format!("snapboot-restorer: refused: {reason}");
+    expect_line(&mut s, &refusal, reason);
+    // Each wait sees only lines after the previous match: the order is checked too.
+    expect_line(
+        &mut s,
+        r"snapboot-restorer: cold boot: 6\.1\.\S+-amd64 from /dev/vd[a-z] \(kernel \d+\.\d MiB, initramfs \d+\.\d MiB\)",
+        "the cold boot line",
+    );
+    expect_line(&mut s, r"Linux version 6\.1\.", "the stock kernel's banner");
+    expect_line(
+        &mut s,
+        r"snapboot: @handed-over",
+        "the stock kernel's resume standing down",
+    );
+    expect_line(&mut s, r"snapboot: @ready", "the cold boot reaching ready");
+    let probe = &b.workload.probe;
+    s.probe(
+        &probe.send,
+        &Regex::new(&probe.expect).unwrap(),
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("the probe after the cold boot: {e}"));
+    s.finish(boottrace::Outcome::Answered);
 }
 
 /// A damaged pack and another RAM size are refused before any page is written, each with
-/// its reason on the console.
+/// its reason on the console, and the stock kernel then boots cold from the kernel pack.
 #[test]
 fn restorer_refuses_a_corrupt_pack_and_another_ram_size() {
     let (store, pack) = shell_pack("test-restorer-refuse");
     let b = board::Bundle::load(&bundle("shell")).unwrap();
     let mut o = restorer_options(&b, &store, &pack);
     o.mem_mib += 64;
-    expect_refusal(
+    expect_refusal_then_cold_boot(
         &b,
         &o,
         r"memory map: image's e820 checksum 0x[0-9a-f]+, this machine's",
@@ -103,7 +133,7 @@ fn restorer_refuses_a_corrupt_pack_and_another_ram_size() {
     let damaged = pack.with_extension("damaged.pack");
     std::fs::write(&damaged, &bytes).unwrap();
     let o = restorer_options(&b, &store, &damaged);
-    expect_refusal(&b, &o, r"pack checksum 0x[0-9a-f]+, header says");
+    expect_refusal_then_cold_boot(&b, &o, r"pack checksum 0x[0-9a-f]+, header says");
 }
 
 fn stats(v: &[f64]) -> String {
