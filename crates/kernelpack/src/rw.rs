@@ -42,11 +42,9 @@ pub fn bzimage_release(kernel: &[u8]) -> Result<String, PackError> {
     if kernel.len() < 0x210 || &kernel[0x202..0x206] != b"HdrS" {
         return Err(PackError::NotAKernel);
     }
-    let ptr = u16::from_le_bytes([kernel[0x20E], kernel[0x20F]]) as usize + 0x200;
-    let text = kernel.get(ptr..).unwrap_or_default();
-    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-    let version = String::from_utf8_lossy(&text[..end.min(256)]);
+    let head = &kernel[..kernel.len().min(crate::VERSION_HEAD)];
     // "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP ..." -> its first word.
+    let version = crate::bzimage_version(head).unwrap_or_default();
     Ok(version.split_whitespace().next().unwrap_or("").to_string())
 }
 

@@ -45,6 +45,16 @@ pub enum ColdBootError {
         /// Virtio disks found.
         disks: usize,
     },
+    /// The pack's kernel has no version string naming the header's release.
+    #[error(
+        "the kernel in the pack on /dev/vd{letter} has no version string of release {release}"
+    )]
+    Version {
+        /// The disk's letter.
+        letter: char,
+        /// The release the pack's header names.
+        release: kernelpack::Release,
+    },
     /// No disk starts with the pack's magic.
     #[error("no kernel pack on any of the {0} virtio disks")]
     NoPack(usize),
@@ -90,21 +100,25 @@ fn round_up(v: u64, to: u64) -> u64 {
 
 /// What the firmware handed over, copied: the start info, the command line and the memory
 /// map (the placement may hand out the RAM they were in).
-struct Handed {
+pub struct Handed {
     info: StartInfo,
     cmdline: [u8; MAX_CMDLINE],
     cmdline_len: usize,
-    map: [Entry; MAX_ENTRIES],
-    entries: usize,
+    /// The firmware's memory map, `entries` of it.
+    pub map: [Entry; MAX_ENTRIES],
+    /// Entries of `map`.
+    pub entries: usize,
 }
 
 impl Handed {
-    fn cmdline(&self) -> &str {
+    /// The command line the firmware passed.
+    pub fn cmdline(&self) -> &str {
         pvh::cmdline(&self.cmdline[..=self.cmdline_len]).unwrap_or_default()
     }
 }
 
-fn read_start_info(at: u64) -> Result<Handed, ColdBootError> {
+/// Copies what the firmware handed over at `at` (the PVH start info).
+pub fn read_start_info(at: u64) -> Result<Handed, ColdBootError> {
     let mut bytes = [0u8; pvh::LEN];
     // SAFETY: the firmware put the start info at `at`, in RAM the restorer has not written.
     bytes.copy_from_slice(unsafe { ram(at, pvh::LEN as u64) });
@@ -175,6 +189,52 @@ fn pack_disk(disks: &mut Disks, cmd: &str, scratch: &mut [u8]) -> Result<usize, 
         }
     }
     Err(ColdBootError::NoPack(disks.len()))
+}
+
+/// The kernel this PC boots cold: the kernel pack's, by `uname -r` and `uname -v`, which an
+/// image must have been captured on.
+pub struct StockKernel {
+    /// `uname -r`.
+    pub release: alloc::string::String,
+    /// `uname -v`.
+    pub version: alloc::string::String,
+}
+
+/// Reads the kernel pack's header and its kernel's version string (checked against the
+/// header's release); the payloads are checked only when the cold boot reads them.
+pub fn stock_kernel(disks: &mut Disks, cmd: &str) -> Result<StockKernel, ColdBootError> {
+    let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
+    let index = pack_disk(disks, cmd, &mut buf)?;
+    let letter = vd_letter(index);
+    let d = disks.get_mut(index).ok_or(ColdBootError::NoPack(index))?;
+    let pack_err = |error| ColdBootError::Pack { letter, error };
+    read(
+        d,
+        letter,
+        "kernel pack header",
+        0,
+        &mut buf[..kernelpack::HEADER_LEN],
+    )?;
+    let h = Header::decode(&buf[..kernelpack::HEADER_LEN]).map_err(pack_err)?;
+    let n = (kernelpack::VERSION_HEAD as u64).min(h.kernel_len.next_multiple_of(SECTOR));
+    read(
+        d,
+        letter,
+        "kernel's version",
+        h.kernel_offset,
+        &mut buf[..n as usize],
+    )?;
+    let version = kernelpack::bzimage_version(&buf[..n as usize]);
+    match version.and_then(kernelpack::uname_of) {
+        Some((release, version)) if release == h.release.as_str() => Ok(StockKernel {
+            release: release.into(),
+            version: version.into(),
+        }),
+        _ => Err(ColdBootError::Version {
+            letter,
+            release: h.release,
+        }),
+    }
 }
 
 /// Reads `buf.len()` bytes (whole sectors) of `what` at `offset` of disk `letter`.

@@ -142,20 +142,42 @@ pub struct Chosen {
     pub plan: Plan,
 }
 
-/// Checks image `rec` of `store` against `run`, in resume's order, up to its pages;
-/// `fingerprint` gives the size and binding fingerprint of a device named like `vda`.
-pub fn check<D: Disk>(
-    disk: &mut D,
+/// The PC's disks, `vda` first: the store's and the ones an image is bound to.
+pub trait DiskSet {
+    /// A disk.
+    type Disk: Disk;
+    /// Disk `index` (`vda` is 0), if there is one.
+    fn disk(&mut self, index: usize) -> Option<&mut Self::Disk>;
+}
+
+/// Size and binding fingerprint of the device the kernel named `name` (`vda`): a virtio
+/// disk; anything else reads as missing (size 0), so an image bound to it is refused.
+fn fingerprint<S: DiskSet>(disks: &mut S, name: &str) -> (u64, [u8; 32]) {
+    let Some(d) = crate::virtio::vd_index(name).and_then(|i| disks.disk(i)) else {
+        return (0, [0; 32]);
+    };
+    let size = d.size();
+    match snapimg::fingerprint::device_digest(size, |at, buf| d.read(at, buf)) {
+        Ok(digest) => (size, digest),
+        Err(_) => (0, [0; 32]),
+    }
+}
+
+/// Checks image `rec` of `store` (on disk `at` of `disks`) against `run`, in resume's
+/// order, up to its pages.
+pub fn check<S: DiskSet>(
+    disks: &mut S,
+    at: usize,
     store: &Store,
     rec: &ImageRec,
     run: &Running,
-    fingerprint: &mut dyn FnMut(&str) -> Option<(u64, [u8; 32])>,
 ) -> Result<Chosen, Refused> {
-    let (at, len) = store
+    let no_disk = || Refused::Store(format!("disk {at} is gone"));
+    let (place, len) = store
         .sb
         .extent_place(rec.meta, "page list")
         .map_err(|e| damaged(&e))?;
-    let stored = read_bytes(disk, 0, at, len)?;
+    let stored = read_bytes(disks.disk(at).ok_or_else(no_disk)?, 0, place, len)?;
     let meta =
         storelayout::read_page_list(&store.catalog, rec, &stored).map_err(|e| damaged(&e))?;
     drop(stored);
@@ -189,7 +211,7 @@ pub fn check<D: Disk>(
     let mut here = binding.clone();
     here.cmdline = snapimg::binding::bound_cmdline(run.cmdline);
     for dev in &mut here.devices {
-        let (bytes, digest) = fingerprint(&dev.device).unwrap_or((0, [0; 32]));
+        let (bytes, digest) = fingerprint(disks, &dev.device);
         dev.bytes = bytes;
         dev.digest = digest;
     }
@@ -212,6 +234,7 @@ pub fn check<D: Disk>(
                             "store is damaged: chunk {chunk} is not in the catalog"
                         ))
                     })?;
+                    let disk = disks.disk(at).ok_or_else(no_disk)?;
                     held = Some((chunk, store.chunk(disk, c)?));
                 }
                 let (_, pages) = held.as_ref().expect("just loaded");
@@ -305,7 +328,7 @@ mod tests {
     const CMDLINE: &str = "console=ttyS0 root=/dev/vda snapboot.store=/dev/vdb quiet";
 
     /// A store holding `names`, each the same synthetic x86_64 stream of 300 data pages,
-    /// bound to CMDLINE and a root disk `vda` of 8192 bytes with digest [7; 32].
+    /// bound to CMDLINE and the root disk `vda` [`ROOT`].
     fn store(names: &[&str]) -> (Vec<u8>, SyntheticStream) {
         let mut store = Writer::format(MemMedium::new(8 << 20), FormatOptions::default()).unwrap();
         let stream = SyntheticStream::new(300, SEED);
@@ -329,7 +352,7 @@ mod tests {
                 device: "vda".into(),
                 fstype: "ext4".into(),
                 bytes: 8192,
-                digest: [7; 32],
+                digest: root_digest(&ROOT),
             }],
         };
         let pages = (bytes.len() / PAGE_SIZE) as u64;
@@ -354,15 +377,34 @@ mod tests {
         }
     }
 
-    fn root_disk(dev: &str) -> Option<(u64, [u8; 32])> {
-        (dev == "vda").then_some((8192, [7; 32]))
+    /// The root disk the images are bound to: `vda`.
+    const ROOT: [u8; 8192] = [0x55; 8192];
+
+    fn root_digest(root: &[u8]) -> [u8; 32] {
+        snapimg::fingerprint::device_digest(root.len() as u64, |at, buf: &mut [u8]| {
+            buf.copy_from_slice(&root[at as usize..at as usize + buf.len()]);
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+    }
+
+    impl<'a> DiskSet for Vec<MemDisk<'a>> {
+        type Disk = MemDisk<'a>;
+        fn disk(&mut self, index: usize) -> Option<&mut MemDisk<'a>> {
+            self.get_mut(index)
+        }
+    }
+
+    /// Checks the newest image of the store `bytes` as `vdb`, with `root` as `vda`.
+    fn check_with_root(bytes: &[u8], root: &[u8], run: &Running) -> Result<Chosen, Refused> {
+        let mut disks = vec![MemDisk(root), MemDisk(bytes)];
+        let s = Store::open(&mut disks[1]).unwrap();
+        let rec = s.candidates(&[])[0].clone();
+        check(&mut disks, 1, &s, &rec, run)
     }
 
     fn check_first(bytes: &[u8], run: &Running) -> Result<Chosen, Refused> {
-        let mut disk = MemDisk(bytes);
-        let s = Store::open(&mut disk).unwrap();
-        let rec = s.candidates(&[])[0].clone();
-        check(&mut disk, &s, &rec, run, &mut root_disk)
+        check_with_root(bytes, &ROOT, run)
     }
 
     #[test]
@@ -429,14 +471,11 @@ mod tests {
         let mut r = running(CMDLINE);
         r.ram_pages = 100;
         assert!(why(&r).contains("RAM size differs"), "{}", why(&r));
-        let mut disk = MemDisk(&bytes);
-        let s = Store::open(&mut disk).unwrap();
-        let rec = s.candidates(&[])[0].clone();
-        let e = check(&mut disk, &s, &rec, &running(CMDLINE), &mut |_| {
-            Some((8192, [8; 32]))
-        })
-        .err()
-        .unwrap();
+        let mut other = ROOT;
+        other[0] ^= 1;
+        let e = check_with_root(&bytes, &other, &running(CMDLINE))
+            .err()
+            .unwrap();
         assert!(
             e.to_string().contains("root filesystem / (vda) differs"),
             "{e}"

@@ -15,7 +15,6 @@ pub mod disk;
 pub mod e820;
 pub mod formats;
 pub mod image;
-pub mod pack;
 pub mod pci;
 pub mod placement;
 pub mod plan;

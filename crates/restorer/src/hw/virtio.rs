@@ -265,15 +265,26 @@ impl Disks {
         self.list.get_mut(index)?.as_mut()
     }
 
-    /// Resets every device (what dropping does), for a caller that wants to say when.
-    pub fn reset_all(self) {}
+    /// Resets every device (what dropping does too), for a caller that leaves without
+    /// dropping: the restore's jump into the image kernel.
+    pub fn reset_all(&mut self) {
+        for d in self.list.iter().flatten() {
+            reset(d.io);
+        }
+    }
+}
+
+impl restorer::image::DiskSet for Disks {
+    type Disk = VirtioDisk;
+
+    fn disk(&mut self, index: usize) -> Option<&mut VirtioDisk> {
+        self.get_mut(index)
+    }
 }
 
 impl Drop for Disks {
     fn drop(&mut self) {
-        for d in self.list.iter().flatten() {
-            reset(d.io);
-        }
+        self.reset_all();
         TAKEN.store(false, Ordering::Release);
     }
 }
