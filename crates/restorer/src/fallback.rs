@@ -315,12 +315,12 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     };
     read(d, letter, "kernel's setup", h.kernel_offset, setup_at)?;
     read(d, letter, "kernel", h.kernel_offset + setup, kernel_at)?;
+    read(d, letter, "initramfs", h.initrd_offset, initrd_at)?;
     h.check(
         Payload::Kernel,
         [&setup_at[..], &kernel_at[..body as usize]],
     )
     .map_err(pack_err)?;
-    read(d, letter, "initramfs", h.initrd_offset, initrd_at)?;
     h.check(Payload::Initramfs, [&initrd_at[..h.initrd_len as usize]])
         .map_err(pack_err)?;
 
