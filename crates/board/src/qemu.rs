@@ -618,6 +618,9 @@ mod tests {
         assert_eq!(after("-kernel"), "/r/restorer");
         assert!(!a.iter().any(|x| x == "-initrd"), "{a:?}");
         assert!(a.iter().any(|x| x.contains("coldkernel.pack")), "{a:?}");
-        assert!(after("-append").contains("snapboot.coldkernel=/dev/vd"), "{a:?}");
+        assert!(
+            after("-append").contains("snapboot.coldkernel=/dev/vd"),
+            "{a:?}"
+        );
     }
 }

@@ -159,7 +159,11 @@ fn a_bzimage_names_its_release_and_uname_version() {
         ))
     );
     assert_eq!(crate::bzimage_release(&k).unwrap(), "6.1.0-56-amd64");
-    assert_eq!(crate::bzimage_version(&k[..0x850]), None, "no end inside the head");
+    assert_eq!(
+        crate::bzimage_version(&k[..0x850]),
+        None,
+        "no end inside the head"
+    );
     assert_eq!(crate::uname_of("6.1.0 no builder"), None);
     k[0x202] = b'X';
     assert_eq!(crate::bzimage_version(&k), None);

@@ -74,7 +74,7 @@ pub trait Disk {
 /// first.
 pub fn check_read(offset: u64, len: usize, size: u64) -> Result<(), DiskError> {
     let len = len as u64;
-    if offset % SECTOR != 0 || len % SECTOR != 0 {
+    if !offset.is_multiple_of(SECTOR) || !len.is_multiple_of(SECTOR) {
         return Err(DiskError::Unaligned { offset, len });
     }
     if offset.checked_add(len).is_none_or(|end| end > size) {

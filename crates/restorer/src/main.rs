@@ -660,7 +660,11 @@ fn try_place(
             .chunk(group[0].chunk)
             .ok_or_else(|| alloc::format!("chunk {} left the catalog", group[0].chunk))?;
         let stored = window
-            .get(disk, store.chunk_at(c).map_err(|e| e.to_string())?, c.stored_len as usize)
+            .get(
+                disk,
+                store.chunk_at(c).map_err(|e| e.to_string())?,
+                c.stored_len as usize,
+            )
             .map_err(|e| alloc::format!("reading chunk {}: {e}", c.id))?;
         storelayout::open_chunk(store.catalog.check, c, stored, scratch)
             .map_err(|e| alloc::format!("store is damaged: {e}"))?;

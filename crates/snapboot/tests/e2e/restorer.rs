@@ -1,12 +1,15 @@
 //! End-to-end tests of the restorer (crates/restorer): started by the PC's firmware in place
-//! of a kernel, it restores the stock kernel's `shell` image from a restore pack
-//! (`board restore-pack`) with no kernel booted first, or refuses with its reason and boots
+//! of a kernel, it reads the image from the store on the board's disks, checks it as resume
+//! does and restores it with no kernel booted first; or it refuses with its reason and boots
 //! the stock kernel cold from the kernel pack. `restorer_bench_shell` (ignored: about 10
 //! minutes) measures it against a cold boot and the stock kernel's restore of the same
 //! image.
 
-use crate::common::{bundle, run, snapboot, store_options};
-use crate::snapshot::{captured, copy_store};
+use crate::common::{bundle, run, store_options};
+use crate::snapshot::{
+    assert_all_differ, captured, check_restored_app, copy_store, damage_newest_image,
+    host_checksum, rename_release,
+};
 use board::run_options::KernelImage;
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -26,28 +29,12 @@ fn restorer_elf() -> PathBuf {
     .clone()
 }
 
-/// A copy of the captured `shell` store (named `name`) and its newest image as a pack.
-fn shell_pack(name: &str) -> (PathBuf, PathBuf) {
-    let store = copy_store(&captured("shell"), &format!("{name}.store"));
-    let pack = store.with_extension("pack");
-    let mut c = snapboot();
-    c.args(["board", "restore-pack", "--store"])
-        .arg(&store)
-        .arg("--out")
-        .arg(&pack);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "restore-pack failed:\n{so}\n{se}");
-    assert!(so.contains("enters 0xffffffff"), "{so}");
-    (store, pack)
-}
-
-/// Run options booting the restorer with `pack`; the store stays attached so the firmware's
-/// memory map is the one the image was captured on.
-fn restorer_options(b: &board::Bundle, store: &Path, pack: &Path) -> board::RunOptions {
+/// Run options booting the restorer on `store`: the disks and command line of a snapshot
+/// boot, the restorer in place of the kernel.
+fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
     let mut o = store_options(b, store);
     o.kernel = KernelImage::Restorer {
         elf: restorer_elf(),
-        pack: pack.to_path_buf(),
     };
     o
 }
@@ -64,16 +51,41 @@ fn restore_once(b: &board::Bundle, o: &board::RunOptions) -> f64 {
     tl.tti.expect("a TTI")
 }
 
-/// The restorer restores the same image again and again, each time answering the probe.
+/// Restores of one `app` image in a row from the restorer (50, or SNAPBOOT_RESTORER_ROUNDS),
+/// each checked: the app's state, the clock, and the RNG output differing from every
+/// other restore's.
 #[test]
-fn restorer_restores_shell_repeatedly() {
-    let (store, pack) = shell_pack("test-restorer");
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
-    let o = restorer_options(&b, &store, &pack);
-    for _ in 0..3 {
-        let tti = restore_once(&b, &o);
-        assert!(tti > 0.0 && tti < 60.0, "{tti}");
+fn restorer_restores_the_app_50_times_with_state_clock_and_rng() {
+    let rounds: usize = std::env::var("SNAPBOOT_RESTORER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let store = copy_store(&captured("app"), "test-restorer-app.store");
+    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let o = restorer_options(&b, &store);
+    let expected = host_checksum();
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    let mut randoms = Vec::new();
+    for boot in 0..rounds {
+        let mut s = board::qemu::Session::start(&b, &o).unwrap();
+        let (line, _) = s
+            .wait_for(&restored, "restored marker", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("restore {boot}: {e}"));
+        assert!(!line.is_empty());
+        randoms.push(check_restored_app(&mut s, boot, &expected));
+        let tl = s.finish(boottrace::Outcome::Answered);
+        assert!(
+            tl.lines
+                .iter()
+                .any(|l| l.text.contains("snapboot-restorer: image checked: current")),
+            "restore {boot}: the restorer did not restore it"
+        );
+        assert!(
+            !tl.lines.iter().any(|l| l.text.contains("Linux version")),
+            "restore {boot}: a kernel booted before the image"
+        );
     }
+    assert_all_differ(randoms);
 }
 
 /// Waits for a console line matching `pattern`; returns it and its time.
@@ -134,26 +146,35 @@ fn expect_refusal_then_cold_boot(b: &board::Bundle, o: &board::RunOptions, reaso
     s.finish(boottrace::Outcome::Answered);
 }
 
-/// A damaged pack and another RAM size are refused before any page is written, each with
-/// its reason on the console, and the stock kernel then boots cold from the kernel pack.
+/// A damaged chunk, an image of another kernel and another RAM size are each refused with
+/// the reason on the console, and the stock kernel then boots cold from the kernel pack.
 #[test]
-fn restorer_refuses_a_corrupt_pack_and_another_ram_size() {
-    let (store, pack) = shell_pack("test-restorer-refuse");
+fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
     let b = board::Bundle::load(&bundle("shell")).unwrap();
-    let mut o = restorer_options(&b, &store, &pack);
+    let bad = copy_store(&captured("shell"), "test-restorer-bad.store");
+    let chunk = damage_newest_image(&bad);
+    expect_refusal_then_cold_boot(
+        &b,
+        &restorer_options(&b, &bad),
+        &format!(
+            r"no image restores: current: store is damaged: checksum mismatch in chunk {chunk} "
+        ),
+    );
+    let foreign = copy_store(&captured("shell"), "test-restorer-foreign.store");
+    rename_release(&foreign);
+    expect_refusal_then_cold_boot(
+        &b,
+        &restorer_options(&b, &foreign),
+        r#"no image restores: current: image does not fit this system: kernel release differs: image was captured on "9\.1\.[^"]+", running "6\.1\."#,
+    );
+    let good = copy_store(&captured("shell"), "test-restorer-ram.store");
+    let mut o = restorer_options(&b, &good);
     o.mem_mib += 64;
     expect_refusal_then_cold_boot(
         &b,
         &o,
-        r"memory map: image's e820 checksum 0x[0-9a-f]+, this machine's",
+        r"no image restores: current: image does not fit this system: the memory map differs: the image kernel's e820 checksum is 0x[0-9a-f]+, this machine's 0x[0-9a-f]+",
     );
-    let mut bytes = std::fs::read(&pack).unwrap();
-    let last = bytes.len() - 100;
-    bytes[last] ^= 0x40;
-    let damaged = pack.with_extension("damaged.pack");
-    std::fs::write(&damaged, &bytes).unwrap();
-    let o = restorer_options(&b, &store, &damaged);
-    expect_refusal_then_cold_boot(&b, &o, r"pack checksum 0x[0-9a-f]+, header says");
 }
 
 fn stats(v: &[f64]) -> String {
@@ -179,11 +200,11 @@ fn restorer_bench_shell() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let (store, pack) = shell_pack("bench-restorer");
+    let store = copy_store(&captured("shell"), "bench-restorer.store");
     let b = board::Bundle::load(&bundle("shell")).unwrap();
     let cold = board::RunOptions::for_bundle(&b);
     let stock = store_options(&b, &store);
-    let restorer = restorer_options(&b, &store, &pack);
+    let restorer = restorer_options(&b, &store);
     let (mut c, mut k, mut r) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let tl = board::bench::measured_boot(&b, &cold, false).unwrap();
