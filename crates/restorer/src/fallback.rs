@@ -69,6 +69,9 @@ pub enum ColdBootError {
         /// What is wrong.
         error: PackError,
     },
+    /// The kernel's setup header read differently the second time.
+    #[error("the kernel's setup header on /dev/vd{0} changed between two reads")]
+    Changed(char),
     /// The kernel cannot be booted here.
     #[error("{0}")]
     Boot(#[from] BootError),
@@ -196,6 +199,16 @@ fn read(
 /// the PVH start info's address, `free_from` the lowest address it may use: below it may
 /// be the restorer's own memory. Returns only if the boot could not be started.
 pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBootError> {
+    cold_boot_on(virtio::disks()?, start_info, free_from)
+}
+
+/// [`cold_boot`] on disks a caller already holds (`hw::virtio::disks` hands them out once
+/// at a time).
+pub fn cold_boot_on(
+    mut disks: Disks,
+    start_info: u64,
+    free_from: u64,
+) -> Result<Infallible, ColdBootError> {
     let handed = read_start_info(start_info)?;
     let table = Table::from_pvh(handed.map[..handed.entries].iter().copied());
     let free_from = round_up(free_from, PAGE);
@@ -206,7 +219,6 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     // SAFETY: free RAM (checked above) that nothing uses before the placement, which may
     // hand it out again once the header and the setup header are copied out of it.
     let scratch = unsafe { ram(free_from, scratch_pages * PAGE) };
-    let mut disks = virtio::disks()?;
     let index = pack_disk(&mut disks, handed.cmdline(), scratch)?;
     let letter = vd_letter(index);
     let Some(d) = disks.get_mut(index) else {
@@ -244,8 +256,8 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     };
     let p: Placement = place(table.entries(), free_from, &hdr, &sizes)?;
 
-    // SAFETY (the four slices): the placement put them in free RAM, apart from each other
-    // and at or above `free_from`; `scratch` is not used past this point.
+    // SAFETY: the three slices are where the placement put them: in free RAM, apart from
+    // each other and at or above `free_from`; `scratch` is not used past this point.
     let (setup_at, kernel_at, initrd_at) = unsafe {
         (
             ram(p.setup, setup),
@@ -263,6 +275,11 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     .map_err(pack_err)?;
     h.check(Payload::Initramfs, [&initrd_at[..h.initrd_len as usize]])
         .map_err(pack_err)?;
+    // The placement followed the header of the first read; the checked copy must say the
+    // same.
+    if SetupHeader::parse(setup_at)? != hdr {
+        return Err(ColdBootError::Changed(letter));
+    }
 
     // SAFETY: as above: the command line's and the zero page's places.
     let (cmd_at, zp) = unsafe {
