@@ -197,9 +197,14 @@ fn read(
 
 /// Boots the stock kernel of the kernel pack cold (see the module header). `start_info` is
 /// the PVH start info's address, `free_from` the lowest address it may use: below it may
-/// be the restorer's own memory. Returns only if the boot could not be started.
-pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBootError> {
-    cold_boot_on(virtio::disks()?, start_info, free_from)
+/// be the restorer's own memory; `console` gets the `cold boot:` line before the jump.
+/// Returns only if the boot could not be started.
+pub fn cold_boot(
+    start_info: u64,
+    free_from: u64,
+    console: &mut dyn Write,
+) -> Result<Infallible, ColdBootError> {
+    cold_boot_on(virtio::disks()?, start_info, free_from, console)
 }
 
 /// [`cold_boot`] on disks a caller already holds (`hw::virtio::disks` hands them out once
@@ -208,6 +213,7 @@ pub fn cold_boot_on(
     mut disks: Disks,
     start_info: u64,
     free_from: u64,
+    console: &mut dyn Write,
 ) -> Result<Infallible, ColdBootError> {
     let handed = read_start_info(start_info)?;
     let table = Table::from_pvh(handed.map[..handed.entries].iter().copied());
@@ -310,7 +316,7 @@ pub fn cold_boot_on(
     };
     fill_zero_page(zp, setup_at, &hdr, &args)?;
     let _ = writeln!(
-        crate::Serial,
+        console,
         "snapboot-restorer: cold boot: {} from /dev/vd{letter} (kernel {} MiB, initramfs {} MiB)",
         h.release,
         Mib(h.kernel_len),

@@ -354,7 +354,7 @@ extern "C" fn restorer_main(start_info: u32) -> ! {
     // Nothing the refused restore used is needed any more: all RAM above the restorer's
     // image is free for the cold boot.
     let image_end = core::ptr::addr_of!(__image_end) as u64;
-    let Err(e) = fallback::cold_boot(u64::from(start_info), image_end);
+    let Err(e) = fallback::cold_boot(u64::from(start_info), image_end, &mut Serial);
     say!("snapboot-restorer: cold boot failed: {e}");
     power_off()
 }
