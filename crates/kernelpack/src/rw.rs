@@ -1,7 +1,9 @@
 //! Writing and reading whole packs through `std::io`, and finding a kernel's release (what
 //! needs `std`; the restorer reads packs with [`crate::Header`] alone).
 
-use crate::{padded, Header, PackError, Payload, Release, HEADER_LEN, MAX_INITRD, MAX_KERNEL};
+use crate::header::{
+    padded, Header, PackError, Payload, Release, HEADER_LEN, MAX_INITRD, MAX_KERNEL,
+};
 use std::io::{Read, Seek, SeekFrom, Write};
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> PackError {

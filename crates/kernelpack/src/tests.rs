@@ -143,6 +143,51 @@ fn arm64_image_is_packed_with_the_release_of_its_banner() {
     ));
 }
 
+/// The release is kept in 64 bytes without allocating: cut on a character boundary, read
+/// back up to its NUL or its first byte that is not UTF-8.
+#[test]
+fn a_release_fits_its_field_whole_characters_only() {
+    let long = "6.1.0-".to_string() + &"é".repeat(40);
+    let r = Release::new(&long);
+    assert_eq!(r.as_str().len(), 64);
+    assert!(long.starts_with(r.as_str()));
+    let odd = "x".repeat(63) + "é";
+    assert_eq!(Release::new(&odd).as_str(), "x".repeat(63));
+    let k = bzimage("6.1.0-56-amd64", 0);
+    let mut block = Header::new(&k, b"i").unwrap().encode();
+    block[0x70 + 5] = 0xFF;
+    // A damaged release field is caught by the header checksum first...
+    assert!(matches!(
+        Header::decode(&block),
+        Err(PackError::HeaderChecksum)
+    ));
+    // ...and read only up to its valid part if the checksum is made to match.
+    let h = blake3::hash(&block[..0xFE0]);
+    block[0xFE0..].copy_from_slice(h.as_bytes());
+    assert_eq!(Header::decode(&block).unwrap().release, "6.1.0");
+}
+
+/// A payload checked in pieces (the restorer reads the bzImage's setup apart from the rest)
+/// checks as the whole.
+#[test]
+fn a_payload_checks_the_same_in_pieces() {
+    let k = bzimage("6.1.0-56-amd64", 9000);
+    let h = Header::new(&k, b"initramfs").unwrap();
+    h.check(Payload::Kernel, [&k[..]]).unwrap();
+    h.check(Payload::Kernel, [&k[..512], &k[512..700], &k[700..]])
+        .unwrap();
+    h.check(Payload::Initramfs, [&b"initr"[..], &b"amfs"[..]])
+        .unwrap();
+    assert!(matches!(
+        h.check(Payload::Kernel, [&k[1..]]),
+        Err(PackError::Checksum { what: "kernel" })
+    ));
+    assert_eq!(
+        (h.offset(Payload::Initramfs), h.len(Payload::Kernel)),
+        (h.initrd_offset, h.kernel_len)
+    );
+}
+
 #[test]
 fn a_bzimage_names_its_release_and_uname_version() {
     let v = "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)";

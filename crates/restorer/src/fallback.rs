@@ -79,6 +79,9 @@ pub enum ColdBootError {
         /// What is wrong.
         error: PackError,
     },
+    /// The kernel's setup header read differently the second time.
+    #[error("the kernel's setup header on /dev/vd{0} changed between two reads")]
+    Changed(char),
     /// The kernel cannot be booted here.
     #[error("{0}")]
     Boot(#[from] BootError),
@@ -254,8 +257,24 @@ fn read(
 
 /// Boots the stock kernel of the kernel pack cold (see the module header). `start_info` is
 /// the PVH start info's address, `free_from` the lowest address it may use: below it may
-/// be the restorer's own memory. Returns only if the boot could not be started.
-pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBootError> {
+/// be the restorer's own memory; `console` gets the `cold boot:` line before the jump.
+/// Returns only if the boot could not be started.
+pub fn cold_boot(
+    start_info: u64,
+    free_from: u64,
+    console: &mut dyn Write,
+) -> Result<Infallible, ColdBootError> {
+    cold_boot_on(virtio::disks()?, start_info, free_from, console)
+}
+
+/// [`cold_boot`] on disks a caller already holds (`hw::virtio::disks` hands them out once
+/// at a time).
+pub fn cold_boot_on(
+    mut disks: Disks,
+    start_info: u64,
+    free_from: u64,
+    console: &mut dyn Write,
+) -> Result<Infallible, ColdBootError> {
     let handed = read_start_info(start_info)?;
     let table = Table::from_pvh(handed.map[..handed.entries].iter().copied());
     let free_from = round_up(free_from, PAGE);
@@ -266,7 +285,6 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     // SAFETY: free RAM (checked above) that nothing uses before the placement, which may
     // hand it out again once the header and the setup header are copied out of it.
     let scratch = unsafe { ram(free_from, scratch_pages * PAGE) };
-    let mut disks = virtio::disks()?;
     let index = pack_disk(&mut disks, handed.cmdline(), scratch)?;
     let letter = vd_letter(index);
     let Some(d) = disks.get_mut(index) else {
@@ -304,8 +322,8 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     };
     let p: Placement = place(table.entries(), free_from, &hdr, &sizes)?;
 
-    // SAFETY (the four slices): the placement put them in free RAM, apart from each other
-    // and at or above `free_from`; `scratch` is not used past this point.
+    // SAFETY: the three slices are where the placement put them: in free RAM, apart from
+    // each other and at or above `free_from`; `scratch` is not used past this point.
     let (setup_at, kernel_at, initrd_at) = unsafe {
         (
             ram(p.setup, setup),
@@ -323,6 +341,11 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
     .map_err(pack_err)?;
     h.check(Payload::Initramfs, [&initrd_at[..h.initrd_len as usize]])
         .map_err(pack_err)?;
+    // The placement followed the header of the first read; the checked copy must say the
+    // same.
+    if SetupHeader::parse(setup_at)? != hdr {
+        return Err(ColdBootError::Changed(letter));
+    }
 
     // SAFETY: as above: the command line's and the zero page's places.
     let (cmd_at, zp) = unsafe {
@@ -349,11 +372,15 @@ pub fn cold_boot(start_info: u64, free_from: u64) -> Result<Infallible, ColdBoot
         initrd: p.initrd,
         initrd_len: h.initrd_len,
         rsdp: handed.info.rsdp,
-        e820: &handed.map[..handed.entries],
+        // The map as a PVH-booted kernel builds it (the ISA hole added, sanitized), not
+        // the start info's: the stock kernel then keeps the same firmware table, so an
+        // image it captures carries the e820 checksum the restorer computes at the next
+        // power-on. (The raw map gave it another checksum: every later restore refused.)
+        e820: table.entries(),
     };
     fill_zero_page(zp, setup_at, &hdr, &args)?;
     let _ = writeln!(
-        crate::Serial,
+        console,
         "snapboot-restorer: cold boot: {} from /dev/vd{letter} (kernel {} MiB, initramfs {} MiB)",
         h.release,
         Mib(h.kernel_len),

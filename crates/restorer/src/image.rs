@@ -69,8 +69,15 @@ fn chain(e: &dyn core::error::Error) -> String {
     s
 }
 
+/// A damaged part of the store (the catalog's places, a page list, a chunk): reasons that
+/// say "store is damaged" themselves ([`storelayout::ReadError`]) are kept as they are.
 fn damaged(e: &dyn core::error::Error) -> Refused {
-    Refused::Image(format!("store is damaged: {}", chain(e)))
+    let text = e.to_string();
+    if text.starts_with("store is damaged") || text.contains("encrypted") {
+        Refused::Image(text)
+    } else {
+        Refused::Image(format!("store is damaged: {text}"))
+    }
 }
 
 /// A store opened from a disk: its committed superblock and catalog.

@@ -303,7 +303,7 @@ fn cold_boot() {
     // image is free for the cold boot (its heap included).
     let image_end = core::ptr::addr_of!(__image_end) as u64;
     let si = START_INFO.load(core::sync::atomic::Ordering::Relaxed);
-    let Err(e) = fallback::cold_boot(si, image_end);
+    let Err(e) = fallback::cold_boot(si, image_end, &mut Serial);
     say!("snapboot-restorer: cold boot failed: {e}");
 }
 
@@ -667,7 +667,7 @@ fn try_place(
             )
             .map_err(|e| alloc::format!("reading chunk {}: {e}", c.id))?;
         storelayout::open_chunk(store.catalog.check, c, stored, scratch)
-            .map_err(|e| alloc::format!("store is damaged: {e}"))?;
+            .map_err(|e| e.to_string())?;
         for t in group {
             let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
             let dst = t.pfn * PAGE;

@@ -99,7 +99,11 @@ fn expect_line(s: &mut board::qemu::Session, pattern: &str, what: &str) -> (Stri
 /// cold from the kernel pack: the refusal and the `cold boot:` line come before the stock
 /// kernel's first line, which stands down from the image (`snapboot.handedover`) and
 /// reaches ready, and the shell answers its probe.
-fn expect_refusal_then_cold_boot(b: &board::Bundle, o: &board::RunOptions, reason: &str) {
+fn expect_refusal_then_cold_boot(
+    b: &board::Bundle,
+    o: &board::RunOptions,
+    reason: &str,
+) -> boottrace::Timeline {
     let mut s = board::qemu::Session::start(b, o).unwrap();
     let refusal = format!("snapboot-restorer: refused: {reason}");
     // Each wait sees only lines after the previous match: the order is checked too.
@@ -143,7 +147,7 @@ fn expect_refusal_then_cold_boot(b: &board::Bundle, o: &board::RunOptions, reaso
         "the kernel pack's magic on the same disk",
     );
     eprintln!("restorer refusal then cold boot, seconds from power-on: {times:?}");
-    s.finish(boottrace::Outcome::Answered);
+    s.finish(boottrace::Outcome::Answered)
 }
 
 /// A damaged chunk, an image of another kernel and another RAM size are each refused with
