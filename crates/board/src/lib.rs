@@ -27,7 +27,6 @@ pub mod partdisk;
 pub mod python;
 pub mod qemu;
 pub mod restore_kernel;
-pub mod restore_pack;
 pub mod restorer_boot;
 pub mod run_options;
 #[cfg(test)]

@@ -136,7 +136,7 @@ pub fn format_store_in(path: &Path, at: &Placed, label: &str) -> Result<(), Disk
         })?;
     let opts = FormatOptions {
         check: ChunkCheck::Xxh3,
-        label: Label::new(label).map_err(format)?,
+        label: Label::new(label).map_err(|e| format(e.into()))?,
         ..FormatOptions::default()
     };
     Store::format(Window::new(f, at.offset, at.bytes), opts).map_err(format)?;

@@ -42,7 +42,7 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
         KernelImage::Vmlinux | KernelImage::BzImage => bundle.bzimage(),
         KernelImage::Restore(vmlinux) if !tpm => vmlinux.clone(),
         KernelImage::Restore(vmlinux) => crate::restore_kernel::bzimage_beside(vmlinux),
-        KernelImage::Restorer { elf, .. } => elf.clone(),
+        KernelImage::Restorer { elf } => elf.clone(),
     }
 }
 
@@ -51,11 +51,9 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
 pub fn qemu_command(bundle: &Bundle, opts: &RunOptions) -> Command {
     let mut c = crate::run_options::pc_machine(opts);
     c.arg("-kernel").arg(kernel_file(bundle, opts));
-    let initrd = match &opts.kernel {
-        KernelImage::Restorer { pack, .. } => pack.clone(),
-        _ => bundle.initramfs(),
-    };
-    c.arg("-initrd").arg(initrd);
+    if !matches!(opts.kernel, KernelImage::Restorer { .. }) {
+        c.arg("-initrd").arg(bundle.initramfs());
+    }
     let letter = (b'b' + opts.disks.len() as u8) as char;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, &format!("/dev/vd{letter}"));
     c.args(["-append", &cmdline]);
@@ -606,20 +604,23 @@ mod tests {
         }
     }
 
-    /// The restorer boots as the kernel with the restore pack as its module, in place of
-    /// the initramfs; the board's disks stay (the memory map depends on them).
+    /// The restorer boots in place of the kernel with no initramfs, the board's disks and a
+    /// restore kernel's command line (the kernel pack named for its fallback).
     #[test]
-    fn the_restorer_boots_with_the_pack_as_its_module() {
+    fn the_restorer_boots_with_the_disks_and_no_initramfs() {
         let b = crate::testutil::bundle();
         let mut o = crate::testutil::opts();
         o.kernel = KernelImage::Restorer {
             elf: PathBuf::from("/r/restorer"),
-            pack: PathBuf::from("/r/shell.pack"),
         };
         let a = args(&qemu_command(&b, &o));
         let after = |flag: &str| a[a.iter().position(|x| x == flag).unwrap() + 1].clone();
         assert_eq!(after("-kernel"), "/r/restorer");
-        assert_eq!(after("-initrd"), "/r/shell.pack");
+        assert!(!a.iter().any(|x| x == "-initrd"), "{a:?}");
         assert!(a.iter().any(|x| x.contains("coldkernel.pack")), "{a:?}");
+        assert!(
+            after("-append").contains("snapboot.coldkernel=/dev/vd"),
+            "{a:?}"
+        );
     }
 }

@@ -1,21 +1,17 @@
 //! Booting the restorer (crates/restorer) to restore the image of a store: the one place
 //! that turns a snapshot boot's options into a restorer boot's. The board stays the one the
 //! image was captured on: the store attached as for any snapshot boot (the same disks, so
-//! the same devices and firmware memory map; the same kernel command line), and the
-//! firmware starts the restorer's ELF through its PVH entry in place of a kernel.
-//!
-//! Today the restorer reads its input from a restore pack that the host writes from the
-//! store (`crate::restore_pack`), passed as the PVH module; [`restorer_options`] writes it
-//! beside the store. When the restorer reads the store from the board's disks itself, only
-//! this module changes: the pack goes, the options stay what callers get.
+//! the same devices and firmware memory map; the command line of a restore kernel's boot),
+//! and the firmware starts the restorer's ELF through its PVH entry in place of a kernel,
+//! with no initramfs. The restorer reads the image from the store on the board's disks
+//! itself, and boots the stock kernel from the kernel pack when it refuses.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use thiserror::Error;
 
 use crate::arch::Arch;
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, CaptureBootError};
-use crate::restore_pack::{write_pack, PackSummary, PackWriteError};
 use crate::run_options::{Firmware, KernelImage, RunOptions};
 
 /// Why a restorer boot could not be set up.
@@ -27,15 +23,6 @@ pub enum RestorerBootError {
     /// The store could not be attached.
     #[error(transparent)]
     Store(#[from] CaptureBootError),
-    /// The restore pack could not be written from the store.
-    #[error("making the restorer's input from {}", store.display())]
-    Pack {
-        /// The store.
-        store: PathBuf,
-        /// Why.
-        #[source]
-        source: PackWriteError,
-    },
 }
 
 /// Why the bundle's board with these options cannot start the restorer, or `None` when it
@@ -57,39 +44,24 @@ pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
     }
 }
 
-/// A restorer boot of the store's newest image, ready to power on as often as wanted.
-#[derive(Debug, Clone)]
-pub struct RestorerBoot {
-    /// The run options: `opts` with the store attached and the restorer as the kernel.
-    pub opts: RunOptions,
-    /// What the restorer reads today: the pack written from the store.
-    pub pack: PackSummary,
-}
-
-/// The options that boot the restorer `elf` to restore the newest image of `store`, from a
-/// snapshot boot's `opts` on the bundle's board. Writes the restore pack beside the store
-/// (`STORE.pack`) once; call it again after the store gets another image.
+/// The options that boot the restorer `elf` to restore an image of `store` (the one the
+/// restorer chooses, as resume does), from a snapshot boot's `opts` on the bundle's board:
+/// ready to power on as often as wanted.
 pub fn restorer_options(
     bundle: &Bundle,
     opts: &RunOptions,
     elf: &Path,
     store: &Path,
-) -> Result<RestorerBoot, RestorerBootError> {
+) -> Result<RunOptions, RestorerBootError> {
     if let Some(why) = unsupported(bundle, opts) {
         return Err(RestorerBootError::Unsupported(why));
     }
     let mut o = opts.clone();
     attach_store(&mut o, store, false)?;
-    let pack_path = store.with_extension("pack");
-    let pack = write_pack(store, &pack_path).map_err(|source| RestorerBootError::Pack {
-        store: store.to_path_buf(),
-        source,
-    })?;
     o.kernel = KernelImage::Restorer {
         elf: elf.to_path_buf(),
-        pack: pack_path,
     };
-    Ok(RestorerBoot { opts: o, pack })
+    Ok(o)
 }
 
 #[cfg(test)]
@@ -104,38 +76,32 @@ mod tests {
     }
 
     /// A restorer boot is the snapshot boot's board with the restorer in place of the
-    /// kernel: the store is `/dev/vdb` as for the stock kernel's restore, the kernel command
-    /// line is the same, and the pack of the store's image is the restorer's module.
+    /// kernel and no initramfs: the store is `/dev/vdb` and the disks are the same as for
+    /// the stock kernel's restore, and the command line is the stock restore's with the
+    /// kernel pack named for the fallback's cold boot.
     #[test]
     fn a_restorer_boot_is_the_snapshot_boot_s_board_with_the_restorer_as_kernel() {
         let b = crate::testutil::bundle();
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("shell.store");
-        crate::testutil::store_with_image(&store, 40);
+        std::fs::write(&store, b"").unwrap();
         let stock = {
             let mut o = crate::testutil::opts();
             attach_store(&mut o, &store, false).unwrap();
             o
         };
-        let r = restorer_options(
+        let o = restorer_options(
             &b,
             &crate::testutil::opts(),
             Path::new("/r/restorer"),
             &store,
         )
         .unwrap();
-        assert_eq!(r.pack.header.entries, 40);
-        let (a, s) = (
-            args(&qemu_command(&b, &r.opts)),
-            args(&qemu_command(&b, &stock)),
-        );
+        let (a, s) = (args(&qemu_command(&b, &o)), args(&qemu_command(&b, &stock)));
         let after =
             |a: &[String], flag: &str| a[a.iter().position(|x| x == flag).unwrap() + 1].clone();
         assert_eq!(after(&a, "-kernel"), "/r/restorer");
-        let pack = dir.path().join("shell.pack");
-        assert_eq!(after(&a, "-initrd"), pack.display().to_string());
-        assert!(pack.is_file());
-        assert_eq!(after(&a, "-append"), after(&s, "-append"));
+        assert!(!a.iter().any(|x| x == "-initrd"), "{a:?}");
         let drives = |a: &[String]| -> Vec<String> {
             a.iter()
                 .filter(|x| x.starts_with("file="))
@@ -143,6 +109,18 @@ mod tests {
                 .collect()
         };
         assert_eq!(drives(&a), drives(&s));
+        assert!(
+            drives(&a).iter().any(|d| d.contains("shell.store")),
+            "{a:?}"
+        );
+        let stock_words: Vec<String> = after(&s, "-append").split(' ').map(String::from).collect();
+        let words: Vec<String> = after(&a, "-append").split(' ').map(String::from).collect();
+        let extra: Vec<&String> = words.iter().filter(|w| !stock_words.contains(w)).collect();
+        assert!(stock_words.iter().all(|w| words.contains(w)), "{words:?}");
+        assert!(
+            extra.len() == 1 && extra[0].starts_with("snapboot.coldkernel=/dev/vd"),
+            "{extra:?}"
+        );
     }
 
     /// The restorer still prints every line the host reads its phases from
@@ -188,7 +166,6 @@ mod tests {
         let store = dir.path().join("none.store");
         let e = restorer_options(&b, &o, Path::new("/r/restorer"), &store).unwrap_err();
         assert!(e.to_string().contains("--firmware uefi"), "{e}");
-        assert!(!store.with_extension("pack").exists());
         let mut arm = crate::testutil::bundle();
         arm.kernel.arch = Arch::Arm64;
         let why = unsupported(&arm, &crate::testutil::opts()).unwrap();

@@ -50,13 +50,13 @@ pub enum KernelImage {
     /// A restore kernel (ELF, PVH; `crate::restore_kernel`) with the bundle's initramfs: it
     /// restores the bundle kernel's images, and cannot boot the root filesystem cold.
     Restore(PathBuf),
-    /// The restorer (crates/restorer, an ELF with a PVH entry) with a restore pack as its
-    /// module instead of the initramfs: no kernel boots before the image (x86_64 only).
+    /// The restorer (crates/restorer, an ELF with a PVH entry) in place of the kernel, with
+    /// no initramfs: it reads the image from the store on the board's disks, and no kernel
+    /// boots before the image (x86_64 only). It gets the command line a restore kernel
+    /// would, so its fallback boots the stock kernel as a restore kernel's would.
     Restorer {
         /// The restorer's ELF (`scripts/restorer.sh` prints it).
         elf: PathBuf,
-        /// The pack (`snapboot board restore-pack`).
-        pack: PathBuf,
     },
 }
 
@@ -294,7 +294,12 @@ pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, base: &str, cold_kerne
     if deferred.is_some() {
         params.defer_mem = opts.max_mem_mib.map(|m| u64::from(m) << 20);
     }
-    if matches!(opts.kernel, KernelImage::Restore(_)) {
+    // A restoring program (the restore kernel, the restorer) boots the stock kernel cold
+    // from the kernel pack when it refuses the image.
+    if matches!(
+        opts.kernel,
+        KernelImage::Restore(_) | KernelImage::Restorer { .. }
+    ) {
         params.cold_kernel = Some(cold_kernel.to_string());
     }
     let mut cmdline = base.to_string();

@@ -49,17 +49,3 @@ pub fn opts() -> RunOptions {
         echo: false,
     }
 }
-
-/// A store file at `path` (16 MiB, sparse) holding one image: a synthetic x86_64 kernel
-/// stream of `pages` data pages.
-pub fn store_with_image(path: &std::path::Path, pages: u64) {
-    let mut s = crate::capture::create_store(path, 16 << 20, flashstore::ChunkCheck::Xxh3).unwrap();
-    let stream = snapimg::SyntheticStream::new(pages, 7);
-    let mut w = s
-        .writer("image", flashstore::WriteOptions::default())
-        .unwrap();
-    for page in stream.to_bytes().chunks_exact(4096) {
-        w.push_page(page.try_into().unwrap()).unwrap();
-    }
-    w.commit(Vec::new()).unwrap();
-}

@@ -103,9 +103,9 @@ pub mod key {
     /// Baseline: kernel-native resume.
     pub const KRESUME: &str = "snapboot.kresume";
     /// On a restore kernel: where the kernel pack for a cold boot is.
-    pub const COLDKERNEL: &str = "snapboot.coldkernel";
+    pub const COLDKERNEL: &str = kernelpack::cmdline::COLDKERNEL;
     /// This cold boot was handed over by a restore kernel, which already said why.
-    pub const HANDEDOVER: &str = "snapboot.handedover";
+    pub const HANDEDOVER: &str = kernelpack::cmdline::HANDEDOVER;
     /// Image names (capture's, then resume's order).
     pub const IMAGE: &str = "snapboot.image";
     /// Storage dedupe policy of a capture.
@@ -624,16 +624,7 @@ pub fn compression_word(c: Compression) -> String {
     c.name().into()
 }
 
-/// The value of one `key=value` word of `cmdline`, read on its own (the last one wins):
-/// for a fallback that must still work when another `snapboot.*` word does not parse.
-pub fn value_of<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
-    cmdline
-        .split_whitespace()
-        .rev()
-        .filter_map(|w| w.split_once('='))
-        .find(|(k, v)| *k == key && !v.is_empty())
-        .map(|(_, v)| v)
-}
+pub use kernelpack::cmdline::value_of;
 
 /// What a size-taking key expects.
 const SIZE: &str = "expected a size such as 96M";

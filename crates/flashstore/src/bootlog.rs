@@ -24,10 +24,10 @@
 //! empty log. The log is never part of a commit: capture, gc and compaction leave it alone.
 
 use crate::error::StoreError;
-use crate::layout::{decode, encode, BLOCK};
 use crate::medium::Medium;
 use crate::store::{newest_superblock, Store};
 use serde::{Deserialize, Serialize};
+use storelayout::{decode, encode, BLOCK};
 
 /// Boot log slot magic.
 pub const BOOTLOG_MAGIC: &[u8; 8] = b"SBBOOTL\0";

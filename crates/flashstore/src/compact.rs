@@ -11,11 +11,11 @@
 //! location changes, not its id, checksum or contents, so image signatures stay valid.
 
 use crate::error::StoreError;
-use crate::layout::{encode, ChunkRec};
 use crate::medium::Medium;
 use crate::reader::{read_stored, ChunkTimes};
 use crate::store::Store;
 use std::collections::{BTreeMap, BTreeSet};
+use storelayout::{encode, ChunkRec};
 
 /// Chunks start on 512-byte boundaries inside a cluster (as the writer appends them).
 const ALIGN: u64 = 512;

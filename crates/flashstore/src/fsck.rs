@@ -2,12 +2,12 @@
 //! against the images, cluster ownership (no overlaps, no leaks), the dedupe table against
 //! the pages it describes.
 
-use crate::keyid::KeyId;
-use crate::layout::{page_key, PageRef, PAGE};
 use crate::medium::Medium;
 use crate::reader::{read_chunk, read_stored};
 use crate::store::{Owner, Store};
 use std::collections::{BTreeMap, BTreeSet};
+use storelayout::KeyId;
+use storelayout::{page_key, PageRef, PAGE};
 
 /// What fsck found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -215,7 +215,7 @@ impl<M: Medium> Store<M> {
                 }
                 continue;
             }
-            let page_key = |p: &crate::layout::Page| match (&self.key, ch.sealed) {
+            let page_key = |p: &storelayout::Page| match (&self.key, ch.sealed) {
                 (Some(k), true) => k.page_key(p),
                 _ => page_key(p),
             };

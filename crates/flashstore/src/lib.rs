@@ -5,14 +5,13 @@
 //! selective by default so restores stay sequential, chunks compressed with LZ4 or not and
 //! checksummed); raw regions for lazy images; usage counts, GC with discard, fsck. Its design
 //! follows LG's "NAND flash aware hibernation-based boot"; docs/store.md draws the layout.
+//! The format itself, and the pure checks of reading it, are crate `storelayout`'s (the
+//! freestanding restorer reads the store with them too); they are re-exported here.
 
 mod bootlog;
 mod compact;
 mod error;
 mod fsck;
-mod keyid;
-mod layout;
-mod legacy;
 mod medium;
 mod reader;
 mod seal;
@@ -22,18 +21,17 @@ mod writer;
 
 pub use bootlog::{update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD};
 pub use compact::CompactReport;
-pub use error::{Damage, StoreError, SuperblockError};
+pub use error::StoreError;
 pub use fsck::FsckReport;
-pub use keyid::KeyId;
-pub use layout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot, Label, Page,
-    PageRef, BLOCK, DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC,
-    PAGE,
-};
 pub use medium::{FailingMedium, Medium, MemMedium, Window};
 pub use reader::{ChunkTimes, ImageReader, ReadCost};
 pub use seal::{DeviceKey, SEAL_OVERHEAD};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
+pub use storelayout::{
+    page_key, Catalog, ChunkCheck, ChunkRec, Damage, DedupeTable, Extent, ImageMeta, ImageRec,
+    ImageStats, KeyId, KeySlot, Label, Page, PageRef, Superblock, SuperblockError, BLOCK,
+    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
+};
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! Reading an image back in stream order. Each chunk is read once, its BLAKE3 checked before
 //! it is decompressed, and kept only while pages still to come need it.
 
-use crate::error::{Damage, StoreError};
-use crate::layout::{ChunkRec, ImageMeta, Page, PageRef, PAGE};
+use crate::error::StoreError;
 use crate::medium::Medium;
 use crate::store::Store;
 use std::collections::HashMap;
+use storelayout::pages::check_page_ref;
+use storelayout::{ChunkRec, Damage, ImageMeta, Page, PageRef, PAGE};
 
 /// Stored bytes the reader asks the medium to fetch ahead of the chunk it is loading.
 const READ_AHEAD: u64 = 8 << 20;
@@ -56,35 +57,13 @@ impl<M: Medium> Store<M> {
             .image(name)
             .ok_or_else(|| StoreError::NoImage(name.into()))?;
         let meta = self.image_meta(rec)?;
-        let sealed = rec.sealed.is_some();
         let chunks: HashMap<u64, ChunkRec> =
             self.catalog.chunks.iter().map(|c| (c.id, *c)).collect();
         let mut uses: HashMap<u64, u32> = HashMap::new();
         let mut order = Vec::new();
         for p in &meta.pages {
             if let PageRef::At { chunk, slot } = *p {
-                let c = chunks.get(&chunk).ok_or_else(|| {
-                    StoreError::from(Damage::MissingChunk {
-                        image: name.into(),
-                        chunk,
-                    })
-                })?;
-                if sealed && !c.sealed {
-                    return Err(Damage::UnsealedChunk {
-                        image: name.into(),
-                        chunk,
-                    }
-                    .into());
-                }
-                if slot >= c.pages {
-                    return Err(Damage::SlotOutside {
-                        image: name.into(),
-                        chunk,
-                        slot,
-                        pages: c.pages,
-                    }
-                    .into());
-                }
+                check_page_ref(rec, chunk, slot, chunks.get(&chunk))?;
                 let n = uses.entry(chunk).or_default();
                 if *n == 0 {
                     order.push(chunk);
@@ -252,7 +231,7 @@ impl ReadCost {
 impl<M: Medium> Store<M> {
     /// What restoring `rec` reads, from its page list (the dedupe policy's effect on the
     /// restore: chunks shared with other images that this one only partly uses).
-    pub fn read_cost(&self, rec: &crate::layout::ImageRec) -> Result<ReadCost, StoreError> {
+    pub fn read_cost(&self, rec: &storelayout::ImageRec) -> Result<ReadCost, StoreError> {
         let meta = self.image_meta(rec)?;
         let mut used: HashMap<u64, std::collections::HashSet<u16>> = HashMap::new();
         for p in &meta.pages {
@@ -300,37 +279,21 @@ fn read_medium<M: Medium>(
     check: bool,
 ) -> Result<Vec<u8>, StoreError> {
     use std::time::Instant;
-    let cb = store.cluster_bytes();
-    if c.cluster == 0
-        || c.cluster >= store.sb.clusters
-        || u64::from(c.offset) + u64::from(c.stored_len) > cb
-    {
-        return Err(Damage::ChunkOutside {
-            chunk: c.id,
-            cluster: c.cluster,
-        }
-        .into());
-    }
+    let at = store.sb.chunk_place(c)?;
     let mut stored = vec![0u8; c.stored_len as usize];
     let t0 = Instant::now();
     store
         .medium
-        .read_at(&mut stored, c.cluster * cb + u64::from(c.offset))
+        .read_at(&mut stored, at)
         .map_err(StoreError::io(format!("reading chunk {}", c.id)))?;
     let t1 = Instant::now();
     t.read += t1 - t0;
     if !check {
         return Ok(stored);
     }
-    let ok = store.catalog.check.digest(&stored) == c.hash;
+    let checked = c.check_stored(store.catalog.check, &stored);
     t.check += t1.elapsed();
-    if !ok {
-        return Err(Damage::ChunkChecksum {
-            chunk: c.id,
-            cluster: c.cluster,
-        }
-        .into());
-    }
+    checked?;
     Ok(stored)
 }
 
@@ -353,35 +316,8 @@ fn read_chunk_timed<M: Medium>(
     } else {
         read_stored(store, c, t)?
     };
-    let raw_len = usize::from(c.pages) * PAGE;
-    if !c.lz4 {
-        if stored.len() != raw_len {
-            return Err(Damage::ChunkSize {
-                chunk: c.id,
-                stored: stored.len(),
-                pages: c.pages,
-                needed: raw_len,
-            }
-            .into());
-        }
-        return Ok(stored);
-    }
-    let mut raw = vec![0u8; raw_len];
     let t2 = std::time::Instant::now();
-    let n = lz4_flex::block::decompress_into(&stored, &mut raw).map_err(|reason| {
-        Damage::Decompress {
-            chunk: c.id,
-            reason,
-        }
-    })?;
+    let raw = c.unpack(stored)?;
     t.decode += t2.elapsed();
-    if n != raw_len {
-        return Err(Damage::DecompressedSize {
-            chunk: c.id,
-            got: n,
-            needed: raw_len,
-        }
-        .into());
-    }
     Ok(raw)
 }

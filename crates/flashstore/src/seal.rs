@@ -25,11 +25,12 @@
 //! and a lazy image's swap region unless the caller encrypts it (docs/store.md, "Encrypted
 //! images").
 
-use crate::error::{Damage, StoreError};
-use crate::keyid::KeyId;
-use crate::layout::{ChunkRec, Page};
+use crate::error::StoreError;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use storelayout::Damage;
+use storelayout::KeyId;
+use storelayout::{ChunkRec, Page};
 use zeroize::Zeroizing;
 
 /// Nonce bytes in front of every sealed structure.
@@ -242,9 +243,9 @@ mod tests {
         assert_ne!(a.id(), b.id());
         assert_eq!(a.id(), key(4).id());
         assert_eq!(a.id().to_string().len(), 32);
-        let p = [9u8; crate::layout::PAGE];
+        let p = [9u8; storelayout::PAGE];
         assert_ne!(a.page_key(&p), b.page_key(&p));
-        assert_ne!(a.page_key(&p), crate::layout::page_key(&p));
+        assert_ne!(a.page_key(&p), storelayout::page_key(&p));
         assert_eq!(format!("{a:?}"), format!("DeviceKey({})", a.id()));
     }
 }

@@ -6,12 +6,13 @@
 //! digest; the chunk and page-list checksums tie the bytes on the medium to the digest, which
 //! is why only stores whose chunks carry BLAKE3 ([`ChunkCheck::Blake3`]) can sign.
 
-use crate::error::{Damage, StoreError};
-use crate::layout::{ChunkCheck, ChunkRec, ImageRec};
+use crate::error::StoreError;
 use crate::medium::Medium;
 use crate::reader::{read_chunk, read_stored};
 use crate::store::Store;
 use std::collections::{BTreeSet, HashMap};
+use storelayout::Damage;
+use storelayout::{ChunkCheck, ChunkRec, ImageRec};
 
 /// Domain separation: a digest of this store format's images and nothing else.
 const CONTEXT: &str = "snapboot flashstore 2026-11 image signature v1";

@@ -8,16 +8,16 @@
 //! superblock fails its checksum and the other slot still names the previous state. Nothing a
 //! crash leaves behind is referenced, so it is idle space, not a leak.
 
-use crate::error::{Damage, StoreError, SuperblockError};
-use crate::keyid::KeyId;
-use crate::layout::KeySlot;
-use crate::layout::{
-    decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, Label,
-    Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
-};
+use crate::error::StoreError;
 use crate::medium::Medium;
 use crate::seal::DeviceKey;
 use std::collections::{BTreeMap, BTreeSet};
+use storelayout::pages::{check_page_list_bytes, parse_page_list};
+use storelayout::Damage;
+use storelayout::{
+    committed_superblock, decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta,
+    ImageRec, KeyId, KeySlot, Label, Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
+};
 
 /// How to lay out a new store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl<M: Medium> Store<M> {
             catalog: Extent::default(),
             catalog_hash: [0; 32],
             label: opts.label,
-            version: crate::layout::VERSION,
+            version: storelayout::VERSION,
         };
         // Both slots invalid first, so a half-formatted medium is no store at all.
         medium
@@ -162,15 +162,12 @@ impl<M: Medium> Store<M> {
     pub fn open(medium: M) -> Result<Self, StoreError> {
         let sb = newest_superblock(&medium)?;
         let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
-        let needed = sb.clusters.saturating_mul(sb.cluster_bytes());
+        let needed = sb.store_bytes();
         if needed > len {
             return Err(StoreError::Truncated { needed, len });
         }
         let bytes = read_extent(&medium, &sb, sb.catalog, "catalog")?;
-        if blake3::hash(&bytes).as_bytes() != &sb.catalog_hash {
-            return Err(Damage::CatalogChecksum.into());
-        }
-        let catalog = crate::legacy::decode_catalog(&bytes, sb.version)?;
+        let catalog = storelayout::decode_catalog(&sb, &bytes)?;
         Ok(Store {
             medium,
             sb,
@@ -211,7 +208,7 @@ impl<M: Medium> Store<M> {
 
     /// The most recently committed image.
     pub fn newest(&self) -> Option<&ImageRec> {
-        self.catalog.images.iter().max_by_key(|i| i.generation)
+        self.catalog.newest()
     }
 
     /// Gives the medium back.
@@ -323,33 +320,19 @@ impl<M: Medium> Store<M> {
     pub(crate) fn page_list_bytes(&self, rec: &ImageRec) -> Result<Vec<u8>, StoreError> {
         let what = format!("page list of image `{}`", rec.name);
         let bytes = read_extent(&self.medium, &self.sb, rec.meta, &what)?;
-        if blake3::hash(&bytes).as_bytes() != &rec.meta_hash {
-            return Err(Damage::PageListChecksum {
-                image: rec.name.clone(),
-            }
-            .into());
-        }
+        check_page_list_bytes(rec, &bytes)?;
         Ok(bytes)
     }
 
     /// Reads and checks an image's page list (opening it when sealed).
     pub fn image_meta(&self, rec: &ImageRec) -> Result<ImageMeta, StoreError> {
-        let what = format!("page list of image `{}`", rec.name);
         let key = self.key_for(rec)?;
         let bytes = self.page_list_bytes(rec)?;
         let bytes = match key {
             Some(k) => zeroize::Zeroizing::new(k.open_page_list(&rec.name, &bytes)?),
             None => zeroize::Zeroizing::new(bytes),
         };
-        let meta: ImageMeta = decode(&bytes, &what)?;
-        if meta.name != rec.name {
-            return Err(Damage::PageListName {
-                image: rec.name.clone(),
-                named: meta.name,
-            }
-            .into());
-        }
-        Ok(meta)
+        Ok(parse_page_list(rec, &bytes)?)
     }
 
     /// Reads and checks the dedupe table (empty when there is none).
@@ -361,7 +344,7 @@ impl<M: Medium> Store<M> {
         if blake3::hash(&bytes).as_bytes() != &hash {
             return Err(Damage::DedupeChecksum.into());
         }
-        decode(&bytes, "dedupe table")
+        Ok(decode(&bytes, "dedupe table")?)
     }
 
     /// Commits `catalog` (whose images, chunks and page lists are already written) with
@@ -400,7 +383,7 @@ impl<M: Medium> Store<M> {
             generation: self.sb.generation + 1,
             catalog: e,
             catalog_hash: *blake3::hash(&bytes).as_bytes(),
-            version: crate::layout::VERSION,
+            version: storelayout::VERSION,
             ..self.sb
         };
         let slot = sb.generation % 2;
@@ -558,30 +541,13 @@ impl<M: Medium> Store<M> {
 
 /// The valid superblock with the highest generation on `medium`, or why there is none.
 pub(crate) fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
-    let mut refused = Vec::new();
-    let mut best: Option<Superblock> = None;
-    for slot in 0..2u64 {
-        let mut b = vec![0u8; BLOCK as usize];
+    let mut blocks = [[0u8; BLOCK as usize]; 2];
+    for (slot, b) in blocks.iter_mut().enumerate() {
         medium
-            .read_at(&mut b, slot * BLOCK)
+            .read_at(b, slot as u64 * BLOCK)
             .map_err(StoreError::io(format!("reading superblock {slot}")))?;
-        match Superblock::decode(&b) {
-            Err(e) => refused.push(e),
-            Ok(sb) if best.is_none_or(|b| sb.generation > b.generation) => best = Some(sb),
-            Ok(_) => {}
-        }
     }
-    match best {
-        Some(sb) => Ok(sb),
-        None if refused.iter().all(|e| *e == SuperblockError::NoMagic) => {
-            Err(StoreError::NotAStore)
-        }
-        None if refused.contains(&SuperblockError::Legacy) => Err(StoreError::LegacyStore),
-        None => Err(StoreError::NoSuperblock {
-            first: refused[0].clone(),
-            second: refused[1].clone(),
-        }),
-    }
+    Ok(committed_superblock(&blocks[0], &blocks[1])?)
 }
 
 /// The label of the store on `medium` (empty: none), reading its superblocks only: what
@@ -638,20 +604,10 @@ pub(crate) fn read_extent<M: Medium>(
     e: Extent,
     what: &str,
 ) -> Result<Vec<u8>, StoreError> {
-    let end = e.clusters(sb.cluster_bytes()).end;
-    if e.cluster == 0 || end > sb.clusters {
-        return Err(Damage::ExtentOutside {
-            what: what.into(),
-            start: e.cluster,
-            end,
-            clusters: sb.clusters,
-        }
-        .into());
-    }
-    let len = usize::try_from(e.len).map_err(|_| Damage::TooLarge { what: what.into() })?;
+    let (at, len) = sb.extent_place(e, what)?;
     let mut b = vec![0u8; len];
     medium
-        .read_at(&mut b, e.cluster * sb.cluster_bytes())
+        .read_at(&mut b, at)
         .map_err(StoreError::io(format!("reading the {what}")))?;
     Ok(b)
 }
@@ -659,8 +615,8 @@ pub(crate) fn read_extent<M: Medium>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::VERSION;
     use crate::{MemMedium, WriteOptions};
+    use storelayout::VERSION;
 
     fn labelled(label: &str) -> Store<MemMedium> {
         let opts = FormatOptions {
@@ -706,7 +662,7 @@ mod tests {
             // Both slots and the catalog as an older snapboot left them: a format-2 catalog
             // (no sealing) where today's was.
             let (sb, cat, mut m) = (s.sb, s.catalog.clone(), s.into_medium());
-            let bytes = crate::legacy::encode_v2(&cat);
+            let bytes = storelayout::versions::encode_v2(&cat);
             m.write_at(&bytes, sb.catalog.cluster * sb.cluster_bytes())
                 .unwrap();
             let sb = Superblock {

@@ -17,14 +17,15 @@
 //! there with its neighbours, so the next re-capture finds the whole run in one chunk instead
 //! of short pieces of the oldest image (which it would store again, every time).
 
-use crate::error::{Damage, StoreError};
-use crate::layout::{
-    page_key, ChunkRec, DedupeTable, ImageMeta, ImageRec, ImageStats, Page, PageRef,
-    DEFAULT_CHUNK_PAGES, PAGE,
-};
+use crate::error::StoreError;
 use crate::medium::Medium;
 use crate::store::{check_name, keep_live, recount, Store};
 use std::collections::{BTreeSet, HashMap};
+use storelayout::Damage;
+use storelayout::{
+    page_key, ChunkRec, DedupeTable, ImageMeta, ImageRec, ImageStats, Page, PageRef,
+    DEFAULT_CHUNK_PAGES, PAGE,
+};
 
 /// How much a new image may reference what other images stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +153,7 @@ pub struct ImageWriter<'s, M: Medium> {
     stats: ImageStats,
     next_chunk: u64,
     table: DedupeTable,
-    raw: Option<crate::layout::Extent>,
+    raw: Option<storelayout::Extent>,
 }
 
 impl<M: Medium> Store<M> {
@@ -226,7 +227,7 @@ impl<M: Medium> ImageWriter<'_, M> {
     /// Gives the image the raw region `e` (from [`Store::reserve_raw`], already filled by
     /// the caller): chunks are never written there, and the commit records it. Call before
     /// the first page.
-    pub fn attach_raw(&mut self, e: crate::layout::Extent) -> Result<(), StoreError> {
+    pub fn attach_raw(&mut self, e: storelayout::Extent) -> Result<(), StoreError> {
         let cb = self.store.cluster_bytes();
         if self.raw.is_some() || self.stats.pages > 0 {
             return Err(StoreError::Geometry(
@@ -528,7 +529,7 @@ impl<M: Medium> ImageWriter<'_, M> {
             user,
             pages: std::mem::take(&mut self.pages),
         };
-        let bytes = crate::layout::encode(&meta, "page list")?;
+        let bytes = storelayout::encode(&meta, "page list")?;
         let bytes = match &self.store.key {
             Some(k) => k.seal_page_list(&self.name, &bytes)?,
             None => bytes,

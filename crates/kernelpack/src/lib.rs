@@ -27,8 +27,19 @@
 //! Reading checks the magic, then the version, then the header checksum, caps both lengths
 //! before allocating, and checks each payload's BLAKE3: a pack that fails any check is never
 //! handed to the kernel.
+//!
+//! Without the default `std` feature (the restorer, `no_std`), the header's decoding, the
+//! payload checks and the cold boot's command line ([`cmdline`]) are what is left: reading
+//! and writing packs through `std::io` need `std`.
+#![cfg_attr(not(feature = "std"), no_std)]
 
-use std::io::{Read, Seek, SeekFrom, Write};
+pub mod cmdline;
+#[cfg(feature = "std")]
+mod rw;
+
+#[cfg(feature = "std")]
+pub use rw::{bzimage_release, is_static_elf, kernel_release, read, write, Pack};
+
 use thiserror::Error;
 
 /// The first eight bytes of a pack.
@@ -42,13 +53,15 @@ pub const MAX_KERNEL: u64 = 256 << 20;
 /// The largest initramfs a pack may hold.
 pub const MAX_INITRD: u64 = 1 << 30;
 const RELEASE_AT: usize = 0x70;
-const RELEASE_LEN: usize = 64;
+/// Bytes the header keeps of the kernel's release.
+pub const RELEASE_LEN: usize = 64;
 const HASH_AT: usize = 0xFE0;
 
 /// Why a pack could not be written or read.
 #[derive(Debug, Error)]
 pub enum PackError {
     /// Reading or writing failed.
+    #[cfg(feature = "std")]
     #[error("{what}")]
     Io {
         /// What was being read or written.
@@ -75,9 +88,35 @@ pub enum PackError {
     /// The header does not match its checksum.
     #[error("kernel pack header checksum mismatch")]
     HeaderChecksum,
-    /// The header's layout cannot be right.
-    #[error("kernel pack header is inconsistent: {0}")]
-    Layout(String),
+    /// Fewer bytes than a header.
+    #[error("kernel pack header is {0} bytes, expected {HEADER_LEN}: the pack is truncated")]
+    ShortHeader(usize),
+    /// The header's length field is not [`HEADER_LEN`].
+    #[error("kernel pack header says its length is {0}, expected {HEADER_LEN}")]
+    HeaderLength(u32),
+    /// The payloads overlap the header or each other.
+    #[error(
+        "kernel pack header is inconsistent: kernel at {kernel_offset:#x}+{kernel_len:#x}, \
+         initramfs at {initrd_offset:#x}"
+    )]
+    Layout {
+        /// Where the kernel starts.
+        kernel_offset: u64,
+        /// Its length.
+        kernel_len: u64,
+        /// Where the initramfs starts.
+        initrd_offset: u64,
+    },
+    /// A payload ends past the end of what holds the pack.
+    #[error("{what} ends after {got} of {len} bytes: the pack is truncated")]
+    Truncated {
+        /// Kernel or initramfs.
+        what: &'static str,
+        /// Bytes there.
+        got: u64,
+        /// Bytes the header says.
+        len: u64,
+    },
     /// A payload is larger than a pack may hold.
     #[error("{what} of {len} bytes is larger than the {max} bytes a kernel pack may hold")]
     TooLarge {
@@ -96,50 +135,110 @@ pub enum PackError {
     },
 }
 
-fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> PackError {
-    move |source| PackError::Io { what, source }
-}
+/// Bytes from a bzImage's start that hold its version string: the setup sectors (at most
+/// 64 of 512 bytes, which is what the 16-bit pointer at 0x20E can reach).
+pub const VERSION_HEAD: usize = 0x10200;
 
-/// The release of a kernel kexec can load: an x86 bzImage (from its setup header) or an
-/// arm64 `Image` (from its `Linux version RELEASE (` banner).
-pub fn kernel_release(kernel: &[u8]) -> Result<String, PackError> {
-    if kernel.get(56..60) == Some(b"ARM\x64") {
-        return arm64_release(kernel);
+/// The version string a bzImage's setup header points at (`6.1.0-56-amd64
+/// (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)`),
+/// read from the kernel's first bytes `head`; `None` when `head` is not a bzImage's start
+/// or the string does not end inside it.
+pub fn bzimage_version(head: &[u8]) -> Option<&str> {
+    if head.get(0x202..0x206) != Some(b"HdrS") {
+        return None;
     }
-    bzimage_release(kernel)
+    let ptr = usize::from(u16::from_le_bytes([head[0x20E], head[0x20F]])) + 0x200;
+    let text = head.get(ptr..)?;
+    let end = text.iter().take(256).position(|&b| b == 0)?;
+    core::str::from_utf8(&text[..end]).ok()
 }
 
-/// The release in an arm64 `Image`'s banner (the uncompressed kernel holds it as text).
-fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
-    let needle = b"Linux version ";
-    kernel
-        .windows(needle.len())
-        .enumerate()
-        .filter(|(_, w)| *w == needle)
-        .find_map(|(at, _)| {
-            let rest = &kernel[at + needle.len()..];
-            let end = rest.iter().take(128).position(|&b| b == b' ')?;
-            let release = std::str::from_utf8(&rest[..end]).ok()?;
-            let well_formed = !release.is_empty()
-                && release.starts_with(|c: char| c.is_ascii_digit())
-                && rest.get(end + 1) == Some(&b'(');
-            well_formed.then(|| release.to_string())
-        })
-        .ok_or(PackError::NotAKernel)
+/// `uname -r` and `uname -v` of a kernel from its version string: the first word, and
+/// what follows the builder's `(user@host) ` (it starts with `#`).
+pub fn uname_of(version: &str) -> Option<(&str, &str)> {
+    let release = version.split_whitespace().next()?;
+    let at = version.find(") #")?;
+    Some((release, &version[at + 2..]))
 }
 
-/// The release string a bzImage's setup header points at (`6.1.0-56-amd64`), if it is a
-/// bzImage. Errors with [`PackError::NotAKernel`] if it is not one.
-pub fn bzimage_release(kernel: &[u8]) -> Result<String, PackError> {
-    if kernel.len() < 0x210 || &kernel[0x202..0x206] != b"HdrS" {
-        return Err(PackError::NotAKernel);
+/// A kernel's release as the header keeps it: at most [`RELEASE_LEN`] bytes of UTF-8, held
+/// without an allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Release {
+    bytes: [u8; RELEASE_LEN],
+    len: usize,
+}
+
+impl Release {
+    /// `text`, cut to the whole characters that fit in [`RELEASE_LEN`] bytes.
+    pub fn new(text: &str) -> Release {
+        let mut len = text.len().min(RELEASE_LEN);
+        while !text.is_char_boundary(len) {
+            len -= 1;
+        }
+        let mut bytes = [0u8; RELEASE_LEN];
+        bytes[..len].copy_from_slice(&text.as_bytes()[..len]);
+        Release { bytes, len }
     }
-    let ptr = u16::from_le_bytes([kernel[0x20E], kernel[0x20F]]) as usize + 0x200;
-    let text = kernel.get(ptr..).unwrap_or_default();
-    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-    let version = String::from_utf8_lossy(&text[..end.min(256)]);
-    // "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP ..." -> its first word.
-    Ok(version.split_whitespace().next().unwrap_or("").to_string())
+
+    /// The header's NUL-padded field, up to its first NUL and its first byte that is not
+    /// UTF-8.
+    fn from_field(field: &[u8]) -> Release {
+        let end = field.iter().position(|&c| c == 0).unwrap_or(field.len());
+        let text = match core::str::from_utf8(&field[..end]) {
+            Ok(t) => t,
+            Err(e) => core::str::from_utf8(&field[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        Release::new(text)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl core::fmt::Display for Release {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::fmt::Debug for Release {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq<str> for Release {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Release {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// One of the two things a pack holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// The kernel (bzImage or arm64 `Image`).
+    Kernel,
+    /// Its initramfs.
+    Initramfs,
+}
+
+impl Payload {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Payload::Kernel => "kernel",
+            Payload::Initramfs => "initramfs",
+        }
+    }
 }
 
 /// What a pack's header says.
@@ -158,7 +257,7 @@ pub struct Header {
     /// BLAKE3 of the initramfs.
     pub initrd_hash: [u8; 32],
     /// The kernel's release.
-    pub release: String,
+    pub release: Release,
 }
 
 fn padded(len: u64) -> u64 {
@@ -166,32 +265,9 @@ fn padded(len: u64) -> u64 {
 }
 
 impl Header {
-    /// The header for these payloads, laid out one after the other.
-    pub fn new(kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
-        let release = kernel_release(kernel)?;
-        for (what, len, max) in [
-            ("kernel", kernel.len() as u64, MAX_KERNEL),
-            ("initramfs", initrd.len() as u64, MAX_INITRD),
-        ] {
-            if len > max {
-                return Err(PackError::TooLarge { what, len, max });
-            }
-        }
-        let kernel_offset = HEADER_LEN as u64;
-        Ok(Header {
-            kernel_offset,
-            kernel_len: kernel.len() as u64,
-            initrd_offset: kernel_offset + padded(kernel.len() as u64),
-            initrd_len: initrd.len() as u64,
-            kernel_hash: *blake3::hash(kernel).as_bytes(),
-            initrd_hash: *blake3::hash(initrd).as_bytes(),
-            release: release.chars().take(RELEASE_LEN).collect(),
-        })
-    }
-
     /// The header block.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; HEADER_LEN];
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&(HEADER_LEN as u32).to_le_bytes());
@@ -205,9 +281,8 @@ impl Header {
         }
         b[0x30..0x50].copy_from_slice(&self.kernel_hash);
         b[0x50..0x70].copy_from_slice(&self.initrd_hash);
-        let r = self.release.as_bytes();
-        let n = r.len().min(RELEASE_LEN);
-        b[RELEASE_AT..RELEASE_AT + n].copy_from_slice(&r[..n]);
+        let r = self.release.as_str().as_bytes();
+        b[RELEASE_AT..RELEASE_AT + r.len()].copy_from_slice(r);
         let h = blake3::hash(&b[..HASH_AT]);
         b[HASH_AT..].copy_from_slice(h.as_bytes());
         b
@@ -216,10 +291,7 @@ impl Header {
     /// Reads a header block: magic, version, checksum, then the layout's sanity.
     pub fn decode(b: &[u8]) -> Result<Header, PackError> {
         if b.len() < HEADER_LEN {
-            return Err(PackError::Layout(format!(
-                "header is {} bytes, expected {HEADER_LEN}",
-                b.len()
-            )));
+            return Err(PackError::ShortHeader(b.len()));
         }
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
         let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
@@ -241,14 +313,10 @@ impl Header {
             initrd_len: u64_at(0x28),
             kernel_hash: b[0x30..0x50].try_into().unwrap_or_default(),
             initrd_hash: b[0x50..0x70].try_into().unwrap_or_default(),
-            release: {
-                let r = &b[RELEASE_AT..RELEASE_AT + RELEASE_LEN];
-                let end = r.iter().position(|&c| c == 0).unwrap_or(RELEASE_LEN);
-                String::from_utf8_lossy(&r[..end]).into_owned()
-            },
+            release: Release::from_field(&b[RELEASE_AT..RELEASE_AT + RELEASE_LEN]),
         };
         if u32_at(12) as usize != HEADER_LEN {
-            return Err(PackError::Layout(format!("header length {}", u32_at(12))));
+            return Err(PackError::HeaderLength(u32_at(12)));
         }
         for (what, len, max) in [
             ("kernel", h.kernel_len, MAX_KERNEL),
@@ -258,12 +326,16 @@ impl Header {
                 return Err(PackError::TooLarge { what, len, max });
             }
         }
-        let kernel_end = h.kernel_offset + h.kernel_len;
-        if h.kernel_offset < HEADER_LEN as u64 || h.initrd_offset < kernel_end {
-            return Err(PackError::Layout(format!(
-                "kernel at {:#x}+{:#x}, initramfs at {:#x}",
-                h.kernel_offset, h.kernel_len, h.initrd_offset
-            )));
+        let kernel_end = h.kernel_offset.checked_add(h.kernel_len);
+        if h.kernel_offset < HEADER_LEN as u64
+            || kernel_end.is_none_or(|end| h.initrd_offset < end)
+            || h.initrd_offset.checked_add(padded(h.initrd_len)).is_none()
+        {
+            return Err(PackError::Layout {
+                kernel_offset: h.kernel_offset,
+                kernel_len: h.kernel_len,
+                initrd_offset: h.initrd_offset,
+            });
         }
         Ok(h)
     }
@@ -272,98 +344,42 @@ impl Header {
     pub fn total_len(&self) -> u64 {
         self.initrd_offset + padded(self.initrd_len)
     }
-}
 
-/// Writes a pack of `kernel` (a bzImage) and `initrd`; returns its header.
-pub fn write<W: Write>(mut w: W, kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
-    let h = Header::new(kernel, initrd)?;
-    let pad = |len: u64| vec![0u8; (padded(len) - len) as usize];
-    w.write_all(&h.encode()).map_err(io("writing the header"))?;
-    w.write_all(kernel).map_err(io("writing the kernel"))?;
-    w.write_all(&pad(h.kernel_len))
-        .map_err(io("writing the kernel"))?;
-    w.write_all(initrd).map_err(io("writing the initramfs"))?;
-    w.write_all(&pad(h.initrd_len))
-        .map_err(io("writing the initramfs"))?;
-    w.flush().map_err(io("writing the pack"))?;
-    Ok(h)
-}
-
-/// A pack read back and checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pack {
-    /// Its header.
-    pub header: Header,
-    /// The kernel (bzImage).
-    pub kernel: Vec<u8>,
-    /// The initramfs.
-    pub initrd: Vec<u8>,
-}
-
-fn read_payload<R: Read + Seek>(
-    r: &mut R,
-    what: &'static str,
-    offset: u64,
-    len: u64,
-    hash: &[u8; 32],
-) -> Result<Vec<u8>, PackError> {
-    r.seek(SeekFrom::Start(offset)).map_err(io(what))?;
-    let mut data = Vec::with_capacity(len as usize);
-    r.take(len).read_to_end(&mut data).map_err(io(what))?;
-    if data.len() as u64 != len {
-        return Err(PackError::Layout(format!(
-            "{what} ends after {} of {len} bytes: the pack is truncated",
-            data.len()
-        )));
+    /// Where `p` starts in the pack.
+    pub fn offset(&self, p: Payload) -> u64 {
+        match p {
+            Payload::Kernel => self.kernel_offset,
+            Payload::Initramfs => self.initrd_offset,
+        }
     }
-    if blake3::hash(&data).as_bytes() != hash {
-        return Err(PackError::Checksum { what });
+
+    /// Bytes of `p`.
+    pub fn len(&self, p: Payload) -> u64 {
+        match p {
+            Payload::Kernel => self.kernel_len,
+            Payload::Initramfs => self.initrd_len,
+        }
     }
-    Ok(data)
-}
 
-/// Reads and checks a whole pack.
-pub fn read<R: Read + Seek>(mut r: R) -> Result<Pack, PackError> {
-    let mut block = vec![0u8; HEADER_LEN];
-    r.read_exact(&mut block)
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::UnexpectedEof => {
-                PackError::Layout("shorter than a header: the pack is truncated".into())
-            }
-            _ => PackError::Io {
-                what: "reading the header",
-                source,
-            },
-        })?;
-    let header = Header::decode(&block)?;
-    let kernel = read_payload(
-        &mut r,
-        "kernel",
-        header.kernel_offset,
-        header.kernel_len,
-        &header.kernel_hash,
-    )?;
-    let initrd = read_payload(
-        &mut r,
-        "initramfs",
-        header.initrd_offset,
-        header.initrd_len,
-        &header.initrd_hash,
-    )?;
-    Ok(Pack {
-        header,
-        kernel,
-        initrd,
-    })
-}
-
-/// Whether `data` is an ELF executable without a dynamic loader (a binary an initramfs can
-/// carry without its libraries).
-pub fn is_static_elf(data: &[u8]) -> bool {
-    use object::Object;
-    match object::File::parse(data) {
-        Ok(f) => f.section_by_name(".interp").is_none(),
-        Err(_) => false,
+    /// Checks `p`'s BLAKE3 against the header; `pieces` are its bytes, in order (a reader
+    /// that put the payload in two places hashes both without copying).
+    pub fn check<'a>(
+        &self,
+        p: Payload,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), PackError> {
+        let mut h = blake3::Hasher::new();
+        for piece in pieces {
+            h.update(piece);
+        }
+        let want = match p {
+            Payload::Kernel => &self.kernel_hash,
+            Payload::Initramfs => &self.initrd_hash,
+        };
+        if h.finalize().as_bytes() != want {
+            return Err(PackError::Checksum { what: p.name() });
+        }
+        Ok(())
     }
 }
 

@@ -108,7 +108,7 @@ fn lengths_are_capped_before_anything_is_allocated() {
     let mut h = Header::new(&k, b"i").unwrap();
     h.initrd_offset = h.kernel_offset; // overlaps the kernel
     let e = Header::decode(&h.encode()).unwrap_err();
-    assert!(matches!(e, PackError::Layout(_)), "{e}");
+    assert!(matches!(e, PackError::Layout { .. }), "{e}");
 }
 
 proptest! {
@@ -141,4 +141,30 @@ fn arm64_image_is_packed_with_the_release_of_its_banner() {
         Header::new(&no_banner, b"i"),
         Err(PackError::NotAKernel)
     ));
+}
+
+#[test]
+fn a_bzimage_names_its_release_and_uname_version() {
+    let v = "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)";
+    let mut k = vec![0u8; 0x1000];
+    k[0x202..0x206].copy_from_slice(b"HdrS");
+    k[0x20E..0x210].copy_from_slice(&0x600u16.to_le_bytes());
+    k[0x800..0x800 + v.len()].copy_from_slice(v.as_bytes());
+    assert_eq!(crate::bzimage_version(&k), Some(v));
+    assert_eq!(
+        crate::uname_of(v),
+        Some((
+            "6.1.0-56-amd64",
+            "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2026-11-16)"
+        ))
+    );
+    assert_eq!(crate::bzimage_release(&k).unwrap(), "6.1.0-56-amd64");
+    assert_eq!(
+        crate::bzimage_version(&k[..0x850]),
+        None,
+        "no end inside the head"
+    );
+    assert_eq!(crate::uname_of("6.1.0 no builder"), None);
+    k[0x202] = b'X';
+    assert_eq!(crate::bzimage_version(&k), None);
 }

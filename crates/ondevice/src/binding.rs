@@ -1,14 +1,10 @@
 //! Observing what an image is bound to ([`snapimg::Binding`]): the boot setup (recorded by
 //! `snapboot resume` in the initramfs at every boot, kept in `/run` for the capture that may
 //! follow), the kernel command line, and the block devices mounted at capture, each
-//! fingerprinted by its size and a fixed set of its blocks.
-//!
-//! The fingerprint reads the first and last 64 KiB of a device (where filesystems keep their
-//! superblocks, UUIDs and build times) and [`SAMPLES`] evenly spaced 4 KiB blocks between
-//! them: about 0.4 MiB, cheap enough for every power-on. It catches a rebuilt or replaced
-//! filesystem (a new superblock) and most content changes; an in-place edit that touches
-//! none of the sampled blocks and no superblock is not caught (docs/real-boards.md).
+//! fingerprinted by its size and a fixed set of its blocks ([`snapimg::fingerprint`]: the
+//! plan and the digest, which the restorer shares; here the blocks are read from the file).
 
+pub use snapimg::fingerprint::{sample_plan, END_BYTES, SAMPLES};
 use snapimg::{Binding, BootSetup, BoundDevice};
 use std::fs::{self, File};
 use std::io::{self, Seek, SeekFrom};
@@ -18,11 +14,6 @@ use std::time::Duration;
 
 /// Where `snapboot resume` records the boot setup for a later capture.
 pub const BOOT_SETUP_FILE: &str = "/run/snapboot/boot-setup";
-/// Bytes read at each end of a device.
-pub const END_BYTES: u64 = 64 << 10;
-/// Evenly spaced 4 KiB blocks sampled between the ends.
-pub const SAMPLES: u64 = 62;
-
 /// Why the binding could not be observed or recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum BindingError {
@@ -109,36 +100,13 @@ pub fn device_name(sys: &Path, major: u32, minor: u32) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Byte offsets of the blocks the fingerprint reads from a device of `size` bytes, with
-/// their lengths: both ends and [`SAMPLES`] blocks between.
-pub fn sample_plan(size: u64) -> Vec<(u64, u64)> {
-    if size <= 2 * END_BYTES + SAMPLES * 4096 {
-        return vec![(0, size)];
-    }
-    let mut plan = vec![(0, END_BYTES)];
-    for i in 1..=SAMPLES {
-        let at = (size / (SAMPLES + 1) * i) & !4095;
-        plan.push((at, 4096));
-    }
-    plan.push(((size - END_BYTES) & !4095, END_BYTES));
-    plan
-}
-
-/// Size and fingerprint of a device or file: BLAKE3 over the size and every block of
-/// [`sample_plan`] with its offset.
+/// Size and fingerprint of a device or file ([`snapimg::fingerprint::device_digest`]).
 pub fn fingerprint(path: &Path) -> Result<(u64, [u8; 32]), BindingError> {
     let mut f = File::open(path).map_err(read_err(path))?;
     let size = f.seek(SeekFrom::End(0)).map_err(read_err(path))?;
-    let mut h = blake3::Hasher::new();
-    h.update(&size.to_le_bytes());
-    let mut buf = Vec::new();
-    for (at, len) in sample_plan(size) {
-        buf.resize(len as usize, 0);
-        f.read_exact_at(&mut buf, at).map_err(read_err(path))?;
-        h.update(&at.to_le_bytes());
-        h.update(&buf);
-    }
-    Ok((size, *h.finalize().as_bytes()))
+    let digest = snapimg::fingerprint::device_digest(size, |at, buf| f.read_exact_at(buf, at))
+        .map_err(read_err(path))?;
+    Ok((size, digest))
 }
 
 /// The GNU build id of an ELF file (the running snapboot: `/proc/self/exe`), read without
@@ -364,19 +332,6 @@ mod tests {
             (m[1].mount.as_str(), m[1].fstype.as_str()),
             ("/mnt/my data", "ext4")
         );
-    }
-
-    #[test]
-    fn sample_plan_covers_both_ends_in_bounds() {
-        assert_eq!(sample_plan(8192), vec![(0, 8192)]);
-        let size = 100 << 20;
-        let plan = sample_plan(size);
-        assert_eq!(plan.len() as u64, SAMPLES + 2);
-        assert_eq!(plan[0], (0, END_BYTES));
-        assert_eq!(plan.last().copied(), Some((size - END_BYTES, END_BYTES)));
-        assert!(plan
-            .iter()
-            .all(|(at, len)| at % 4096 == 0 && at + len <= size));
     }
 
     #[test]

@@ -333,7 +333,7 @@ fn handed_over_status(params: &BootParams) -> BootStatus {
 /// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
 /// Returns only if that failed; the console then says why, and the boot cannot go on.
 fn hand_over(pack: &Path, cmdline: &str, why: &str) {
-    let cold = crate::handover::cold_cmdline(cmdline);
+    let cold = kernelpack::cmdline::cold_cmdline(cmdline);
     match crate::handover::load(pack, &cold, NODE_WAIT) {
         Ok(loaded) => {
             print_marker(

@@ -3,7 +3,8 @@
 //! kernel. It reads the kernel pack (the stock bzImage and its initramfs, checked; see the
 //! `kernelpack` crate) from the device named by `snapboot.coldkernel=`, loads both with
 //! `kexec_file_load` and jumps. The stock kernel boots with this boot's command line plus
-//! `snapboot.handedover`, so its own `snapboot resume` does not try the image a second time.
+//! `snapboot.handedover`, so its own `snapboot resume` does not try the image a second time
+//! (`kernelpack::cmdline::cold_cmdline`, which the restorer uses too).
 //!
 //! ```text
 //! restore kernel: /init -> snapboot resume -> refused: @fallback REASON
@@ -97,23 +98,6 @@ impl Loaded {
     }
 }
 
-/// The stock kernel's command line: this boot's, without the words that point a restore
-/// kernel at the pack or start snapboot as its first process (the stock kernel runs
-/// `/init`, which loads its modules), plus `snapboot.handedover`.
-pub fn cold_cmdline(current: &str) -> String {
-    let prefix = format!("{}=", bootparams::key::COLDKERNEL);
-    let mut words: Vec<&str> = current
-        .split_whitespace()
-        .filter(|w| {
-            !w.starts_with(&prefix)
-                && !w.starts_with("rdinit=")
-                && *w != bootparams::key::HANDEDOVER
-        })
-        .collect();
-    words.push(bootparams::key::HANDEDOVER);
-    words.join(" ")
-}
-
 fn stage(name: &str, data: &[u8], what: &'static str) -> Result<std::fs::File, HandoverError> {
     let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
         HandoverError::Stage {
@@ -151,12 +135,12 @@ pub fn load(pack: &Path, cmdline: &str, wait: Duration) -> Result<Loaded, Handov
     let t = Instant::now();
     kexec::load_file(kernel.as_fd(), initrd.as_fd(), &cmdline).map_err(|source| {
         HandoverError::Load {
-            release: p.header.release.clone(),
+            release: p.header.release.to_string(),
             source,
         }
     })?;
     Ok(Loaded {
-        release: p.header.release,
+        release: p.header.release.to_string(),
         bytes: (p.kernel.len() as u64, p.initrd.len() as u64),
         read,
         load: t.elapsed(),
@@ -172,19 +156,6 @@ pub fn jump() -> HandoverError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_stock_kernel_is_told_it_was_handed_over_and_not_where_the_pack_is() {
-        let c = cold_cmdline(
-            "console=ttyS0 rdinit=/bin/snapboot snapboot.store=/dev/vdb snapboot.coldkernel=/dev/vdc root=/dev/vda",
-        );
-        assert_eq!(
-            c,
-            "console=ttyS0 snapboot.store=/dev/vdb root=/dev/vda snapboot.handedover"
-        );
-        // Never twice, whatever the restore kernel was given.
-        assert_eq!(cold_cmdline(&c).matches("snapboot.handedover").count(), 1);
-    }
 
     #[test]
     fn a_missing_or_damaged_pack_is_named() {

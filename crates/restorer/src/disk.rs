@@ -30,6 +30,11 @@ pub enum DiskError {
         /// The device's status byte.
         status: u8,
     },
+    /// The device did not finish a request in time (it is reset and read no more).
+    Timeout {
+        /// First sector of the request.
+        sector: u64,
+    },
 }
 
 impl core::fmt::Display for DiskError {
@@ -48,6 +53,9 @@ impl core::fmt::Display for DiskError {
                     f,
                     "the disk failed the read at sector {sector} (status {status})"
                 )
+            }
+            DiskError::Timeout { sector } => {
+                write!(f, "the disk did not answer the read at sector {sector}")
             }
         }
     }

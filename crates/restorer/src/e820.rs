@@ -171,6 +171,15 @@ impl Table {
             .sum()
     }
 
+    /// The end of the usable RAM region holding byte `addr` (`addr` itself when none
+    /// does): how far memory from `addr` on may be used without a gap.
+    pub fn ram_run_end(&self, addr: u64) -> u64 {
+        self.entries()
+            .iter()
+            .find(|e| e.kind == RAM && e.addr <= addr && addr < e.addr + e.size)
+            .map_or(addr, |e| e.addr + e.size)
+    }
+
     /// The end of the highest usable RAM region.
     pub fn ram_end(&self) -> u64 {
         self.entries()
@@ -268,6 +277,13 @@ mod tests {
     }
 
     /// The checksum covers the count and the packed entries, as the kernel lays them out.
+    #[test]
+    fn a_ram_run_ends_where_its_region_ends() {
+        let t = Table::from_pvh([e(0x100000, 0x1000_0000, RAM), e(0x1010_0000, 0x1000, 2)]);
+        assert_eq!(t.ram_run_end(0x20_0000), 0x1010_0000);
+        assert_eq!(t.ram_run_end(0x1010_0000), 0x1010_0000);
+    }
+
     #[test]
     fn the_checksum_covers_count_and_packed_entries() {
         let t = Table::from_pvh([e(0, 0x2000_0000, RAM)]);

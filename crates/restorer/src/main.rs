@@ -1,17 +1,30 @@
 //! The restorer: started by the PC's firmware through the PVH entry (32-bit protected mode,
-//! paging off, `%ebx` = `hvm_start_info`) with a restore pack as its module. It checks the
-//! image as the restoring kernel would (magic, e820 checksum, RAM size, every PFN in RAM,
-//! the pack's checksum), writes every page to its PFN (pages whose PFN the restorer or the
-//! unread pack still occupies go to free "safe" pages and are copied last by a relocated
-//! loop), and jumps to the image kernel's `restore_registers` with `%r9` = its CR3. Any
-//! refusal is printed on COM1 and the machine powers off. See docs/design.md.
+//! paging off, `%ebx` = `hvm_start_info`) in place of a kernel, with the command line a
+//! stock boot would get. It finds the snapboot store on the PC's virtio disks
+//! (`snapboot.store=/dev/vdX` or `LABEL=`), chooses and checks an image as resume does
+//! (`restorer::image`: page list, description, the kernel of the kernel pack, the command
+//! line and disks it is bound to, the stream header, the e820 checksum, RAM), reads its
+//! chunks in disk order (each checked before it is unpacked) and writes every page to its
+//! PFN (pages whose PFN the restorer's own memory holds go to free "safe" pages and are
+//! copied last by a relocated loop), then jumps to the image kernel's `restore_registers`
+//! with `%r9` = its CR3. Any refusal is printed on COM1, then the stock kernel boots cold
+//! from the kernel pack ([`fallback`]); if that fails too, the machine powers off. See
+//! docs/design.md.
 #![no_std]
 #![no_main]
 
+extern crate alloc;
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
-use restorer::e820::{Entry, Table};
-use restorer::pack::{Checksum, PackHeader, PAGE, X86_RESTORE_MAGIC, ZERO_FLAG};
+use hw::port::{inb, outb, outw};
+use restorer::e820::Table;
+use restorer::image;
+
+/// Bytes of a page.
+const PAGE: u64 = 4096;
 
 // The PVH note QEMU looks for, the 32-bit entry that builds identity page tables for the
 // first 4 GiB (2 MiB pages), enables PAE, long mode, NX and SSE and calls `restorer_main`,
@@ -157,18 +170,6 @@ struct Serial;
 
 const COM1: u16 = 0x3f8;
 
-fn outb(port: u16, v: u8) {
-    // SAFETY: port I/O to the PC's COM1 and ACPI ports, which this program owns.
-    unsafe { asm!("out dx, al", in("dx") port, in("al") v, options(nomem, nostack)) }
-}
-
-fn inb(port: u16) -> u8 {
-    let v: u8;
-    // SAFETY: as in `outb`.
-    unsafe { asm!("in al, dx", in("dx") port, out("al") v, options(nomem, nostack)) }
-    v
-}
-
 impl Write for Serial {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
         for b in s.bytes() {
@@ -205,81 +206,138 @@ macro_rules! say {
     ($($t:tt)*) => {{ let _ = writeln!(Serial, $($t)*); }};
 }
 
+mod fallback;
+mod hw;
+
 /// Powers the PC off (q35: ACPI PM1a control at 0x604, sleep type 5 is 0) and halts if
 /// that did not work.
 fn power_off() -> ! {
-    // SAFETY: port I/O as in `outb`; the word write enters S5.
-    unsafe { asm!("out dx, ax", in("dx") 0x604u16, in("ax") 0x2000u16, options(nomem, nostack)) }
+    outw(0x604, 0x2000);
     loop {
         // SAFETY: halting with interrupts off stops the CPU; nothing else runs.
         unsafe { asm!("cli; hlt", options(nomem, nostack)) }
     }
 }
 
+/// The restorer's heap: a bump allocator over the RAM right after its own image, growing
+/// up to [`heap::LIMIT`]. Nothing is freed; the high-water mark is where the restorer's
+/// memory ends, and image pages bound for below it are placed last (like the restorer's
+/// own pages).
+mod heap {
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::sync::atomic::{AtomicU64, Ordering};
+
+    /// Most bytes the heap may take.
+    pub const LIMIT: u64 = 256 << 20;
+
+    /// The next free byte (0: not yet set up).
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    /// Where the heap ends.
+    static END: AtomicU64 = AtomicU64::new(0);
+
+    /// Starts the heap at `start` (page aligned), ending at `end`.
+    pub fn init(start: u64, end: u64) {
+        NEXT.store(start, Ordering::Relaxed);
+        END.store(end, Ordering::Relaxed);
+    }
+
+    /// The first byte after everything handed out so far.
+    pub fn top() -> u64 {
+        NEXT.load(Ordering::Relaxed)
+    }
+
+    struct Bump;
+
+    // SAFETY: hands out disjoint, aligned ranges of RAM that nothing else uses (above the
+    // restorer's image, below `END`, which `init` checked is RAM); one CPU, no interrupts.
+    unsafe impl GlobalAlloc for Bump {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let next = NEXT.load(Ordering::Relaxed);
+            let at = next.next_multiple_of(layout.align() as u64);
+            match at.checked_add(layout.size() as u64) {
+                Some(end) if next != 0 && end <= END.load(Ordering::Relaxed) => {
+                    NEXT.store(end, Ordering::Relaxed);
+                    at as *mut u8
+                }
+                _ => core::ptr::null_mut(),
+            }
+        }
+
+        unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {}
+    }
+
+    #[global_allocator]
+    static HEAP: Bump = Bump;
+}
+
 /// Named by the precompiled `core` (built for unwinding); never called: panics abort.
 #[no_mangle]
 extern "C" fn rust_eh_personality() {}
 
+/// Named by the precompiled `alloc`'s landing pads (built for unwinding); never called:
+/// panics abort, so nothing unwinds.
+#[no_mangle]
+extern "C" fn _Unwind_Resume() -> ! {
+    power_off()
+}
+
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     say!("snapboot-restorer: refused: bug: {info}");
+    // A bug in the restore is a refusal like any other: boot cold, once.
+    if !FALLING_BACK.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        cold_boot();
+    }
     power_off()
+}
+
+/// The PVH start info's address, for the cold boot.
+static START_INFO: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// Set once the cold boot started: a panic in it powers off.
+static FALLING_BACK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// The fallback after a refusal: the stock kernel, booted cold from the kernel pack; prints
+/// why and returns only if that failed.
+fn cold_boot() {
+    // Nothing the refused restore used is needed any more: all RAM above the restorer's
+    // image is free for the cold boot (its heap included).
+    let image_end = core::ptr::addr_of!(__image_end) as u64;
+    let si = START_INFO.load(core::sync::atomic::Ordering::Relaxed);
+    let Err(e) = fallback::cold_boot(si, image_end);
+    say!("snapboot-restorer: cold boot failed: {e}");
 }
 
 /// Reads the `u64` at physical address `a` (identity mapped).
 fn rd64(a: u64) -> u64 {
-    // SAFETY: callers pass addresses inside the start info the firmware handed over,
-    // which lies in the identity-mapped first 4 GiB; unaligned reads are allowed.
+    // SAFETY: callers pass addresses inside safe pages the restorer allocated (the last
+    // copy's lists), identity mapped; unaligned reads are allowed.
     unsafe { core::ptr::read_unaligned(a as *const u64) }
 }
 
-fn rd32(a: u64) -> u32 {
-    // SAFETY: as in `rd64`.
-    unsafe { core::ptr::read_unaligned(a as *const u32) }
-}
-
-/// Why the image is not restored.
+/// Why nothing is restored.
 enum Refusal {
-    StartInfo(&'static str),
-    Pack(restorer::pack::PackError),
-    Magic(u64),
-    E820 { image: u64, here: u32 },
+    StartInfo(fallback::ColdBootError),
     RamAbove4G(u64),
-    PhysPages { image: u64, here: u64 },
-    PackChecksum { stored: u64, computed: u64 },
-    Pfn { pfn: u64, entry: u64 },
-    DataPages { listed: u64, header: u64 },
-    NoSafePage,
+    Store(String),
+    NoImage(String),
+    Images(Vec<(String, String)>),
 }
 
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Refusal::StartInfo(what) => write!(f, "start info: {what}"),
-            Refusal::Pack(e) => write!(f, "{e}"),
-            Refusal::Magic(m) => write!(f, "arch header magic {m:#x} is not x86_64's"),
-            Refusal::E820 { image, here } => write!(
-                f,
-                "memory map: image's e820 checksum {image:#x}, this machine's {here:#x}"
-            ),
+            Refusal::StartInfo(e) => write!(f, "start info: {e}"),
             Refusal::RamAbove4G(end) => write!(f, "RAM ends at {end:#x}, above 4 GiB"),
-            Refusal::PhysPages { image, here } => write!(
-                f,
-                "memory size: the image kernel had {image} pages, this machine {here} of RAM"
-            ),
-            Refusal::PackChecksum { stored, computed } => {
-                write!(f, "pack checksum {computed:#x}, header says {stored:#x}")
+            Refusal::Store(why) => f.write_str(why),
+            Refusal::NoImage(store) => write!(f, "store {store} holds no image"),
+            Refusal::Images(all) => {
+                f.write_str("no image restores: ")?;
+                for (i, (name, why)) in all.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(f, "{sep}{name}: {why}")?;
+                }
+                Ok(())
             }
-            Refusal::Pfn { pfn, entry } => {
-                write!(
-                    f,
-                    "PFN {pfn:#x} (entry {entry}) is not RAM or not increasing"
-                )
-            }
-            Refusal::DataPages { listed, header } => {
-                write!(f, "{listed} data pages listed, header says {header}")
-            }
-            Refusal::NoSafePage => write!(f, "no free page left for the restore"),
         }
     }
 }
@@ -298,17 +356,23 @@ fn mark_in_image(pfn: u64) {
     unsafe { (*core::ptr::addr_of_mut!(IN_IMAGE))[(pfn / 64) as usize] |= 1 << (pfn % 64) }
 }
 
-/// Physical ranges `[start, end)` in use until the last copy: the restorer and the pack.
-struct Busy([(u64, u64); 2]);
+fn clear_in_image() {
+    // SAFETY: as in `in_image`.
+    unsafe { (*core::ptr::addr_of_mut!(IN_IMAGE)).fill(0) }
+}
+
+/// The physical range `[start, end)` in use until the last copy: the restorer's image,
+/// its heap and its buffers.
+struct Busy(u64, u64);
 
 impl Busy {
     fn holds(&self, pfn: u64) -> bool {
         let a = pfn * PAGE;
-        self.0.iter().any(|&(s, e)| a + PAGE > s && a < e)
+        a + PAGE > self.0 && a < self.1
     }
 }
 
-/// Hands out pages the image does not use, outside the busy ranges, above 1 MiB.
+/// Hands out pages the image does not use, outside the busy range, above 1 MiB.
 struct SafePages<'a> {
     next: u64,
     table: &'a Table,
@@ -317,7 +381,7 @@ struct SafePages<'a> {
 }
 
 impl SafePages<'_> {
-    fn take(&mut self) -> Result<u64, Refusal> {
+    fn take(&mut self) -> Result<u64, String> {
         while self.next < MAX_PAGES as u64 {
             let pfn = self.next;
             self.next += 1;
@@ -328,7 +392,7 @@ impl SafePages<'_> {
                 return Ok(a);
             }
         }
-        Err(Refusal::NoSafePage)
+        Err("no free page left for the restore".into())
     }
 }
 
@@ -342,7 +406,7 @@ fn zero_page(a: u64) {
 
 fn copy_page(from: u64, to: u64) {
     // SAFETY: both are whole identity-mapped RAM pages that do not overlap: `from` in the
-    // pack, `to` a page the image owns or a safe page.
+    // restorer's chunk buffer, `to` a page the image owns or a safe page.
     unsafe {
         asm!("rep movsq", inout("rsi") from => _, inout("rdi") to => _, inout("rcx") 512u64 => _, options(nostack))
     }
@@ -357,103 +421,187 @@ fn put(a: u64, v: u64) {
 extern "C" fn restorer_main(start_info: u32) -> ! {
     Serial::init();
     say!("snapboot-restorer: started");
+    START_INFO.store(u64::from(start_info), core::sync::atomic::Ordering::Relaxed);
     let Err(why) = restore(u64::from(start_info));
     say!("snapboot-restorer: refused: {why}");
+    FALLING_BACK.store(true, core::sync::atomic::Ordering::Relaxed);
+    cold_boot();
     power_off()
 }
 
+/// The value of the last `key=value` word of `cmdline`.
+fn word<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
+    kernelpack::cmdline::value_of(cmdline, key)
+}
+
+/// The disk `/dev/vdX` names (the PC names its virtio disks in PCI order), or the one whose
+/// store carries `LABEL=`; anything else needs a kernel.
+fn store_disk(disks: &mut hw::virtio::Disks, address: &str) -> Result<usize, String> {
+    if let Some(label) = address.strip_prefix("LABEL=") {
+        let mut found = None;
+        for i in 0..disks.len() {
+            let Some(d) = disks.get_mut(i) else { continue };
+            if let Ok(s) = image::Store::open(d) {
+                if s.sb.label.as_str() == label {
+                    if found.is_some() {
+                        return Err(alloc::format!("two disks hold a store labelled {label}"));
+                    }
+                    found = Some(i);
+                }
+            }
+        }
+        return found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"));
+    }
+    let name = address;
+    match restorer::virtio::vd_index(name) {
+        Some(i) if i < disks.len() => Ok(i),
+        Some(_) => Err(alloc::format!(
+            "{address}: the PC has {} virtio disks",
+            disks.len()
+        )),
+        None => Err(alloc::format!(
+            "the restorer finds a store by /dev/vdX or LABEL=, not {address}"
+        )),
+    }
+}
+
 fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
-    if rd32(si) != 0x336e_c578 {
-        return Err(Refusal::StartInfo("bad magic"));
-    }
-    if rd32(si + 4) < 1 {
-        return Err(Refusal::StartInfo("version 0 has no memory map"));
-    }
-    if rd32(si + 12) < 1 {
-        return Err(Refusal::StartInfo("no module (the restore pack)"));
-    }
-    let modlist = rd64(si + 16);
-    let (pack_at, pack_len) = (rd64(modlist), rd64(modlist + 8));
-    let (memmap, n) = (rd64(si + 40), u64::from(rd32(si + 48)));
-    let table = Table::from_pvh((0..n).map(|i| Entry {
-        addr: rd64(memmap + 24 * i),
-        size: rd64(memmap + 24 * i + 8),
-        kind: rd32(memmap + 24 * i + 16),
-    }));
-    // SAFETY: QEMU loaded the module there, in RAM below 4 GiB, and nothing writes it
-    // before the last data page is read (pages bound for it are deferred).
-    let pack = unsafe { core::slice::from_raw_parts(pack_at as *const u8, pack_len as usize) };
-    let h = PackHeader::decode(pack).map_err(Refusal::Pack)?;
-    if h.restore_magic != X86_RESTORE_MAGIC {
-        return Err(Refusal::Magic(h.restore_magic));
-    }
-    let here = table.checksum();
-    if h.e820_checksum != u64::from(here) {
-        return Err(Refusal::E820 {
-            image: h.e820_checksum,
-            here,
-        });
-    }
+    let handed = fallback::read_start_info(si).map_err(Refusal::StartInfo)?;
+    let cmdline = handed.cmdline();
+    let table = &Table::from_pvh(handed.map[..handed.entries].iter().copied());
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
         return Err(Refusal::RamAbove4G(table.ram_end()));
-    }
-    if h.num_physpages > table.ram_pages() {
-        return Err(Refusal::PhysPages {
-            image: h.num_physpages,
-            here: table.ram_pages(),
-        });
-    }
-    let mut sum = Checksum::default();
-    sum.update(&pack[PAGE as usize..]);
-    if sum.value() != h.checksum {
-        return Err(Refusal::PackChecksum {
-            stored: h.checksum,
-            computed: sum.value(),
-        });
-    }
-    let list = &pack[PAGE as usize..PAGE as usize + 8 * h.entries as usize];
-    let pfns = || {
-        list.chunks_exact(8).map(|c| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            u64::from_le_bytes(w)
-        })
-    };
-    let (mut prev, mut data) = (None, 0u64);
-    for (entry, raw) in pfns().enumerate() {
-        let pfn = raw & !ZERO_FLAG;
-        if !table.is_ram_page(pfn) || prev.is_some_and(|p| pfn <= p) {
-            return Err(Refusal::Pfn {
-                pfn,
-                entry: entry as u64,
-            });
-        }
-        prev = Some(pfn);
-        data += u64::from(raw & ZERO_FLAG == 0);
-        mark_in_image(pfn);
-    }
-    if data != h.data_pages {
-        return Err(Refusal::DataPages {
-            listed: data,
-            header: h.data_pages,
-        });
     }
     // Linker-script symbols; only their addresses are used.
     let (img_start, img_end) = (
         core::ptr::addr_of!(__image_start) as u64,
         core::ptr::addr_of!(__image_end) as u64,
     );
-    let busy = Busy([(img_start, img_end), (pack_at, pack_at + pack_len)]);
+    heap::init(
+        img_end,
+        table.ram_run_end(img_end).min(img_end + heap::LIMIT),
+    );
+    let mut disks = hw::virtio::disks().map_err(|e| Refusal::Store(e.to_string()))?;
+    let address = word(cmdline, "snapboot.store")
+        .ok_or_else(|| Refusal::Store("no snapboot.store= on the command line".into()))?;
+    let at = store_disk(&mut disks, address).map_err(Refusal::Store)?;
+    let store = image::Store::open(disks.get_mut(at).expect("store_disk checked it"))
+        .map_err(|e| Refusal::Store(alloc::format!("store {address}: {e}")))?;
+    let kernel = fallback::stock_kernel(&mut disks, cmdline)
+        .map_err(|e| Refusal::Store(alloc::format!("the kernel this PC boots: {e}")))?;
+    let run = image::Running {
+        release: &kernel.release,
+        version: &kernel.version,
+        cmdline,
+        e820_checksum: table.checksum(),
+        ram_pages: table.ram_pages(),
+    };
+    let names: Vec<&str> = word(cmdline, "snapboot.image")
+        .map(|v| v.split(',').collect())
+        .unwrap_or_default();
+    let candidates = store.candidates(&names);
+    if candidates.is_empty() {
+        return Err(Refusal::NoImage(address.into()));
+    }
+    // Buffers for the chunks, taken before the busy range is fixed.
+    let mut window_buf = alloc::vec![0u8; WINDOW];
+    let most = store
+        .catalog
+        .chunks
+        .iter()
+        .map(|c| c.raw_len())
+        .max()
+        .unwrap_or(0);
+    let mut scratch = alloc::vec![0u8; most];
+    let mut refused = Vec::new();
+    for rec in candidates {
+        let chosen = image::check(&mut disks, at, &store, rec, &run);
+        let chosen = match chosen {
+            Ok(c) => c,
+            Err(why) => {
+                say!("snapboot-restorer: image-refused {}: {why}", rec.name);
+                refused.push((rec.name.clone(), why.to_string()));
+                continue;
+            }
+        };
+        let busy = Busy(img_start, heap::top().next_multiple_of(PAGE));
+        let why = place(
+            &chosen,
+            &store,
+            &mut disks,
+            at,
+            table,
+            &busy,
+            &mut window_buf,
+            &mut scratch,
+        );
+        say!("snapboot-restorer: image-refused {}: {why}", rec.name);
+        refused.push((rec.name.clone(), why));
+    }
+    Err(Refusal::Images(refused))
+}
+
+/// Bytes the store is read in at a time.
+const WINDOW: usize = 4 << 20;
+
+/// Puts every page of `chosen` at its place and enters the image kernel; returns only
+/// why it could not (a chunk that fails its checksum, a PFN that is not RAM, no safe page
+/// left), having written only pages nothing else uses.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    chosen: &image::Chosen,
+    store: &image::Store,
+    disks: &mut hw::virtio::Disks,
+    at: usize,
+    table: &Table,
+    busy: &Busy,
+    window_buf: &mut [u8],
+    scratch: &mut [u8],
+) -> String {
+    match try_place(chosen, store, disks, at, table, busy, window_buf, scratch) {
+        Ok(never) => match never {},
+        Err(why) => why,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn try_place(
+    chosen: &image::Chosen,
+    store: &image::Store,
+    disks: &mut hw::virtio::Disks,
+    at: usize,
+    table: &Table,
+    busy: &Busy,
+    window_buf: &mut [u8],
+    scratch: &mut [u8],
+) -> Result<core::convert::Infallible, String> {
+    clear_in_image();
+    let plan = &chosen.plan;
+    let pfns = plan
+        .targets
+        .iter()
+        .map(|t| t.pfn)
+        .chain(plan.zeros.iter().copied());
+    for pfn in pfns {
+        if !table.is_ram_page(pfn) || in_image(pfn) {
+            return Err(alloc::format!(
+                "PFN {pfn:#x} is not RAM of this machine, or listed twice"
+            ));
+        }
+        mark_in_image(pfn);
+    }
     let mut safe = SafePages {
         next: 0x100,
-        table: &table,
-        busy: &busy,
+        table,
+        busy,
         used: 0,
     };
     say!(
-        "snapboot-restorer: image checked: {} pages ({} data), e820 {here:#x}; restoring",
-        h.entries,
-        h.data_pages
+        "snapboot-restorer: image checked: {}, {} pages ({} to copy, {} zero); restoring",
+        chosen.name,
+        chosen.stream_pages,
+        plan.targets.len(),
+        plan.zeros.len()
     );
 
     // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)
@@ -468,7 +616,7 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
             put(pd + 8 * i, ((g << 30) | (i << 21)) | 0x83);
         }
     }
-    let ja = h.jump_address;
+    let ja = chosen.jump_address;
     let (l4, l3, l2) = ((ja >> 39) & 511, (ja >> 30) & 511, (ja >> 21) & 511);
     let hi_pdpt = if l4 == 0 { pdpt } else { safe.take()? };
     if l4 != 0 {
@@ -476,7 +624,10 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
     }
     let hi_pd = safe.take()?;
     put(hi_pdpt + 8 * l3, hi_pd | 3);
-    put(hi_pd + 8 * l2, (h.jump_address_phys & !0x1f_ffff) | 0x83);
+    put(
+        hi_pd + 8 * l2,
+        (chosen.jump_address_phys & !0x1f_ffff) | 0x83,
+    );
 
     // The last copy loop, relocated to a safe page.
     let code = safe.take()?;
@@ -490,45 +641,49 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
         core::ptr::copy_nonoverlapping(lc as *const u8, code as *mut u8, (lc_end - lc) as usize)
     };
 
-    // Every page to its place; the ones landing on the restorer or the pack go to safe
-    // pages, listed for the last copy.
-    let (mut head, mut cur, mut deferred) = (0u64, 0u64, 0u64);
-    let mut src = pack_at + h.data_offset();
-    for raw in pfns() {
-        let dst = (raw & !ZERO_FLAG) * PAGE;
-        let zero = raw & ZERO_FLAG != 0;
-        if busy.holds(dst / PAGE) {
+    // Every page to its place; the ones landing on the restorer's memory go to safe pages,
+    // listed for the last copy.
+    let mut last = LastCopy::default();
+    for &pfn in &plan.zeros {
+        if busy.holds(pfn) {
             let page = safe.take()?;
-            if !zero {
-                copy_page(src, page);
-            }
-            if cur == 0 || rd64(cur) == 255 {
-                let next = safe.take()?;
-                if cur == 0 {
-                    head = next;
-                } else {
-                    put(cur + 8, next);
-                }
-                cur = next;
-            }
-            let k = rd64(cur);
-            put(cur + 16 + 16 * k, page);
-            put(cur + 24 + 16 * k, dst);
-            put(cur, k + 1);
-            deferred += 1;
-        } else if zero {
-            zero_page(dst);
+            last.push(&mut safe, page, pfn * PAGE)?;
         } else {
-            copy_page(src, dst);
+            zero_page(pfn * PAGE);
         }
-        if !zero {
-            src += PAGE;
+    }
+    let mut window = restorer::window::Window::new(window_buf);
+    let disk = disks.get_mut(at).ok_or("the store's disk is gone")?;
+    for group in plan.by_chunk() {
+        let c = store
+            .catalog
+            .chunk(group[0].chunk)
+            .ok_or_else(|| alloc::format!("chunk {} left the catalog", group[0].chunk))?;
+        let stored = window
+            .get(disk, store.chunk_at(c).map_err(|e| e.to_string())?, c.stored_len as usize)
+            .map_err(|e| alloc::format!("reading chunk {}: {e}", c.id))?;
+        storelayout::open_chunk(store.catalog.check, c, stored, scratch)
+            .map_err(|e| alloc::format!("store is damaged: {e}"))?;
+        for t in group {
+            let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
+            let dst = t.pfn * PAGE;
+            if busy.holds(t.pfn) {
+                let page = safe.take()?;
+                copy_page(src, page);
+                last.push(&mut safe, page, dst)?;
+            } else {
+                copy_page(src, dst);
+            }
         }
     }
     say!(
-        "snapboot-restorer: {deferred} pages deferred, {} safe pages; entering the image at {ja:#x}",
+        "snapboot-restorer: {} MiB read in {} requests; {} pages deferred, {} safe pages; entering the image at {ja:#x}",
+        window.bytes >> 20,
+        window.reads,
+        last.count,
         safe.used
     );
+    disks.reset_all();
     // SAFETY: the temporary tables map this code, its stack and the loop identity; the
     // loop then overwrites this program's pages and enters the image kernel with its CR3,
     // never returning. Interrupts are off since the PVH entry.
@@ -538,11 +693,40 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
             "jmp {c}",
             t = in(reg) pml4,
             c = in(reg) code,
-            in("rdi") head,
-            in("rsi") h.cr3,
+            in("rdi") last.head,
+            in("rsi") chosen.cr3,
             in("rdx") ja,
             options(noreturn)
         )
+    }
+}
+
+/// The pages the last copy moves, listed in safe pages: each list page holds its count,
+/// the next list page, then up to 255 (source, destination) pairs.
+#[derive(Default)]
+struct LastCopy {
+    head: u64,
+    cur: u64,
+    count: u64,
+}
+
+impl LastCopy {
+    fn push(&mut self, safe: &mut SafePages, from: u64, to: u64) -> Result<(), String> {
+        if self.cur == 0 || rd64(self.cur) == 255 {
+            let next = safe.take()?;
+            if self.cur == 0 {
+                self.head = next;
+            } else {
+                put(self.cur + 8, next);
+            }
+            self.cur = next;
+        }
+        let k = rd64(self.cur);
+        put(self.cur + 16 + 16 * k, from);
+        put(self.cur + 24 + 16 * k, to);
+        put(self.cur, k + 1);
+        self.count += 1;
+        Ok(())
     }
 }
 

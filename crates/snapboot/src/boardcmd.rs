@@ -34,21 +34,6 @@ pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `snapboot board restore-pack`.
-pub fn restore_pack(store: &std::path::Path, out: &std::path::Path) -> Result<ExitCode> {
-    let s = board::restore_pack::write_pack(store, out)?;
-    println!(
-        "restore pack {}: {} pages ({} with data), {:.1} MiB, enters {:#x} (phys {:#x})",
-        out.display(),
-        s.header.entries,
-        s.header.data_pages,
-        mib(s.bytes),
-        s.header.jump_address,
-        s.header.jump_address_phys
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 /// `snapboot board restore-kernel`.
 pub fn restore_kernel(arch: board::Arch, jobs: Option<usize>) -> Result<ExitCode> {
     let stock = home::fetched_kernel(arch)?;

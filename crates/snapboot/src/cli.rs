@@ -73,16 +73,6 @@ enum BoardCmd {
     Run(crate::boardcmd::RunArgs),
     /// Cold-boot with capture requested: the image is taken at ready, then the board powers off.
     Capture(crate::boardcmd::BoardCaptureArgs),
-    /// Write the store's newest (x86_64) image as a restore pack for the restorer that runs
-    /// before any kernel (`board run --restorer`; docs/design.md).
-    RestorePack {
-        /// The store.
-        #[arg(long)]
-        store: std::path::PathBuf,
-        /// The pack to write.
-        #[arg(long)]
-        out: std::path::PathBuf,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,9 +106,6 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             crate::boardcmd::restore_kernel(arch, jobs)
         }
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
-        Cmd::Board(BoardCmd::RestorePack { store, out }) => {
-            crate::boardcmd::restore_pack(&store, &out)
-        }
         Cmd::Board(BoardCmd::Deb { arch, out }) => {
             let deb = board::debpkg::build(&board::home::device_binary(arch)?, arch, &out)?;
             println!("{}", deb.display());

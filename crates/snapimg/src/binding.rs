@@ -25,8 +25,12 @@
 //! +------+---------------------------------------------------------------+
 //! ```
 
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
 use serde::Serialize;
-use std::fmt;
 
 /// Encoding version of the binding record.
 pub const BINDING_VERSION: u8 = 1;

@@ -10,6 +10,7 @@
 use crate::binding::{Binding, BindingError};
 use crate::identity::Identity;
 use crate::swap::{BadSwapRegion, SwapRegion};
+use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -86,7 +87,7 @@ impl Description {
     /// Its bytes.
     pub fn encode(&self) -> Vec<u8> {
         // Every field is a plain value postcard encodes into a growing vector.
-        postcard::to_stdvec(self).unwrap_or_default()
+        postcard::to_allocvec(self).unwrap_or_default()
     }
 
     /// Back from [`Description::encode`]: the version checked first, then the swap region.

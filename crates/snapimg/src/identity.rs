@@ -3,6 +3,9 @@
 //! field that differs.
 
 use crate::memory_map::{MemoryMap, MemoryMapMismatch};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 

@@ -6,13 +6,22 @@
 //! * [`description`]: what is kept with an image besides its pages: the kernel and machine
 //!   ([`Identity`], with its [`MemoryMap`]), what it is bound to ([`Binding`]), the stream's size and a lazy
 //!   image's [`SwapRegion`]. Resume checks all of it before the first page.
+//! * [`fingerprint`]: how a block device an image is bound to is fingerprinted.
 //! * [`verity`] builds and checks the dm-verity tree of a lazy image's swap region.
 //!
 //! The pages themselves go into the store (crate `flashstore`): chunking, compression,
 //! checksums and dedupe live there, once. docs/image-format.md specifies both.
+//!
+//! `no_std` with `alloc`, so the freestanding restorer reads an image's description, its
+//! binding and its stream header with this same code; feature `std` (on by default) only
+//! turns on the standard library's side of the dependencies.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
 
 pub mod binding;
 pub mod description;
+pub mod fingerprint;
 pub mod identity;
 pub mod kstream;
 pub mod memory_map;

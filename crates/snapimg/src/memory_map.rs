@@ -14,8 +14,10 @@
 //!
 //! Both lists are kept sorted, so equal layouts compare equal whatever order they were read in.
 
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use thiserror::Error;
 
 /// A range of physical addresses: `size` bytes from `base`.

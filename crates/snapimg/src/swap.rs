@@ -3,6 +3,8 @@
 
 use crate::kstream::PAGE_SIZE;
 use crate::verity::SwapVerity;
+use alloc::format;
+use alloc::string::String;
 use serde::{Deserialize, Serialize};
 
 /// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).

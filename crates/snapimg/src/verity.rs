@@ -17,6 +17,10 @@
 //!   (level -1 = the data); each block is zero padded; root = H(salt || top block)
 //! ```
 
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
 use sha2::{Digest, Sha256};
 
 /// Bytes of a data or hash block.

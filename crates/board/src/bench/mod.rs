@@ -203,7 +203,7 @@ pub fn compare(
         }
     }
     if let Some(r) = &restorer {
-        methods.push((snap.runs(RESTORER_METHOD), Boot::Restorer(&r.opts)));
+        methods.push((snap.runs(RESTORER_METHOD), Boot::Restorer(r)));
     }
     // The encrypted images, full and lazy: captured from the keyed bundle with
     // `snapboot.encrypt=`, which every boot of them carries; restored by the restore kernel.

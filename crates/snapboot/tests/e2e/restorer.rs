@@ -1,8 +1,9 @@
 //! End-to-end tests of the restorer (crates/restorer): started by the PC's firmware in place
 //! of a kernel, it restores the stock kernel's `shell` image from a restore pack
-//! (`board restore-pack`) with no kernel booted first, or refuses with its reason and powers
-//! off. `restorer_bench_shell` (ignored: about 10 minutes) measures it against a cold boot and
-//! the stock kernel's restore of the same image.
+//! (`board restore-pack`) with no kernel booted first, or refuses with its reason and boots
+//! the stock kernel cold from the kernel pack. `restorer_bench_shell` (ignored: about 10
+//! minutes) measures it against a cold boot and the stock kernel's restore of the same
+//! image.
 
 use crate::common::{bundle, run, snapboot, store_options};
 use crate::snapshot::{captured, copy_store};
@@ -75,24 +76,73 @@ fn restorer_restores_shell_repeatedly() {
     }
 }
 
-/// Boots the restorer and expects it to refuse with `reason` and power off.
-fn expect_refusal(b: &board::Bundle, o: &board::RunOptions, reason: &str) {
+/// Waits for a console line matching `pattern`; returns it and its time.
+fn expect_line(s: &mut board::qemu::Session, pattern: &str, what: &str) -> (String, f64) {
+    let re = Regex::new(pattern).unwrap();
+    s.wait_for(&re, what, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// Boots the restorer and expects it to refuse with `reason`, then to boot the stock kernel
+/// cold from the kernel pack: the refusal and the `cold boot:` line come before the stock
+/// kernel's first line, which stands down from the image (`snapboot.handedover`) and
+/// reaches ready, and the shell answers its probe.
+fn expect_refusal_then_cold_boot(b: &board::Bundle, o: &board::RunOptions, reason: &str) {
     let mut s = board::qemu::Session::start(b, o).unwrap();
-    let re = Regex::new(&format!("snapboot-restorer: refused: {reason}")).unwrap();
-    s.wait_for(&re, reason, Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("{reason}: {e}"));
-    s.wait_exit(Duration::from_secs(30)).unwrap();
+    let refusal = format!("snapboot-restorer: refused: {reason}");
+    // Each wait sees only lines after the previous match: the order is checked too.
+    let steps = [
+        (refusal.as_str(), "the refusal"),
+        (
+            r"snapboot-restorer: cold boot: 6\.1\.\S+-amd64 from /dev/vd[a-z] \(kernel \d+\.\d MiB, initramfs \d+\.\d MiB\)",
+            "the cold boot line",
+        ),
+        (r"Linux version 6\.1\.", "the stock kernel's banner"),
+        (
+            r"snapboot: @handed-over",
+            "the stock kernel's resume standing down",
+        ),
+        (r"snapboot: @ready", "the cold boot reaching ready"),
+    ];
+    let mut times = Vec::new();
+    let mut lines = Vec::new();
+    for (pattern, what) in steps {
+        let (line, t) = expect_line(&mut s, pattern, what);
+        times.push((what, t));
+        lines.push(line);
+    }
+    let probe = &b.workload.probe;
+    let (_, answered) = s
+        .probe(
+            &probe.send,
+            &Regex::new(&probe.expect).unwrap(),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("the probe after the cold boot: {e}"));
+    times.push(("the probe's answer", answered));
+    // The disk the restorer read the pack from (found by its PCI walk) is the one Linux
+    // gives that name.
+    let from = Regex::new(r"cold boot: .* from (/dev/vd[a-z])").unwrap();
+    let disk = lines.iter().find_map(|l| from.captures(l)).unwrap()[1].to_string();
+    s.send(&format!("busybox head -c 7 {disk}; echo")).unwrap();
+    expect_line(
+        &mut s,
+        "^SBKPACK$",
+        "the kernel pack's magic on the same disk",
+    );
+    eprintln!("restorer refusal then cold boot, seconds from power-on: {times:?}");
+    s.finish(boottrace::Outcome::Answered);
 }
 
 /// A damaged pack and another RAM size are refused before any page is written, each with
-/// its reason on the console.
+/// its reason on the console, and the stock kernel then boots cold from the kernel pack.
 #[test]
 fn restorer_refuses_a_corrupt_pack_and_another_ram_size() {
     let (store, pack) = shell_pack("test-restorer-refuse");
     let b = board::Bundle::load(&bundle("shell")).unwrap();
     let mut o = restorer_options(&b, &store, &pack);
     o.mem_mib += 64;
-    expect_refusal(
+    expect_refusal_then_cold_boot(
         &b,
         &o,
         r"memory map: image's e820 checksum 0x[0-9a-f]+, this machine's",
@@ -103,7 +153,7 @@ fn restorer_refuses_a_corrupt_pack_and_another_ram_size() {
     let damaged = pack.with_extension("damaged.pack");
     std::fs::write(&damaged, &bytes).unwrap();
     let o = restorer_options(&b, &store, &damaged);
-    expect_refusal(&b, &o, r"pack checksum 0x[0-9a-f]+, header says");
+    expect_refusal_then_cold_boot(&b, &o, r"pack checksum 0x[0-9a-f]+, header says");
 }
 
 fn stats(v: &[f64]) -> String {

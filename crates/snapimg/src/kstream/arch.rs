@@ -23,6 +23,7 @@
 
 use super::page::{le_u64, offsets, Page};
 use crate::identity::Incompat;
+use alloc::string::String;
 use serde::Serialize;
 
 /// `RESTORE_MAGIC` of `arch/x86/power/hibernate.c` for `CONFIG_X86_64`.

@@ -5,8 +5,10 @@
 
 use super::arch::{ArchRecord, X86_64_RESTORE_MAGIC};
 use super::page::{le_u64, offsets, Page, PAGE_SIZE};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
 use serde::Serialize;
-use std::fmt;
 use thiserror::Error;
 
 /// PFN entries per meta page (`PAGE_SIZE / sizeof(unsigned long)`).
@@ -349,7 +351,7 @@ pub trait PageProducer {
 /// A [`PageProducer`] over a stream held in memory (trailing partial page ignored).
 #[derive(Debug, Clone)]
 pub struct SliceStream<'a> {
-    pages: std::slice::ChunksExact<'a, u8>,
+    pages: core::slice::ChunksExact<'a, u8>,
 }
 
 impl<'a> SliceStream<'a> {
@@ -362,7 +364,7 @@ impl<'a> SliceStream<'a> {
 }
 
 impl PageProducer for SliceStream<'_> {
-    type Error = std::convert::Infallible;
+    type Error = core::convert::Infallible;
     fn next_page(&mut self, buf: &mut Page) -> Result<bool, Self::Error> {
         match self.pages.next() {
             Some(p) => {

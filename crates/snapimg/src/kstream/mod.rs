@@ -32,7 +32,7 @@ mod synthetic;
 pub use arch::{ArchRecord, ARM64_UTS_VERSION_LEN, MPIDR_HWID_MASK, X86_64_RESTORE_MAGIC};
 pub use header::*;
 pub use page::{offsets, Page, PAGE_SIZE};
-pub use parser::{Phase, StreamParser};
+pub use parser::{index_entries, Phase, StreamParser};
 pub use synthetic::{synthetic_stream, SyntheticStream};
 
 #[cfg(test)]

@@ -8,6 +8,16 @@ use super::header::{
 };
 use super::page::{le_u64, Page};
 
+/// The entries of one page of the PFN index, up to its end marker: each PFN, and whether
+/// it is listed as all zero without a data page ([`PFN_ZERO_FLAG`]). What a restorer
+/// places pages by; [`StreamParser`] checks the same entries.
+pub fn index_entries(page: &Page) -> impl Iterator<Item = (u64, bool)> + '_ {
+    page.chunks_exact(8)
+        .map(|c| le_u64(c, 0))
+        .take_while(|&raw| raw != PFN_END_OF_MAP)
+        .map(|raw| (raw & !PFN_ZERO_FLAG, raw & PFN_ZERO_FLAG != 0))
+}
+
 /// Where a stream parser or producer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Phase {
@@ -66,14 +76,11 @@ impl StreamParser {
     }
 
     fn scan_meta(&mut self, page: &Page) -> Result<(), StreamError> {
-        for raw in page.chunks_exact(8).map(|c| le_u64(c, 0)) {
-            if raw == PFN_END_OF_MAP {
-                break;
-            }
+        for (pfn, zero) in index_entries(page) {
             let entry = self.entries;
             self.entries += 1;
-            let pfn = raw & !PFN_ZERO_FLAG;
             if pfn >= PFN_LIMIT {
+                let raw = if zero { pfn | PFN_ZERO_FLAG } else { pfn };
                 return Err(StreamError::PfnOutOfRange { pfn: raw, entry });
             }
             if let Some(previous) = self.prev_pfn.filter(|&p| pfn <= p) {
@@ -84,7 +91,7 @@ impl StreamParser {
                 });
             }
             self.prev_pfn = Some(pfn);
-            if raw & PFN_ZERO_FLAG != 0 {
+            if zero {
                 self.zero_listed += 1;
             } else {
                 self.data_listed += 1;

@@ -11,6 +11,8 @@ use super::header::{
     PageCount, PageKind, PageProducer, Pfn, StreamHeader, PFNS_PER_PAGE, PFN_END_OF_MAP,
 };
 use super::page::{Page, PAGE_SIZE};
+use alloc::vec;
+use alloc::vec::Vec;
 
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -124,7 +126,7 @@ impl SyntheticStream {
 }
 
 impl PageProducer for SyntheticStream {
-    type Error = std::convert::Infallible;
+    type Error = core::convert::Infallible;
     fn next_page(&mut self, buf: &mut Page) -> Result<bool, Self::Error> {
         let more = self.page(self.cur, buf);
         if more {

@@ -1,10 +1,10 @@
-//! On-medium structures: geometry, the two superblocks, the catalog, an image's page list and
-//! the dedupe table. Everything but the superblocks is written once into idle clusters and
-//! never overwritten while committed; see docs/store.md for the picture.
+//! Geometry, the store's label and its two superblocks (blocks 0 and 1 of cluster 0, the
+//! only structures rewritten in place), and which of them holds the committed state.
 
-use crate::error::{Damage, StoreError, SuperblockError};
-use crate::keyid::KeyId;
-use serde::{Deserialize, Serialize};
+use crate::catalog::{ChunkRec, Extent};
+use crate::damage::Damage;
+use alloc::string::String;
+use alloc::vec::Vec;
 
 /// Bytes per block; every structure starts on a block.
 pub const BLOCK: u64 = 4096;
@@ -33,7 +33,7 @@ const SB_HASHED_V1: usize = 0x50;
 /// (0x50..0x70, zero-padded) and 16 reserved zero bytes.
 const SB_HASHED: usize = 0x80;
 /// Where the label is in a version-2 superblock.
-const SB_LABEL: std::ops::Range<usize> = 0x50..0x70;
+const SB_LABEL: core::ops::Range<usize> = 0x50..0x70;
 
 /// Most bytes of a store label.
 pub const LABEL_BYTES: usize = SB_LABEL.end - SB_LABEL.start;
@@ -49,10 +49,10 @@ pub struct Label {
 
 impl Label {
     /// A label, if `s` can be one.
-    pub fn new(s: &str) -> Result<Self, StoreError> {
+    pub fn new(s: &str) -> Result<Self, BadLabel> {
         let ok = s.len() <= LABEL_BYTES && !s.chars().any(|c| c.is_whitespace() || c.is_control());
         if !ok {
-            return Err(StoreError::BadLabel(s.into()));
+            return Err(BadLabel(s.into()));
         }
         let mut bytes = [0u8; LABEL_BYTES];
         bytes[..s.len()].copy_from_slice(s.as_bytes());
@@ -64,13 +64,13 @@ impl Label {
 
     /// The label's text (empty: none).
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }
 
     /// Reads the zero-padded label field of a superblock.
     fn decode(field: &[u8]) -> Result<Self, SuperblockError> {
         let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-        let text = std::str::from_utf8(&field[..end]).map_err(|_| SuperblockError::Label)?;
+        let text = core::str::from_utf8(&field[..end]).map_err(|_| SuperblockError::Label)?;
         if field[end..].iter().any(|&b| b != 0) {
             return Err(SuperblockError::Label);
         }
@@ -95,7 +95,7 @@ pub struct Superblock {
     /// The store's label (empty in a version-1 superblock).
     pub label: Label,
     /// The format version it was read as ([`VERSION`] for one this build made): it says
-    /// how the catalog it names is encoded (before 3: `crate::legacy`).
+    /// how the catalog it names is encoded (before 3: [`crate::versions`]).
     pub version: u32,
 }
 
@@ -107,7 +107,7 @@ impl Superblock {
 
     /// The superblock's block ([`VERSION`]): fields, then the BLAKE3 of everything before it.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; BLOCK as usize];
+        let mut b = alloc::vec![0u8; BLOCK as usize];
         b[0..8].copy_from_slice(MAGIC);
         b[8..12].copy_from_slice(&VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&self.cluster_blocks.to_le_bytes());
@@ -124,8 +124,8 @@ impl Superblock {
 
     /// The block as an older snapboot wrote it: version 1 (no label, its checksum at 0x50)
     /// or 2 (this layout, naming a catalog of format 2), for tests that read old stores.
-    #[cfg(test)]
-    pub(crate) fn encode_old(&self, version: u32) -> Vec<u8> {
+    #[cfg(any(test, feature = "old-writers"))]
+    pub fn encode_old(&self, version: u32) -> Vec<u8> {
         let mut b = self.encode();
         b[8..12].copy_from_slice(&version.to_le_bytes());
         let hashed = if version == 1 {
@@ -196,217 +196,120 @@ impl Superblock {
     }
 }
 
-/// A device key wrapped by something only the device can undo (a TPM-sealed blob), kept in
-/// the catalog so the store carries its own key, unreadable elsewhere. Opaque to the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeySlot {
-    /// The key it wraps.
-    pub id: KeyId,
-    /// How it is wrapped (`tpm2`, ...): the caller's vocabulary.
-    pub kind: String,
-    /// The wrapped key.
-    pub wrapped: Vec<u8>,
+/// Why a superblock block is not a valid superblock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    /// Fewer bytes than a superblock.
+    #[error("short block of {len} bytes")]
+    Short { len: usize },
+    /// Not the store's magic.
+    #[error("no store magic")]
+    NoMagic,
+    /// The header of an older snapboot's two-slot store.
+    #[error("a two-slot store of an older snapboot")]
+    Legacy,
+    /// Another format version.
+    #[error("store format version {found} (this build reads {oldest} to {newest})")]
+    Version {
+        found: u32,
+        oldest: u32,
+        newest: u32,
+    },
+    /// The label field is not a label (checked after the checksum: written so by a bug).
+    #[error("the label field holds no valid label")]
+    Label,
+    /// The superblock's checksum does not match.
+    #[error("superblock checksum mismatch")]
+    Checksum,
+    /// A geometry no store can have.
+    #[error("impossible geometry: {cluster_blocks} blocks per cluster, {clusters} clusters")]
+    Geometry { cluster_blocks: u32, clusters: u64 },
 }
 
-/// Contiguous clusters from `cluster`, holding `len` bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Extent {
-    /// First cluster.
-    pub cluster: u64,
-    /// Bytes stored from the start of that cluster.
-    pub len: u64,
+/// A text that cannot be a store label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad store label {0:?}: at most 32 bytes of UTF-8, no spaces or control characters")]
+pub struct BadLabel(pub String);
+
+/// Why a medium holds no store that can be read: neither superblock is valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoStore {
+    /// Neither superblock block carries the store's magic: nothing here was made by
+    /// `snapboot store init`.
+    #[error("no snapboot store here (neither superblock has the store's magic); `snapboot store init` makes one, losing what the device holds")]
+    NotAStore,
+    /// The two-slot store of an older snapboot.
+    #[error("a two-slot store of an older snapboot, which this one no longer reads: make a new store with `snapboot store init` and capture again")]
+    Legacy,
+    /// Both superblocks are damaged.
+    #[error("no valid superblock (first: {first}; second: {second})")]
+    Damaged {
+        /// Why block 0 is not a superblock.
+        first: SuperblockError,
+        /// Why block 1 is not a superblock.
+        second: SuperblockError,
+    },
 }
 
-impl Extent {
-    /// Clusters it spans.
-    pub fn clusters(&self, cluster_bytes: u64) -> std::ops::Range<u64> {
-        self.cluster..self.cluster + self.len.div_ceil(cluster_bytes).max(1)
+/// The committed superblock of a store whose blocks 0 and 1 are `first` and `second`: the
+/// valid one with the highest generation (the first on a tie), or why there is none.
+pub fn committed_superblock(first: &[u8], second: &[u8]) -> Result<Superblock, NoStore> {
+    match (Superblock::decode(first), Superblock::decode(second)) {
+        (Ok(a), Ok(b)) if b.generation > a.generation => Ok(b),
+        (Ok(a), _) => Ok(a),
+        (Err(_), Ok(b)) => Ok(b),
+        (Err(first), Err(second)) => Err(match (first, second) {
+            (SuperblockError::NoMagic, SuperblockError::NoMagic) => NoStore::NotAStore,
+            (SuperblockError::Legacy, _) | (_, SuperblockError::Legacy) => NoStore::Legacy,
+            (first, second) => NoStore::Damaged { first, second },
+        }),
     }
 }
 
-/// A stored chunk: up to `chunk_pages` pages, compressed together, inside one cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChunkRec {
-    /// Never reused within a store.
-    pub id: u64,
-    /// Cluster holding it.
-    pub cluster: u64,
-    /// Byte offset inside the cluster.
-    pub offset: u32,
-    /// Bytes stored.
-    pub stored_len: u32,
-    /// Pages it holds.
-    pub pages: u16,
-    /// LZ4 block (else stored raw).
-    pub lz4: bool,
-    /// BLAKE3 of the stored bytes, checked before anything is decompressed.
-    pub hash: [u8; 32],
-    /// Images referencing it (the usage count).
-    pub refs: u32,
-    /// Sealed under a device key (`crate::seal`): its stored bytes are nonce, ciphertext
-    /// and tag, and `hash` is the checksum of those.
-    pub sealed: bool,
-}
-
-/// What an image cost and saved: its pages after zero-page and in-image dedupe
-/// (`unique_pages`), what it had to store after dedupe against the other images
-/// (`new_pages`), and the compressed bytes it wrote (`stored_bytes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct ImageStats {
-    /// Pages of the stream.
-    pub pages: u64,
-    /// All-zero pages (not stored).
-    pub zero_pages: u64,
-    /// Pages left after in-image dedupe (distinct non-zero pages of this image).
-    pub unique_pages: u64,
-    /// Pages this image had to store after storage dedupe against the other images.
-    pub new_pages: u64,
-    /// Pages it references in chunks other images wrote.
-    pub shared_pages: u64,
-    /// Bytes of the chunks this image wrote (compressed).
-    pub stored_bytes: u64,
-}
-
-/// A named image in the catalog.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImageRec {
-    /// Its name (`current`, `factory`, ...).
-    pub name: String,
-    /// Store generation that committed it (newer images have higher ones).
-    pub generation: u64,
-    /// A pinned image is never replaced, removed or collected.
-    pub pinned: bool,
-    /// Seconds since the epoch at commit.
-    pub created_unix: u64,
-    /// Its page list.
-    pub meta: Extent,
-    /// BLAKE3 of the page list's bytes.
-    pub meta_hash: [u8; 32],
-    /// Chunks it references (sorted), for usage counts without reading page lists.
-    pub chunks: Vec<u64>,
-    /// What it cost.
-    pub stats: ImageStats,
-    /// A signature over [`crate::Store::signed_digest`] (empty: unsigned). The store does
-    /// not know the scheme; snapboot uses Ed25519.
-    pub signature: Vec<u8>,
-    /// A raw region the image owns besides its chunks (a lazy image's swap area): written
-    /// by the caller before the commit, never moved, freed with the image.
-    pub raw: Option<Extent>,
-    /// The device key its page list and every chunk it references are sealed with (none:
-    /// stored in the clear).
-    pub sealed: Option<KeyId>,
-}
-
-/// The map of everything committed, rewritten (elsewhere) at every commit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Catalog {
-    /// Next chunk id.
-    pub next_chunk: u64,
-    /// Named images, in commit order.
-    pub images: Vec<ImageRec>,
-    /// Every live chunk, sorted by id.
-    pub chunks: Vec<ChunkRec>,
-    /// Where the dedupe table is, and its BLAKE3 (read at capture only).
-    pub dedupe: Option<(Extent, [u8; 32])>,
-    /// Idle clusters already discarded (sorted): gc does not discard them again.
-    pub trimmed: Vec<u64>,
-    /// How every chunk is checksummed.
-    pub check: ChunkCheck,
-    /// Device keys wrapped for this device (a TPM-sealed key), opaque to the store.
-    pub key_slots: Vec<KeySlot>,
-}
-
-/// How chunks are checksummed (chosen when the store is formatted, the same for every chunk).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum ChunkCheck {
-    /// XXH3-128: catches corruption at memory speed, but is no defence against a deliberate
-    /// change; stores with it cannot sign images.
-    #[default]
-    Xxh3,
-    /// BLAKE3: cryptographic, so a signature over the chunk checksums covers the data.
-    /// Several times slower to check than XXH3 (much more so in an emulator).
-    Blake3,
-}
-
-impl ChunkCheck {
-    /// The checksum of `b` (XXH3-128 fills the first 16 bytes).
-    pub fn digest(self, b: &[u8]) -> [u8; 32] {
-        match self {
-            ChunkCheck::Blake3 => *blake3::hash(b).as_bytes(),
-            ChunkCheck::Xxh3 => {
-                let mut out = [0u8; 32];
-                out[..16].copy_from_slice(&xxhash_rust::xxh3::xxh3_128(b).to_le_bytes());
-                out
-            }
-        }
+impl Superblock {
+    /// Bytes of the store it describes (clusters times cluster bytes, saturating).
+    pub fn store_bytes(&self) -> u64 {
+        self.clusters.saturating_mul(self.cluster_bytes())
     }
 
-    /// `xxh3` or `blake3`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ChunkCheck::Xxh3 => "xxh3",
-            ChunkCheck::Blake3 => "blake3",
+    /// Where the `what` stored in extent `e` is on the medium: its byte offset and length,
+    /// checked to lie inside the store (after cluster 0).
+    pub fn extent_place(&self, e: Extent, what: &str) -> Result<(u64, usize), Damage> {
+        let end = e.clusters(self.cluster_bytes()).end;
+        if e.cluster == 0 || end > self.clusters {
+            return Err(Damage::ExtentOutside {
+                what: what.into(),
+                start: e.cluster,
+                end,
+                clusters: self.clusters,
+            });
         }
+        let len = usize::try_from(e.len).map_err(|_| Damage::TooLarge { what: what.into() })?;
+        Ok((e.cluster * self.cluster_bytes(), len))
     }
-}
 
-/// Where a page of an image is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PageRef {
-    /// All zero.
-    Zero,
-    /// Slot `slot` of chunk `chunk`.
-    At { chunk: u64, slot: u16 },
-}
-
-/// An image's page list and the caller's own description of it (identity, binding, ...).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImageMeta {
-    /// Its name (checked against the catalog's).
-    pub name: String,
-    /// Opaque to the store.
-    pub user: Vec<u8>,
-    /// Every page, in stream order.
-    pub pages: Vec<PageRef>,
-}
-
-/// Page hashes of live chunks: what a new image can reference instead of storing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct DedupeTable {
-    /// (chunk id, the 128-bit BLAKE3 of each of its pages), sorted by id.
-    pub chunks: Vec<(u64, Vec<[u8; 16]>)>,
-}
-
-/// The dedupe key of a page: its BLAKE3, truncated to 128 bits.
-pub fn page_key(p: &Page) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k.copy_from_slice(&blake3::hash(p).as_bytes()[..16]);
-    k
-}
-
-pub(crate) fn encode<T: Serialize>(v: &T, what: &str) -> Result<Vec<u8>, StoreError> {
-    postcard::to_stdvec(v).map_err(|reason| {
-        Damage::Encode {
-            what: what.into(),
-            reason,
+    /// The byte offset of chunk `c`'s stored bytes on the medium, checked to lie inside
+    /// its cluster, itself inside the store.
+    pub fn chunk_place(&self, c: &ChunkRec) -> Result<u64, Damage> {
+        let cb = self.cluster_bytes();
+        if c.cluster == 0
+            || c.cluster >= self.clusters
+            || u64::from(c.offset) + u64::from(c.stored_len) > cb
+        {
+            return Err(Damage::ChunkOutside {
+                chunk: c.id,
+                cluster: c.cluster,
+            });
         }
-        .into()
-    })
-}
-
-pub(crate) fn decode<T: for<'de> Deserialize<'de>>(b: &[u8], what: &str) -> Result<T, StoreError> {
-    postcard::from_bytes(b).map_err(|reason| {
-        Damage::Parse {
-            what: what.into(),
-            reason,
-        }
-        .into()
-    })
+        Ok(c.cluster * cb + u64::from(c.offset))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::string::ToString;
+    use std::vec::Vec;
 
     fn sb() -> Superblock {
         Superblock {
@@ -489,23 +392,82 @@ mod tests {
             })
         );
         for bad in ["with space", "tab\there", &"y".repeat(LABEL_BYTES + 1)] {
-            assert!(
-                matches!(Label::new(bad), Err(StoreError::BadLabel(_))),
-                "{bad}"
-            );
+            assert!(matches!(Label::new(bad), Err(BadLabel(_))), "{bad}");
         }
     }
 
     #[test]
-    fn extents_span_whole_clusters() {
-        let e = Extent { cluster: 3, len: 1 };
-        assert_eq!(e.clusters(4096), 3..4);
+    fn the_newest_valid_superblock_is_committed_and_refusals_name_both_blocks() {
+        let old = Superblock {
+            generation: 6,
+            ..sb()
+        }
+        .encode();
+        let new = sb().encode();
+        assert_eq!(committed_superblock(&old, &new), Ok(sb()));
+        assert_eq!(committed_superblock(&new, &old), Ok(sb()));
+        let mut torn = new.clone();
+        torn[100] ^= 1;
+        assert_eq!(committed_superblock(&old, &torn).unwrap().generation, 6);
+        let zero = [0u8; BLOCK as usize];
+        assert_eq!(committed_superblock(&zero, &zero), Err(NoStore::NotAStore));
+        let mut legacy = zero;
+        legacy[..8].copy_from_slice(LEGACY_MAGIC);
+        assert_eq!(committed_superblock(&zero, &legacy), Err(NoStore::Legacy));
+        assert_eq!(
+            committed_superblock(&torn, &zero).unwrap_err().to_string(),
+            "no valid superblock (first: superblock checksum mismatch; second: no store magic)"
+        );
+    }
+
+    #[test]
+    fn extents_and_chunks_are_placed_inside_the_store_only() {
+        let s = sb();
+        let cb = s.cluster_bytes();
+        assert_eq!(s.store_bytes(), 100 * cb);
         let e = Extent {
-            cluster: 3,
-            len: 8193,
+            cluster: 5,
+            len: 1234,
         };
-        assert_eq!(e.clusters(4096), 3..6);
-        let e = Extent { cluster: 3, len: 0 };
-        assert_eq!(e.clusters(4096), 3..4);
+        assert_eq!(s.extent_place(e, "catalog").unwrap(), (5 * cb, 1234));
+        for bad in [
+            Extent { cluster: 0, len: 1 },
+            Extent {
+                cluster: 99,
+                len: cb + 1,
+            },
+        ] {
+            let err = s.extent_place(bad, "catalog").unwrap_err().to_string();
+            assert!(
+                err.starts_with("the catalog lies outside the store"),
+                "{err}"
+            );
+        }
+        let c = ChunkRec {
+            id: 3,
+            cluster: 7,
+            offset: 4096,
+            stored_len: 100,
+            pages: 1,
+            lz4: false,
+            hash: [0; 32],
+            refs: 1,
+            sealed: false,
+        };
+        assert_eq!(s.chunk_place(&c).unwrap(), 7 * cb + 4096);
+        for bad in [
+            ChunkRec { cluster: 100, ..c },
+            ChunkRec {
+                offset: cb as u32 - 99,
+                ..c
+            },
+        ] {
+            assert!(matches!(
+                s.chunk_place(&bad),
+                Err(Damage::ChunkOutside { chunk: 3, .. })
+            ));
+        }
+        let v: Vec<u8> = s.encode();
+        assert_eq!(v.len(), BLOCK as usize);
     }
 }

@@ -1,0 +1,153 @@
+//! Writing and reading whole packs through `std::io`, and finding a kernel's release (what
+//! needs `std`; the restorer reads packs with [`crate::Header`] alone).
+
+use crate::{padded, Header, PackError, Payload, Release, HEADER_LEN, MAX_INITRD, MAX_KERNEL};
+use std::io::{Read, Seek, SeekFrom, Write};
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> PackError {
+    move |source| PackError::Io { what, source }
+}
+
+/// The release of a kernel kexec can load: an x86 bzImage (from its setup header) or an
+/// arm64 `Image` (from its `Linux version RELEASE (` banner).
+pub fn kernel_release(kernel: &[u8]) -> Result<String, PackError> {
+    if kernel.get(56..60) == Some(b"ARM\x64") {
+        return arm64_release(kernel);
+    }
+    bzimage_release(kernel)
+}
+
+/// The release in an arm64 `Image`'s banner (the uncompressed kernel holds it as text).
+fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
+    let needle = b"Linux version ";
+    kernel
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .find_map(|(at, _)| {
+            let rest = &kernel[at + needle.len()..];
+            let end = rest.iter().take(128).position(|&b| b == b' ')?;
+            let release = std::str::from_utf8(&rest[..end]).ok()?;
+            let well_formed = !release.is_empty()
+                && release.starts_with(|c: char| c.is_ascii_digit())
+                && rest.get(end + 1) == Some(&b'(');
+            well_formed.then(|| release.to_string())
+        })
+        .ok_or(PackError::NotAKernel)
+}
+
+/// The release string a bzImage's setup header points at (`6.1.0-56-amd64`), if it is a
+/// bzImage. Errors with [`PackError::NotAKernel`] if it is not one.
+pub fn bzimage_release(kernel: &[u8]) -> Result<String, PackError> {
+    if kernel.len() < 0x210 || &kernel[0x202..0x206] != b"HdrS" {
+        return Err(PackError::NotAKernel);
+    }
+    let head = &kernel[..kernel.len().min(crate::VERSION_HEAD)];
+    // "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP ..." -> its first word.
+    let version = crate::bzimage_version(head).unwrap_or_default();
+    Ok(version.split_whitespace().next().unwrap_or("").to_string())
+}
+
+impl Header {
+    /// The header for these payloads, laid out one after the other.
+    pub fn new(kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
+        let release = kernel_release(kernel)?;
+        for (what, len, max) in [
+            ("kernel", kernel.len() as u64, MAX_KERNEL),
+            ("initramfs", initrd.len() as u64, MAX_INITRD),
+        ] {
+            if len > max {
+                return Err(PackError::TooLarge { what, len, max });
+            }
+        }
+        let kernel_offset = HEADER_LEN as u64;
+        Ok(Header {
+            kernel_offset,
+            kernel_len: kernel.len() as u64,
+            initrd_offset: kernel_offset + padded(kernel.len() as u64),
+            initrd_len: initrd.len() as u64,
+            kernel_hash: *blake3::hash(kernel).as_bytes(),
+            initrd_hash: *blake3::hash(initrd).as_bytes(),
+            release: Release::new(&release),
+        })
+    }
+}
+
+/// Writes a pack of `kernel` (a bzImage) and `initrd`; returns its header.
+pub fn write<W: Write>(mut w: W, kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
+    let h = Header::new(kernel, initrd)?;
+    let pad = |len: u64| vec![0u8; (padded(len) - len) as usize];
+    w.write_all(&h.encode()).map_err(io("writing the header"))?;
+    w.write_all(kernel).map_err(io("writing the kernel"))?;
+    w.write_all(&pad(h.kernel_len))
+        .map_err(io("writing the kernel"))?;
+    w.write_all(initrd).map_err(io("writing the initramfs"))?;
+    w.write_all(&pad(h.initrd_len))
+        .map_err(io("writing the initramfs"))?;
+    w.flush().map_err(io("writing the pack"))?;
+    Ok(h)
+}
+
+/// A pack read back and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pack {
+    /// Its header.
+    pub header: Header,
+    /// The kernel (bzImage).
+    pub kernel: Vec<u8>,
+    /// The initramfs.
+    pub initrd: Vec<u8>,
+}
+
+fn read_payload<R: Read + Seek>(r: &mut R, h: &Header, p: Payload) -> Result<Vec<u8>, PackError> {
+    let (what, len) = (p.name(), h.len(p));
+    r.seek(SeekFrom::Start(h.offset(p))).map_err(io(what))?;
+    let mut data = Vec::with_capacity(len as usize);
+    r.take(len).read_to_end(&mut data).map_err(io(what))?;
+    if data.len() as u64 != len {
+        return Err(PackError::Truncated {
+            what,
+            got: data.len() as u64,
+            len,
+        });
+    }
+    h.check(p, [data.as_slice()])?;
+    Ok(data)
+}
+
+/// Reads and checks a whole pack.
+pub fn read<R: Read + Seek>(mut r: R) -> Result<Pack, PackError> {
+    let mut block = vec![0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut block[got..]) {
+            Ok(0) => return Err(PackError::ShortHeader(got)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(PackError::Io {
+                    what: "reading the header",
+                    source,
+                })
+            }
+        }
+    }
+    let header = Header::decode(&block)?;
+    let kernel = read_payload(&mut r, &header, Payload::Kernel)?;
+    let initrd = read_payload(&mut r, &header, Payload::Initramfs)?;
+    Ok(Pack {
+        header,
+        kernel,
+        initrd,
+    })
+}
+
+/// Whether `data` is an ELF executable without a dynamic loader (a binary an initramfs can
+/// carry without its libraries).
+pub fn is_static_elf(data: &[u8]) -> bool {
+    use object::Object;
+    match object::File::parse(data) {
+        Ok(f) => f.section_by_name(".interp").is_none(),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,40 @@
+//! The image store's format on the medium, and the pure checks of reading it: what the
+//! store (crate `flashstore`), resume and the freestanding restorer share, so that all three
+//! read the store with one implementation. `no_std` with `alloc`; no I/O: the caller reads
+//! the bytes (at the offsets this crate computes) and hands them in.
+//!
+//! * [`superblock`]: geometry, the label, the two superblocks and which one is committed;
+//! * [`catalog`]: the catalog (images, chunks, key slots); [`versions`]: reading it, checked
+//!   against the superblock, in the format of the superblock's version (older ones included);
+//! * [`pages`]: an image's page list and the dedupe table;
+//! * [`chunk`]: checking and unpacking one stored chunk;
+//! * [`damage`]: what can be wrong with the bytes; [`codec`]: their encoding.
+//!
+//! docs/store.md draws the layout.
+#![no_std]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod catalog;
+pub mod chunk;
+pub mod codec;
+pub mod damage;
+pub mod keyid;
+pub mod pages;
+pub mod superblock;
+pub mod versions;
+
+pub use catalog::{Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot};
+pub use chunk::open_chunk;
+pub use codec::{decode, encode};
+pub use damage::{Damage, ReadError};
+pub use keyid::KeyId;
+pub use pages::{page_key, read_page_list, DedupeTable, ImageMeta, PageRef};
+pub use superblock::{
+    committed_superblock, BadLabel, Label, NoStore, Page, Superblock, SuperblockError, BLOCK,
+    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, OLDEST_VERSION,
+    PAGE, VERSION,
+};
+pub use versions::decode_catalog;
