@@ -8,6 +8,7 @@
 //! | line starts with                       | when                                         |
 //! |----------------------------------------|----------------------------------------------|
 //! | `snapboot-restorer: started`           | the firmware entered it                      |
+//! | `snapboot-restorer: image-refused `    | one image of the store refused; the next is tried (detail: name and reason) |
 //! | `snapboot-restorer: image checked`     | every check passed; placing pages begins     |
 //! | `snapboot-restorer: ` … `entering the image` | every page placed; the image kernel's resume begins |
 //! | `snapboot-restorer: refused: `         | a check failed (detail: the reason)          |
@@ -23,6 +24,9 @@ pub const RESTORER_PREFIX: &str = "snapboot-restorer: ";
 pub enum RestorerLine {
     /// `snapboot-restorer: started`: the firmware handed it the machine.
     Started,
+    /// `snapboot-restorer: image-refused NAME: REASON`: one image of the store was refused
+    /// and the next is tried, as resume does (the milestone of `@image-refused`).
+    ImageRefused,
     /// `snapboot-restorer: image checked...`: the image passed every check.
     ImageChecked,
     /// `snapboot-restorer: ... entering the image ...`: every page is in place; it jumps to
@@ -35,10 +39,11 @@ pub enum RestorerLine {
 }
 
 impl RestorerLine {
-    /// Every line, in the order a boot prints them (a boot prints either the first three
-    /// or a refusal and its cold boot, after `Started`).
-    pub const ALL: [RestorerLine; 5] = [
+    /// Every line, in the order a boot prints them (after `Started`, any image refusals,
+    /// then either the image checked and entered, or a refusal and its cold boot).
+    pub const ALL: [RestorerLine; 6] = [
         Self::Started,
+        Self::ImageRefused,
         Self::ImageChecked,
         Self::Entering,
         Self::Refused,
@@ -50,6 +55,7 @@ impl RestorerLine {
     pub fn words(self) -> &'static str {
         match self {
             Self::Started => "started",
+            Self::ImageRefused => "image-refused",
             Self::ImageChecked => "image checked",
             Self::Entering => "entering the image",
             Self::Refused => "refused:",
@@ -71,7 +77,9 @@ impl RestorerLine {
             })?;
         let detail = match kind {
             Self::Started => None,
-            Self::Refused | Self::ColdBoot => nonempty(&msg[kind.words().len()..]),
+            Self::Refused | Self::ColdBoot | Self::ImageRefused => {
+                nonempty(&msg[kind.words().len()..])
+            }
             Self::ImageChecked | Self::Entering => nonempty(msg),
         };
         Some((kind, detail))
@@ -136,6 +144,17 @@ mod tests {
     }
 
     #[test]
+    fn an_image_refused_names_the_image_and_why() {
+        assert_eq!(
+            RestorerLine::parse("snapboot-restorer: image-refused current: kernel 6.1.0-55-amd64, this one 6.1.0-56-amd64"),
+            Some((
+                RestorerLine::ImageRefused,
+                Some("current: kernel 6.1.0-55-amd64, this one 6.1.0-56-amd64")
+            ))
+        );
+    }
+
+    #[test]
     fn other_lines_and_other_restorer_messages_are_not_milestones() {
         assert_eq!(RestorerLine::parse("snapboot: @restored"), None);
         assert_eq!(
@@ -144,6 +163,10 @@ mod tests {
         );
         assert_eq!(
             RestorerLine::parse("snapboot-restorer: reading the store on /dev/vdb"),
+            None
+        );
+        assert_eq!(
+            RestorerLine::parse("snapboot-restorer: cold boot failed: no kernel pack"),
             None
         );
         // A refusal that mentions entering is still a refusal.

@@ -168,10 +168,12 @@ impl MilestoneKind {
         Self::ALL.into_iter().find(|k| k.marker() == Some(m))
     }
 
-    /// The kind a restorer line announces (every one is a milestone).
+    /// The kind a restorer line announces (every one is a milestone; an image refused is
+    /// the same milestone as resume's `@image-refused`).
     pub fn from_restorer(l: RestorerLine) -> Self {
         match l {
             RestorerLine::Started => Self::RestorerStart,
+            RestorerLine::ImageRefused => Self::ImageRefused,
             RestorerLine::ImageChecked => Self::RestorerChecked,
             RestorerLine::Entering => Self::RestorerEntered,
             RestorerLine::Refused => Self::RestorerRefused,
