@@ -46,8 +46,18 @@ impl Default for AnalysisOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PhaseKind {
-    /// Power-on to kernel start: firmware and boot loader (host-stamped logs only).
+    /// Power-on to kernel start, or to the restorer's start: firmware and boot loader
+    /// (host-stamped logs only).
     Firmware,
+    /// The restorer reading and checking the image: `snapboot-restorer: started` to `image
+    /// checked` (or to its refusal).
+    RestorerCheck,
+    /// The restorer putting every page in place: `image checked` to `entering the image`
+    /// (or to a refusal).
+    RestorerPlace,
+    /// The restorer refused the image and boots the stock kernel cold: the refusal to the
+    /// stock kernel's start.
+    RestorerFallback,
     /// Kernel start to the kernel executing init (or resuming, or panicking).
     Kernel,
     /// First initcall called to last initcall returned (`initcall_debug` logs only).
@@ -56,19 +66,38 @@ pub enum PhaseKind {
     Unpack,
     /// Init executed to the real root mounted (or to resume starting).
     Initramfs,
-    /// Resume start to the snapshotted system restored.
+    /// Resume start (or the restorer entering the image) to the snapshotted system
+    /// restored: the restoring kernel's work, or the image kernel's own resume.
     Resume,
     /// Root mounted (or init executed) to the app starting, else to the end of the log.
     Userspace,
-    /// App start to app ready.
+    /// App start to app ready; after a restore, restored to ready (the TTI).
     App,
 }
 
 impl PhaseKind {
+    /// Every kind, in boot order.
+    pub const ALL: [PhaseKind; 11] = [
+        Self::Firmware,
+        Self::RestorerCheck,
+        Self::RestorerPlace,
+        Self::RestorerFallback,
+        Self::Kernel,
+        Self::Initcalls,
+        Self::Unpack,
+        Self::Initramfs,
+        Self::Resume,
+        Self::Userspace,
+        Self::App,
+    ];
+
     /// The snake_case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Firmware => "firmware",
+            Self::RestorerCheck => "restorer_check",
+            Self::RestorerPlace => "restorer_place",
+            Self::RestorerFallback => "restorer_fallback",
             Self::Kernel => "kernel",
             Self::Initcalls => "initcalls",
             Self::Unpack => "unpack",
@@ -366,9 +395,19 @@ impl Analysis {
             }
         };
         let ks = self.kernel_start;
+        // The restorer, when the firmware started it in place of a kernel: it checks the
+        // image, places its pages and enters it, or refuses and boots the stock kernel.
+        let restorer = self.at(K::RestorerStart);
+        let checked = self.at(K::RestorerChecked);
+        let refused = self.at(K::RestorerRefused);
+        let entered = self.at(K::RestorerEntered);
         if self.has_host_stamps {
-            push(PhaseKind::Firmware, Some(0.0), ks);
+            push(PhaseKind::Firmware, Some(0.0), restorer.or(ks));
         }
+        push(PhaseKind::RestorerCheck, restorer, checked.or(refused));
+        push(PhaseKind::RestorerPlace, checked, entered.or(refused));
+        let stock_start = ks.or(self.at(K::LinuxVersion));
+        push(PhaseKind::RestorerFallback, refused, stock_start);
         let kernel_end = self.kernel_end();
         push(PhaseKind::Kernel, ks, kernel_end);
         // The kernel's own initcalls; modules loaded by user space come later.
@@ -388,16 +427,20 @@ impl Analysis {
                 .map(|l| l.t)
         });
         push(PhaseKind::Unpack, unpack.map(|i| self.lines[i].t), freed);
-        let resume_start = self.at(K::ResumeStart);
+        let resume_start = self.at(K::ResumeStart).or(entered);
         let root = self.at(K::RootMounted);
         let init = self.init_exec.or_else(|| self.at(K::InitStart));
         push(PhaseKind::Initramfs, init, root.or(resume_start));
+        let restored = self.at(K::Restored);
         push(
             PhaseKind::Resume,
             resume_start,
-            self.at(K::Restored).or(self.at(K::ResumeLoaded)),
+            restored.or(self.at(K::ResumeLoaded)),
         );
-        if resume_start.is_none() && self.at(K::KernelPanic).is_none() {
+        if resume_start.is_some() {
+            // The restored application answering.
+            push(PhaseKind::App, restored, self.tti);
+        } else if self.at(K::KernelPanic).is_none() {
             let app_start = self.at(K::AppStart);
             let user_end = app_start.or(self.ready_time()).or(Some(self.end));
             push(PhaseKind::Userspace, root.or(init), user_end);
@@ -570,6 +613,101 @@ userspace says hi
         assert!((longest - 1.0).abs() < 1e-9, "{:?}", a.gaps);
         assert_eq!(a.ready_time(), Some(2.6));
         assert!(a.console.is_none());
+    }
+
+    fn board_log(text: &str) -> Analysis {
+        Analysis::from_timeline(&Timeline::parse(text).expect("a stamped log"))
+    }
+
+    fn kinds(a: &Analysis) -> Vec<PhaseKind> {
+        a.phases.iter().map(|p| p.kind).collect()
+    }
+
+    /// The main row's phases follow each other with no overlap and no hole between them.
+    fn assert_back_to_back(a: &Analysis) {
+        let main: Vec<_> = a.phases.iter().filter(|p| !p.kind.is_detail()).collect();
+        for w in main.windows(2) {
+            assert!((w[0].end - w[1].start).abs() < 1e-9, "{main:?}");
+        }
+    }
+
+    /// A restore by the restorer on the board (`shell`, 2026-11-26): firmware until the
+    /// restorer starts, its check and its placing of the pages, the image kernel's resume
+    /// until `@restored`, then the application's answer; no kernel boots before the image.
+    #[test]
+    fn a_restorer_restore_has_the_restorer_s_phases_and_no_kernel_boot() {
+        let a = board_log(include_str!("../tests/data/shell-restorer.log"));
+        assert_eq!(
+            kinds(&a),
+            [
+                PhaseKind::Firmware,
+                PhaseKind::RestorerCheck,
+                PhaseKind::RestorerPlace,
+                PhaseKind::Resume,
+                PhaseKind::App
+            ]
+        );
+        assert_back_to_back(&a);
+        assert_eq!(
+            a.kernel_start, None,
+            "the image kernel's clock is not a boot"
+        );
+        let at = |k| a.phase(k).map(|p| (p.start, p.end));
+        assert_eq!(at(PhaseKind::Firmware), Some((0.0, 0.172328)));
+        assert_eq!(at(PhaseKind::RestorerCheck), Some((0.172328, 0.251496)));
+        assert_eq!(at(PhaseKind::RestorerPlace), Some((0.251496, 0.404334)));
+        assert_eq!(at(PhaseKind::Resume), Some((0.404334, 0.694171)));
+        assert_eq!(at(PhaseKind::App), Some((0.694171, 0.833164)));
+        // The image kernel's replayed lines stay where they arrived.
+        let line = &a.lines[a.find_line("Disabling non-boot CPUs").unwrap()];
+        assert_eq!(line.t, 0.553705);
+    }
+
+    /// A refusal as the restorer prints it today: the reason, then power-off.
+    #[test]
+    fn a_refusal_ends_the_restorer_s_check_with_its_reason() {
+        let a = board_log(include_str!("../tests/data/shell-restorer-refused.log"));
+        assert_eq!(kinds(&a), [PhaseKind::Firmware, PhaseKind::RestorerCheck]);
+        let refused = a
+            .milestones
+            .iter()
+            .find(|m| m.kind == MilestoneKind::RestorerRefused);
+        assert_eq!(
+            refused.and_then(|m| m.detail.as_deref()),
+            Some("memory map: image's e820 checksum 0xb9b0357f, this machine's 0x33aa71bf")
+        );
+        assert_eq!(a.tti, None);
+    }
+
+    /// The restorer's fallback: refused, then the stock kernel boots cold. The fallback is
+    /// a phase from the refusal to the stock kernel's start, and the cold boot's phases
+    /// follow it.
+    #[test]
+    fn a_refused_restore_that_boots_cold_reads_as_restorer_then_cold_boot() {
+        let a = board_log(include_str!("../tests/data/shell-restorer-fallback.log"));
+        assert_eq!(
+            kinds(&a),
+            [
+                PhaseKind::Firmware,
+                PhaseKind::RestorerCheck,
+                PhaseKind::RestorerFallback,
+                PhaseKind::Kernel,
+                PhaseKind::Unpack,
+                PhaseKind::Initramfs,
+                PhaseKind::Userspace,
+                PhaseKind::App
+            ]
+        );
+        assert_back_to_back(&a);
+        let fallback = a.phase(PhaseKind::RestorerFallback).unwrap();
+        assert_eq!(fallback.start, 0.219629);
+        assert_eq!(Some(fallback.end), a.kernel_start);
+        assert!(
+            (0.35..0.45).contains(&fallback.duration()),
+            "{fallback:?}: the stock kernel starts about 0.4 s after the refusal"
+        );
+        assert!(a.phase(PhaseKind::Resume).is_none());
+        assert!(a.kernel_version.as_deref() == Some("6.1.0-56-amd64"));
     }
 
     #[test]

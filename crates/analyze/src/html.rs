@@ -134,16 +134,7 @@ pub fn render(runs: &[HtmlRun<'_>], checks: &[KernelCheck]) -> String {
         runs.len()
     );
     h.push_str("<div class=\"controls\">zoom <input type=\"range\" id=\"zoom\" min=\"1\" max=\"40\" step=\"1\" value=\"1\"> <span id=\"zoomval\">1×</span> &nbsp; <span class=\"legend\">");
-    for k in [
-        PhaseKind::Firmware,
-        PhaseKind::Kernel,
-        PhaseKind::Initcalls,
-        PhaseKind::Unpack,
-        PhaseKind::Initramfs,
-        PhaseKind::Resume,
-        PhaseKind::Userspace,
-        PhaseKind::App,
-    ] {
+    for k in PhaseKind::ALL {
         let _ = write!(
             h,
             "<span style=\"background:{}\">{}</span>",

@@ -191,7 +191,7 @@ fn run_text(out: &mut String, r: &RunReport) {
             let indent = if p.kind.is_detail() { "    " } else { "  " };
             let _ = writeln!(
                 out,
-                "{indent}{:<12} {:>9.3} → {:>9.3}  {:>8.3} s",
+                "{indent}{:<17} {:>9.3} → {:>9.3}  {:>8.3} s",
                 p.kind.as_str(),
                 p.start,
                 p.end,

@@ -48,6 +48,9 @@ const AXIS_H: f64 = 24.0;
 pub fn phase_color(kind: PhaseKind) -> &'static str {
     match kind {
         PhaseKind::Firmware => "#9e9e9e",
+        PhaseKind::RestorerCheck => "#5fa8b8",
+        PhaseKind::RestorerPlace => "#2b7f93",
+        PhaseKind::RestorerFallback => "#b04a5a",
         PhaseKind::Kernel => "#4f7cc4",
         PhaseKind::Initcalls => "#8fb0e3",
         PhaseKind::Unpack => "#c58fd6",

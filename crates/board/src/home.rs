@@ -39,7 +39,18 @@ pub enum HomeError {
     /// The running snapboot binary cannot be found (it is copied into every bundle).
     #[error("cannot find the running snapboot binary")]
     Exe(#[source] std::io::Error),
+    /// The restorer (crates/restorer) is not built where it is looked for.
+    #[error(
+        "no restorer at {} (an x86_64 ELF): build it with `make build` or scripts/restorer.sh, \
+         or name it with ${RESTORER_ENV}",
+        path.display()
+    )]
+    NoRestorer { path: PathBuf },
 }
+
+/// The environment variable that names the restorer's ELF, when it is not where
+/// `scripts/restorer.sh` builds it beside the running binary.
+pub const RESTORER_ENV: &str = "SNAPBOOT_RESTORER";
 
 /// The home directory, absolute (kernel.json and bundle.json record paths below it).
 pub fn home() -> PathBuf {
@@ -115,16 +126,53 @@ pub fn device_binary(arch: Arch) -> Result<PathBuf, HomeError> {
 /// `target/ARCH/TRIPLE/release/snapboot-device` of the workspace whose
 /// `target/HOST_TRIPLE/PROFILE/` holds `exe`.
 fn cross_built_beside(exe: &Path, arch: Arch) -> PathBuf {
-    let target = exe
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("target"));
-    target
+    target_dir_of(exe)
         .join(arch.name())
         .join(arch.rust_target())
         .join("release")
         .join("snapboot-device")
+}
+
+/// The `target` directory whose `HOST_TRIPLE/PROFILE/` holds `exe`.
+fn target_dir_of(exe: &Path) -> &Path {
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("target"))
+}
+
+/// The restorer's ELF (crates/restorer, started by the PC's firmware in place of a kernel):
+/// `$SNAPBOOT_RESTORER`, else where `scripts/restorer.sh` (`make build`) puts it in the
+/// workspace of the running binary, `target/restorer/x86_64-unknown-linux-gnu/release/
+/// restorer`, the way the arm64 device binary is found. An error naming the path and how
+/// to build it when no x86_64 ELF is there.
+pub fn restorer_elf() -> Result<PathBuf, HomeError> {
+    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
+    let path = std::env::var_os(RESTORER_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| restorer_beside(&exe));
+    restorer_at(path)
+}
+
+/// `path` when it is an x86_64 ELF.
+fn restorer_at(path: PathBuf) -> Result<PathBuf, HomeError> {
+    let head = std::fs::read(&path)
+        .map(|b| b.into_iter().take(64).collect::<Vec<u8>>())
+        .unwrap_or_default();
+    if Arch::of_elf(&head) != Some(Arch::X86_64) {
+        return Err(HomeError::NoRestorer { path });
+    }
+    Ok(path)
+}
+
+/// Where `scripts/restorer.sh` builds the restorer in the workspace whose target directory
+/// holds `exe`.
+fn restorer_beside(exe: &Path) -> PathBuf {
+    target_dir_of(exe)
+        .join("restorer")
+        .join(Arch::X86_64.rust_target())
+        .join("release")
+        .join("restorer")
 }
 
 fn device_binary_beside(exe: &Path) -> PathBuf {
@@ -253,6 +301,33 @@ fn is_builtin_name(arg: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The restorer must be an x86_64 ELF; anything else (missing, an arm64 build, a
+    /// script) is refused with the path and how to build it.
+    #[test]
+    fn the_restorer_is_an_x86_64_elf_or_an_error_that_says_how_to_build_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let elf = |machine: u16| {
+            let mut h = b"\x7fELF".to_vec();
+            h.resize(18, 0);
+            h.extend_from_slice(&machine.to_le_bytes());
+            h.resize(64, 0);
+            h
+        };
+        let x86 = dir.path().join("restorer");
+        std::fs::write(&x86, elf(62)).unwrap();
+        assert_eq!(restorer_at(x86.clone()).unwrap(), x86);
+        let arm = dir.path().join("restorer-arm64");
+        std::fs::write(&arm, elf(183)).unwrap();
+        for bad in [arm, dir.path().join("missing")] {
+            let e = restorer_at(bad.clone()).unwrap_err().to_string();
+            assert!(e.contains(&bad.display().to_string()), "{e}");
+            assert!(
+                e.contains("scripts/restorer.sh") && e.contains("SNAPBOOT_RESTORER"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn names_and_directories() {
         assert!(is_builtin_name("shell") && is_builtin_name("app"));
@@ -281,6 +356,11 @@ mod tests {
             Path::new("/w/target/arm64/aarch64-unknown-linux-gnu/release/snapboot-device")
         );
         assert!(home().is_absolute());
+        assert_eq!(
+            restorer_beside(exe),
+            Path::new("/w/target/restorer/x86_64-unknown-linux-gnu/release/restorer"),
+            "where scripts/restorer.sh builds it"
+        );
         assert_eq!(kernel_record_name(Arch::X86_64), "kernel.json");
         assert_eq!(kernel_record_name(Arch::Arm64), "kernel-arm64.json");
     }

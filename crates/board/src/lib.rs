@@ -27,6 +27,7 @@ pub mod partdisk;
 pub mod python;
 pub mod qemu;
 pub mod restore_kernel;
+pub mod restorer_boot;
 pub mod run_options;
 #[cfg(test)]
 mod testutil;

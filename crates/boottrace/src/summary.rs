@@ -40,9 +40,20 @@ pub enum OrderError {
 
 /// Durations (seconds) of the boot's phases; `None` when a bounding milestone is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Phases {
-    /// Power-on (QEMU start, t = 0) to kernel start: firmware and boot loader.
+    /// Power-on (QEMU start, t = 0) to the first program the firmware starts: the kernel,
+    /// or the restorer when it runs in place of one.
     pub firmware: Option<f64>,
+    /// The restorer: started to the image checked (reading and checking the image).
+    pub image_check: Option<f64>,
+    /// The restorer: image checked to entering the image (every page put in place).
+    pub page_placing: Option<f64>,
+    /// The restorer entering the image to the snapshotted system restored (the image
+    /// kernel's own resume: its devices' restore callbacks).
+    pub image_resume: Option<f64>,
+    /// The restorer refused the image to the stock kernel starting cold.
+    pub cold_fallback: Option<f64>,
     /// Kernel start to snapboot's init.
     pub kernel: Option<f64>,
     /// Init start to the root file system mounted (initramfs work).
@@ -66,7 +77,11 @@ impl Phases {
         let at = |kinds: &[K]| kinds.iter().find_map(|k| tl.first(*k));
         let span = |from: &[K], to: &[K]| Some(at(to)? - at(from)?);
         Self {
-            firmware: tl.first(K::KernelStart),
+            firmware: at(&[K::RestorerStart, K::KernelStart]),
+            image_check: span(&[K::RestorerStart], &[K::RestorerChecked]),
+            page_placing: span(&[K::RestorerChecked], &[K::RestorerEntered]),
+            image_resume: span(&[K::RestorerEntered], &[K::Restored]),
+            cold_fallback: span(&[K::RestorerRefused], &[K::KernelStart]),
             kernel: span(&[K::KernelStart], &[K::InitStart]),
             root_mount: span(&[K::InitStart], &[K::RootMounted]),
             app_start: span(&[K::RootMounted, K::AppStart], &[K::AppReady]),
@@ -78,10 +93,14 @@ impl Phases {
     }
 
     /// The phases with display labels, in boot order.
-    pub fn entries(&self) -> [(&'static str, Option<f64>); 8] {
+    pub fn entries(&self) -> [(&'static str, Option<f64>); 12] {
         [
             ("to initramfs", self.to_initramfs),
             ("firmware", self.firmware),
+            ("image check", self.image_check),
+            ("page placing", self.page_placing),
+            ("image resume", self.image_resume),
+            ("cold fallback", self.cold_fallback),
             ("kernel", self.kernel),
             ("root mount", self.root_mount),
             ("app start", self.app_start),
@@ -229,6 +248,62 @@ mod tests {
         assert_eq!(p.probe, Some(0.25));
         assert_eq!(p.app_start, None);
         assert_eq!(p.firmware, None);
+    }
+
+    /// A restore by the restorer, as the board printed it (2026-11-26, `shell`): no kernel
+    /// boots before the image, so the firmware ends where the restorer starts.
+    #[test]
+    fn restorer_phases() {
+        let mut tl = Timeline::new("restorer");
+        tl.push_lines([
+            ConsoleLine::new(0.172328, "snapboot-restorer: started"),
+            ConsoleLine::new(0.251496, "snapboot-restorer: image checked: 22240 pages (22240 data), e820 0xb9b0357f; restoring"),
+            ConsoleLine::new(0.404334, "snapboot-restorer: 4117 pages deferred, 4143 safe pages; entering the image at 0xffffffff819d5000"),
+            ConsoleLine::new(0.553705, "[    3.938221] Disabling non-boot CPUs ..."),
+            ConsoleLine::new(0.694171, "snapboot: @restored clock stepped +0.000 s, 64 bytes entropy, 0 hooks"),
+        ]);
+        tl.push_event(K::ProbeAnswered, 0.833164, None);
+        tl.finalize();
+        let p = tl.phases();
+        assert!(approx(p.firmware, 0.172328), "{p:?}");
+        assert!(approx(p.image_check, 0.251496 - 0.172328));
+        assert!(approx(p.page_placing, 0.404334 - 0.251496));
+        assert!(approx(p.image_resume, 0.694171 - 0.404334));
+        assert!(approx(p.probe, 0.833164 - 0.694171));
+        assert_eq!(
+            (p.kernel, p.resume_load, p.cold_fallback),
+            (None, None, None)
+        );
+        assert_eq!(tl.tti, Some(0.833164));
+    }
+
+    /// A refusal, then the stock kernel cold: the fallback lasts from the refusal to the
+    /// stock kernel's start, and the cold boot's phases follow.
+    #[test]
+    fn restorer_fallback_phases() {
+        let mut tl = Timeline::new("restorer refused");
+        tl.push_lines([
+            ConsoleLine::new(0.2, "snapboot-restorer: started"),
+            ConsoleLine::new(0.25, "snapboot-restorer: refused: memory map: image's e820 checksum 0xb9b0357f, this machine's 0x33aa71bf"),
+            ConsoleLine::new(0.3, "snapboot-restorer: cold boot: the stock kernel"),
+            ConsoleLine::new(0.9, "[    0.000000] Linux version 6.1.0-56-amd64 (x)"),
+            ConsoleLine::new(1.3, "[    1.000000] Run /init as init process"),
+            ConsoleLine::new(1.4, "snapboot: @init"),
+        ]);
+        tl.finalize();
+        assert_eq!(
+            tl.milestone(K::RestorerRefused)
+                .and_then(|m| m.detail.as_deref()),
+            Some("memory map: image's e820 checksum 0xb9b0357f, this machine's 0x33aa71bf")
+        );
+        let p = tl.phases();
+        assert!(approx(p.firmware, 0.2), "{p:?}");
+        assert!(approx(p.cold_fallback, 0.3 - 0.25), "{p:?}");
+        assert!(approx(p.kernel, 1.4 - 0.3));
+        assert_eq!(
+            (p.image_check, p.page_placing, p.image_resume),
+            (None, None, None)
+        );
     }
 
     #[test]

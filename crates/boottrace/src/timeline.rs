@@ -1,7 +1,8 @@
 //! Boot milestones and the [`Timeline`] that holds them. Milestones are recognised in console
 //! lines by [`detect`]: kernel messages (`Linux version`, `Kernel panic - not syncing`,
-//! `reboot: Power down`) and the markers snapboot's own guest code prints, which share one
-//! definition here ([`MARKER_PREFIX`], [`marker`]). Host-side events such as probes are added
+//! `reboot: Power down`), the markers snapboot's own guest code prints, which share one
+//! definition here ([`MARKER_PREFIX`], [`marker`]), and the restorer's lines
+//! ([`RestorerLine`]). Host-side events such as probes are added
 //! by the runner with [`Timeline::push_event`], and [`Timeline::finalize`] infers when the
 //! kernel started on the host time axis, then derives the TTI and the [`Outcome`].
 
@@ -10,6 +11,7 @@ use std::fmt;
 
 use crate::marker::{Marker, MARKER_PREFIX};
 use crate::recorder::ConsoleLine;
+use crate::restorer::RestorerLine;
 
 /// An error and every source under it, joined with ": ": the whole cause in one line, as a
 /// marker's detail carries it and as the CLI prints it.
@@ -29,6 +31,17 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MilestoneKind {
+    /// The restorer started: the firmware entered it in place of a kernel
+    /// (`snapboot-restorer: started`; [`RestorerLine`]).
+    RestorerStart,
+    /// The restorer checked the image; placing its pages begins (`image checked`).
+    RestorerChecked,
+    /// The restorer placed every page and enters the image kernel (`entering the image`).
+    RestorerEntered,
+    /// The restorer refused the image (detail = the reason).
+    RestorerRefused,
+    /// After refusing, the restorer boots the stock kernel cold (`cold boot:`).
+    RestorerColdBoot,
     /// The kernel started executing; inferred from printk timestamps by [`Timeline::finalize`].
     KernelStart,
     /// The kernel printed its `Linux version` banner.
@@ -70,7 +83,12 @@ pub enum MilestoneKind {
 
 impl MilestoneKind {
     /// Every kind, in declaration order.
-    pub const ALL: [MilestoneKind; 18] = [
+    pub const ALL: [MilestoneKind; 23] = [
+        Self::RestorerStart,
+        Self::RestorerChecked,
+        Self::RestorerEntered,
+        Self::RestorerRefused,
+        Self::RestorerColdBoot,
         Self::KernelStart,
         Self::LinuxVersion,
         Self::InitStart,
@@ -94,6 +112,11 @@ impl MilestoneKind {
     /// The snake_case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::RestorerStart => "restorer_start",
+            Self::RestorerChecked => "restorer_checked",
+            Self::RestorerEntered => "restorer_entered",
+            Self::RestorerRefused => "restorer_refused",
+            Self::RestorerColdBoot => "restorer_cold_boot",
             Self::KernelStart => "kernel_start",
             Self::LinuxVersion => "linux_version",
             Self::InitStart => "init_start",
@@ -144,6 +167,19 @@ impl MilestoneKind {
     pub fn from_marker(m: Marker) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.marker() == Some(m))
     }
+
+    /// The kind a restorer line announces (every one is a milestone; an image refused is
+    /// the same milestone as resume's `@image-refused`).
+    pub fn from_restorer(l: RestorerLine) -> Self {
+        match l {
+            RestorerLine::Started => Self::RestorerStart,
+            RestorerLine::ImageRefused => Self::ImageRefused,
+            RestorerLine::ImageChecked => Self::RestorerChecked,
+            RestorerLine::Entering => Self::RestorerEntered,
+            RestorerLine::Refused => Self::RestorerRefused,
+            RestorerLine::ColdBoot => Self::RestorerColdBoot,
+        }
+    }
 }
 
 impl fmt::Display for MilestoneKind {
@@ -156,6 +192,9 @@ impl fmt::Display for MilestoneKind {
 /// detail, or `None` for an ordinary line.
 pub fn detect(line: &str) -> Option<(MilestoneKind, Option<String>)> {
     let nonempty = |s: &str| Some(s.trim()).filter(|s| !s.is_empty()).map(str::to_string);
+    if let Some((l, detail)) = RestorerLine::parse(line) {
+        return Some((MilestoneKind::from_restorer(l), detail.map(str::to_string)));
+    }
     if line.contains(MARKER_PREFIX) {
         return Marker::parse(line).and_then(|(m, detail)| {
             MilestoneKind::from_marker(m).map(|k| (k, detail.map(str::to_string)))
@@ -328,9 +367,10 @@ impl Timeline {
     /// (before a restored image takes over or the kernel clock restarts) is the estimate,
     /// clamped to ≥ 0. `None` without printk timestamps.
     pub fn infer_kernel_start(&self) -> Option<f64> {
-        // Everything after resume starts may come from the restored kernel, whose clock
-        // counts from the captured boot.
+        // Everything after resume starts (or the restorer enters the image) may come from
+        // the restored kernel, whose clock counts from the captured boot.
         let cutoff = [
+            MilestoneKind::RestorerEntered,
             MilestoneKind::ResumeStart,
             MilestoneKind::ResumeLoaded,
             MilestoneKind::Restored,
@@ -439,6 +479,33 @@ mod tests {
             None,
             "a marker, no milestone"
         );
+    }
+
+    /// The image kernel's lines after the restorer enters it carry the captured boot's
+    /// clock: no kernel start is inferred from them, even where that clock is behind the
+    /// host's.
+    #[test]
+    fn no_kernel_start_is_inferred_from_the_image_kernel_the_restorer_entered() {
+        let mut tl = Timeline::new("restorer");
+        tl.push_lines([
+            ConsoleLine::new(4.0, "snapboot-restorer: started"),
+            ConsoleLine::new(4.5, "snapboot-restorer: image checked: 10 pages (10 data)"),
+            ConsoleLine::new(
+                5.0,
+                "snapboot-restorer: 0 pages deferred; entering the image at 0x1",
+            ),
+            ConsoleLine::new(5.2, "[    3.938221] Disabling non-boot CPUs ..."),
+            ConsoleLine::new(5.3, "snapboot: @restored"),
+        ]);
+        tl.finalize();
+        assert_eq!(tl.first(K::KernelStart), None);
+        assert_eq!(tl.first(K::RestorerEntered), Some(5.0));
+        assert_eq!(
+            tl.milestone(K::RestorerChecked)
+                .and_then(|m| m.detail.as_deref()),
+            Some("image checked: 10 pages (10 data)")
+        );
+        assert_eq!(tl.outcome, Outcome::Ready);
     }
 
     #[test]

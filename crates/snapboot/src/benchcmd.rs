@@ -59,6 +59,10 @@ pub struct CompareArgs {
     /// Leave out the restore-kernel methods even when a restore kernel is built.
     #[arg(long)]
     no_restore_kernel: bool,
+    /// Leave out the restorer's method (measured on the PC booted through PVH, with the
+    /// restorer `make build` builds, or the ELF $SNAPBOOT_RESTORER names).
+    #[arg(long)]
+    no_restorer: bool,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -419,9 +423,9 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
 }
 
 /// `snapboot bench compare`: cold, kernel-native resume, snapboot, lazy and profiled lazy
-/// snapboot, and the snapboot images restored by the restore kernel when one is built;
-/// what the workload or host cannot support is left out with a note
-/// ([`bench::ComparePlan`]).
+/// snapboot, the snapboot images restored by the restore kernel when one is built, and the
+/// snapboot image restored by the restorer on the PC booted through PVH; what the workload,
+/// board or host cannot support is left out with a note ([`bench::ComparePlan`]).
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(board::BenchError::NoRuns);
@@ -447,7 +451,18 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
             None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }
     };
-    let mut plan = bench::ComparePlan::new(&bundle.workload, restore_kernel);
+    let restorer = if a.no_restorer {
+        bench::RestorerUse::Declined
+    } else if let Some(why) = board::restorer_boot::unsupported(&bundle, &opts) {
+        bench::RestorerUse::Unsupported(why)
+    } else {
+        let elf = board::home::restorer_elf().context(
+            "bench compare measures the restorer on this board (--no-restorer leaves it out)",
+        )?;
+        bench::RestorerUse::Measured(elf)
+    };
+    let mut plan =
+        bench::ComparePlan::new(&bundle.workload, restore_kernel).with_restorer(restorer);
     let keyed = match a.board.encrypt() {
         None => None,
         Some(how @ bootparams::Encrypt::KeyFile) => {

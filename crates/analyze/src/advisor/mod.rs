@@ -36,10 +36,11 @@ const ALL: &[(&str, Rule)] = &[
     ("restore_kernel", rules::restore_kernel),
     ("slow_device_restore", rules::slow_device_restore),
     ("handover", rules::handover),
+    ("restorer_refused", rules::restorer_refused),
 ];
 
 /// The names of all rules.
-pub const RULES: [&str; 14] = [
+pub const RULES: [&str; 15] = [
     "lpj",
     "quiet",
     "ip_autoconfig",
@@ -54,6 +55,7 @@ pub const RULES: [&str; 14] = [
     "restore_kernel",
     "slow_device_restore",
     "handover",
+    "restorer_refused",
 ];
 
 /// Runs every rule; findings come sorted by saving, largest first (unknown savings last).

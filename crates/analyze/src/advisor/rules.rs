@@ -533,6 +533,32 @@ pub(super) fn handover(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding
     ))
 }
 
+/// The restorer refused the image and booted the stock kernel cold: the time from its start
+/// to the stock kernel's is lost on every power-on until the image fits again.
+pub(super) fn restorer_refused(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding> {
+    let refused = a
+        .milestones
+        .iter()
+        .find(|m| m.kind == MilestoneKind::RestorerRefused)?;
+    let reason = refused.detail.clone().unwrap_or_else(|| "not shown".into());
+    let spent = a
+        .phase(PhaseKind::RestorerFallback)
+        .zip(a.at(MilestoneKind::RestorerStart))
+        .map(|(p, start)| p.end - start);
+    Some(finding(
+        "restorer_refused",
+        match spent {
+            Some(s) => format!(
+                "The restorer refused the image: {s:.2} s passed in it and loading the stock kernel before the cold boot began"
+            ),
+            None => "The restorer refused the image".into(),
+        },
+        spent,
+        format!("snapboot-restorer: refused: {reason}"),
+        "fix what the reason names, or capture a new image (a boot with `snapboot.capture`): until then every power-on pays the restorer's checks on top of a cold boot",
+    ))
+}
+
 /// Device restore callbacks (`pm_print_times`, see `snapboot.pmtimes`) that take a visible
 /// part of a snapshot boot, with the slowest devices named.
 pub(super) fn slow_device_restore(a: &Analysis, _: Option<&KernelConfig>) -> Option<Finding> {

@@ -20,6 +20,8 @@ const RESTORE_STOCK: &str = log!("tests/data/shell-restore-stock-kernel.log");
 const RESTORE_RK: &str = log!("tests/data/shell-restore-restore-kernel.log");
 const HANDOVER: &str = log!("tests/data/shell-handover.log");
 const PM_TIMES: &str = log!("tests/data/shell-restore-pm-times.log");
+const RESTORER: &str = log!("tests/data/shell-restorer.log");
+const RESTORER_FALLBACK: &str = log!("tests/data/shell-restorer-fallback.log");
 
 fn analyse(text: &str) -> Analysis {
     match Timeline::parse(text) {
@@ -272,6 +274,20 @@ fn handover_names_the_reason_and_the_time_lost() {
     assert!(near(f.saving_s.unwrap(), 8.739, 0.01), "{f:?}");
     assert_eq!(fires("handover", RESTORE_RK, None), None);
     assert_eq!(fires("handover", SHELL_COLD, None), None);
+}
+
+#[test]
+fn a_refusal_of_the_restorer_names_the_reason_and_the_time_lost() {
+    let f = fires("restorer_refused", RESTORER_FALLBACK, None).expect("fires");
+    assert!(
+        f.evidence.contains("image's e820 checksum 0xb9b0357f"),
+        "{}",
+        f.evidence
+    );
+    // The restorer's start (0.218 s) to the stock kernel's (0.627 s).
+    assert!(near(f.saving_s.unwrap(), 0.409, 0.002), "{f:?}");
+    assert_eq!(fires("restorer_refused", RESTORER, None), None);
+    assert_eq!(fires("handover", RESTORER_FALLBACK, None), None);
 }
 
 #[test]

@@ -67,6 +67,9 @@ pub enum BenchError {
     /// A snapshot boot's store could not be attached.
     #[error(transparent)]
     Store(#[from] CaptureBootError),
+    /// The restorer's boot could not be set up.
+    #[error(transparent)]
+    Restorer(#[from] crate::restorer_boot::RestorerBootError),
     /// The store holds no image after a capture that reported one.
     #[error("{} holds no image after the capture", .0.display())]
     NoImage(PathBuf),
@@ -121,9 +124,13 @@ impl MethodRuns {
     }
 }
 
-/// Checks that a boot came up the expected way: never through a resume fallback, and with a
-/// restore when `want_restore`.
+/// Checks that a boot came up the expected way: never through a resume fallback or a
+/// refusal of the restorer, and with a restore when `want_restore`.
 pub fn check_boot(tl: &Timeline, want_restore: bool) -> Result<(), BootError> {
+    if let Some(m) = tl.milestone(MilestoneKind::RestorerRefused) {
+        let why = m.detail.clone().unwrap_or_default();
+        return Err(BootError::FellBack(format!("the restorer refused: {why}")));
+    }
     if let Some(m) = tl.milestone(MilestoneKind::ResumeFallback) {
         return Err(BootError::FellBack(m.detail.clone().unwrap_or_default()));
     }

@@ -9,7 +9,9 @@
 //! the working set of its first request (profiled; made by the restored workload itself,
 //! so only where it answers `recapture`). Given a restore kernel
 //! ([`crate::restore_kernel`]), it adds three more: the same snapboot images restored by
-//! the restore kernel instead of the stock one. [`ComparePlan`] says which methods a run
+//! the restore kernel instead of the stock one. On the PC booted through PVH it adds the
+//! `snapboot` image restored by the restorer, with no kernel before the image
+//! ([`crate::restorer_boot`]). [`ComparePlan`] says which methods a run
 //! measures and notes the ones it leaves out. Images are made once per method and
 //! reused for every run; the kernel-native one is restored from a saved copy of the swap
 //! device, because the kernel consumes it on resume.
@@ -31,8 +33,8 @@ use measure::{make_work, profiled_image, resume_boot, Captured};
 
 mod plan;
 pub use plan::{
-    no_recapture_note, ComparePlan, RestoreKernelUse, COMPARE_METHODS, ENCRYPTED_METHODS,
-    PROFILED_METHODS, RESTORE_KERNEL_METHODS,
+    no_recapture_note, ComparePlan, RestoreKernelUse, RestorerUse, COMPARE_METHODS,
+    ENCRYPTED_METHODS, PROFILED_METHODS, RESTORER_METHOD, RESTORE_KERNEL_METHODS,
 };
 
 mod endurance;
@@ -52,6 +54,7 @@ use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::native;
 use crate::qemu::run_probe;
+use crate::restorer_boot::restorer_options;
 use crate::run_options::{KernelImage, RunOptions};
 
 /// `bench cold`: `runs` cold boots with the workload's probe.
@@ -96,6 +99,8 @@ enum Boot<'a> {
     Image(&'a Path, &'a RunOptions),
     /// The same, of another bundle (the encrypted image's, which holds its device key).
     ImageOf(&'a Bundle, &'a Path, &'a RunOptions),
+    /// A restore by the restorer: these options start it on the image's store.
+    Restorer(&'a RunOptions),
 }
 
 /// `bench compare`: the methods of `plan` ([`ComparePlan::methods`]), `runs` boots each,
@@ -152,6 +157,12 @@ pub fn compare(
         None
     };
 
+    // The restorer restores the full image, from the same store.
+    let restorer = plan
+        .restorer
+        .as_ref()
+        .map(|elf| restorer_options(bundle, opts, elf, &snap.store))
+        .transpose()?;
     let rk_opts = plan.restore_kernel.as_ref().map(|vmlinux| {
         let mut o = opts.clone();
         o.kernel = KernelImage::Restore(vmlinux.clone());
@@ -191,6 +202,9 @@ pub fn compare(
             }
         }
     }
+    if let Some(r) = &restorer {
+        methods.push((snap.runs(RESTORER_METHOD), Boot::Restorer(r)));
+    }
     // The encrypted images, full and lazy: captured from the keyed bundle with
     // `snapboot.encrypt=`, which every boot of them carries; restored by the restore kernel.
     let mut enc = Vec::new();
@@ -222,6 +236,7 @@ pub fn compare(
                 Boot::Image(store, o) => resume_boot(bundle, o, store, methods[k].0.method)?,
                 Boot::ImageOf(b, store, o) => resume_boot(b, o, store, methods[k].0.method)?,
                 Boot::Cold => boot(opts, false, "cold boot")?,
+                Boot::Restorer(o) => boot(o, true, "restorer restore")?,
                 Boot::KernelNative => {
                     native::sparse_copy(&swap_saved, &swap)?;
                     let o = native::with_swap(opts, &swap, false);

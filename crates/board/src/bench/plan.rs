@@ -30,6 +30,11 @@ pub const RESTORE_KERNEL_METHODS: [&str; 3] = [
 pub const ENCRYPTED_METHODS: [&str; 2] =
     ["restore-kernel-encrypted", "restore-kernel-lazy-encrypted"];
 
+/// The method `compare` adds on the PC whose firmware loads the kernel itself (PVH): the
+/// `snapboot` image restored by the restorer (crates/restorer, `crate::restorer_boot`),
+/// with no kernel booted before the image.
+pub const RESTORER_METHOD: &str = "restorer";
+
 /// The profiled lazy methods: their images are re-captured by the restored workload
 /// (`recapture` on its console).
 pub const PROFILED_METHODS: [&str; 2] = [COMPARE_METHODS[4], RESTORE_KERNEL_METHODS[2]];
@@ -45,12 +50,25 @@ pub enum RestoreKernelUse {
     Declined,
 }
 
+/// Whether `compare` measures the restorer, and if not, why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestorerUse {
+    /// Measured, with this ELF (`crate::home::restorer_elf`).
+    Measured(PathBuf),
+    /// The board cannot start it (`crate::restorer_boot::unsupported` says why).
+    Unsupported(&'static str),
+    /// Left out on request (`--no-restorer`).
+    Declined,
+}
+
 /// What `compare` measures: the restore kernel (if any), whether the profiled lazy images
-/// are made, and one note per reason a method is left out.
+/// are made, the restorer (if any), and one note per reason a method is left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ComparePlan {
     /// The restore kernel's vmlinux, when its methods are measured.
     pub restore_kernel: Option<PathBuf>,
+    /// The restorer's ELF, when its method is measured.
+    pub restorer: Option<PathBuf>,
     /// Whether the profiled lazy methods are measured: the workload re-captures itself.
     pub profiled: bool,
     /// Whether the encrypted methods are measured (`--encrypt`, with a restore kernel).
@@ -90,10 +108,27 @@ impl ComparePlan {
         };
         Self {
             restore_kernel,
+            restorer: None,
             profiled,
             encrypted: false,
             notes,
         }
+    }
+
+    /// The plan with the restorer's method, or a note why it is left out.
+    pub fn with_restorer(mut self, restorer: RestorerUse) -> Self {
+        match restorer {
+            RestorerUse::Measured(elf) => self.restorer = Some(elf),
+            RestorerUse::Unsupported(why) => {
+                self.notes
+                    .push(format!("{RESTORER_METHOD} left out: {why}"));
+            }
+            RestorerUse::Declined => {
+                self.notes
+                    .push(format!("{RESTORER_METHOD} left out: --no-restorer"));
+            }
+        }
+        self
     }
 
     /// The plan with the encrypted methods too (left out, with a note, without a restore
@@ -117,12 +152,14 @@ impl ComparePlan {
             .into_iter()
             .chain(RESTORE_KERNEL_METHODS.into_iter().filter(|_| rk))
             .filter(|m| self.profiled || !PROFILED_METHODS.contains(m))
+            .chain(Some(RESTORER_METHOD).filter(|_| self.restorer.is_some()))
             .chain(ENCRYPTED_METHODS.into_iter().filter(|_| self.encrypted))
             .collect()
     }
 
     /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
-    /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture).
+    /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture; the
+    /// restorer restores the full one).
     pub fn steps(&self, runs: usize) -> u64 {
         let captures = if self.profiled { 4 } else { 3 } + 2 * u64::from(self.encrypted);
         self.methods().len() as u64 * runs as u64 + captures
@@ -224,6 +261,32 @@ mod tests {
             plan.notes[1], "restore-kernel, restore-kernel-lazy left out: --no-restore-kernel",
             "the profiled one is named once, in the first note"
         );
+    }
+
+    #[test]
+    fn the_restorer_restores_the_full_image_after_the_kernels_methods_or_is_noted_out() {
+        let w = Workload::shell();
+        let rk = || RestoreKernelUse::Measured("/rk".into());
+        let plain = ComparePlan::new(&w, rk());
+        let plan = ComparePlan::new(&w, rk())
+            .with_restorer(RestorerUse::Measured("/r/restorer".into()))
+            .with_encrypted();
+        let m = plan.methods();
+        assert_eq!(&m[..plain.methods().len()], &plain.methods()[..]);
+        assert_eq!(m[plain.methods().len()], "restorer");
+        assert_eq!(&m[plain.methods().len() + 1..], &ENCRYPTED_METHODS);
+        assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+        // One more boot per run, no capture of its own.
+        assert_eq!(plan.steps(2), plain.steps(2) + 2 + (2 * 2 + 2));
+        let uefi = ComparePlan::new(&w, rk())
+            .with_restorer(RestorerUse::Unsupported("--firmware uefi boots GRUB"));
+        assert_eq!(uefi.methods(), plain.methods());
+        assert_eq!(
+            uefi.notes,
+            ["restorer left out: --firmware uefi boots GRUB"]
+        );
+        let declined = ComparePlan::new(&w, rk()).with_restorer(RestorerUse::Declined);
+        assert_eq!(declined.notes, ["restorer left out: --no-restorer"]);
     }
 
     #[test]

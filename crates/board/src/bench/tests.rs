@@ -31,6 +31,29 @@ fn a_fallback_never_counts_and_names_its_reason() {
     }
 }
 
+/// The restorer's refusal, then the stock kernel's cold boot answering the probe: not a
+/// restore, with the restorer's reason.
+#[test]
+fn a_refusal_of_the_restorer_never_counts_and_names_its_reason() {
+    let mut tl = Timeline::new("restorer");
+    tl.push_lines([
+        boottrace::ConsoleLine::new(0.2, "snapboot-restorer: started"),
+        boottrace::ConsoleLine::new(
+            0.25,
+            "snapboot-restorer: refused: pack checksum 0x1, header says 0x2",
+        ),
+        boottrace::ConsoleLine::new(0.3, "snapboot-restorer: cold boot: the stock kernel"),
+        boottrace::ConsoleLine::new(4.0, "snapboot: @ready"),
+    ]);
+    tl.finalize();
+    let err = check_boot(&tl, true).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "expected a restore, got a cold boot: the restorer refused: pack checksum 0x1, header \
+         says 0x2"
+    );
+}
+
 #[test]
 fn a_restore_method_needs_the_restored_marker() {
     assert!(check_boot(&boot(30.0, None), false).is_ok());
