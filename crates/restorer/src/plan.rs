@@ -36,6 +36,19 @@ impl Plan {
     }
 }
 
+/// The first PFN of a run of `pages` consecutive PFNs that a chunk's `group` of targets
+/// fills slot by slot (slot i to PFN first + i, each slot once): such a chunk can be
+/// unpacked straight into its pages, with no copy. `None` for any other group.
+pub fn in_place(group: &[Target], pages: u16) -> Option<u64> {
+    let first = group.first()?.pfn;
+    let whole = group.len() == usize::from(pages)
+        && group
+            .iter()
+            .enumerate()
+            .all(|(i, t)| usize::from(t.slot) == i && t.pfn == first + i as u64);
+    whole.then_some(first)
+}
+
 /// Why an image's pages cannot be placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlanError {
@@ -149,6 +162,26 @@ mod tests {
         );
         let groups: Vec<usize> = p.by_chunk().map(|g| g.len()).collect();
         assert_eq!(groups, vec![1, 3]);
+    }
+
+    #[test]
+    fn a_chunk_filling_consecutive_pages_slot_by_slot_is_unpacked_in_place() {
+        let t = |slot, pfn| Target {
+            at: (1, 0),
+            chunk: 4,
+            slot,
+            pfn,
+        };
+        assert_eq!(
+            in_place(&[t(0, 0x200), t(1, 0x201), t(2, 0x202)], 3),
+            Some(0x200)
+        );
+        // A slot missing, a gap, a slot used twice, slots out of order: copied instead.
+        assert_eq!(in_place(&[t(0, 0x200), t(1, 0x201)], 3), None);
+        assert_eq!(in_place(&[t(0, 0x200), t(1, 0x202), t(2, 0x203)], 3), None);
+        assert_eq!(in_place(&[t(0, 0x200), t(0, 0x201), t(1, 0x202)], 3), None);
+        assert_eq!(in_place(&[t(1, 0x200), t(0, 0x201)], 2), None);
+        assert_eq!(in_place(&[], 0), None);
     }
 
     #[test]
