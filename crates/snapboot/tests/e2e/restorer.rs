@@ -10,7 +10,6 @@ use crate::snapshot::{
     assert_all_differ, captured, check_restored_app, copy_store, damage_newest_image,
     host_checksum, rename_release,
 };
-use board::run_options::KernelImage;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,13 +29,13 @@ fn restorer_elf() -> PathBuf {
 }
 
 /// Run options booting the restorer on `store`: the disks and command line of a snapshot
-/// boot, the restorer in place of the kernel.
+/// boot, the restorer in place of the kernel (`board::restorer_boot`, what `bench compare`
+/// boots too).
 fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
-    let mut o = store_options(b, store);
-    o.kernel = KernelImage::Restorer {
-        elf: restorer_elf(),
-    };
-    o
+    let mut opts = board::RunOptions::for_bundle(b);
+    opts.timeout = Duration::from_secs(300);
+    board::restorer_boot::restorer_options(b, &opts, &restorer_elf(), store)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// One restore from the restorer, answered by the restored shell: its TTI.
