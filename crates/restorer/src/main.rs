@@ -525,7 +525,7 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
             }
         };
         let busy = Busy(img_start, heap::top().next_multiple_of(PAGE));
-        let why = place(
+        let Err(why) = place(
             &chosen,
             &store,
             &mut disks,
@@ -549,23 +549,6 @@ const WINDOW: usize = 4 << 20;
 /// left), having written only pages nothing else uses.
 #[allow(clippy::too_many_arguments)]
 fn place(
-    chosen: &image::Chosen,
-    store: &image::Store,
-    disks: &mut hw::virtio::Disks,
-    at: usize,
-    table: &Table,
-    busy: &Busy,
-    window_buf: &mut [u8],
-    scratch: &mut [u8],
-) -> String {
-    match try_place(chosen, store, disks, at, table, busy, window_buf, scratch) {
-        Ok(never) => match never {},
-        Err(why) => why,
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn try_place(
     chosen: &image::Chosen,
     store: &image::Store,
     disks: &mut hw::virtio::Disks,
