@@ -144,6 +144,11 @@ pub struct RunArgs {
     /// Snapshot boot: restore with the stock kernel even when a restore kernel is built.
     #[arg(long, conflicts_with = "restore_kernel")]
     stock_kernel: bool,
+    /// Snapshot boot from the restorer (`scripts/restorer.sh`, or $SNAPBOOT_RESTORER): the
+    /// firmware starts it in place of a kernel, it restores the store's image itself, and
+    /// boots the stock kernel cold when it refuses (the x86_64 board with --firmware direct).
+    #[arg(long, requires = "store", conflicts_with_all = ["restore_kernel", "stock_kernel"])]
+    restorer: bool,
     /// The images to try first, in order (NAME[,NAME...]); then the others,
     /// newest first.
     #[arg(long, requires = "store")]
@@ -247,14 +252,19 @@ fn mib(b: u64) -> f64 {
 /// `snapboot board run`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let bundle = home::resolve_bundle(&a.bundle, a.board.arch())?;
-    let choice = a.board.kernel_choice(a.stock_kernel);
+    let choice = a.board.kernel_choice(a.stock_kernel || a.restorer);
     let (mut opts, kernel) = a
         .board
         .to_run_options_for(&bundle, choice, a.store.is_some())?;
-    if let Some(store) = &a.store {
-        attach_store(&mut opts, store, false)?;
+    match &a.store {
+        Some(store) if a.restorer => {
+            let elf = board::home::restorer_elf()?;
+            opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
+        }
+        Some(store) => attach_store(&mut opts, store, false)?,
+        None => {}
     }
-    if let Some(note) = kernel.note() {
+    if let (Some(note), false) = (kernel.note(), a.restorer) {
         eprintln!("snapboot: {note}");
     }
     if let Some(i) = &a.image {

@@ -37,8 +37,9 @@ impl ChunkRec {
         Ok(raw)
     }
 
-    /// Unpacks `stored` into `out`, which holds exactly [`ChunkRec::raw_len`] bytes.
-    fn unpack_into(&self, stored: &[u8], out: &mut [u8]) -> Result<(), Damage> {
+    /// Unpacks `stored` into `out`, which holds exactly [`ChunkRec::raw_len`] bytes; the
+    /// caller checked `stored` first ([`ChunkRec::check_stored`]).
+    pub fn unpack_into(&self, stored: &[u8], out: &mut [u8]) -> Result<(), Damage> {
         if !self.lz4 {
             self.check_raw_len(stored.len())?;
             out.copy_from_slice(stored);

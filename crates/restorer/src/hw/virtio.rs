@@ -222,7 +222,8 @@ impl VirtioDisk {
     }
 }
 
-fn rdtsc() -> u64 {
+/// The time-stamp counter.
+pub fn rdtsc() -> u64 {
     // SAFETY: reading the time-stamp counter has no side effect.
     unsafe { core::arch::x86_64::_rdtsc() }
 }
