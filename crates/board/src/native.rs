@@ -84,9 +84,9 @@ pub fn sparse_copy(from: &Path, to: &Path) -> Result<(), NativeError> {
 }
 
 /// `opts` with `swap` attached as `/dev/vdb`, the kernel asked to `hibernate` to it at the
-/// ready point or else to resume from it.
+/// ready point or else to resume from it; snapboot uses no store on these boots.
 pub fn with_swap(opts: &RunOptions, swap: &Path, hibernate: bool) -> RunOptions {
-    let mut o = opts.clone();
+    let mut o = opts.without_store();
     o.disks.insert(
         0,
         Disk {
@@ -150,6 +150,7 @@ mod tests {
         assert_eq!(h.params.render(), ["snapboot.khibernate=/dev/vdb"]);
         let r = with_swap(&opts, Path::new("s.swap"), false);
         assert_eq!(r.params.render(), ["snapboot.kresume=/dev/vdb"]);
+        assert_eq!(r.cmdline.last().map(String::as_str), Some("snapboot.store=none"));
     }
 
     #[test]

@@ -136,6 +136,22 @@ impl RunOptions {
             echo: false,
         }
     }
+
+    /// These options for a boot that uses no store, whatever the root's config file names
+    /// (`snapboot.store=none` last on the command line): the cold boot and the kernel's own
+    /// hibernation, measured as the system boots without snapboot. A Debian root's config
+    /// names the UEFI PC's store partition, which the PVH board does not have: without the
+    /// word its boots would wait for it and report a fallback.
+    pub fn without_store(&self) -> Self {
+        let mut o = self.clone();
+        o.params.store = None;
+        o.cmdline.push(format!(
+            "{}={}",
+            bootparams::key::STORE,
+            bootparams::NO_STORE
+        ));
+        o
+    }
 }
 
 /// What the board asks of snapboot unless a run says more: no re-capture after refused

@@ -635,6 +635,10 @@ const FLAG_VALUES: &str = "expected no value, or yes, no, true or false";
 /// What every key starts with on the kernel command line.
 pub const PREFIX: &str = "snapboot.";
 
+/// `snapboot.store=none`: this boot uses no store, whatever the config file names (a
+/// maintenance boot, or a cold boot measured as the system boots without snapboot).
+pub const NO_STORE: &str = "none";
+
 impl BootParams {
     /// Reads the `snapboot.*` words of a kernel command line; other words are not ours and
     /// are skipped. A later word overrides an earlier one with the same key, as the kernel's
@@ -673,6 +677,7 @@ impl BootParams {
             _ => Err(bad("expected a device such as /dev/vdb")),
         };
         match k {
+            key::STORE if value == Some(NO_STORE) => p.store = None,
             key::STORE => {
                 let a = StoreAddress::parse(value.unwrap_or_default());
                 p.store = Some(a.map_err(|source| BootParamsError::StoreAddress {

@@ -69,10 +69,11 @@ pub const SETTINGS: [Setting; 30] = [
     Setting {
         key: key::STORE,
         example: "PARTLABEL=snapstore",
-        values: "/dev/NAME, PARTUUID=U, PARTLABEL=L or LABEL=L",
+        values: "/dev/NAME, PARTUUID=U, PARTLABEL=L, LABEL=L or none",
         default: "none",
         meaning: "the store: a device path, a partition's GPT UUID or name, or the store's own \
-                  label; snapboot restores and captures only with a store",
+                  label; snapboot restores and captures only with a store (`none` on the \
+                  kernel command line: this boot uses none, whatever the file names)",
         scope: Scope::Anywhere,
     },
     Setting {

@@ -132,6 +132,7 @@ pub fn compare(
     // boots, in rounds of one boot per method, each round starting with the next method:
     // the host's drift (this one is shared and noisy) and the position after another
     // method's boot hit every method alike.
+    let cold = opts.without_store();
     let swap_saved = work.join("kernel-native.swap");
     let swap = work.join("kernel-native.swap.run");
     native::make_swap(&swap, opts.mem_mib)?;
@@ -235,7 +236,7 @@ pub fn compare(
             let t = match methods[k].1 {
                 Boot::Image(store, o) => resume_boot(bundle, o, store, methods[k].0.method)?,
                 Boot::ImageOf(b, store, o) => resume_boot(b, o, store, methods[k].0.method)?,
-                Boot::Cold => boot(opts, false, "cold boot")?,
+                Boot::Cold => boot(&cold, false, "cold boot")?,
                 Boot::Restorer(o) => boot(o, true, "restorer restore")?,
                 Boot::KernelNative => {
                     native::sparse_copy(&swap_saved, &swap)?;

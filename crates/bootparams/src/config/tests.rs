@@ -134,6 +134,18 @@ fn each_kernel_only_key_is_refused_in_the_file() {
 }
 
 #[test]
+fn store_none_on_the_kernel_command_line_leaves_the_file_s_store_unused() {
+    let file = || Some(parse("store = PARTLABEL=snapstore\nattempts = 3").unwrap());
+    let e = effective("console=ttyS0 snapboot.store=none", file()).unwrap();
+    assert_eq!(e.params.store, None);
+    assert_eq!(e.params.attempts, 3);
+    assert_eq!(e.source(key::STORE), Source::Kernel);
+    // The last word wins, as for every key.
+    let e = effective("snapboot.store=none snapboot.store=/dev/vdc", file()).unwrap();
+    assert_eq!(e.params.store, Some(StoreAddress::path("/dev/vdc")));
+}
+
+#[test]
 fn the_kernel_command_line_wins_key_by_key_over_the_file_over_the_defaults() {
     let file = parse("store = /dev/vdb\nattempts = 3\nnoverity = yes\nimage = factory").unwrap();
     let e = effective(
