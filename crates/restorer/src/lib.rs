@@ -1,11 +1,10 @@
-//! What the restorer and the host share: the disk it reads ([`disk`]), the restore pack's
-//! format ([`pack`]) and the kernel's e820 checksum ([`e820`]); the store's and image's
-//! formats it reads ([`formats`]), the image it chooses and checks ([`image`]) and where
-//! its pages go ([`plan`], read through a [`window`]); and the restorer's pure logic: the
-//! PVH start info ([`pvh`]), PCI configuration ([`pci`]), the legacy virtio block interface
-//! ([`virtio`]), and the cold boot of the stock kernel: the boot protocol ([`bzimage`]) and
-//! where its parts go in RAM ([`placement`]); sizes in messages ([`units`]). `no_std`
-//! (with `alloc`) so the freestanding restorer can use it.
+//! The restorer's logic, `no_std` (with `alloc`) so the freestanding program (src/main.rs)
+//! and the host's tests share it: the disk it reads ([`disk`], through a [`window`]), the
+//! store's and image's formats ([`formats`]), the image it chooses and checks ([`image`])
+//! and where its pages go ([`plan`]); the kernel's e820 checksum ([`e820`]); the PVH start
+//! info ([`pvh`]), PCI configuration ([`pci`]) and the legacy virtio block interface
+//! ([`virtio`]); the cold boot of the stock kernel: the boot protocol ([`bzimage`]) and
+//! where its parts go in RAM ([`placement`]); sizes in messages ([`units`]).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
