@@ -653,7 +653,8 @@ fn place(
     let mut in_place = 0u64;
     let mut spent = Spent::default();
     let check = store.catalog.check;
-    let chunk_error = |e: storelayout::Damage| e.to_string();
+    // As resume words it: "store is damaged: checksum mismatch in chunk N ...".
+    let chunk_error = |e: storelayout::Damage| storelayout::ReadError::from(e).to_string();
     for group in plan.by_chunk() {
         let c = store
             .catalog
