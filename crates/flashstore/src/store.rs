@@ -440,7 +440,13 @@ impl<M: Medium> Store<M> {
 
     /// Byte offset of an extent on the medium.
     pub fn raw_offset(&self, e: Extent) -> u64 {
-        e.cluster * self.sb.cluster_bytes()
+        self.sb.raw_offset(e)
+    }
+
+    /// The raw region of image `rec` as byte offset and length on the medium (`None`: it
+    /// owns none).
+    pub fn raw_region(&self, rec: &ImageRec) -> Option<(u64, u64)> {
+        self.sb.raw_region(rec)
     }
 
     /// Idle bytes (clusters the committed state does not use).

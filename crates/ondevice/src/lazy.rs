@@ -46,7 +46,7 @@ use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
 use crate::profile::{self, PageSet};
 use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
 use crate::sys::MemoryLock;
-use snapimg::{verity, SwapRegion, SwapVerity, PAGE_SIZE};
+use snapimg::{swap_header, verity, RegionMismatch, SwapRegion, SwapVerity, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -64,7 +64,6 @@ pub const VERITY_NAME: &str = "snapboot-swap-verity";
 pub const CHECKED_NAME: &str = "snapboot-swap-checked";
 /// Name of the swap area in the clear over its ciphertext (encrypted captures only).
 pub const CRYPT_NAME: &str = "snapboot-swap-crypt";
-const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
 
 pub use bootparams::{ProfileMode, Reclaim};
 
@@ -215,19 +214,6 @@ fn release_cow() {
     let _ = std::fs::remove_file(COW_RECORD);
 }
 
-/// The swap header page (`union swap_header`, include/linux/swap.h): version 1, last page,
-/// no bad pages, a UUID, and the `SWAPSPACE2` magic in the page's last 10 bytes.
-pub fn swap_header(pages: u64, uuid: &[u8; 16]) -> Vec<u8> {
-    let mut p = vec![0u8; PAGE_SIZE];
-    p[1024..1028].copy_from_slice(&1u32.to_le_bytes());
-    let last = u32::try_from(pages - 1).unwrap_or(u32::MAX);
-    p[1028..1032].copy_from_slice(&last.to_le_bytes());
-    p[1036..1052].copy_from_slice(uuid);
-    p[1052..1060].copy_from_slice(b"snapboot");
-    p[PAGE_SIZE - 10..].copy_from_slice(SWAP_MAGIC);
-    p
-}
-
 /// Why a lazy image's swap region is not as its capture left it.
 #[derive(Debug, thiserror::Error)]
 pub enum RegionError {
@@ -240,19 +226,21 @@ pub enum RegionError {
         #[source]
         source: std::io::Error,
     },
-    /// The swap header is not the one capture wrote.
-    #[error(
-        "swap region at byte {at} no longer holds this image's swap area (header overwritten)"
-    )]
-    Header { at: u64 },
-    /// The verity tree's top block does not hash to the root the description records.
-    #[error("the verity tree at byte {at} does not hash to the image's root (the swap region was overwritten or damaged)")]
-    Verity { at: u64 },
+    /// The region is not the image's own, or no longer holds what capture wrote.
+    #[error(transparent)]
+    Mismatch(#[from] RegionMismatch),
 }
 
-/// Checks that the swap region of an image still starts with the header capture wrote
-/// (a cheap guard against a store whose region was overwritten; one page read).
-pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), RegionError> {
+/// Checks that the swap region of an image is its own raw region of the store (`own`:
+/// byte offset and length on `store`) and still starts with the header capture wrote, its
+/// verity tree's top block hashing to the recorded root (a cheap guard against a store
+/// whose region was overwritten; two page reads at most): [`snapimg::check_region`], the
+/// restorer's check too.
+pub fn check_region(
+    store: &Path,
+    region: &SwapRegion,
+    own: Option<(u64, u64)>,
+) -> Result<(), RegionError> {
     let read = |what, at| {
         move |source| RegionError::Read {
             what,
@@ -262,28 +250,9 @@ pub fn check_region(store: &Path, region: &SwapRegion) -> Result<(), RegionError
         }
     };
     let f = std::fs::File::open(store).map_err(read("store", 0))?;
-    let mut page = vec![0u8; PAGE_SIZE];
-    f.read_exact_at(&mut page, region.offset)
-        .map_err(read("swap region", region.offset))?;
-    if &page[PAGE_SIZE - 10..] != SWAP_MAGIC || page[1036..1052] != region.uuid {
-        return Err(RegionError::Header { at: region.offset });
-    }
-    if let Some(v) = &region.verity {
-        // The tree's top block (for a one-block area, the block itself) must hash to the
-        // root the header carries; every other block is checked as it is paged in.
-        let top = if verity::levels(v.data_blocks) == 0 {
-            0
-        } else {
-            v.hash_start
-        };
-        let at = region.offset + top * PAGE_SIZE as u64;
-        f.read_exact_at(&mut page, at)
-            .map_err(read("verity tree", at))?;
-        if !verity::top_matches(v, &page) {
-            return Err(RegionError::Verity { at });
-        }
-    }
-    Ok(())
+    snapimg::check_region(region, own, |what, at, page| {
+        f.read_exact_at(page, at).map_err(read(what, at))
+    })
 }
 
 /// What [`prepare`] did.
@@ -868,19 +837,6 @@ mod tests {
     }
 
     #[test]
-    fn swap_header_layout_matches_the_kernel() {
-        let uuid = [7u8; 16];
-        let p = swap_header(1000, &uuid);
-        assert_eq!(p.len(), 4096);
-        assert_eq!(&p[4086..], b"SWAPSPACE2");
-        assert_eq!(u32::from_le_bytes(p[1024..1028].try_into().unwrap()), 1);
-        assert_eq!(u32::from_le_bytes(p[1028..1032].try_into().unwrap()), 999);
-        assert_eq!(u32::from_le_bytes(p[1032..1036].try_into().unwrap()), 0);
-        assert_eq!(&p[1036..1052], &uuid);
-        assert!(p[..1024].iter().all(|&b| b == 0), "boot bits stay clear");
-    }
-
-    #[test]
     fn the_crypt_table_passes_the_header_through_and_encrypts_the_rest() {
         let mut key = SwapKey(Zeroizing::new([0u8; KEY_BYTES]));
         key.0[0] = 0xab;
@@ -930,19 +886,26 @@ mod tests {
             uuid,
             verity: None,
         };
-        check_region(&path, &region).unwrap();
+        let own = Some((0, 1 << 30));
+        check_region(&path, &region, own).unwrap();
         let other = SwapRegion {
             uuid: [4u8; 16],
             ..region
         };
-        let err = check_region(&path, &other).unwrap_err();
-        assert!(matches!(err, RegionError::Header { at: 4096 }), "{err}");
+        let err = check_region(&path, &other, own).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegionError::Mismatch(RegionMismatch::Header { at: 4096 })
+            ),
+            "{err}"
+        );
         assert!(err.to_string().contains("no longer holds"), "{err}");
         let beyond = SwapRegion {
             offset: 1 << 20,
             ..region
         };
-        let err = check_region(&path, &beyond).unwrap_err();
+        let err = check_region(&path, &beyond, own).unwrap_err();
         assert!(
             matches!(err, RegionError::Read { what: "swap region", at, .. } if at == 1 << 20),
             "{err}"

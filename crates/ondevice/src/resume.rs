@@ -75,10 +75,8 @@ pub enum ResumeError {
     /// The image belongs to another kernel or machine.
     #[error("image does not fit this system")]
     Incompatible(#[from] Incompat),
-    /// The swap region a lazy image pages from is not the image's own.
-    #[error("lazy image: swap region at byte {offset} ({bytes} bytes) is not the image's own region of the store")]
-    SwapOutside { offset: u64, bytes: u64 },
-    /// The swap region a lazy image pages from is not as the capture left it.
+    /// The swap region a lazy image pages from is not the image's own, or not as the
+    /// capture left it.
     #[error("lazy image")]
     SwapRegion(#[source] crate::lazy::RegionError),
     /// The image records nothing of what it is bound to.
@@ -181,7 +179,6 @@ impl ResumeError {
             ResumeError::Store(_)
             | ResumeError::Header(_)
             | ResumeError::PageCount { .. }
-            | ResumeError::SwapOutside { .. }
             | ResumeError::SwapRegion(_) => Refusal::Damaged,
             _ => Refusal::Other,
         }
@@ -569,13 +566,8 @@ fn load_flash_image(
     d.identity.check_against(&expected.identity)?;
     check_binding(d.binding().map_err(StoreUseError::from)?.as_ref(), o)?;
     if let Some(sw) = &d.swap {
-        if !crate::store::swap_inside(store, rec, sw) {
-            return Err(ResumeError::SwapOutside {
-                offset: sw.offset,
-                bytes: sw.bytes,
-            });
-        }
-        crate::lazy::check_region(device, sw).map_err(ResumeError::SwapRegion)?;
+        crate::lazy::check_region(device, sw, store.raw_region(rec))
+            .map_err(ResumeError::SwapRegion)?;
     }
     load(
         &mut reader,

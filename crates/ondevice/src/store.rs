@@ -184,12 +184,6 @@ pub fn stream_header(
     snapimg::StreamHeader::parse(&page).map_err(|source| StoreUseError::Stream { page: 0, source })
 }
 
-/// Whether the swap region a description records lies in the raw region the store gave
-/// image `rec` (a description pointing elsewhere is refused).
-pub fn swap_inside(store: &Store<File>, rec: &ImageRec, swap: &snapimg::SwapRegion) -> bool {
-    rec.raw
-        .is_some_and(|e| swap.inside(store.raw_offset(e), e.len))
-}
 /// What `snapboot store ls --json` and `snapboot image inspect --json` say of an image: the
 /// JSON contract of both.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -3,7 +3,9 @@
 //! resume's order, and for each the page list (checksummed, every entry in the catalog),
 //! the description (version, the kernel, the command line and devices it is bound to), page
 //! 0 and the PFN index (parsed and checked by the same stream parser as capture), the memory
-//! map (the kernel's own e820 checksum) and the RAM size. What passes becomes a [`Plan`]:
+//! map (the kernel's own e820 checksum) and the RAM size; for a lazy image, that its swap
+//! region is its own raw region of the store and still holds what capture wrote
+//! ([`snapimg::check_region`]). What passes becomes a [`Plan`]:
 //! where every page goes. The chunks themselves are checked as they are placed.
 
 use crate::disk::{Disk, DiskError};
@@ -48,6 +50,13 @@ impl core::fmt::Display for Refused {
             Refused::Disk(e) => write!(f, "{e}"),
             Refused::Store(s) | Refused::Image(s) => f.write_str(s),
         }
+    }
+}
+
+/// A lazy image's swap region that is not as its capture left it, as resume says it.
+impl From<snapimg::RegionMismatch> for Refused {
+    fn from(m: snapimg::RegionMismatch) -> Self {
+        Refused::Image(format!("lazy image: {m}"))
     }
 }
 
@@ -147,6 +156,8 @@ pub struct Chosen {
     pub stream_pages: u64,
     /// Where every page goes.
     pub plan: Plan,
+    /// A lazy image's swap region (checked): where the image kernel pages the rest in from.
+    pub swap: Option<snapimg::SwapRegion>,
 }
 
 /// The PC's disks, `vda` first: the store's and the ones an image is bound to.
@@ -201,12 +212,6 @@ pub fn check<S: DiskSet>(
             )));
         }
     }
-    if d.swap.is_some() {
-        return Err(Refused::Image(
-            "a lazy image: its swap region is checked and mapped by a kernel's resume; the restorer restores full images"
-                .into(),
-        ));
-    }
     let binding = d
         .binding()
         .map_err(|e| Refused::Image(chain(&e)))?
@@ -225,6 +230,18 @@ pub fn check<S: DiskSet>(
     binding
         .check(&here)
         .map_err(|e| Refused::Image(format!("image was captured on a different system: {e}")))?;
+    if let Some(sw) = &d.swap {
+        // A lazy image: the rest of its memory is paged in from its swap region by the
+        // device-mapper stack inside the image kernel, which works by itself after the
+        // restore on the same store disk (the binding checked the disks). What resume
+        // checks of the region before restoring, the restorer checks too.
+        let disk = disks.disk(at).ok_or_else(no_disk)?;
+        snapimg::check_region(sw, store.sb.raw_region(rec), |what, at, page| {
+            disk.read(at, page).map_err(|e| {
+                Refused::Image(format!("lazy image: reading the {what} at byte {at}: {e}"))
+            })
+        })?;
+    }
 
     // Page 0 and the PFN index, through the stream parser capture used.
     let index_pages = |n: u64| meta.pages.iter().take(n as usize);
@@ -320,6 +337,7 @@ pub fn check<S: DiskSet>(
         cr3,
         stream_pages: header.pages.get(),
         plan,
+        swap: d.swap,
     })
 }
 
@@ -329,7 +347,7 @@ mod tests {
     use crate::disk::MemDisk;
     use flashstore::{FormatOptions, MemMedium, Store as Writer, WriteOptions};
     use snapimg::binding::{Binding, BootSetup, BoundDevice};
-    use snapimg::{Identity, MemoryMap, SyntheticStream, PAGE_SIZE};
+    use snapimg::{Identity, MemoryMap, SwapRegion, SyntheticStream, PAGE_SIZE};
 
     const SEED: u64 = 0x5eed;
     const CMDLINE: &str = "console=ttyS0 root=/dev/vda snapboot.store=/dev/vdb quiet";
@@ -337,6 +355,27 @@ mod tests {
     /// A store holding `names`, each the same synthetic x86_64 stream of 300 data pages,
     /// bound to CMDLINE and the root disk `vda` [`ROOT`].
     fn store(names: &[&str]) -> (Vec<u8>, SyntheticStream) {
+        let (bytes, stream, _) = store_with(names, false);
+        (bytes, stream)
+    }
+
+    /// Pages of a lazy image's swap region in [`lazy_store`].
+    const SWAP_PAGES: u64 = 16;
+
+    /// A store holding one lazy image `current` (the stream of [`store`]) whose swap region
+    /// is its raw region of [`SWAP_PAGES`], with the swap header capture writes; and that
+    /// region.
+    fn lazy_store() -> (Vec<u8>, SwapRegion) {
+        let (mut bytes, _, region) = store_with(&["current"], true);
+        let r = region.unwrap();
+        let header = snapimg::swap_header(SWAP_PAGES, &r.uuid);
+        bytes[r.offset as usize..][..PAGE].copy_from_slice(&header);
+        (bytes, r)
+    }
+
+    /// [`store`]; with `lazy`, each image gets a raw region as its swap region, whose
+    /// header the caller writes (the last image's region is returned).
+    fn store_with(names: &[&str], lazy: bool) -> (Vec<u8>, SyntheticStream, Option<SwapRegion>) {
         let mut store = Writer::format(MemMedium::new(8 << 20), FormatOptions::default()).unwrap();
         let stream = SyntheticStream::new(300, SEED);
         let bytes = stream.to_bytes();
@@ -363,15 +402,28 @@ mod tests {
             }],
         };
         let pages = (bytes.len() / PAGE_SIZE) as u64;
-        let d = Description::new(identity, 1, Some(&binding), pages, None).unwrap();
+        let mut last = None;
         for name in names {
+            let raw = lazy.then(|| store.reserve_raw(SWAP_PAGES * PAGE as u64).unwrap());
+            let swap = raw.map(|e| SwapRegion {
+                offset: store.raw_offset(e),
+                bytes: e.len,
+                used_pages: 5,
+                uuid: [0x4c; 16],
+                verity: None,
+            });
+            last = swap;
+            let d = Description::new(identity.clone(), 1, Some(&binding), pages, swap).unwrap();
             let mut w = store.writer(name, WriteOptions::default()).unwrap();
+            if let Some(e) = raw {
+                w.attach_raw(e).unwrap();
+            }
             for p in bytes.chunks_exact(PAGE_SIZE) {
                 w.push_page(p.try_into().unwrap()).unwrap();
             }
             w.commit(d.encode()).unwrap();
         }
-        (store.into_medium().bytes, stream)
+        (store.into_medium().bytes, stream, last)
     }
 
     fn running(cmdline: &str) -> Running<'_> {
@@ -505,5 +557,23 @@ mod tests {
         let zeros = vec![0u8; 1 << 20];
         let e = Store::open(&mut MemDisk(&zeros)).err().unwrap().to_string();
         assert!(e.contains("no snapboot store here"), "{e}");
+    }
+
+    #[test]
+    fn a_lazy_image_is_planned_when_its_swap_region_holds_its_header_and_refused_when_not() {
+        let (mut bytes, r) = lazy_store();
+        let c = check_first(&bytes, &running(CMDLINE)).unwrap();
+        assert_eq!(c.plan.targets.len() + c.plan.zeros.len(), 300);
+        // The header overwritten (a swap area made over it, say): refused as resume does.
+        bytes[r.offset as usize + PAGE - 10..][..10].copy_from_slice(b"SWAPSPACE0");
+        let e = check_first(&bytes, &running(CMDLINE)).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "lazy image: swap region at byte {} no longer holds this image's swap area \
+                 (header overwritten)",
+                r.offset
+            )
+        );
     }
 }

@@ -592,12 +592,25 @@ fn place(
         busy,
         used: 0,
     };
+    let lazy = chosen.swap.map(|sw| {
+        alloc::format!(
+            ", lazy: {} pages in its swap region at byte {} ({} checked)",
+            sw.used_pages,
+            sw.offset,
+            if sw.verity.is_some() {
+                "header and verity tree's top"
+            } else {
+                "header"
+            }
+        )
+    });
     say!(
-        "snapboot-restorer: image checked: {}, {} pages ({} to copy, {} zero); restoring",
+        "snapboot-restorer: image checked: {}, {} pages ({} to copy, {} zero){}; restoring",
         chosen.name,
         chosen.stream_pages,
         plan.targets.len(),
-        plan.zeros.len()
+        plan.zeros.len(),
+        lazy.as_deref().unwrap_or("")
     );
 
     // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)

@@ -38,5 +38,8 @@ pub use kstream::{
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,
 };
 pub use memory_map::{MemoryMap, MemoryMapMismatch, PhysRange};
-pub use swap::{BadSwapRegion, SwapRegion, MIN_SWAP_PAGES, UUID_LEN};
+pub use swap::{
+    check_region, swap_header, BadSwapRegion, RegionMismatch, SwapRegion, MIN_SWAP_PAGES,
+    SWAP_MAGIC, UUID_LEN,
+};
 pub use verity::SwapVerity;

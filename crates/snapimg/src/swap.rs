@@ -1,16 +1,95 @@
-//! The swap region of a lazy image: where it lies on the store, and the one set of rules
-//! capture and resume check it against.
+//! The swap region of a lazy image: where it lies on the store, the one set of rules
+//! capture and resume check it against, its swap header page, and the check that it is
+//! still as its capture left it ([`check_region`], which the device's resume and the
+//! restorer both make before restoring a lazy image).
 
 use crate::kstream::PAGE_SIZE;
-use crate::verity::SwapVerity;
+use crate::verity::{self, SwapVerity};
 use alloc::format;
 use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
 /// Smallest swap region of a lazy image, in pages (the kernel refuses smaller swap areas).
 pub const MIN_SWAP_PAGES: u64 = 10;
 /// Bytes of the UUID in the region's swap header page.
 pub const UUID_LEN: usize = 16;
+/// The signature the kernel looks for in the last bytes of a swap area's first page.
+pub const SWAP_MAGIC: &[u8; 10] = b"SWAPSPACE2";
+/// Where the UUID lies in the swap header page (`union swap_header`'s `sws_uuid`).
+const UUID_AT: core::ops::Range<usize> = 1036..1036 + UUID_LEN;
+
+/// The swap header page (`union swap_header`, include/linux/swap.h): version 1, last page,
+/// no bad pages, a UUID, and the [`SWAP_MAGIC`] in the page's last 10 bytes.
+pub fn swap_header(pages: u64, uuid: &[u8; UUID_LEN]) -> Vec<u8> {
+    let mut p = vec![0u8; PAGE_SIZE];
+    p[1024..1028].copy_from_slice(&1u32.to_le_bytes());
+    let last = u32::try_from(pages - 1).unwrap_or(u32::MAX);
+    p[1028..1032].copy_from_slice(&last.to_le_bytes());
+    p[UUID_AT].copy_from_slice(uuid);
+    p[1052..1060].copy_from_slice(b"snapboot");
+    p[PAGE_SIZE - SWAP_MAGIC.len()..].copy_from_slice(SWAP_MAGIC);
+    p
+}
+
+/// Why a lazy image's swap region is not the one its capture left: resume's and the
+/// restorer's refusal of the image (each prefixes "lazy image: ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegionMismatch {
+    /// The region is not inside the raw region the store gave the image.
+    #[error(
+        "swap region at byte {offset} ({bytes} bytes) is not the image's own region of the store"
+    )]
+    Outside { offset: u64, bytes: u64 },
+    /// The swap header is not the one capture wrote.
+    #[error(
+        "swap region at byte {at} no longer holds this image's swap area (header overwritten)"
+    )]
+    Header { at: u64 },
+    /// The verity tree's top block does not hash to the root the description records.
+    #[error("the verity tree at byte {at} does not hash to the image's root (the swap region was overwritten or damaged)")]
+    Verity { at: u64 },
+}
+
+/// Checks that a lazy image's swap `region` is still as its capture left it, reading two
+/// pages at most: it lies inside `own`, the raw region the store gave the image (byte
+/// offset and length on the store's device; `None`: the image has none); its first page
+/// carries the swap signature and the region's UUID; and the verity tree's top block (for
+/// a one-block area, the block itself) hashes to the recorded root. Every other block is
+/// checked by the kernel as it is paged in. `read(what, at, page)` fills `page` from byte
+/// `at` of the store's device (`what`: "swap region" or "verity tree", for its error).
+pub fn check_region<E: From<RegionMismatch>>(
+    region: &SwapRegion,
+    own: Option<(u64, u64)>,
+    mut read: impl FnMut(&'static str, u64, &mut [u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    if !own.is_some_and(|(start, len)| region.inside(start, len)) {
+        return Err(RegionMismatch::Outside {
+            offset: region.offset,
+            bytes: region.bytes,
+        }
+        .into());
+    }
+    let mut page = vec![0u8; PAGE_SIZE];
+    read("swap region", region.offset, &mut page)?;
+    if &page[PAGE_SIZE - SWAP_MAGIC.len()..] != SWAP_MAGIC || page[UUID_AT] != region.uuid {
+        return Err(RegionMismatch::Header { at: region.offset }.into());
+    }
+    if let Some(v) = &region.verity {
+        let top = if verity::levels(v.data_blocks) == 0 {
+            0
+        } else {
+            v.hash_start
+        };
+        let at = region.offset + top * PAGE_SIZE as u64;
+        read("verity tree", at, &mut page)?;
+        if !verity::top_matches(v, &page) {
+            return Err(RegionMismatch::Verity { at }.into());
+        }
+    }
+    Ok(())
+}
 
 /// The swap region of a lazy image: a raw region of the store that belongs to the image,
 /// which the kernel paged user memory out to just before capture and pages it back in from
@@ -202,5 +281,115 @@ mod tests {
         assert!(!r.inside(0, 19 * page), "ends after");
         assert!(!r.inside(u64::MAX - page, 2 * page), "no overflow");
         assert_eq!(r.uuid_text(), "01010101-0101-0101-0101-010101010101");
+    }
+
+    #[test]
+    fn swap_header_layout_matches_the_kernel() {
+        let uuid = [7u8; UUID_LEN];
+        let p = swap_header(1000, &uuid);
+        assert_eq!(p.len(), 4096);
+        assert_eq!(&p[4086..], b"SWAPSPACE2");
+        assert_eq!(u32::from_le_bytes(p[1024..1028].try_into().unwrap()), 1);
+        assert_eq!(u32::from_le_bytes(p[1028..1032].try_into().unwrap()), 999);
+        assert_eq!(u32::from_le_bytes(p[1032..1036].try_into().unwrap()), 0);
+        assert_eq!(&p[1036..1052], &uuid);
+        assert!(p[..1024].iter().all(|&b| b == 0), "boot bits stay clear");
+    }
+
+    /// A store device of 40 pages whose region (pages 4..40) holds a swap area of 20
+    /// data blocks (the header and 19 pages) and its verity tree at block 30.
+    fn device() -> (Vec<u8>, SwapRegion) {
+        let page = PAGE_SIZE as u64;
+        let uuid = [3u8; UUID_LEN];
+        let mut dev = vec![0u8; 40 * PAGE_SIZE];
+        let area = 4 * PAGE_SIZE;
+        dev[area..area + PAGE_SIZE].copy_from_slice(&swap_header(20, &uuid));
+        for (k, b) in dev[area + PAGE_SIZE..area + 20 * PAGE_SIZE]
+            .iter_mut()
+            .enumerate()
+        {
+            *b = (k % 251) as u8;
+        }
+        let salt = [5u8; 32];
+        let data = dev[area..area + 20 * PAGE_SIZE].to_vec();
+        let (tree, root) = verity::build(20, &salt, |i, b: &mut [u8]| {
+            b.copy_from_slice(&data[i as usize * PAGE_SIZE..][..PAGE_SIZE]);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        dev[area + 30 * PAGE_SIZE..][..tree.len()].copy_from_slice(&tree);
+        let region = SwapRegion {
+            offset: 4 * page,
+            bytes: 36 * page,
+            used_pages: 12,
+            uuid,
+            verity: Some(SwapVerity {
+                data_blocks: 20,
+                hash_start: 30,
+                root,
+                salt,
+            }),
+        };
+        (dev, region)
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Failed {
+        Read(&'static str, u64),
+        Mismatch(RegionMismatch),
+    }
+
+    impl From<RegionMismatch> for Failed {
+        fn from(m: RegionMismatch) -> Self {
+            Failed::Mismatch(m)
+        }
+    }
+
+    fn check_on(dev: &[u8], r: &SwapRegion, own: Option<(u64, u64)>) -> Result<(), Failed> {
+        check_region(r, own, |what, at, page: &mut [u8]| {
+            let at_us = at as usize;
+            let src = dev
+                .get(at_us..at_us + page.len())
+                .ok_or(Failed::Read(what, at))?;
+            page.copy_from_slice(src);
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn the_region_check_names_an_outside_region_a_header_a_tree_or_a_read() {
+        let page = PAGE_SIZE as u64;
+        let (mut dev, r) = device();
+        let own = Some((4 * page, 36 * page));
+        assert_eq!(check_on(&dev, &r, own), Ok(()));
+        let outside = Failed::Mismatch(RegionMismatch::Outside {
+            offset: 4 * page,
+            bytes: 36 * page,
+        });
+        assert_eq!(check_on(&dev, &r, None), Err(outside));
+        assert!(check_on(&dev, &r, Some((5 * page, 40 * page))).is_err());
+        let other = SwapRegion {
+            uuid: [4; UUID_LEN],
+            ..r
+        };
+        let header = Failed::Mismatch(RegionMismatch::Header { at: 4 * page });
+        assert_eq!(check_on(&dev, &other, own), Err(header));
+        // 20 blocks' digests fit one hash block: the tree is that block, at region block 30.
+        dev[(34 * page) as usize + 7] ^= 1;
+        let tree = Failed::Mismatch(RegionMismatch::Verity { at: 34 * page });
+        assert_eq!(check_on(&dev, &r, own), Err(tree));
+        let beyond = SwapRegion {
+            offset: 1 << 20,
+            ..r
+        };
+        assert_eq!(
+            check_on(&dev, &beyond, Some((0, 1 << 30))),
+            Err(Failed::Read("swap region", 1 << 20))
+        );
+        let text = RegionMismatch::Header { at: 4096 }.to_string();
+        assert!(
+            text.contains("no longer holds this image's swap area"),
+            "{text}"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Geometry, the store's label and its two superblocks (blocks 0 and 1 of cluster 0, the
 //! only structures rewritten in place), and which of them holds the committed state.
 
-use crate::catalog::{ChunkRec, Extent};
+use crate::catalog::{ChunkRec, Extent, ImageRec};
 use crate::damage::Damage;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -103,6 +103,17 @@ impl Superblock {
     /// Bytes per cluster.
     pub fn cluster_bytes(&self) -> u64 {
         u64::from(self.cluster_blocks) * BLOCK
+    }
+
+    /// Byte offset of extent `e` on the medium.
+    pub fn raw_offset(&self, e: Extent) -> u64 {
+        e.cluster * self.cluster_bytes()
+    }
+
+    /// The raw region image `rec` owns besides its chunks (a lazy image's swap area), as
+    /// byte offset and length on the medium; `None` if it owns none.
+    pub fn raw_region(&self, rec: &ImageRec) -> Option<(u64, u64)> {
+        rec.raw.map(|e| (self.raw_offset(e), e.len))
     }
 
     /// The superblock's block ([`VERSION`]): fields, then the BLAKE3 of everything before it.

@@ -34,7 +34,7 @@ use measure::{make_work, profiled_image, resume_boot, Captured};
 mod plan;
 pub use plan::{
     no_recapture_note, ComparePlan, RestoreKernelUse, RestorerUse, COMPARE_METHODS,
-    ENCRYPTED_METHODS, PROFILED_METHODS, RESTORER_METHOD, RESTORE_KERNEL_METHODS,
+    ENCRYPTED_METHODS, PROFILED_METHODS, RESTORER_METHOD, RESTORER_METHODS, RESTORE_KERNEL_METHODS,
 };
 
 mod endurance;
@@ -158,12 +158,17 @@ pub fn compare(
         None
     };
 
-    // The restorer restores the full image, from the same store.
-    let restorer = plan
-        .restorer
-        .as_ref()
-        .map(|elf| restorer_options(bundle, opts, elf, &snap.store))
-        .transpose()?;
+    // The restorer restores the full image and the profiled lazy one, from their stores.
+    let restorer = |image: &Captured| {
+        plan.restorer
+            .as_ref()
+            .map(|elf| restorer_options(bundle, opts, elf, &image.store))
+            .transpose()
+    };
+    let restorer = [
+        restorer(&snap)?,
+        profiled.as_ref().map(restorer).transpose()?.flatten(),
+    ];
     let rk_opts = plan.restore_kernel.as_ref().map(|vmlinux| {
         let mut o = opts.clone();
         o.kernel = KernelImage::Restore(vmlinux.clone());
@@ -203,8 +208,14 @@ pub fn compare(
             }
         }
     }
-    if let Some(r) = &restorer {
-        methods.push((snap.runs(RESTORER_METHOD), Boot::Restorer(r)));
+    for ((image, name), r) in [Some(&snap), profiled.as_ref()]
+        .iter()
+        .zip(RESTORER_METHODS)
+        .zip(&restorer)
+    {
+        if let (Some(image), Some(r)) = (image, r) {
+            methods.push((image.runs(name), Boot::Restorer(r)));
+        }
     }
     // The encrypted images, full and lazy: captured from the keyed bundle with
     // `snapboot.encrypt=`, which every boot of them carries; restored by the restore kernel.

@@ -35,9 +35,18 @@ pub const ENCRYPTED_METHODS: [&str; 2] =
 /// with no kernel booted before the image.
 pub const RESTORER_METHOD: &str = "restorer";
 
+/// The methods of the restorer: [`RESTORER_METHOD`], and the `snapboot-lazy-profiled`
+/// image restored by it (its swap region checked as resume does; the rest is paged in by
+/// the image kernel).
+pub const RESTORER_METHODS: [&str; 2] = [RESTORER_METHOD, "restorer-lazy-profiled"];
+
 /// The profiled lazy methods: their images are re-captured by the restored workload
 /// (`recapture` on its console).
-pub const PROFILED_METHODS: [&str; 2] = [COMPARE_METHODS[4], RESTORE_KERNEL_METHODS[2]];
+pub const PROFILED_METHODS: [&str; 3] = [
+    COMPARE_METHODS[4],
+    RESTORE_KERNEL_METHODS[2],
+    RESTORER_METHODS[1],
+];
 
 /// Whether `compare` measures the restore kernel's methods, and if not, why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +76,7 @@ pub enum RestorerUse {
 pub struct ComparePlan {
     /// The restore kernel's vmlinux, when its methods are measured.
     pub restore_kernel: Option<PathBuf>,
-    /// The restorer's ELF, when its method is measured.
+    /// The restorer's ELF, when its methods are measured.
     pub restorer: Option<PathBuf>,
     /// Whether the profiled lazy methods are measured: the workload re-captures itself.
     pub profiled: bool,
@@ -115,17 +124,21 @@ impl ComparePlan {
         }
     }
 
-    /// The plan with the restorer's method, or a note why it is left out.
+    /// The plan with the restorer's methods, or a note why they are left out.
     pub fn with_restorer(mut self, restorer: RestorerUse) -> Self {
+        let methods: Vec<&str> = RESTORER_METHODS
+            .into_iter()
+            .filter(|m| self.profiled || !PROFILED_METHODS.contains(m))
+            .collect();
+        let methods = methods.join(", ");
         match restorer {
             RestorerUse::Measured(elf) => self.restorer = Some(elf),
             RestorerUse::Unsupported(why) => {
-                self.notes
-                    .push(format!("{RESTORER_METHOD} left out: {why}"));
+                self.notes.push(format!("{methods} left out: {why}"));
             }
             RestorerUse::Declined => {
                 self.notes
-                    .push(format!("{RESTORER_METHOD} left out: --no-restorer"));
+                    .push(format!("{methods} left out: --no-restorer"));
             }
         }
         self
@@ -151,15 +164,19 @@ impl ComparePlan {
         COMPARE_METHODS
             .into_iter()
             .chain(RESTORE_KERNEL_METHODS.into_iter().filter(|_| rk))
+            .chain(
+                RESTORER_METHODS
+                    .into_iter()
+                    .filter(|_| self.restorer.is_some()),
+            )
             .filter(|m| self.profiled || !PROFILED_METHODS.contains(m))
-            .chain(Some(RESTORER_METHOD).filter(|_| self.restorer.is_some()))
             .chain(ENCRYPTED_METHODS.into_iter().filter(|_| self.encrypted))
             .collect()
     }
 
     /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
     /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture; the
-    /// restorer restores the full one).
+    /// restorer restores the full one and the profiled lazy one).
     pub fn steps(&self, runs: usize) -> u64 {
         let captures = if self.profiled { 4 } else { 3 } + 2 * u64::from(self.encrypted);
         self.methods().len() as u64 * runs as u64 + captures
@@ -230,8 +247,8 @@ mod tests {
         assert_eq!(
             plan.notes,
             [
-                "snapboot-lazy-profiled, restore-kernel-lazy-profiled left out: workload `kiosk` \
-              does not answer `recapture` on its console, which makes their images (build a \
+                "snapboot-lazy-profiled, restore-kernel-lazy-profiled, restorer-lazy-profiled left \
+              out: workload `kiosk` does not answer `recapture` on its console, which makes their images (build a \
               --rootfs workload that does with `board build --recapture`)"
             ]
         );
@@ -264,7 +281,8 @@ mod tests {
     }
 
     #[test]
-    fn the_restorer_restores_the_full_image_after_the_kernels_methods_or_is_noted_out() {
+    fn the_restorer_restores_the_full_and_profiled_images_after_the_kernels_methods_or_is_noted_out(
+    ) {
         let w = Workload::shell();
         let rk = || RestoreKernelUse::Measured("/rk".into());
         let plain = ComparePlan::new(&w, rk());
@@ -273,20 +291,28 @@ mod tests {
             .with_encrypted();
         let m = plan.methods();
         assert_eq!(&m[..plain.methods().len()], &plain.methods()[..]);
-        assert_eq!(m[plain.methods().len()], "restorer");
-        assert_eq!(&m[plain.methods().len() + 1..], &ENCRYPTED_METHODS);
+        let n = plain.methods().len();
+        assert_eq!(m[n..n + 2], ["restorer", "restorer-lazy-profiled"]);
+        assert_eq!(&m[n + 2..], &ENCRYPTED_METHODS);
         assert!(plan.notes.is_empty(), "{:?}", plan.notes);
-        // One more boot per run, no capture of its own.
-        assert_eq!(plan.steps(2), plain.steps(2) + 2 + (2 * 2 + 2));
+        // Two more boots per run, no capture of their own.
+        assert_eq!(plan.steps(2), plain.steps(2) + 2 * 2 + (2 * 2 + 2));
         let uefi = ComparePlan::new(&w, rk())
             .with_restorer(RestorerUse::Unsupported("--firmware uefi boots GRUB"));
         assert_eq!(uefi.methods(), plain.methods());
         assert_eq!(
             uefi.notes,
-            ["restorer left out: --firmware uefi boots GRUB"]
+            ["restorer, restorer-lazy-profiled left out: --firmware uefi boots GRUB"]
         );
         let declined = ComparePlan::new(&w, rk()).with_restorer(RestorerUse::Declined);
-        assert_eq!(declined.notes, ["restorer left out: --no-restorer"]);
+        assert_eq!(
+            declined.notes,
+            ["restorer, restorer-lazy-profiled left out: --no-restorer"]
+        );
+        // A workload that cannot re-capture itself has no profiled image to restore.
+        let kiosk = ComparePlan::new(&custom(), rk())
+            .with_restorer(RestorerUse::Measured("/r/restorer".into()));
+        assert_eq!(kiosk.methods().last(), Some(&"restorer"));
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! End-to-end tests of the restorer (crates/restorer): started by the PC's firmware in place
 //! of a kernel, it reads the image from the store on the board's disks, checks it as resume
-//! does and restores it with no kernel booted first; or it refuses with its reason and boots
-//! the stock kernel cold from the kernel pack. `restorer_bench_shell` (ignored: about 10
-//! minutes) measures it against a cold boot and the stock kernel's restore of the same
-//! image.
+//! does and restores it with no kernel booted first (lazy images too, whose swap region it
+//! checks as resume does); or it refuses with its reason and boots the stock kernel cold
+//! from the kernel pack. `restorer_bench_shell` (ignored: about 10 minutes) measures it
+//! against a cold boot and the stock kernel's restore of the same image.
 
 use crate::common::{bundle, run, store_options};
 use crate::snapshot::{
-    assert_all_differ, captured, check_restored_app, copy_store, damage_newest_image,
-    host_checksum, rename_release,
+    ask, assert_all_differ, captured, captured_lazy, check_restored_app, copy_store,
+    damage_newest_image, host_checksum, region_hash, rename_release, swap_of,
 };
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -94,15 +94,27 @@ fn expect_line(s: &mut board::qemu::Session, pattern: &str, what: &str) -> (Stri
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// What the stock kernel's cold boot after a refusal is followed to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Its boot re-captures the system at ready and powers off.
+    Recapture,
+    /// Ready, and the workload answers its probe.
+    Probe,
+    /// Nothing more: the stock kernel's resume standing down is the cold boot (`app`'s
+    /// cold boot to ready is a minute or two of TCG that the other cases already cover).
+    StoodDown,
+}
+
 /// Boots the restorer and expects it to refuse with `reason`, then to boot the stock kernel
 /// cold from the kernel pack: the refusal and the `cold boot:` line come before the stock
-/// kernel's first line, which stands down from the image (`snapboot.handedover`) and
-/// reaches ready, and the shell answers its probe.
+/// kernel's first line, which stands down from the image (`snapboot.handedover`), then
+/// reaches ready and `then` (unless [`Then::StoodDown`]).
 fn expect_refusal_then_cold_boot(
     b: &board::Bundle,
     o: &board::RunOptions,
     reason: &str,
-    recapture: bool,
+    then: Then,
 ) -> boottrace::Timeline {
     let mut s = board::qemu::Session::start(b, o).unwrap();
     let refusal = format!("snapboot-restorer: refused: {reason}");
@@ -120,14 +132,23 @@ fn expect_refusal_then_cold_boot(
         ),
         (r"snapboot: @ready", "the cold boot reaching ready"),
     ];
+    let steps = if then == Then::StoodDown {
+        &steps[..4]
+    } else {
+        &steps[..]
+    };
     let mut times = Vec::new();
     let mut lines = Vec::new();
-    for (pattern, what) in steps {
+    for &(pattern, what) in steps {
         let (line, t) = expect_line(&mut s, pattern, what);
         times.push((what, t));
         lines.push(line);
     }
-    if recapture {
+    if then == Then::StoodDown {
+        eprintln!("restorer refusal then cold boot, seconds from power-on: {times:?}");
+        return s.finish(boottrace::Outcome::Incomplete);
+    }
+    if then == Then::Recapture {
         // The stock kernel's boot captures the system again at its ready point (the
         // refused image is gone for good) and powers off.
         expect_line(&mut s, r"snapboot: @capture-done", "the re-capture");
@@ -173,7 +194,7 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
         &format!(
             r"no image restores: current: store is damaged: checksum mismatch in chunk {chunk} "
         ),
-        true,
+        Then::Recapture,
     );
     // The restorer restores that new image at the next power-on: the stock kernel it
     // booted saw the memory map a PVH boot sees, so the image carries the e820 checksum the
@@ -189,7 +210,7 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
         &b,
         &o,
         r#"no image restores: current: image does not fit this system: kernel release differs: image was captured on "9\.1\.[^"]+", running "6\.1\."#,
-        false,
+        Then::Probe,
     );
     let good = copy_store(&captured("shell"), "test-restorer-ram.store");
     let mut o = restorer_options(&b, &good);
@@ -199,7 +220,70 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
         &b,
         &o,
         r"no image restores: current: image does not fit this system: the memory map differs: the image kernel's e820 checksum is 0x[0-9a-f]+, this machine's 0x[0-9a-f]+",
-        false,
+        Then::Probe,
+    );
+}
+
+/// A lazy `app` image (the one plain lazy capture the tests share) restored by the restorer:
+/// the restorer checks its swap region as resume does and restores the eager part, and
+/// the device-mapper stack inside the image kernel pages the rest in from the region on
+/// the store: the state checksum is right before and after squeezing memory, and the
+/// region is byte for byte as captured afterwards. Then the region's swap header is
+/// overwritten on the host: the restorer refuses the image with resume's reason and boots
+/// the stock kernel cold.
+#[test]
+fn restorer_restores_a_lazy_app_image_and_refuses_one_whose_swap_region_is_overwritten() {
+    let store = copy_store(&captured_lazy(), "test-restorer-lazy.store");
+    let (off, len, used) = swap_of(&store);
+    let pristine = region_hash(&store, off, len);
+    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let o = restorer_options(&b, &store);
+    let expected = host_checksum();
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    let (line, _) = expect_line(
+        &mut s,
+        &format!(
+            r"snapboot-restorer: image checked: current, .*, lazy: {used} pages in its swap region at byte {off} \(header and verity tree's top checked\); restoring"
+        ),
+        "the restorer's check of the lazy image",
+    );
+    eprintln!("{line}");
+    expect_line(&mut s, r"snapboot: @restored", "restored marker");
+    // Touches every record: pages everything back in from the swap region.
+    let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
+    assert_eq!(sum, expected, "state differs from before capture");
+    ask(&mut s, "squeeze 700", "^squeezed 700$");
+    let sum = ask(&mut s, "checksum", "^checksum [0-9a-f]{64}$");
+    assert_eq!(sum, expected, "state differs after swapping");
+    let tl = s.finish(boottrace::Outcome::Answered);
+    assert!(
+        !tl.lines.iter().any(|l| l.text.contains("Linux version")),
+        "a kernel booted before the image"
+    );
+    assert_eq!(
+        region_hash(&store, off, len),
+        pristine,
+        "the restored system wrote to the image's swap region"
+    );
+
+    // The swap header overwritten (as a new swap area made over the region would).
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&store)
+            .unwrap();
+        f.write_all_at(&[0u8; 10], off + 4096 - 10).unwrap();
+    }
+    let mut o = restorer_options(&b, &store);
+    o.cmdline.push("snapboot.norecapture".into());
+    expect_refusal_then_cold_boot(
+        &b,
+        &o,
+        &format!(
+            r"no image restores: current: lazy image: swap region at byte {off} no longer holds this image's swap area \(header overwritten\)"
+        ),
+        Then::StoodDown,
     );
 }
 

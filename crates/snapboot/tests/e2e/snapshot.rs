@@ -365,7 +365,6 @@ pub(crate) fn region_hash(path: &Path, offset: u64, len: u64) -> String {
     h.finalize().to_hex().to_string()
 }
 
-/// A fresh lazy capture of `app` into `name` under the snapboot home, with `extra` flags.
 /// A fresh `app` capture into store `name` under the test home, with `board capture` flags.
 fn capture_app(name: &str, flags: &[&str]) -> PathBuf {
     let store = crate::common::home().join(name);
@@ -384,11 +383,21 @@ fn capture_app(name: &str, flags: &[&str]) -> PathBuf {
     store
 }
 
+/// A fresh lazy capture of `app` into `name` under the snapboot home, with `extra` flags.
 fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
     let flags: Vec<&str> = std::iter::once("--lazy")
         .chain(extra.iter().copied())
         .collect();
     capture_app(name, &flags)
+}
+
+/// One plain lazy capture of `app` per test binary (`test-app-lazy.store`), never booted:
+/// tests that boot it (each boot writes its boot log) boot a [`copy_store`] of it.
+pub(crate) fn captured_lazy() -> PathBuf {
+    static STORE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    STORE
+        .get_or_init(|| lazy_capture("test-app-lazy.store", &[]))
+        .clone()
 }
 
 /// Improved snapshot boot: a lazy image holds only what stayed resident; the rest comes
@@ -400,7 +409,7 @@ fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
 #[test]
 fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
     let full = inspect(&captured("app"));
-    let store = lazy_capture("test-app-lazy.store", &[]);
+    let store = copy_store(&captured_lazy(), "test-app-lazy-boot.store");
     let lazy = inspect(&store);
     let swap = &lazy["swap"];
     let used = swap["used_pages"].as_u64().unwrap();
