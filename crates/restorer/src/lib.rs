@@ -1,7 +1,8 @@
 //! What the restorer and the host share: the disk it reads ([`disk`]), the restore pack's
 //! format ([`pack`]) and the kernel's e820 checksum ([`e820`]); the store's and image's
 //! formats it reads ([`formats`]), the image it chooses and checks ([`image`]) and where
-//! its pages go ([`plan`], read through a [`window`]); and the restorer's pure logic: the
+//! its pages go ([`plan`], read through a [`window`]); the store's boot log it keeps as a
+//! restoring boot does ([`bootlog`]: the crash-loop guard, the status for the next kernel); and the restorer's pure logic: the
 //! PVH start info ([`pvh`]), PCI configuration ([`pci`]), the legacy virtio block interface
 //! ([`virtio`]), and the cold boot of the stock kernel: the boot protocol ([`bzimage`]) and
 //! where its parts go in RAM ([`placement`]); sizes in messages ([`units`]). `no_std`
@@ -10,6 +11,7 @@
 
 extern crate alloc;
 
+pub mod bootlog;
 pub mod bzimage;
 pub mod disk;
 pub mod e820;
