@@ -152,7 +152,8 @@ impl BootRecord {
         self.newest.next(&log, self.cluster_blocks)
     }
 
-    /// The write that counts this restore of `rec` (at `unix` seconds; 0: no clock) and
+    /// The write that counts this restore of `rec` (at `unix` seconds by the PC's clock; 0:
+    /// none) and
     /// leaves the restored system its status: what resume records before the kernel takes
     /// over.
     pub fn attempt(

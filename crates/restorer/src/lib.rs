@@ -5,7 +5,8 @@
 //! restoring boot does ([`bootlog`]: the crash-loop guard, the status for the next kernel); and the restorer's pure logic: the
 //! PVH start info ([`pvh`]), PCI configuration ([`pci`]), the legacy virtio block interface
 //! ([`virtio`]), and the cold boot of the stock kernel: the boot protocol ([`bzimage`]) and
-//! where its parts go in RAM ([`placement`]); sizes in messages ([`units`]). `no_std`
+//! where its parts go in RAM ([`placement`]); the clock's registers ([`rtc`]); sizes in
+//! messages ([`units`]). `no_std`
 //! (with `alloc`) so the freestanding restorer can use it.
 #![cfg_attr(not(test), no_std)]
 
@@ -21,6 +22,7 @@ pub mod pci;
 pub mod placement;
 pub mod plan;
 pub mod pvh;
+pub mod rtc;
 pub mod units;
 pub mod virtio;
 pub mod window;

@@ -599,7 +599,7 @@ fn restore_from(
             }
         };
         // The attempt's write is encoded now: nothing is allocated once pages are placed.
-        let attempt = match record.attempt(store, rec, 0) {
+        let attempt = match record.attempt(store, rec, hw::rtc::now().unwrap_or(0)) {
             Ok(w) => w,
             Err(e) => {
                 refuse(record, Other, restorer::bootlog::unrecorded(&e));
