@@ -349,8 +349,9 @@ impl Encrypt {
     }
 }
 
-/// Unconfirmed restores of one image before the crash-loop guard skips it.
-pub const DEFAULT_ATTEMPTS: u32 = 2;
+/// Unconfirmed restores of one image before the crash-loop guard skips it (the restorer,
+/// which reads no config file, takes it from the same place).
+pub use bootstatus::DEFAULT_ATTEMPTS;
 
 /// Who confirms that a restored system works (fixed at capture: the restored system reads
 /// its capture's command line).

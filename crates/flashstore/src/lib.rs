@@ -19,7 +19,7 @@ mod sign;
 mod store;
 mod writer;
 
-pub use bootlog::{update_boot_log, Attempts, BootLog, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD};
+pub use bootlog::update_boot_log;
 pub use compact::CompactReport;
 pub use error::StoreError;
 pub use fsck::FsckReport;
@@ -28,9 +28,10 @@ pub use reader::{ChunkTimes, ImageReader, ReadCost};
 pub use seal::{DeviceKey, SEAL_OVERHEAD};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use storelayout::{
-    page_key, Catalog, ChunkCheck, ChunkRec, Damage, DedupeTable, Extent, ImageMeta, ImageRec,
-    ImageStats, KeyId, KeySlot, Label, Page, PageRef, Superblock, SuperblockError, BLOCK,
-    DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
+    page_key, Attempts, BootLog, Catalog, ChunkCheck, ChunkRec, Damage, DedupeTable, Extent,
+    Guarded, ImageMeta, ImageRec, ImageStats, KeyId, KeySlot, Label, Page, PageRef, Superblock,
+    SuperblockError, BLOCK, BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD, DEFAULT_CHUNK_PAGES,
+    DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, PAGE,
 };
 pub use writer::{Committed, Compression, Dedupe, ImageWriter, WriteOptions, DEFAULT_MIN_USE};
 

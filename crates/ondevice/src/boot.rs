@@ -202,8 +202,8 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
         keep_for_the_next_kernel(&params, &status);
         hand_over(Path::new(pack), &cmdline, &why);
     }
-    status.write();
-    status.print_marker();
+    crate::status::write(&status);
+    crate::status::print_marker(&status);
     match status.outcome {
         Outcome::Fallback => EXIT_NOT_RESTORED,
         _ => 0,
@@ -219,7 +219,7 @@ fn carry_out(
     started: Instant,
 ) -> BootStatus {
     let cold = |outcome: Outcome, why: String| {
-        let mut s = BootStatus::new(outcome, params);
+        let mut s = crate::status::new(outcome, params);
         s.reason = Some(why);
         s
     };
@@ -301,7 +301,7 @@ fn keep_for_the_next_kernel(params: &BootParams, status: &BootStatus) {
     }
 }
 
-/// The status of a cold boot a restore kernel handed over: the restore kernel's, read back
+/// The status of a cold boot a restore kernel or the restorer handed over: theirs, read back
 /// from the store's boot log (and cleared there), with this kernel's own re-capture policy.
 fn handed_over_status(params: &BootParams) -> BootStatus {
     let kept = params.store.as_ref().map(|store| {
@@ -314,10 +314,13 @@ fn handed_over_status(params: &BootParams) -> BootStatus {
         other => {
             let why = match other {
                 Some(Err(e)) => format!("the store's boot log cannot be read: {}", chain(&e)),
-                _ => "the restore kernel left no status in the store's boot log".into(),
+                _ => "the restore kernel or the restorer left no status in the store's boot log"
+                    .into(),
             };
-            let mut s = BootStatus::new(Outcome::Fallback, params);
-            s.reason = Some(format!("handed over by a restore kernel; {why}"));
+            let mut s = crate::status::new(Outcome::Fallback, params);
+            s.reason = Some(format!(
+                "handed over by a restore kernel or the restorer; {why}"
+            ));
             s
         }
     };
@@ -512,7 +515,7 @@ pub fn run_ready() -> Result<Ready, ReadyError> {
 /// The systemd target of a boot that was not restored: `snapboot-fallback.target` when a
 /// restore was refused (it wants `snapboot-cold.target`), `snapboot-cold.target` otherwise.
 fn start_outcome_target() {
-    let outcome = crate::status::BootStatus::read().map_or(Outcome::Cold, |s| s.outcome);
+    let outcome = crate::status::read().map_or(Outcome::Cold, |s| s.outcome);
     let target = match outcome {
         Outcome::Fallback => crate::install::FALLBACK_TARGET_NAME,
         _ => crate::install::COLD_TARGET_NAME,

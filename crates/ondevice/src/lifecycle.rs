@@ -83,12 +83,12 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
     let mut s = match kept {
         Ok(Some(s)) => s,
         Ok(None) => {
-            let mut s = BootStatus::new(Outcome::Restored, params);
+            let mut s = crate::status::new(Outcome::Restored, params);
             s.reason = Some("the restoring boot left no status in the store's boot log".into());
             s
         }
         Err(e) => {
-            let mut s = BootStatus::new(Outcome::Restored, params);
+            let mut s = crate::status::new(Outcome::Restored, params);
             s.reason = Some(format!(
                 "the store's boot log cannot be read, the restore is not confirmed: {}",
                 chain(&e)
@@ -106,7 +106,7 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
 /// `snapboot confirm`: the application's health check passed on a restored system, so
 /// the crash-loop guard's count of its image starts again. Returns the image confirmed.
 pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError> {
-    let mut status = BootStatus::read()?;
+    let mut status = crate::status::read()?;
     let Some(image) = status
         .image
         .clone()
@@ -119,7 +119,7 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
         log.confirm(&image.name, image.generation)
     })?;
     status.confirmed = true;
-    status.write_to(Path::new(crate::status::STATUS_FILE))?;
+    crate::status::write_to(&status, Path::new(crate::status::STATUS_FILE))?;
     Ok(image)
 }
 
@@ -140,7 +140,7 @@ pub fn invalidate(store: Option<&StoreAddress>) -> Result<u64, LifecycleError> {
 
 /// The status of this boot, when it plans a re-capture at the ready point.
 pub fn planned_recapture() -> Option<BootStatus> {
-    BootStatus::read()
+    crate::status::read()
         .ok()
         .filter(|s| s.recapture == Recapture::Planned)
 }
@@ -155,5 +155,5 @@ pub fn record_recapture(mut status: BootStatus, image: &str, result: Result<u64,
         }),
         Err(why) => Recapture::Failed(why),
     };
-    status.write();
+    crate::status::write(&status);
 }

@@ -59,7 +59,7 @@ pub fn after_restore() -> RestoreReport {
     let t = std::time::Instant::now();
     let mut status = crate::lifecycle::restored_status(&params);
     status.timings.after_restore = Some(started.elapsed().as_secs_f64());
-    status.write();
+    crate::status::write(&status);
     let status_secs = t.elapsed().as_secs_f64();
     // The request to systemd goes out before the marker, but `restored` does not wait for
     // it: the application runs since the restore, and `systemctl` takes ~0.4 s under TCG.
@@ -89,7 +89,7 @@ pub fn after_restore() -> RestoreReport {
             systemd_secs,
         )),
     );
-    status.print_marker();
+    crate::status::print_marker(&status);
     crate::profile::start_prefetch();
     crate::memory::start_add(&params);
     if let Some(Ok(child)) = target {

@@ -18,7 +18,7 @@ use crate::binding::{
 use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
-use crate::status::{BootStatus, ImageRef, Outcome, Refusal, Refused};
+use crate::status::{ImageRef, Outcome, Refusal, Refused};
 use crate::store::StoreUseError;
 use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
 use bootparams::StoreAddress;
@@ -138,18 +138,10 @@ pub enum ResumeError {
         /// Each image in the order tried, with why it was refused.
         refused: Vec<Refused>,
     },
-    /// `snapboot invalidate` marked the image stale (an update changed the system).
-    #[error(
-        "the image is stale: an update marked every image up to store generation {through} \
-         (`snapboot invalidate`), this one is generation {generation}"
-    )]
-    Stale { generation: u64, through: u64 },
-    /// The image was restored `attempts` times and no restored system confirmed it.
-    #[error(
-        "crash-loop guard: restored {attempts} times without a confirmation from the restored \
-         system (limit snapboot.attempts={limit}); skipped until it is captured again"
-    )]
-    CrashLoop { attempts: u32, limit: u32 },
+    /// The store's boot log says not to try it: stale (an update), or restored
+    /// `snapboot.attempts` times without a confirmation (the crash-loop guard).
+    #[error(transparent)]
+    Guard(#[from] flashstore::Guarded),
     /// The restore attempt could not be recorded on the store, so the crash-loop guard
     /// could not count it.
     #[error("cannot record the restore attempt on the store")]
@@ -167,8 +159,8 @@ impl ResumeError {
             | ResumeError::Header(snapimg::StreamError::UnknownArch { .. }) => Refusal::Changed,
             // An image description of another format version: snapboot was updated.
             ResumeError::Store(StoreUseError::Description(_)) => Refusal::Changed,
-            ResumeError::Stale { .. } => Refusal::Stale,
-            ResumeError::CrashLoop { .. } => Refusal::CrashLoop,
+            ResumeError::Guard(flashstore::Guarded::Stale { .. }) => Refusal::Stale,
+            ResumeError::Guard(flashstore::Guarded::CrashLoop { .. }) => Refusal::CrashLoop,
             ResumeError::Store(StoreUseError::Key(_)) | ResumeError::Clear { .. } => {
                 Refusal::Untrusted
             }
@@ -436,20 +428,7 @@ fn guard(
     let Some(rec) = store.image(name) else {
         return Ok(());
     };
-    if log.is_stale(rec.generation) {
-        return Err(ResumeError::Stale {
-            generation: rec.generation,
-            through: log.stale_through,
-        });
-    }
-    let attempts = log.unconfirmed(name, rec.generation);
-    if attempts >= o.attempts {
-        return Err(ResumeError::CrashLoop {
-            attempts,
-            limit: o.attempts,
-        });
-    }
-    Ok(())
+    Ok(log.guard(name, rec.generation, o.attempts)?)
 }
 
 /// Counts this restore of `name` in the store's boot log, with what the restored system
@@ -465,7 +444,7 @@ fn record_attempt(
     store
         .update_boot_log(|log| {
             let attempt = log.attempt(name, generation, crate::status::now_unix());
-            let mut s = BootStatus::new(Outcome::Restored, &bootparams::BootParams::default());
+            let mut s = crate::status::new(Outcome::Restored, &bootparams::BootParams::default());
             s.attempts = o.attempts;
             s.image = Some(ImageRef {
                 name: name.into(),

@@ -1,20 +1,22 @@
 //! What the restorer reads its input from: a disk, as whole 512-byte sectors at byte
-//! offsets. The PC's virtio disks implement it in the restorer; tests use [`MemDisk`].
+//! offsets ([`Disk`]); and the one it writes, the store's boot log ([`DiskMut`]: whole
+//! sectors, then a flush). The PC's virtio disks implement both in the restorer; tests use
+//! [`MemDisk`] and [`MemDiskMut`].
 
-/// Bytes of a sector: every read starts and ends on one.
+/// Bytes of a sector: every read and write starts and ends on one.
 pub const SECTOR: u64 = 512;
 
-/// Why a read failed.
+/// Why a read, a write or a flush failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskError {
-    /// The read does not start or end on a sector.
+    /// The request does not start or end on a sector.
     Unaligned {
         /// Byte offset asked for.
         offset: u64,
         /// Bytes asked for.
         len: u64,
     },
-    /// The read ends past the disk's end.
+    /// The request ends past the disk's end.
     Range {
         /// Byte offset asked for.
         offset: u64,
@@ -30,11 +32,13 @@ pub enum DiskError {
         /// The device's status byte.
         status: u8,
     },
-    /// The device did not finish a request in time (it is reset and read no more).
+    /// The device did not finish a request in time (it is reset and used no more).
     Timeout {
         /// First sector of the request.
         sector: u64,
     },
+    /// A write to a disk the device offers read-only.
+    ReadOnly,
 }
 
 impl core::fmt::Display for DiskError {
@@ -42,21 +46,22 @@ impl core::fmt::Display for DiskError {
         match *self {
             DiskError::Unaligned { offset, len } => write!(
                 f,
-                "read of {len} bytes at byte {offset} is not whole {SECTOR}-byte sectors"
+                "request of {len} bytes at byte {offset} is not whole {SECTOR}-byte sectors"
             ),
             DiskError::Range { offset, len, size } => write!(
                 f,
-                "read of {len} bytes at byte {offset} ends past the disk's {size} bytes"
+                "request of {len} bytes at byte {offset} ends past the disk's {size} bytes"
             ),
             DiskError::Device { sector, status } => {
                 write!(
                     f,
-                    "the disk failed the read at sector {sector} (status {status})"
+                    "the disk failed the request at sector {sector} (status {status})"
                 )
             }
             DiskError::Timeout { sector } => {
-                write!(f, "the disk did not answer the read at sector {sector}")
+                write!(f, "the disk did not answer the request at sector {sector}")
             }
+            DiskError::ReadOnly => f.write_str("the disk is read-only"),
         }
     }
 }
@@ -70,8 +75,17 @@ pub trait Disk {
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
 }
 
-/// Checks a read against the sector size and the disk's size: what every [`Disk`] does
-/// first.
+/// A disk the restorer also writes: the store's, for its boot log.
+pub trait DiskMut: Disk {
+    /// Writes `buf` at byte `offset`; both `offset` and `buf.len()` must be whole sectors.
+    fn write(&mut self, offset: u64, buf: &[u8]) -> Result<(), DiskError>;
+
+    /// Returns once every write before it is on the medium (a power cut keeps it).
+    fn flush(&mut self) -> Result<(), DiskError>;
+}
+
+/// Checks a read or a write against the sector size and the disk's size: what every
+/// [`Disk`] does first.
 pub fn check_read(offset: u64, len: usize, size: u64) -> Result<(), DiskError> {
     let len = len as u64;
     if !offset.is_multiple_of(SECTOR) || !len.is_multiple_of(SECTOR) {
@@ -99,12 +113,51 @@ impl Disk for MemDisk<'_> {
     }
 }
 
+/// A disk held in memory that is written too (tests), counting its flushes.
+pub struct MemDiskMut<'a> {
+    /// Its bytes.
+    pub bytes: &'a mut [u8],
+    /// Flushes so far.
+    pub flushes: u32,
+}
+
+impl<'a> MemDiskMut<'a> {
+    /// A disk over `bytes`, never flushed yet.
+    pub fn new(bytes: &'a mut [u8]) -> Self {
+        MemDiskMut { bytes, flushes: 0 }
+    }
+}
+
+impl Disk for MemDiskMut<'_> {
+    fn size(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        MemDisk(self.bytes).read(offset, buf)
+    }
+}
+
+impl DiskMut for MemDiskMut<'_> {
+    fn write(&mut self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        check_read(offset, buf.len(), self.size())?;
+        let at = offset as usize;
+        self.bytes[at..at + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), DiskError> {
+        self.flushes += 1;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_whole_sectors_inside_the_disk_only() {
+    fn reads_and_writes_whole_sectors_inside_the_disk_only() {
         let bytes: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
         let mut d = MemDisk(&bytes);
         let mut buf = [0u8; 1024];
@@ -125,6 +178,21 @@ mod tests {
                 len: 1024,
                 size: 4096
             })
+        );
+        let mut w = bytes.clone();
+        let mut m = MemDiskMut::new(&mut w);
+        m.write(1024, &[7; 512]).unwrap();
+        m.flush().unwrap();
+        assert_eq!(
+            m.write(1000, &[7; 512]),
+            Err(DiskError::Unaligned {
+                offset: 1000,
+                len: 512
+            })
+        );
+        assert_eq!(
+            (m.bytes[1024], m.bytes[1535], m.bytes[1536], m.flushes),
+            (7, 7, 0, 1)
         );
         assert_eq!(
             d.read(u64::MAX - 511, &mut buf[..512]),

@@ -120,7 +120,9 @@ impl Handed {
     }
 }
 
-/// Copies what the firmware handed over at `at` (the PVH start info).
+/// Copies what the firmware handed over at `at` (the PVH start info): first thing, before
+/// any image page is placed (the image's pages may lie where the firmware put the command
+/// line: they hold the capture boot's).
 pub fn read_start_info(at: u64) -> Result<Handed, ColdBootError> {
     let mut bytes = [0u8; pvh::LEN];
     // SAFETY: the firmware put the start info at `at`, in RAM the restorer has not written.
@@ -260,22 +262,21 @@ fn read(
 /// be the restorer's own memory; `console` gets the `cold boot:` line before the jump.
 /// Returns only if the boot could not be started.
 pub fn cold_boot(
-    start_info: u64,
+    handed: &Handed,
     free_from: u64,
     console: &mut dyn Write,
 ) -> Result<Infallible, ColdBootError> {
-    cold_boot_on(virtio::disks()?, start_info, free_from, console)
+    cold_boot_on(virtio::disks()?, handed, free_from, console)
 }
 
 /// [`cold_boot`] on disks a caller already holds (`hw::virtio::disks` hands them out once
 /// at a time).
 pub fn cold_boot_on(
     mut disks: Disks,
-    start_info: u64,
+    handed: &Handed,
     free_from: u64,
     console: &mut dyn Write,
 ) -> Result<Infallible, ColdBootError> {
-    let handed = read_start_info(start_info)?;
     let table = Table::from_pvh(handed.map[..handed.entries].iter().copied());
     let free_from = round_up(free_from, PAGE);
     let scratch_pages = 2;

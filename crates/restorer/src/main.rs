@@ -17,11 +17,14 @@ extern crate alloc;
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use bootstatus::Refusal::Other;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
 use hw::port::{inb, outb, outw};
+use restorer::bootlog::BootRecord;
 use restorer::e820::Table;
 use restorer::image;
+use storelayout::SlotWrite;
 
 /// Bytes of a page.
 const PAGE: u64 = 4096;
@@ -291,8 +294,20 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
     power_off()
 }
 
-/// The PVH start info's address, for the cold boot.
-static START_INFO: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// What the firmware handed over, copied before anything else (`HANDED_SET` once it is): a
+/// refused image may have overwritten the RAM the firmware put it in (its pages hold the
+/// capture boot's command line there), so the cold boot uses this copy.
+static mut HANDED: core::mem::MaybeUninit<fallback::Handed> = core::mem::MaybeUninit::uninit();
+static HANDED_SET: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// The copy of what the firmware handed over, once taken.
+fn handed() -> Option<&'static fallback::Handed> {
+    // SAFETY: written once in `restorer_main` before HANDED_SET is set, never again; one
+    // CPU, no interrupts.
+    HANDED_SET
+        .load(core::sync::atomic::Ordering::Acquire)
+        .then(|| unsafe { (*core::ptr::addr_of!(HANDED)).assume_init_ref() })
+}
 /// Set once the cold boot started: a panic in it powers off.
 static FALLING_BACK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
@@ -302,8 +317,11 @@ fn cold_boot() {
     // Nothing the refused restore used is needed any more: all RAM above the restorer's
     // image is free for the cold boot (its heap included).
     let image_end = core::ptr::addr_of!(__image_end) as u64;
-    let si = START_INFO.load(core::sync::atomic::Ordering::Relaxed);
-    let Err(e) = fallback::cold_boot(si, image_end, &mut Serial);
+    let Some(handed) = handed() else {
+        say!("snapboot-restorer: cold boot failed: no start info");
+        return;
+    };
+    let Err(e) = fallback::cold_boot(handed, image_end, &mut Serial);
     say!("snapboot-restorer: cold boot failed: {e}");
 }
 
@@ -316,7 +334,6 @@ fn rd64(a: u64) -> u64 {
 
 /// Why nothing is restored.
 enum Refusal {
-    StartInfo(fallback::ColdBootError),
     RamAbove4G(u64),
     Store(String),
     NoImage(String),
@@ -326,7 +343,6 @@ enum Refusal {
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Refusal::StartInfo(e) => write!(f, "start info: {e}"),
             Refusal::RamAbove4G(end) => write!(f, "RAM ends at {end:#x}, above 4 GiB"),
             Refusal::Store(why) => f.write_str(why),
             Refusal::NoImage(store) => write!(f, "store {store} holds no image"),
@@ -434,8 +450,18 @@ fn put(a: u64, v: u64) {
 extern "C" fn restorer_main(start_info: u32) -> ! {
     Serial::init();
     say!("snapboot-restorer: started");
-    START_INFO.store(u64::from(start_info), core::sync::atomic::Ordering::Relaxed);
-    let Err(why) = restore(u64::from(start_info));
+    match fallback::read_start_info(u64::from(start_info)) {
+        Ok(h) => {
+            // SAFETY: the only write, before HANDED_SET is set; one CPU, no interrupts.
+            unsafe { (*core::ptr::addr_of_mut!(HANDED)).write(h) };
+            HANDED_SET.store(true, core::sync::atomic::Ordering::Release);
+        }
+        Err(e) => {
+            say!("snapboot-restorer: refused: start info: {e}");
+            power_off()
+        }
+    }
+    let Err(why) = restore(handed().expect("just copied"));
     say!("snapboot-restorer: refused: {why}");
     FALLING_BACK.store(true, core::sync::atomic::Ordering::Relaxed);
     cold_boot();
@@ -478,18 +504,14 @@ fn store_disk(disks: &mut hw::virtio::Disks, address: &str) -> Result<usize, Str
     }
 }
 
-fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
-    let handed = fallback::read_start_info(si).map_err(Refusal::StartInfo)?;
+fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, Refusal> {
     let cmdline = handed.cmdline();
     let table = &Table::from_pvh(handed.map[..handed.entries].iter().copied());
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
         return Err(Refusal::RamAbove4G(table.ram_end()));
     }
-    // Linker-script symbols; only their addresses are used.
-    let (img_start, img_end) = (
-        core::ptr::addr_of!(__image_start) as u64,
-        core::ptr::addr_of!(__image_end) as u64,
-    );
+    // A linker-script symbol; only its address is used.
+    let img_end = core::ptr::addr_of!(__image_end) as u64;
     heap::init(
         img_end,
         table.ram_run_end(img_end).min(img_end + heap::LIMIT),
@@ -500,7 +522,52 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
     let at = store_disk(&mut disks, address).map_err(Refusal::Store)?;
     let store = image::Store::open(disks.get_mut(at).expect("store_disk checked it"))
         .map_err(|e| Refusal::Store(alloc::format!("store {address}: {e}")))?;
-    let kernel = fallback::stock_kernel(&mut disks, cmdline)
+    let mut record = BootRecord::read(
+        disks.get_mut(at).expect("store_disk checked it"),
+        &store,
+        cmdline,
+    )
+    .map_err(|e| Refusal::Store(alloc::format!("store {address}: the boot log: {e}")))?;
+    let Err(why) = restore_from(&mut disks, at, &store, &mut record, cmdline, table, address);
+    keep_fallback(&mut disks, at, &store, &record, &why);
+    Err(why)
+}
+
+/// Leaves the stock kernel the status of this fallback in the store's boot log, as a
+/// restore kernel does before it hands over; a failure is printed and the cold boot goes on.
+fn keep_fallback(
+    disks: &mut hw::virtio::Disks,
+    at: usize,
+    store: &image::Store,
+    record: &BootRecord,
+    why: &Refusal,
+) {
+    let empty = matches!(why, Refusal::NoImage(_));
+    let kept = record
+        .fallback(store, why.to_string(), empty)
+        .map_err(|e| e.to_string())
+        .and_then(|w| {
+            let disk = disks.get_mut(at).ok_or("the store's disk is gone")?;
+            restorer::bootlog::write(disk, &w).map_err(|e| e.to_string())
+        });
+    if let Err(e) = kept {
+        say!("snapboot-restorer: the stock kernel will not know why: {e}");
+    }
+}
+
+/// Chooses, checks and restores an image of `store` (on disk `at`), keeping the boot log as
+/// resume does: each candidate is refused by the crash-loop guard or its checks, and the
+/// attempt of the one entered is counted first. Returns only why nothing was restored.
+fn restore_from(
+    disks: &mut hw::virtio::Disks,
+    at: usize,
+    store: &image::Store,
+    record: &mut BootRecord,
+    cmdline: &str,
+    table: &Table,
+    address: &str,
+) -> Result<core::convert::Infallible, Refusal> {
+    let kernel = fallback::stock_kernel(disks, cmdline)
         .map_err(|e| Refusal::Store(alloc::format!("the kernel this PC boots: {e}")))?;
     let run = image::Running {
         release: &kernel.release,
@@ -526,40 +593,62 @@ fn restore(si: u64) -> Result<core::convert::Infallible, Refusal> {
         .max()
         .unwrap_or(0);
     let mut scratch = alloc::vec![0u8; most];
-    let mut refused = Vec::new();
+    let img_start = core::ptr::addr_of!(__image_start) as u64;
     for rec in candidates {
-        let chosen = image::check(&mut disks, at, &store, rec, &run);
-        let chosen = match chosen {
+        let refuse = |record: &mut BootRecord, kind, why: String| {
+            say!("snapboot-restorer: image-refused {}: {why}", rec.name);
+            record.refuse(&rec.name, kind, why);
+        };
+        if let Err(g) = record.guard(rec) {
+            refuse(record, restorer::bootlog::guard_kind(&g), g.to_string());
+            continue;
+        }
+        let chosen = match image::check(disks, at, store, rec, &run) {
             Ok(c) => c,
             Err(why) => {
-                say!("snapboot-restorer: image-refused {}: {why}", rec.name);
-                refused.push((rec.name.clone(), why.to_string()));
+                let why = why.to_string();
+                refuse(record, restorer::bootlog::kind_of(&why), why);
+                continue;
+            }
+        };
+        // The attempt's write is encoded now: nothing is allocated once pages are placed.
+        let attempt = match record.attempt(store, rec, hw::rtc::now().unwrap_or(0)) {
+            Ok(w) => w,
+            Err(e) => {
+                refuse(record, Other, restorer::bootlog::unrecorded(&e));
                 continue;
             }
         };
         let busy = Busy(img_start, heap::top().next_multiple_of(PAGE));
         let Err(why) = place(
             &chosen,
-            &store,
-            &mut disks,
+            store,
+            disks,
             at,
             table,
             &busy,
-            &mut window_buf,
-            &mut scratch,
+            (&mut window_buf, &mut scratch),
+            &attempt,
         );
-        say!("snapboot-restorer: image-refused {}: {why}", rec.name);
-        refused.push((rec.name.clone(), why));
+        refuse(record, restorer::bootlog::kind_of(&why), why);
     }
-    Err(Refusal::Images(refused))
+    Err(Refusal::Images(
+        record
+            .refused
+            .iter()
+            .map(|r| (r.image.clone(), r.why.clone()))
+            .collect(),
+    ))
 }
 
 /// Bytes the store is read in at a time.
 const WINDOW: usize = 4 << 20;
 
-/// Puts every page of `chosen` at its place and enters the image kernel; returns only
-/// why it could not (a chunk that fails its checksum, a PFN that is not RAM, no safe page
-/// left), having written only pages nothing else uses.
+/// Puts every page of `chosen` at its place, counts the attempt in the store's boot log
+/// (`attempt`, encoded beforehand) and enters the image kernel; returns only why it could
+/// not (a chunk that fails its checksum, a PFN that is not RAM, no safe page left, the
+/// boot log not written), having written only pages nothing else uses. `buffers`: the
+/// read window's and the chunk scratch buffer.
 #[allow(clippy::too_many_arguments)]
 fn place(
     chosen: &image::Chosen,
@@ -568,8 +657,8 @@ fn place(
     at: usize,
     table: &Table,
     busy: &Busy,
-    window_buf: &mut [u8],
-    scratch: &mut [u8],
+    (window_buf, scratch): (&mut [u8], &mut [u8]),
+    attempt: &SlotWrite,
 ) -> Result<core::convert::Infallible, String> {
     clear_in_image();
     let plan = &chosen.plan;
@@ -723,6 +812,14 @@ fn place(
         plan.by_chunk().count(),
         last.count,
         safe.used
+    );
+    // The crash-loop guard's count, as resume records it: after every check, before the
+    // image kernel takes over. Written from the buffer encoded before the busy range was
+    // fixed: the write allocates nothing.
+    restorer::bootlog::write(disk, attempt).map_err(|e| restorer::bootlog::unrecorded(&e))?;
+    say!(
+        "snapboot-restorer: restore attempt recorded in the store's boot log (slot {})",
+        attempt.slot
     );
     disks.reset_all();
     // SAFETY: the temporary tables map this code, its stack and the loop identity; the

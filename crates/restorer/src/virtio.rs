@@ -2,15 +2,18 @@
 //! drives it: registers in the I/O BAR, one virtqueue in one page-aligned area, polled (the
 //! restorer runs with interrupts off). The port I/O and the statics are the binary's
 //! (`hw::virtio`); this is the arithmetic: where the rings lie, what a descriptor and a
-//! read request look like, how large one request may be, and how Linux names the disks.
+//! request looks like (read, write, flush), how large one may be, and how Linux names the
+//! disks.
 //!
 //! ```text
 //! legacy virtqueue of N entries (one area, 4096-aligned; N = 256: 3 pages)
 //! 0                16*N                16*N+6+2*N   align 4096      +6+8*N
 //! | descriptors    | avail: flags idx ring[N] event | .. | used: flags idx ring[N]{id,len} event |
 //!
-//! one read request: a chain of descriptors
-//! [header: type IN, sector] -> [data, device writes] x k -> [status byte, device writes]
+//! one request: a chain of descriptors
+//! read:  [header: type IN, sector]  -> [data, device writes] x k -> [status, device writes]
+//! write: [header: type OUT, sector] -> [data, device reads] x k  -> [status, device writes]
+//! flush: [header: type FLUSH]       -> [status, device writes]
 //! ```
 
 /// Virtio's PCI vendor id.
@@ -68,8 +71,17 @@ pub mod blk {
     pub const F_SIZE_MAX: u32 = 1 << 1;
     /// Feature: [`SEG_MAX`] holds.
     pub const F_SEG_MAX: u32 = 1 << 2;
+    /// Feature: the disk is read-only.
+    pub const F_RO: u32 = 1 << 5;
+    /// Feature: the device caches writes and takes a flush request (legacy `F_WCE`); a
+    /// driver that does not accept it gets a device that writes through.
+    pub const F_FLUSH: u32 = 1 << 9;
     /// Request type: read.
     pub const T_IN: u32 = 0;
+    /// Request type: write.
+    pub const T_OUT: u32 = 1;
+    /// Request type: flush the device's write cache.
+    pub const T_FLUSH: u32 = 4;
     /// Request status: done.
     pub const S_OK: u8 = 0;
 }
@@ -161,10 +173,10 @@ pub fn descriptor(addr: u64, len: u32, flags: u16, next: u16) -> [u8; 16] {
     d
 }
 
-/// The header of a read from `sector`.
-pub fn read_header(sector: u64) -> [u8; 16] {
+/// The header of a request of type `kind` ([`blk::T_IN`], ...) at `sector` (0 for a flush).
+pub fn request_header(kind: u32, sector: u64) -> [u8; 16] {
     let mut h = [0u8; 16];
-    h[..4].copy_from_slice(&blk::T_IN.to_le_bytes());
+    h[..4].copy_from_slice(&kind.to_le_bytes());
     h[8..].copy_from_slice(&sector.to_le_bytes());
     h
 }
@@ -237,10 +249,15 @@ mod tests {
     }
 
     #[test]
-    fn a_read_request_and_a_descriptor_are_little_endian() {
-        let h = read_header(0x0102_0304_0506_0708);
+    fn a_request_and_a_descriptor_are_little_endian() {
+        let h = request_header(blk::T_IN, 0x0102_0304_0506_0708);
         assert_eq!(h[..8], [0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(h[8..], [8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(request_header(blk::T_OUT, 1)[..4], [1, 0, 0, 0]);
+        assert_eq!(
+            request_header(blk::T_FLUSH, 0),
+            [4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
         let d = descriptor(0x1234_5000, 512, DESC_WRITE | DESC_NEXT, 2);
         assert_eq!(d[..8], 0x1234_5000u64.to_le_bytes());
         assert_eq!(d[8..12], [0, 2, 0, 0]);

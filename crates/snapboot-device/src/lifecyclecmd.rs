@@ -6,7 +6,7 @@ use crate::exit::Exit;
 use anyhow::Result;
 use bootparams::StoreAddress;
 use clap::Args;
-use ondevice::status::{BootStatus, Outcome};
+use ondevice::status::Outcome;
 use std::process::ExitCode;
 
 /// `snapboot status`.
@@ -29,7 +29,7 @@ pub struct StoreArg {
 /// Shows what this boot did; exits 0 when it was restored, with [`Exit::NotRestored`] when
 /// it booted cold or fell back.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
-    let s = BootStatus::read()?;
+    let s = ondevice::status::read()?;
     if a.json {
         println!("{}", serde_json::to_string(&s)?);
     } else {

@@ -8,6 +8,8 @@
 //!   against the superblock, in the format of the superblock's version (older ones included);
 //! * [`pages`]: an image's page list and the dedupe table;
 //! * [`chunk`]: checking and unpacking one stored chunk;
+//! * [`bootlog`]: the boot log beside the superblocks (restore attempts, the crash-loop
+//!   guard, the last boot's record) and which of its two slots to read and write;
 //! * [`damage`]: what can be wrong with the bytes; [`codec`]: their encoding.
 //!
 //! docs/store.md draws the layout.
@@ -17,6 +19,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod bootlog;
 pub mod catalog;
 pub mod chunk;
 pub mod codec;
@@ -26,6 +29,10 @@ pub mod pages;
 pub mod superblock;
 pub mod versions;
 
+pub use bootlog::{
+    boot_log_slots, Attempts, BootLog, BootLogError, Guarded, NewestLog, SlotWrite, BOOTLOG_HEADER,
+    BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD,
+};
 pub use catalog::{Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot};
 pub use chunk::open_chunk;
 pub use codec::{decode, encode};

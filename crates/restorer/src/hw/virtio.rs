@@ -1,18 +1,21 @@
-//! The PC's virtio disks, read through the legacy (transitional) PCI interface and polled:
+//! The PC's virtio disks, driven through the legacy (transitional) PCI interface and polled:
 //! each virtio block function the PCI walk finds, in the order Linux names them (`vda`,
 //! `vdb`, ...), gets one queue in a page-aligned static and reads in requests of up to
 //! `restorer::virtio::MAX_REQUEST` bytes, straight into the caller's buffer (identity mapped: its address
-//! is what the device writes). [`Disks`] resets every device it set up when dropped, so the
-//! next kernel finds them as after power-on. The arithmetic is `restorer::virtio`'s.
+//! is what the device writes). Writes (the store's boot log) go out the same way from the
+//! caller's buffer, and a flush follows them when the device caches writes (it offers
+//! `F_FLUSH`, which is then accepted; a device whose driver does not accept it writes
+//! through). [`Disks`] resets every device it set up when dropped, so the next kernel finds
+//! them as after power-on. The arithmetic is `restorer::virtio`'s.
 
 use super::pci as config;
 use super::port::{inb, inl, inw, outb, outl, outw};
 use core::sync::atomic::{fence, AtomicBool, Ordering};
-use restorer::disk::{check_read, Disk, DiskError};
+use restorer::disk::{check_read, Disk, DiskError, DiskMut};
 use restorer::pci::{self, Bar, Bdf};
 pub use restorer::virtio::vd_letter;
 use restorer::virtio::{
-    blk, descriptor, queue_size_ok, read_header, reg, status, Layout, Limits, DESC_NEXT,
+    blk, descriptor, queue_size_ok, reg, request_header, status, Layout, Limits, DESC_NEXT,
     DESC_WRITE, QUEUE_BYTES, SECTOR,
 };
 
@@ -69,9 +72,21 @@ pub enum VirtioError {
     },
 }
 
-/// One virtio disk, set up and ready to read.
+/// The data of one request.
+enum Data<'a> {
+    /// A read: the device writes these bytes.
+    In(&'a mut [u8]),
+    /// A write: the device reads them.
+    Out(&'a [u8]),
+    /// A flush: none.
+    None,
+}
+
+/// One virtio disk, set up and ready to read (and write).
 pub struct VirtioDisk {
     io: u16,
+    /// The device's features (`blk::F_RO`, `blk::F_FLUSH`, ...).
+    features: u32,
     slot: usize,
     layout: Layout,
     limits: Limits,
@@ -110,8 +125,9 @@ impl VirtioDisk {
         outb(io + reg::STATUS, status::ACKNOWLEDGE);
         outb(io + reg::STATUS, status::ACKNOWLEDGE | status::DRIVER);
         let features = inl(io + reg::DEVICE_FEATURES);
-        // A read needs no feature; the device's limits hold whether accepted or not.
-        outl(io + reg::GUEST_FEATURES, 0);
+        // A read needs no feature; the device's limits hold whether accepted or not. A
+        // flush needs F_FLUSH accepted (without it the device writes through).
+        outl(io + reg::GUEST_FEATURES, features & blk::F_FLUSH);
         outw(io + reg::QUEUE_SELECT, 0);
         let size = inw(io + reg::QUEUE_SIZE);
         if !queue_size_ok(size) {
@@ -148,6 +164,7 @@ impl VirtioDisk {
         );
         Ok(VirtioDisk {
             io,
+            features,
             slot,
             layout,
             limits,
@@ -157,8 +174,34 @@ impl VirtioDisk {
         })
     }
 
-    /// Puts one read of `data.len()` bytes from `sector` on the queue and waits for it.
-    fn submit(&mut self, sector: u64, data: &mut [u8]) -> Result<(), DiskError> {
+    /// Reads or writes `data` from byte `offset` (whole sectors, inside the disk) in as few
+    /// requests of type `kind` as the limits allow.
+    fn transfer(&mut self, kind: u32, offset: u64, mut data: Data<'_>) -> Result<(), DiskError> {
+        let len = match &data {
+            Data::In(b) => b.len(),
+            Data::Out(b) => b.len(),
+            Data::None => 0,
+        };
+        let mut done = 0;
+        while done < len {
+            let sector = (offset + done as u64) / SECTOR as u64;
+            if self.broken {
+                return Err(DiskError::Timeout { sector });
+            }
+            let n = self.limits.request_bytes(len - done);
+            let part = match &mut data {
+                Data::In(b) => Data::In(&mut b[done..done + n]),
+                Data::Out(b) => Data::Out(&b[done..done + n]),
+                Data::None => Data::None,
+            };
+            self.submit(kind, sector, part)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Puts one request of type `kind` at `sector` on the queue and waits for it.
+    fn submit(&mut self, kind: u32, sector: u64, data: Data<'_>) -> Result<(), DiskError> {
         let base = queue_base(self.slot);
         let l = self.layout;
         let req = request(self.slot);
@@ -170,18 +213,28 @@ impl VirtioDisk {
         // SAFETY: the request slot is this disk's; the device touches it only between the
         // notify and the used ring's answer.
         unsafe {
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*req).header), read_header(sector));
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!((*req).header),
+                request_header(kind, sector),
+            );
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*req).status), 0xFF);
         }
         put(l.desc(0), descriptor(req as u64, 16, DESC_NEXT, 1));
+        let (addr, len, flags) = match data {
+            Data::In(b) => (b.as_mut_ptr() as u64, b.len(), DESC_WRITE | DESC_NEXT),
+            Data::Out(b) => (b.as_ptr() as u64, b.len(), DESC_NEXT),
+            Data::None => (0, 0, DESC_NEXT),
+        };
         let mut d = 1u16;
-        for chunk in data.chunks_mut(self.limits.segment) {
-            let addr = chunk.as_mut_ptr() as u64;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(self.limits.segment);
             put(
                 l.desc(d),
-                descriptor(addr, chunk.len() as u32, DESC_WRITE | DESC_NEXT, d + 1),
+                descriptor(addr + done as u64, n as u32, flags, d + 1),
             );
             d += 1;
+            done += n;
         }
         // SAFETY: only the status byte's address is taken.
         let status_at = unsafe { core::ptr::addr_of_mut!((*req).status) };
@@ -235,17 +288,27 @@ impl Disk for VirtioDisk {
 
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         check_read(offset, buf.len(), self.bytes)?;
-        let mut done = 0;
-        while done < buf.len() {
-            let sector = (offset + done as u64) / SECTOR as u64;
-            if self.broken {
-                return Err(DiskError::Timeout { sector });
-            }
-            let n = self.limits.request_bytes(buf.len() - done);
-            self.submit(sector, &mut buf[done..done + n])?;
-            done += n;
+        self.transfer(blk::T_IN, offset, Data::In(buf))
+    }
+}
+
+impl DiskMut for VirtioDisk {
+    fn write(&mut self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        check_read(offset, buf.len(), self.bytes)?;
+        if self.features & blk::F_RO != 0 {
+            return Err(DiskError::ReadOnly);
         }
-        Ok(())
+        self.transfer(blk::T_OUT, offset, Data::Out(buf))
+    }
+
+    fn flush(&mut self) -> Result<(), DiskError> {
+        if self.features & blk::F_FLUSH == 0 {
+            return Ok(());
+        }
+        if self.broken {
+            return Err(DiskError::Timeout { sector: 0 });
+        }
+        self.submit(blk::T_FLUSH, 0, Data::None)
     }
 }
 

@@ -2,8 +2,11 @@
 //! of a kernel, it reads the image from the store on the board's disks, checks it as resume
 //! does and restores it with no kernel booted first (lazy images too, whose swap region it
 //! checks as resume does); or it refuses with its reason and boots the stock kernel cold
-//! from the kernel pack. `restorer_bench_shell` (ignored: about 10 minutes) measures it
-//! against a cold boot and the stock kernel's restore of the same image.
+//! from the kernel pack. Either way it keeps the store's boot log as a restoring boot does:
+//! the restored system and the stock kernel read its status back, and its crash-loop guard
+//! skips an image restored too often without a confirmation. `restorer_bench_shell`
+//! (ignored: about 10 minutes) measures it against a cold boot and the stock kernel's
+//! restore of the same image.
 
 use crate::common::{bundle, run, store_options};
 use crate::snapshot::{
@@ -38,8 +41,8 @@ fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// One restore from the restorer, answered by the restored shell: its TTI.
-fn restore_once(b: &board::Bundle, o: &board::RunOptions) -> f64 {
+/// One restore from the restorer, answered by the restored shell: its timeline (with a TTI).
+fn restore_once(b: &board::Bundle, o: &board::RunOptions) -> boottrace::Timeline {
     let tl = board::bench::measured_boot(b, o, true).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         tl.lines
@@ -47,7 +50,8 @@ fn restore_once(b: &board::Bundle, o: &board::RunOptions) -> f64 {
             .any(|l| l.text.contains("snapboot-restorer: image checked")),
         "the restorer did not run"
     );
-    tl.tti.expect("a TTI")
+    assert!(tl.tti.is_some_and(|t| t > 0.0), "no TTI");
+    tl
 }
 
 /// Restores of one `app` image in a row from the restorer (50, or SNAPBOOT_RESTORER_ROUNDS),
@@ -108,8 +112,9 @@ enum Then {
 
 /// Boots the restorer and expects it to refuse with `reason`, then to boot the stock kernel
 /// cold from the kernel pack: the refusal and the `cold boot:` line come before the stock
-/// kernel's first line, which stands down from the image (`snapboot.handedover`), then
-/// reaches ready and `then` (unless [`Then::StoodDown`]).
+/// kernel's first line, which stands down from the image (`snapboot.handedover`), reads the
+/// restorer's refusal back from the store's boot log as its status, then reaches ready and
+/// `then` (unless [`Then::StoodDown`]).
 fn expect_refusal_then_cold_boot(
     b: &board::Bundle,
     o: &board::RunOptions,
@@ -118,6 +123,7 @@ fn expect_refusal_then_cold_boot(
 ) -> boottrace::Timeline {
     let mut s = board::qemu::Session::start(b, o).unwrap();
     let refusal = format!("snapboot-restorer: refused: {reason}");
+    let status = format!("snapboot: @status fallback: {reason}");
     // Each wait sees only lines after the previous match: the order is checked too.
     let steps = [
         (refusal.as_str(), "the refusal"),
@@ -130,10 +136,15 @@ fn expect_refusal_then_cold_boot(
             r"snapboot: @handed-over",
             "the stock kernel's resume standing down",
         ),
+        (
+            status.as_str(),
+            "the stock kernel's status: the restorer's refusal",
+        ),
         (r"snapboot: @ready", "the cold boot reaching ready"),
     ];
+    // Standing down (and its status) is where a stood-down case stops.
     let steps = if then == Then::StoodDown {
-        &steps[..4]
+        &steps[..5]
     } else {
         &steps[..]
     };
@@ -150,7 +161,7 @@ fn expect_refusal_then_cold_boot(
     }
     if then == Then::Recapture {
         // The stock kernel's boot captures the system again at its ready point (the
-        // refused image is gone for good) and powers off.
+        // system changed) and goes on.
         expect_line(&mut s, r"snapboot: @capture-done", "the re-capture");
         eprintln!(
             "restorer refusal then cold boot and re-capture, seconds from power-on: {times:?}"
@@ -181,7 +192,13 @@ fn expect_refusal_then_cold_boot(
 }
 
 /// A damaged chunk, an image of another kernel and another RAM size are each refused with
-/// the reason on the console, and the stock kernel then boots cold from the kernel pack.
+/// the reason on the console, and the stock kernel then boots cold from the kernel pack,
+/// its status the restorer's refusal. The other kernel's image is captured again in that
+/// cold boot (the system changed; the damaged image is left for someone to look at, as
+/// resume leaves it), and the restorer restores the new one at the next power-on, leaving
+/// the restored system its status. That image's restores are never confirmed
+/// (`snapboot.confirm=app`, `snapboot.attempts=1`), so the power-on after that the
+/// crash-loop guard refuses it.
 #[test]
 fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
     let b = board::Bundle::load(&bundle("shell")).unwrap();
@@ -194,22 +211,52 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
         &format!(
             r"no image restores: current: store is damaged: checksum mismatch in chunk {chunk} "
         ),
-        Then::Recapture,
+        Then::Probe,
     );
-    // The restorer restores that new image at the next power-on: the stock kernel it
-    // booted saw the memory map a PVH boot sees, so the image carries the e820 checksum the
-    // restorer computes.
-    let tti = restore_once(&b, &o);
-    assert!(tti > 0.0, "{tti}");
     let foreign = copy_store(&captured("shell"), "test-restorer-foreign.store");
     rename_release(&foreign);
-    // Without a re-capture, so that the cold boot is probed as a running system.
     let mut o = restorer_options(&b, &foreign);
-    o.cmdline.push("snapboot.norecapture".into());
+    // The board's runs leave re-capture off (`snapboot.norecapture`); this one wants it.
+    o.params.recapture = true;
+    o.cmdline
+        .extend(["snapboot.confirm=app".into(), "snapboot.attempts=1".into()]);
     expect_refusal_then_cold_boot(
         &b,
         &o,
         r#"no image restores: current: image does not fit this system: kernel release differs: image was captured on "9\.1\.[^"]+", running "6\.1\."#,
+        Then::Recapture,
+    );
+    // The restorer restores that new image at the next power-on: the stock kernel it
+    // booted saw the memory map a PVH boot sees, so the image carries the e820 checksum the
+    // restorer computes. The restored system's status is the one the restorer left.
+    let tl = restore_once(&b, &o);
+    let restored =
+        Regex::new(r"snapboot: @status restored current generation \d+ restore 1 of 1 unconfirmed")
+            .unwrap();
+    let line = |re: &Regex| {
+        tl.lines
+            .iter()
+            .find(|l| re.is_match(&l.text))
+            .map(|l| l.text.clone())
+    };
+    assert!(
+        line(&restored).is_some(),
+        "no restored status from the restorer's boot log:\n{}",
+        tl.lines
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        line(&Regex::new(r"restore attempt recorded in the store's boot log").unwrap()).is_some(),
+        "the restorer did not record the attempt"
+    );
+    // Unconfirmed, it is not restored again.
+    expect_refusal_then_cold_boot(
+        &b,
+        &o,
+        r"no image restores: current: crash-loop guard: restored 1 times without a confirmation from the restored system \(limit snapboot.attempts=1\); skipped until it is captured again",
         Then::Probe,
     );
     let good = copy_store(&captured("shell"), "test-restorer-ram.store");
@@ -321,7 +368,7 @@ fn restorer_bench_shell() {
         c.push(tl.tti.unwrap());
         let tl = board::bench::measured_boot(&b, &stock, true).unwrap();
         k.push(tl.tti.unwrap());
-        r.push(restore_once(&b, &restorer));
+        r.push(restore_once(&b, &restorer).tti.unwrap());
         eprintln!(
             "round {round}: cold {:.3} s, stock-kernel restore {:.3} s, restorer {:.3} s",
             c[round], k[round], r[round]

@@ -1,0 +1,472 @@
+//! What a boot did, in one record: restored (which image, which unconfirmed restore of it),
+//! cold, or a fallback (why, and each image refused with its kind), and the re-capture it
+//! plans. Every boot writes it as `/run/snapboot/status` (crate `ondevice`); a boot that
+//! another kernel continues (a restore, a restore kernel's or the restorer's hand-over to
+//! the stock kernel) leaves it in the store's boot log for that kernel to read back
+//! ([`to_boot_log`], [`from_boot_log`]). `no_std` with `alloc`, so the freestanding
+//! restorer writes the same record the device reads.
+#![no_std]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Unconfirmed restores of one image before the crash-loop guard skips it, when
+/// `snapboot.attempts` does not say.
+pub const DEFAULT_ATTEMPTS: u32 = 2;
+
+/// What the boot came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Restored from an image.
+    Restored,
+    /// Booted cold because nothing asked for a restore (no store named, a capture boot).
+    Cold,
+    /// A restore was asked for and nothing was restored: `reason` says why.
+    Fallback,
+}
+
+impl Outcome {
+    /// The word the status and its systemd target use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Restored => "restored",
+            Outcome::Cold => "cold",
+            Outcome::Fallback => "fallback",
+        }
+    }
+}
+
+/// Why an image was refused, by kind: what the device does next depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Refusal {
+    /// The system changed since the capture (kernel, initramfs, root, command line,
+    /// snapboot, RAM, memory layout): an update. A new capture fixes it.
+    Changed,
+    /// Marked stale by `snapboot invalidate` (an update hook).
+    Stale,
+    /// Restored too often without a confirmation: the crash-loop guard skips it.
+    CrashLoop,
+    /// Its data does not check out (checksums, structure).
+    Damaged,
+    /// Not signed for the configured key, or in the clear where images are encrypted.
+    Untrusted,
+    /// Encrypted with a key this device does not have (TPM cleared or replaced, store moved,
+    /// key changed): only a new capture under the device's key helps.
+    Key,
+    /// Anything else (the store or the kernel cannot do it now).
+    Other,
+}
+
+impl Refusal {
+    /// The word the status uses for it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Refusal::Changed => "changed",
+            Refusal::Stale => "stale",
+            Refusal::CrashLoop => "crash-loop",
+            Refusal::Damaged => "damaged",
+            Refusal::Untrusted => "untrusted",
+            Refusal::Key => "key",
+            Refusal::Other => "other",
+        }
+    }
+}
+
+/// One refused image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refused {
+    /// The image's name.
+    pub image: String,
+    /// Its kind.
+    pub kind: Refusal,
+    /// The whole reason.
+    pub why: String,
+}
+
+/// An image of the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Its name.
+    pub name: String,
+    /// The store generation that committed it.
+    pub generation: u64,
+}
+
+/// Whether this boot takes a new image at the ready point because the old ones no longer
+/// fit, and how that went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recapture {
+    /// Nothing to re-capture.
+    #[default]
+    No,
+    /// The images were refused because the system changed, and `snapboot.norecapture` is set.
+    Off,
+    /// The ready point will capture and go on.
+    Planned,
+    /// Captured at the ready point: the next power-on restores this image.
+    Captured(ImageRef),
+    /// The capture failed: the reason.
+    Failed(String),
+}
+
+/// How long the steps took, in seconds (each `None` when the step did not run).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Timings {
+    /// `snapboot resume`, from its start to the restore or the fallback.
+    pub resume: Option<f64>,
+    /// Reading, checking and handing the image's pages to the kernel.
+    pub load: Option<f64>,
+    /// The restored side's steps (clock, RNG, hooks) before the application continued.
+    pub after_restore: Option<f64>,
+}
+
+/// `/run/snapboot/status`: what this boot did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BootStatus {
+    /// What the boot came to.
+    pub outcome: Outcome,
+    /// Why it was not restored (fallback), or why nothing was asked (cold).
+    pub reason: Option<String>,
+    /// Each image refused on the way, with its kind.
+    pub refused: Vec<Refused>,
+    /// The image restored.
+    pub image: Option<ImageRef>,
+    /// Which unconfirmed restore of that image this is (1: the first since the last
+    /// confirmation); the crash-loop guard skips the image after `attempts` of them.
+    pub attempt: Option<u32>,
+    /// The crash-loop guard's limit this boot applied.
+    pub attempts: u32,
+    /// Whether the restore was confirmed (by snapboot at once, or by `snapboot confirm`).
+    pub confirmed: bool,
+    /// Who confirms: `restored` or `app` (`snapboot.confirm=`, fixed at capture).
+    pub confirm_by: String,
+    /// A cold boot handed over by a restore kernel.
+    pub handed_over: bool,
+    /// The re-capture after an update.
+    pub recapture: Recapture,
+    /// The running kernel's release.
+    pub kernel: String,
+    /// Seconds since the epoch when this was written.
+    pub written_unix: u64,
+    /// How long the steps took.
+    pub timings: Timings,
+}
+
+impl BootStatus {
+    /// A boot that came to `outcome` with nothing else known yet: the crash-loop guard's
+    /// limit `attempts`, who confirms a restore (`confirm_by`), the running `kernel`.
+    pub fn new(outcome: Outcome, attempts: u32, confirm_by: &str, kernel: String) -> Self {
+        BootStatus {
+            outcome,
+            reason: None,
+            refused: Vec::new(),
+            image: None,
+            attempt: None,
+            attempts,
+            confirmed: false,
+            confirm_by: confirm_by.into(),
+            handed_over: false,
+            recapture: Recapture::No,
+            kernel,
+            written_unix: 0,
+            timings: Timings::default(),
+        }
+    }
+
+    /// The JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The `status` marker's text: the outcome, and for a restore the image and its count.
+    pub fn marker_text(&self) -> String {
+        let mut line = self.outcome.word().to_string();
+        if let Some(i) = &self.image {
+            line += &format!(
+                " {} generation {} restore {} of {} {}",
+                i.name,
+                i.generation,
+                self.attempt.unwrap_or(0),
+                self.attempts,
+                if self.confirmed {
+                    "confirmed"
+                } else {
+                    "unconfirmed"
+                }
+            );
+        }
+        if let Some(r) = self
+            .reason
+            .as_ref()
+            .filter(|_| self.outcome != Outcome::Restored)
+        {
+            line += &format!(": {r}");
+        }
+        if self.recapture == Recapture::Planned {
+            line += " (re-capture at the ready point)";
+        }
+        line
+    }
+
+    /// The status in a few lines, for `snapboot status`.
+    pub fn human(&self) -> String {
+        let mut out = format!("outcome: {}", self.outcome.word());
+        if let Some(i) = &self.image {
+            out += &format!(
+                "\nimage: {} (generation {}), restore {} of at most {} unconfirmed, {}",
+                i.name,
+                i.generation,
+                self.attempt.unwrap_or(0),
+                self.attempts,
+                if self.confirmed {
+                    "confirmed".to_string()
+                } else {
+                    format!("not confirmed yet (by {})", self.confirm_by)
+                }
+            );
+        }
+        if self.handed_over {
+            out += "\nhanded over: a restore kernel or the restorer handed this cold boot to this kernel";
+        }
+        if let Some(r) = &self.reason {
+            out += &format!("\nreason: {r}");
+        }
+        for r in &self.refused {
+            out += &format!("\nrefused {} ({}): {}", r.image, r.kind.word(), r.why);
+        }
+        out += &match &self.recapture {
+            Recapture::No => String::new(),
+            Recapture::Off => "\nre-capture: off (snapboot.norecapture)".into(),
+            Recapture::Planned => "\nre-capture: at the ready point".into(),
+            Recapture::Captured(i) => format!(
+                "\nre-capture: captured {} (generation {}); the next power-on restores it",
+                i.name, i.generation
+            ),
+            Recapture::Failed(why) => format!("\nre-capture: failed: {why}"),
+        };
+        let t = &self.timings;
+        let secs = [
+            ("resume", t.resume),
+            ("load", t.load),
+            ("after restore", t.after_restore),
+        ]
+        .iter()
+        .filter_map(|(n, v)| v.map(|v| format!("{n} {v:.3} s")))
+        .collect::<Vec<_>>();
+        if !secs.is_empty() {
+            out += &format!("\ntimings: {}", secs.join(", "));
+        }
+        out += &format!("\nkernel: {}", self.kernel);
+        out
+    }
+}
+
+/// Most bytes of a status kept in the store's boot log (which holds one 4 KiB block).
+const BOOT_LOG_STATUS_BYTES: usize = 2048;
+
+/// A status as the store's boot log keeps it for the kernel that continues this boot (the
+/// restored system, or the stock kernel a restore kernel hands over to): JSON, reasons
+/// shortened until it fits in [`BOOT_LOG_STATUS_BYTES`].
+pub fn to_boot_log(s: &BootStatus) -> Vec<u8> {
+    let mut s = s.clone();
+    let mut limit = 400;
+    loop {
+        let json = serde_json::to_vec(&s).unwrap_or_default();
+        if json.len() <= BOOT_LOG_STATUS_BYTES || limit < 16 {
+            return json;
+        }
+        s.refused.truncate(8);
+        for why in s
+            .refused
+            .iter_mut()
+            .map(|r| &mut r.why)
+            .chain(s.reason.as_mut())
+        {
+            shorten(why, limit);
+        }
+        limit /= 2;
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+fn shorten(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
+/// The status a boot log holds ([`to_boot_log`]); `None` when it holds none.
+pub fn from_boot_log(bytes: &[u8]) -> Option<BootStatus> {
+    serde_json::from_slice(bytes).ok()
+}
+
+/// Whether a boot whose images were refused like this takes a new image at the ready point:
+/// when the store holds none (`refused` empty) or when one was refused because the system
+/// changed, an update marked it stale or the device lost the key it was encrypted with, and
+/// none of them because it crash-looped (a new image of the same system would loop too).
+/// Damaged and untrusted images are left for
+/// someone to look at. `recapture` is `snapboot.norecapture`'s opposite; a store of signed
+/// images never gets an unsigned one (`signed`).
+pub fn recapture_after(
+    refused: &[Refused],
+    store_empty: bool,
+    recapture: bool,
+    signed: bool,
+) -> Recapture {
+    let changed = store_empty
+        || refused
+            .iter()
+            .any(|r| matches!(r.kind, Refusal::Changed | Refusal::Stale | Refusal::Key));
+    let looped = refused.iter().any(|r| r.kind == Refusal::CrashLoop);
+    match (changed && !looped && !signed, recapture) {
+        (false, _) => Recapture::No,
+        (true, false) => Recapture::Off,
+        (true, true) => Recapture::Planned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn refused(kind: Refusal) -> Refused {
+        Refused {
+            image: "current".into(),
+            kind,
+            why: "x".into(),
+        }
+    }
+
+    fn blank(outcome: Outcome) -> BootStatus {
+        BootStatus::new(outcome, 2, "restored", "6.1.0-56-amd64".into())
+    }
+
+    #[test]
+    fn the_json_names_its_fields_and_kinds_and_the_text_reads_them_back() {
+        let mut s = blank(Outcome::Fallback);
+        s.reason = Some("no image on the store can be restored".into());
+        s.refused = vec![refused(Refusal::Changed)];
+        s.recapture = Recapture::Captured(ImageRef {
+            name: "current".into(),
+            generation: 4,
+        });
+        s.timings.resume = Some(0.25);
+        let json = s.to_json();
+        for field in [
+            "\"outcome\": \"fallback\"",
+            "\"kind\": \"changed\"",
+            "\"captured\"",
+        ] {
+            assert!(json.contains(field), "{field} not in {json}");
+        }
+        let back: BootStatus = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+        let text = back.human();
+        assert!(text.starts_with("outcome: fallback"), "{text}");
+        assert!(text.contains("refused current (changed): x"), "{text}");
+        assert!(
+            text.contains("re-capture: captured current (generation 4)"),
+            "{text}"
+        );
+        use Refusal::*;
+        for kind in [Changed, Stale, CrashLoop, Damaged, Untrusted, Key, Other] {
+            assert_eq!(
+                serde_json::to_string(&kind).unwrap(),
+                format!("\"{}\"", kind.word())
+            );
+        }
+    }
+
+    #[test]
+    fn the_marker_names_the_restored_image_and_its_count_or_the_reason() {
+        let mut s = blank(Outcome::Restored);
+        s.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 2,
+        });
+        s.attempt = Some(1);
+        s.reason = Some("ignored for a restore".into());
+        assert_eq!(
+            s.marker_text(),
+            "restored current generation 2 restore 1 of 2 unconfirmed"
+        );
+        let mut f = blank(Outcome::Fallback);
+        f.reason = Some("checksum mismatch".into());
+        f.recapture = Recapture::Planned;
+        assert_eq!(
+            f.marker_text(),
+            "fallback: checksum mismatch (re-capture at the ready point)"
+        );
+    }
+
+    #[test]
+    fn a_status_fits_the_boot_log_however_long_its_reasons() {
+        let mut s = blank(Outcome::Fallback);
+        s.reason = Some("é".repeat(3000));
+        s.refused = (0..20)
+            .map(|i| Refused {
+                image: format!("image{i}"),
+                kind: Refusal::Changed,
+                why: "x".repeat(1000),
+            })
+            .collect();
+        let bytes = to_boot_log(&s);
+        assert!(bytes.len() <= BOOT_LOG_STATUS_BYTES, "{}", bytes.len());
+        let back = from_boot_log(&bytes).unwrap();
+        assert_eq!(back.refused.len(), 8);
+        assert_eq!(back.refused[0].kind, Refusal::Changed);
+        assert!(from_boot_log(b"").is_none());
+    }
+
+    #[test]
+    fn only_a_changed_system_or_an_empty_store_is_captured_again() {
+        use Refusal::*;
+        assert_eq!(recapture_after(&[], true, true, false), Recapture::Planned);
+        assert_eq!(
+            recapture_after(&[refused(Changed)], false, true, false),
+            Recapture::Planned
+        );
+        assert_eq!(
+            recapture_after(&[refused(Stale)], false, true, false),
+            Recapture::Planned
+        );
+        assert_eq!(
+            recapture_after(&[refused(Key)], false, true, false),
+            Recapture::Planned
+        );
+        assert_eq!(
+            recapture_after(&[refused(Changed)], false, false, false),
+            Recapture::Off
+        );
+        for kind in [Damaged, Untrusted, Other, CrashLoop] {
+            assert_eq!(
+                recapture_after(&[refused(kind)], false, true, false),
+                Recapture::No
+            );
+        }
+        // A crash loop anywhere stops it; so does a store of signed images.
+        assert_eq!(
+            recapture_after(&[refused(Changed), refused(CrashLoop)], false, true, false),
+            Recapture::No
+        );
+        assert_eq!(
+            recapture_after(&[refused(Changed)], false, true, true),
+            Recapture::No
+        );
+    }
+}
