@@ -10,7 +10,9 @@
 
 extern crate alloc;
 
+pub mod bootsetup;
 pub mod bzimage;
+pub mod cpio;
 pub mod disk;
 pub mod e820;
 pub mod formats;
@@ -19,6 +21,7 @@ pub mod pci;
 pub mod placement;
 pub mod plan;
 pub mod pvh;
+pub mod trust;
 pub mod units;
 pub mod virtio;
 pub mod window;

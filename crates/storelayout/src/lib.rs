@@ -8,6 +8,7 @@
 //!   against the superblock, in the format of the superblock's version (older ones included);
 //! * [`pages`]: an image's page list and the dedupe table;
 //! * [`chunk`]: checking and unpacking one stored chunk;
+//! * [`signed`]: the digest an image's signature covers;
 //! * [`damage`]: what can be wrong with the bytes; [`codec`]: their encoding.
 //!
 //! docs/store.md draws the layout.
@@ -23,6 +24,7 @@ pub mod codec;
 pub mod damage;
 pub mod keyid;
 pub mod pages;
+pub mod signed;
 pub mod superblock;
 pub mod versions;
 
@@ -32,6 +34,7 @@ pub use codec::{decode, encode};
 pub use damage::{Damage, ReadError};
 pub use keyid::KeyId;
 pub use pages::{page_key, read_page_list, DedupeTable, ImageMeta, PageRef};
+pub use signed::{signed_digest, DigestError};
 pub use superblock::{
     committed_superblock, BadLabel, Label, NoStore, Page, Superblock, SuperblockError, BLOCK,
     DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, OLDEST_VERSION,
