@@ -240,6 +240,24 @@ pub fn stock_kernel(disks: &mut Disks, cmd: &str) -> Result<StockKernel, ColdBoo
     }
 }
 
+/// Reads the kernel pack's initramfs whole and checks it against the pack's BLAKE3: what
+/// the restorer takes its trust rule and boot setup from (`restorer::stockinit`).
+pub fn stock_initramfs(disks: &mut Disks, cmd: &str) -> Result<alloc::vec::Vec<u8>, ColdBootError> {
+    let mut head = alloc::vec![0u8; kernelpack::HEADER_LEN];
+    let index = pack_disk(disks, cmd, &mut head)?;
+    let letter = vd_letter(index);
+    let d = disks.get_mut(index).ok_or(ColdBootError::NoPack(index))?;
+    let pack_err = |error| ColdBootError::Pack { letter, error };
+    read(d, letter, "kernel pack header", 0, &mut head)?;
+    let h = Header::decode(&head).map_err(pack_err)?;
+    let mut initrd = alloc::vec![0u8; h.initrd_len.next_multiple_of(SECTOR) as usize];
+    read(d, letter, "initramfs", h.initrd_offset, &mut initrd)?;
+    initrd.truncate(h.initrd_len as usize);
+    h.check(Payload::Initramfs, [&initrd[..]])
+        .map_err(pack_err)?;
+    Ok(initrd)
+}
+
 /// Reads `buf.len()` bytes (whole sectors) of `what` at `offset` of disk `letter`.
 fn read(
     d: &mut VirtioDisk,
