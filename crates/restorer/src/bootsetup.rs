@@ -170,11 +170,11 @@ mod tests {
         n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
         n.extend_from_slice(&kind.to_le_bytes());
         n.extend_from_slice(name);
-        while n.len() % 4 != 0 {
+        while !n.len().is_multiple_of(4) {
             n.push(0);
         }
         n.extend_from_slice(desc);
-        while n.len() % 4 != 0 {
+        while !n.len().is_multiple_of(4) {
             n.push(0);
         }
         n

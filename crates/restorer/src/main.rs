@@ -795,11 +795,24 @@ mod mem {
         }
     }
 
+    /// Eight bytes a store at a time, then the rest byte by byte: under TCG every iteration
+    /// of a `rep` costs alike, and `rep stosb` zeroed a fresh 8 MiB buffer in ~0.2 s.
     #[no_mangle]
     unsafe extern "C" fn memset(d: *mut u8, c: i32, n: usize) -> *mut u8 {
-        // SAFETY: the caller's contract for memset (a valid range).
+        let pattern = u64::from(c as u8) * 0x0101_0101_0101_0101;
+        // SAFETY: the caller's contract for memset (a valid range): `n / 8` words then
+        // `n % 8` bytes cover exactly `[d, d + n)`.
         unsafe {
-            core::arch::asm!("rep stosb", inout("rdi") d => _, inout("rcx") n => _, in("al") c as u8, options(nostack))
+            core::arch::asm!(
+                "rep stosq",
+                "mov rcx, {rest}",
+                "rep stosb",
+                rest = in(reg) n % 8,
+                inout("rdi") d => _,
+                inout("rcx") n / 8 => _,
+                in("rax") pattern,
+                options(nostack)
+            )
         };
         d
     }

@@ -65,3 +65,69 @@ pub fn signed_digest(catalog: &Catalog, rec: &ImageRec) -> Result<[u8; 32], Dige
     }
     Ok(*h.finalize().as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{ChunkRec, Extent, ImageStats};
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    fn chunk(id: u64) -> ChunkRec {
+        ChunkRec {
+            id,
+            cluster: 1,
+            offset: 0,
+            stored_len: 4096,
+            pages: 1,
+            lz4: false,
+            hash: [id as u8; 32],
+            refs: 1,
+            sealed: false,
+        }
+    }
+
+    fn image(chunks: Vec<u64>) -> ImageRec {
+        ImageRec {
+            name: "current".into(),
+            generation: 1,
+            pinned: false,
+            created_unix: 0,
+            meta: Extent { cluster: 2, len: 100 },
+            meta_hash: [9; 32],
+            chunks,
+            stats: ImageStats::default(),
+            signature: vec![],
+            raw: None,
+            sealed: None,
+        }
+    }
+
+    #[test]
+    fn the_digest_covers_the_chunks_and_needs_blake3_chunk_checksums() {
+        let mut catalog = Catalog {
+            check: ChunkCheck::Blake3,
+            chunks: vec![chunk(1), chunk(2)],
+            ..Catalog::default()
+        };
+        let rec = image(vec![1, 2]);
+        let d = signed_digest(&catalog, &rec).unwrap();
+        // What is not read at a restore (generation, pin, signature) is not covered.
+        let mut same = rec.clone();
+        same.generation = 7;
+        same.pinned = true;
+        same.signature = vec![1; 64];
+        assert_eq!(signed_digest(&catalog, &same).unwrap(), d);
+        // A chunk's checksum is.
+        catalog.chunks[1].hash[0] ^= 1;
+        assert_ne!(signed_digest(&catalog, &rec).unwrap(), d);
+        let missing = image(vec![1, 3]);
+        assert!(matches!(
+            signed_digest(&catalog, &missing),
+            Err(DigestError::Damaged(Damage::MissingChunk { chunk: 3, .. }))
+        ));
+        catalog.check = ChunkCheck::Xxh3;
+        let e = signed_digest(&catalog, &rec).unwrap_err().to_string();
+        assert!(e.starts_with("this store checksums chunks with xxh3"), "{e}");
+    }
+}
