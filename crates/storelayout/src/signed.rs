@@ -93,7 +93,10 @@ mod tests {
             generation: 1,
             pinned: false,
             created_unix: 0,
-            meta: Extent { cluster: 2, len: 100 },
+            meta: Extent {
+                cluster: 2,
+                len: 100,
+            },
             meta_hash: [9; 32],
             chunks,
             stats: ImageStats::default(),
@@ -128,6 +131,9 @@ mod tests {
         ));
         catalog.check = ChunkCheck::Xxh3;
         let e = signed_digest(&catalog, &rec).unwrap_err().to_string();
-        assert!(e.starts_with("this store checksums chunks with xxh3"), "{e}");
+        assert!(
+            e.starts_with("this store checksums chunks with xxh3"),
+            "{e}"
+        );
     }
 }

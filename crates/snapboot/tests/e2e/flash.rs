@@ -95,9 +95,7 @@ fn restorer_loglevel(bundle: &Path, store: &Path, extra: &[&str]) -> (String, Ve
 
 /// Whether `console` has a line holding every one of `parts`.
 fn has_line(console: &[String], parts: &[&str]) -> bool {
-    console
-        .iter()
-        .any(|l| parts.iter().all(|p| l.contains(p)))
+    console.iter().any(|l| parts.iter().all(|p| l.contains(p)))
 }
 
 #[test]
@@ -208,13 +206,21 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
     );
     // The restorer applies the same rule with the key in the kernel pack's initramfs, in
     // resume's words, and checks the initramfs the image is bound to against the pack's.
-    let unsigned = "the image is not signed (a public key is configured: only signed images restore)";
+    let unsigned =
+        "the image is not signed (a public key is configured: only signed images restore)";
     let (level, console) = restorer_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
     assert_eq!(level, "loglevel=4");
     assert!(
-        has_line(&console, &["snapboot-restorer: the kernel pack's initramfs read", "images must be signed by key"])
-            && has_line(&console, &["snapboot-restorer: image-refused mine: ", unsigned])
-            && has_line(&console, &["snapboot-restorer: image checked: good"]),
+        has_line(
+            &console,
+            &[
+                "snapboot-restorer: the kernel pack's initramfs read",
+                "images must be signed by key"
+            ]
+        ) && has_line(
+            &console,
+            &["snapboot-restorer: image-refused mine: ", unsigned]
+        ) && has_line(&console, &["snapboot-restorer: image checked: good"]),
         "{console:#?}"
     );
 
