@@ -150,7 +150,10 @@ mod tests {
         assert_eq!(h.params.render(), ["snapboot.khibernate=/dev/vdb"]);
         let r = with_swap(&opts, Path::new("s.swap"), false);
         assert_eq!(r.params.render(), ["snapboot.kresume=/dev/vdb"]);
-        assert_eq!(r.cmdline.last().map(String::as_str), Some("snapboot.store=none"));
+        assert_eq!(
+            r.cmdline.last().map(String::as_str),
+            Some("snapboot.store=none")
+        );
     }
 
     #[test]

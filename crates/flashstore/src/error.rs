@@ -48,10 +48,7 @@ pub enum StoreError {
     #[error("image `{0}` is pinned (unpin it first)")]
     Pinned(String),
     /// Images on a store whose chunk checksums are not cryptographic cannot be signed.
-    #[error(
-        "this store checksums chunks with {0}, which a forger can match: signed images need a \
-         store made with BLAKE3 chunk checksums (`snapboot store init --checksum blake3`)"
-    )]
+    #[error("{}", storelayout::DigestError::NotSignable(.0))]
     NotSignable(&'static str),
     /// A label that cannot be stored.
     #[error(transparent)]

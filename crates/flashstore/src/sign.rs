@@ -1,7 +1,8 @@
 //! What a signature covers, and setting one. The store stays out of cryptography: it hands
 //! out a 32-byte digest that pins down everything a restore reads of an image (its name, its
 //! page list with the caller's description, and the checksum, size and encoding of every
-//! chunk it references), and stores whatever signature bytes the caller computed over it.
+//! chunk it references; computed by [`storelayout::signed_digest`], which the restorer uses
+//! too), and stores whatever signature bytes the caller computed over it.
 //! A signed image whose page list or any referenced chunk changes no longer matches its
 //! digest; the chunk and page-list checksums tie the bytes on the medium to the digest, which
 //! is why only stores whose chunks carry BLAKE3 ([`ChunkCheck::Blake3`]) can sign.
@@ -10,56 +11,18 @@ use crate::error::StoreError;
 use crate::medium::Medium;
 use crate::reader::{read_chunk, read_stored};
 use crate::store::Store;
-use std::collections::{BTreeSet, HashMap};
-use storelayout::Damage;
-use storelayout::{ChunkCheck, ChunkRec, ImageRec};
-
-/// Domain separation: a digest of this store format's images and nothing else.
-const CONTEXT: &str = "snapboot flashstore 2026-11 image signature v1";
+use std::collections::BTreeSet;
+use storelayout::{DigestError, ImageRec};
 
 impl<M: Medium> Store<M> {
-    /// The digest a signature of `rec` covers. Fails when `rec` refers to a chunk the
-    /// catalog does not have.
+    /// The digest a signature of `rec` covers ([`storelayout::signed_digest`]). Fails when
+    /// the store's chunk checksums are not BLAKE3, or `rec` refers to a chunk the catalog
+    /// does not have.
     pub fn signed_digest(&self, rec: &ImageRec) -> Result<[u8; 32], StoreError> {
-        if self.catalog.check != ChunkCheck::Blake3 {
-            return Err(StoreError::NotSignable(self.catalog.check.name()));
-        }
-        let chunks: HashMap<u64, &ChunkRec> =
-            self.catalog.chunks.iter().map(|c| (c.id, c)).collect();
-        let mut h = blake3::Hasher::new_derive_key(CONTEXT);
-        h.update(&(rec.name.len() as u64).to_le_bytes());
-        h.update(rec.name.as_bytes());
-        h.update(&rec.meta_hash);
-        match rec.raw {
-            None => h.update(&[0]),
-            Some(e) => h
-                .update(&[1])
-                .update(&e.cluster.to_le_bytes())
-                .update(&e.len.to_le_bytes()),
-        };
-        h.update(&(rec.chunks.len() as u64).to_le_bytes());
-        for id in &rec.chunks {
-            let c = chunks.get(id).ok_or_else(|| {
-                StoreError::from(Damage::MissingChunk {
-                    image: rec.name.clone(),
-                    chunk: *id,
-                })
-            })?;
-            h.update(&c.id.to_le_bytes());
-            h.update(&c.hash);
-            h.update(&c.stored_len.to_le_bytes());
-            h.update(&c.pages.to_le_bytes());
-            h.update(&[u8::from(c.lz4)]);
-            if c.sealed {
-                // Only sealed chunks add a byte: digests of images in the clear are
-                // unchanged from the first version.
-                h.update(b"sealed");
-            }
-        }
-        if let Some(k) = rec.sealed {
-            h.update(b"sealed with").update(&k.0);
-        }
-        Ok(*h.finalize().as_bytes())
+        storelayout::signed_digest(&self.catalog, rec).map_err(|e| match e {
+            DigestError::NotSignable(check) => StoreError::NotSignable(check),
+            DigestError::Damaged(d) => StoreError::from(d),
+        })
     }
 
     /// Reads the image `name` whole: its page list and every chunk it references, each

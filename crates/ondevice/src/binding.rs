@@ -5,6 +5,7 @@
 //! plan and the digest, which the restorer shares; here the blocks are read from the file).
 
 pub use snapimg::fingerprint::{sample_plan, END_BYTES, SAMPLES};
+use snapimg::listing::{line, Kind};
 use snapimg::{Binding, BootSetup, BoundDevice};
 use std::fs::{self, File};
 use std::io::{self, Seek, SeekFrom};
@@ -133,23 +134,18 @@ pub fn build_id(exe: &Path) -> Result<Vec<u8>, BindingError> {
 }
 
 /// The boot setup of the initramfs at `root`: BLAKE3 of `root/init`, BLAKE3 of a listing of
-/// every file below `root` on the same filesystem (mount points such as /dev, /proc, /sys
-/// and /run are skipped: they are other filesystems), and the build id of `exe`.
+/// every file below `root` on the same filesystem ([`snapimg::listing`]; mount points such
+/// as /dev, /proc, /sys and /run are skipped: they are other filesystems), and the build id
+/// of `exe`.
 pub fn boot_setup(root: &Path, exe: &Path) -> Result<BootSetup, BindingError> {
     let init_path = root.join("init");
     let init = *blake3::hash(&fs::read(&init_path).map_err(read_err(&init_path))?).as_bytes();
     let dev = fs::metadata(root).map_err(read_err(root))?.dev();
     let mut listing = Vec::new();
     list(root, root, dev, &mut listing)?;
-    listing.sort();
-    let mut h = blake3::Hasher::new();
-    for line in &listing {
-        h.update(line.as_bytes());
-        h.update(b"\n");
-    }
     Ok(BootSetup {
         init,
-        files: *h.finalize().as_bytes(),
+        files: snapimg::listing::digest(&mut listing),
         snapboot_build_id: build_id(exe)?,
     })
 }
@@ -169,13 +165,14 @@ fn list(root: &Path, dir: &Path, dev: u64, out: &mut Vec<String>) -> Result<(), 
             .to_string();
         let ft = meta.file_type();
         if ft.is_dir() {
-            out.push(format!("d {rel}"));
+            out.push(line(&rel, Kind::Dir));
             list(root, &path, dev, out)?;
         } else if ft.is_symlink() {
             let to = fs::read_link(&path).map_err(read_err(&path))?;
-            out.push(format!("l {rel} {}", to.display()));
+            out.push(line(&rel, Kind::Symlink(&to.display().to_string())));
         } else {
-            out.push(format!("f {rel} {} {:o}", meta.len(), meta.mode()));
+            let (size, mode) = (meta.len(), meta.mode());
+            out.push(line(&rel, Kind::File { size, mode }));
         }
     }
     Ok(())

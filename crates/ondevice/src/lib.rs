@@ -25,7 +25,8 @@ pub mod lifecycle;
 pub mod locate;
 pub mod lockdown;
 pub mod memory;
-pub mod parttable;
+/// Partition tables, read as the kernel reads them (its own crate: the restorer reads them too).
+pub use parttable;
 pub mod profile;
 pub mod restore;
 pub mod resume;

@@ -328,7 +328,9 @@ pub fn check_signature(
     key: &PublicKey,
 ) -> Result<(), StoreUseError> {
     let digest = store.signed_digest(rec)?;
-    Ok(key.verify(&digest, &rec.signature)?)
+    Ok(key
+        .verify(&digest, &rec.signature)
+        .map_err(KeyError::from)?)
 }
 
 /// The public key images must be signed for: `None` when the initramfs has none.

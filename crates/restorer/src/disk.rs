@@ -1,7 +1,7 @@
 //! What the restorer reads its input from: a disk, as whole 512-byte sectors at byte
-//! offsets ([`Disk`]); and the one it writes, the store's boot log ([`DiskMut`]: whole
-//! sectors, then a flush). The PC's virtio disks implement both in the restorer; tests use
-//! [`MemDisk`] and [`MemDiskMut`].
+//! offsets ([`Disk`]), or a part of one ([`Span`], [`Part`]: a partition); and the one it
+//! writes, the store's boot log ([`DiskMut`]: whole sectors, then a flush). The PC's virtio
+//! disks implement both in the restorer; tests use [`MemDisk`] and [`MemDiskMut`].
 
 /// Bytes of a sector: every read and write starts and ends on one.
 pub const SECTOR: u64 = 512;
@@ -152,9 +152,86 @@ impl DiskMut for MemDiskMut<'_> {
     }
 }
 
+/// A part of a disk: `size` bytes from byte `offset` (a partition), read as a disk of its
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Its first byte on the disk.
+    pub offset: u64,
+    /// Its bytes.
+    pub size: u64,
+}
+
+impl Span {
+    /// Where on the disk a read of `len` bytes at byte `at` of the span goes: checked like
+    /// any read ([`check_read`]) against the span's end.
+    pub fn place(&self, at: u64, len: usize) -> Result<u64, DiskError> {
+        check_read(at, len, self.size)?;
+        Ok(self.offset + at)
+    }
+}
+
+/// A disk seen through a [`Span`] of it.
+pub struct Part<D> {
+    /// The whole disk.
+    pub disk: D,
+    /// The part read.
+    pub span: Span,
+}
+
+impl<D: Disk> Disk for Part<D> {
+    fn size(&self) -> u64 {
+        self.span.size
+    }
+
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let at = self.span.place(offset, buf.len())?;
+        self.disk.read(at, buf)
+    }
+}
+
+impl<D: DiskMut> DiskMut for Part<D> {
+    fn write(&mut self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        let at = self.span.place(offset, buf.len())?;
+        self.disk.write(at, buf)
+    }
+
+    fn flush(&mut self) -> Result<(), DiskError> {
+        self.disk.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_reads_its_own_bytes_only() {
+        let bytes: Vec<u8> = (0..8192u32).map(|i| (i / 512) as u8).collect();
+        let span = Span {
+            offset: 1024,
+            size: 2048,
+        };
+        let mut p = Part {
+            disk: MemDisk(&bytes),
+            span,
+        };
+        assert_eq!(p.size(), 2048);
+        let mut buf = [0u8; 512];
+        p.read(512, &mut buf).unwrap();
+        assert_eq!(
+            buf, [3u8; 512],
+            "byte 512 of the part is byte 1536 of the disk"
+        );
+        assert_eq!(
+            p.read(2048, &mut buf),
+            Err(DiskError::Range {
+                offset: 2048,
+                len: 512,
+                size: 2048
+            })
+        );
+    }
 
     #[test]
     fn reads_and_writes_whole_sectors_inside_the_disk_only() {

@@ -31,6 +31,9 @@ pub struct Running<'a> {
     pub e820_checksum: u32,
     /// Pages of RAM in that map.
     pub ram_pages: u64,
+    /// Which images are trusted, and the boot setup they must be bound to: the kernel
+    /// pack's initramfs's ([`crate::stockinit`]).
+    pub stock: &'a crate::stockinit::StockInit,
 }
 
 /// Why an image, or the store, is refused.
@@ -191,6 +194,11 @@ pub fn check<S: DiskSet>(
     run: &Running,
 ) -> Result<Chosen, Refused> {
     let no_disk = || Refused::Store(format!("disk {at} is gone"));
+    // Trust first, before anything of the image is read (resume's order).
+    run.stock
+        .trust
+        .check(&store.catalog, rec)
+        .map_err(Refused::Image)?;
     let (place, len) = store
         .sb
         .extent_place(rec.meta, "page list")
@@ -221,6 +229,7 @@ pub fn check<S: DiskSet>(
             )
         })?;
     let mut here = binding.clone();
+    here.boot_setup = run.stock.boot_setup.clone();
     here.cmdline = snapimg::binding::bound_cmdline(run.cmdline);
     for dev in &mut here.devices {
         let (bytes, digest) = fingerprint(disks, &dev.device);
@@ -433,6 +442,20 @@ mod tests {
             cmdline,
             e820_checksum: (SEED & 0xffff_ffff) as u32,
             ram_pages: 1 << 18,
+            stock: Box::leak(Box::new(stock(2))),
+        }
+    }
+
+    /// The stock initramfs's rules: no key, and the boot setup the images are bound to
+    /// when `files` is 2.
+    fn stock(files: u8) -> crate::stockinit::StockInit {
+        crate::stockinit::StockInit {
+            trust: crate::trust::Trust::Any,
+            boot_setup: BootSetup {
+                init: [1; 32],
+                files: [files; 32],
+                snapboot_build_id: vec![3; 20],
+            },
         }
     }
 
@@ -530,6 +553,10 @@ mod tests {
         let mut r = running(CMDLINE);
         r.ram_pages = 100;
         assert!(why(&r).contains("RAM size differs"), "{}", why(&r));
+        let mut r = running(CMDLINE);
+        let other = stock(4);
+        r.stock = &other;
+        assert!(why(&r).contains("the initramfs's file set"), "{}", why(&r));
         let mut other = ROOT;
         other[0] ^= 1;
         let e = check_with_root(&bytes, &other, &running(CMDLINE))

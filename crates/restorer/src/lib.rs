@@ -1,27 +1,35 @@
 //! The restorer's logic, `no_std` (with `alloc`) so the freestanding program (src/main.rs)
 //! and the host's tests share it: the disk it reads and writes ([`disk`], read through a
-//! [`window`]), the store's and image's formats ([`formats`]), the image it chooses and
-//! checks ([`image`]) and where its pages go ([`plan`]); the store's boot log it keeps as a
-//! restoring boot does ([`bootlog`]: the crash-loop guard, the status for the next kernel)
-//! and the clock that stamps it ([`rtc`]); the kernel's e820 checksum ([`e820`]); the PVH
-//! start info ([`pvh`]), PCI configuration ([`pci`]) and the legacy virtio block interface
-//! ([`virtio`]); the cold boot of the stock kernel: the boot protocol ([`bzimage`]) and
-//! where its parts go in RAM ([`placement`]); sizes in messages ([`units`]).
+//! [`window`]; a store in a GPT partition is found by [`gpt`]), the store's and image's
+//! formats ([`formats`]), the image it chooses and checks ([`image`]) and where its pages
+//! go ([`plan`]); what the kernel pack's initramfs says of images ([`stockinit`]): read as
+//! cpio ([`cpio`]), the trust rule ([`trust`]) and the boot setup they are bound to
+//! ([`bootsetup`]); the store's boot log it keeps as a restoring boot does ([`bootlog`]:
+//! the crash-loop guard, the status for the next kernel) and the clock that stamps it
+//! ([`rtc`]); the kernel's e820 checksum ([`e820`]); the PVH start info ([`pvh`]), PCI
+//! configuration ([`pci`]) and the legacy virtio block interface ([`virtio`]); the cold
+//! boot of the stock kernel: the boot protocol ([`bzimage`]) and where its parts go in RAM
+//! ([`placement`]); sizes in messages ([`units`]).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
 
 pub mod bootlog;
+pub mod bootsetup;
 pub mod bzimage;
+pub mod cpio;
 pub mod disk;
 pub mod e820;
 pub mod formats;
+pub mod gpt;
 pub mod image;
 pub mod pci;
 pub mod placement;
 pub mod plan;
 pub mod pvh;
 pub mod rtc;
+pub mod stockinit;
+pub mod trust;
 pub mod units;
 pub mod virtio;
 pub mod window;

@@ -6,7 +6,8 @@
 //! * [`description`]: what is kept with an image besides its pages: the kernel and machine
 //!   ([`Identity`], with its [`MemoryMap`]), what it is bound to ([`Binding`]), the stream's size and a lazy
 //!   image's [`SwapRegion`]. Resume checks all of it before the first page.
-//! * [`fingerprint`]: how a block device an image is bound to is fingerprinted.
+//! * [`fingerprint`]: how a block device an image is bound to is fingerprinted;
+//!   [`listing`]: how the initramfs's files are listed for the binding.
 //! * [`verity`] builds and checks the dm-verity tree of a lazy image's swap region.
 //!
 //! The pages themselves go into the store (crate `flashstore`): chunking, compression,
@@ -24,6 +25,7 @@ pub mod description;
 pub mod fingerprint;
 pub mod identity;
 pub mod kstream;
+pub mod listing;
 pub mod memory_map;
 pub mod swap;
 pub mod verity;

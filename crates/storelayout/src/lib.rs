@@ -10,6 +10,7 @@
 //! * [`chunk`]: checking and unpacking one stored chunk;
 //! * [`bootlog`]: the boot log beside the superblocks (restore attempts, the crash-loop
 //!   guard, the last boot's record) and which of its two slots to read and write;
+//! * [`signed`]: the digest an image's signature covers;
 //! * [`damage`]: what can be wrong with the bytes; [`codec`]: their encoding.
 //!
 //! docs/store.md draws the layout.
@@ -26,6 +27,7 @@ pub mod codec;
 pub mod damage;
 pub mod keyid;
 pub mod pages;
+pub mod signed;
 pub mod superblock;
 pub mod versions;
 
@@ -39,6 +41,7 @@ pub use codec::{decode, encode};
 pub use damage::{Damage, ReadError};
 pub use keyid::KeyId;
 pub use pages::{page_key, read_page_list, DedupeTable, ImageMeta, PageRef};
+pub use signed::{signed_digest, DigestError};
 pub use superblock::{
     committed_superblock, BadLabel, Label, NoStore, Page, Superblock, SuperblockError, BLOCK,
     DEFAULT_CHUNK_PAGES, DEFAULT_CLUSTER_BLOCKS, LABEL_BYTES, LEGACY_MAGIC, MAGIC, OLDEST_VERSION,

@@ -11,7 +11,7 @@
 use super::pci as config;
 use super::port::{inb, inl, inw, outb, outl, outw};
 use core::sync::atomic::{fence, AtomicBool, Ordering};
-use restorer::disk::{check_read, Disk, DiskError, DiskMut};
+use restorer::disk::{check_read, Disk, DiskError, DiskMut, Span};
 use restorer::pci::{self, Bar, Bdf};
 pub use restorer::virtio::vd_letter;
 use restorer::virtio::{
@@ -91,6 +91,8 @@ pub struct VirtioDisk {
     layout: Layout,
     limits: Limits,
     bytes: u64,
+    /// The part of the disk read: all of it, or the store's partition ([`Self::narrow`]).
+    span: Span,
     next: u16,
     broken: bool,
 }
@@ -169,6 +171,10 @@ impl VirtioDisk {
             layout,
             limits,
             bytes: sectors.saturating_mul(SECTOR as u64),
+            span: Span {
+                offset: 0,
+                size: sectors.saturating_mul(SECTOR as u64),
+            },
             next: 0,
             broken: false,
         })
@@ -281,12 +287,21 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+impl VirtioDisk {
+    /// From now on reads and writes only `span` of the disk, as a disk of its own (a store in a
+    /// partition: `restorer::gpt`).
+    pub fn narrow(&mut self, span: Span) {
+        self.span = span;
+    }
+}
+
 impl Disk for VirtioDisk {
     fn size(&self) -> u64 {
-        self.bytes
+        self.span.size
     }
 
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let offset = self.span.place(offset, buf.len())?;
         check_read(offset, buf.len(), self.bytes)?;
         self.transfer(blk::T_IN, offset, Data::In(buf))
     }
@@ -294,6 +309,7 @@ impl Disk for VirtioDisk {
 
 impl DiskMut for VirtioDisk {
     fn write(&mut self, offset: u64, buf: &[u8]) -> Result<(), DiskError> {
+        let offset = self.span.place(offset, buf.len())?;
         check_read(offset, buf.len(), self.bytes)?;
         if self.features & blk::F_RO != 0 {
             return Err(DiskError::ReadOnly);

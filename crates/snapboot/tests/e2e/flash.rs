@@ -70,6 +70,34 @@ pub(crate) fn restored_loglevel(
     (line.trim_start_matches("got-").to_string(), console)
 }
 
+/// [`restored_loglevel`] with the restorer (crates/restorer) in place of the kernel.
+fn restorer_loglevel(bundle: &Path, store: &Path, extra: &[&str]) -> (String, Vec<String>) {
+    let b = board::Bundle::load(bundle).unwrap();
+    let mut o = crate::restorer::restorer_options(&b, store);
+    o.cmdline.extend(extra.iter().map(|w| w.to_string()));
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    let restored = Regex::new(r"snapboot: @restored").unwrap();
+    s.wait_for(&restored, "restored marker", Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("no restore from the restorer with {extra:?}: {e}"));
+    let console: Vec<String> = s.timeline().lines.iter().map(|l| l.text.clone()).collect();
+    let line = ask(
+        &mut s,
+        "for w in $(cat /proc/cmdline); do case $w in loglevel=*) echo got-$w;; esac; done",
+        "^got-loglevel=",
+    );
+    let tl = s.finish(boottrace::Outcome::Answered);
+    eprintln!(
+        "restorer boot with {extra:?}: restored and answered in {:.2} s",
+        tl.tti.unwrap_or_default()
+    );
+    (line.trim_start_matches("got-").to_string(), console)
+}
+
+/// Whether `console` has a line holding every one of `parts`.
+fn has_line(console: &[String], parts: &[&str]) -> bool {
+    console.iter().any(|l| parts.iter().all(|p| l.contains(p)))
+}
+
 #[test]
 fn two_named_images_restore_on_request_and_a_damaged_one_falls_back_to_the_other() {
     let store = copy_store(&two_images(), "test-flash-damage.store");
@@ -176,6 +204,25 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
             .any(|l| l.contains("@image-refused") && l.contains("mine: the image is not signed")),
         "{console:#?}"
     );
+    // The restorer applies the same rule with the key in the kernel pack's initramfs, in
+    // resume's words, and checks the initramfs the image is bound to against the pack's.
+    let unsigned =
+        "the image is not signed (a public key is configured: only signed images restore)";
+    let (level, console) = restorer_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
+    assert_eq!(level, "loglevel=4");
+    assert!(
+        has_line(
+            &console,
+            &[
+                "snapboot-restorer: the kernel pack's initramfs read",
+                "images must be signed by key"
+            ]
+        ) && has_line(
+            &console,
+            &["snapboot-restorer: image-refused mine: ", unsigned]
+        ) && has_line(&console, &["snapboot-restorer: image checked: good"]),
+        "{console:#?}"
+    );
 
     // Tampered: the good image's signature grafted onto the other one.
     let mut s = ondevice::store::open_store(&store, true).unwrap();
@@ -188,6 +235,15 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
     assert!(
         console.iter().any(|l| l.contains("@image-refused")
             && l.contains("mine: the image's signature does not verify")),
+        "{console:#?}"
+    );
+    let (level, console) = restorer_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
+    assert_eq!(level, "loglevel=4");
+    assert!(
+        has_line(
+            &console,
+            &["snapboot-restorer: image-refused mine: the image's signature does not verify with public key"]
+        ) && has_line(&console, &["snapboot-restorer: image checked: good"]),
         "{console:#?}"
     );
 }

@@ -4,7 +4,8 @@
 //! checks as resume does); or it refuses with its reason and boots the stock kernel cold
 //! from the kernel pack. Either way it keeps the store's boot log as a restoring boot does:
 //! the restored system and the stock kernel read its status back, and its crash-loop guard
-//! skips an image restored too often without a confirmation. `restorer_bench_shell`
+//! skips an image restored too often without a confirmation. The store may be named by
+//! `PARTLABEL=`. Signed images through the restorer: flash.rs. `restorer_bench_shell`
 //! (ignored: about 10 minutes) measures it against a cold boot and the stock kernel's
 //! restore of the same image.
 
@@ -34,11 +35,41 @@ fn restorer_elf() -> PathBuf {
 /// Run options booting the restorer on `store`: the disks and command line of a snapshot
 /// boot, the restorer in place of the kernel (`board::restorer_boot`, what `bench compare`
 /// boots too).
-fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
+pub(crate) fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
     let mut opts = board::RunOptions::for_bundle(b);
     opts.timeout = Duration::from_secs(300);
     board::restorer_boot::restorer_options(b, &opts, &restorer_elf(), store)
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A GPT disk image under the test home: partition 1 a small `boot`, partition 2
+/// `snapstore` holding a copy of `store` (copied sparsely).
+fn in_gpt_partition(store: &Path, name: &str) -> PathBuf {
+    use board::partdisk::{gpt_disk, GptPartition};
+    let disk = crate::common::home().join(name);
+    let part = |name: &str, uuid: &str, bytes: u64| GptPartition {
+        name: name.into(),
+        uuid: uuid.into(),
+        bytes,
+    };
+    let size = std::fs::metadata(store).unwrap().len();
+    let placed = gpt_disk(
+        &disk,
+        &[
+            part("boot", "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0", 1 << 20),
+            part("snapstore", "5C3A0F6E-1D2B-4C8E-9F00-0123456789AB", size),
+        ],
+    )
+    .unwrap();
+    assert_eq!(placed[1].offset % (1 << 20), 0);
+    let mut dd = Command::new("dd");
+    dd.arg(format!("if={}", store.display()))
+        .arg(format!("of={}", disk.display()))
+        .args(["bs=1M", "conv=sparse,notrunc", "status=none"])
+        .arg(format!("seek={}", placed[1].offset >> 20));
+    let (out, so, se) = run(dd);
+    assert!(out.status.success(), "dd: {so}{se}");
+    disk
 }
 
 /// One restore from the restorer, answered by the restored shell: its timeline (with a TTI).
@@ -258,6 +289,25 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
         &o,
         r"no image restores: current: crash-loop guard: restored 1 times without a confirmation from the restored system \(limit snapboot.attempts=1\); skipped until it is captured again",
         Then::Probe,
+    );
+    // The same store in partition 2 of a GPT disk, named by `PARTLABEL=` as the Debian
+    // root's config names it: the restorer finds it, restores its image (its second
+    // attempt, under the default limit of 2) and keeps the boot log inside the partition.
+    let parted = in_gpt_partition(&foreign, "test-restorer-parted.img");
+    let mut o = restorer_options(&b, &parted);
+    o.params.store = Some(bootparams::StoreAddress::parse("PARTLABEL=snapstore").unwrap());
+    let tl = board::bench::measured_boot(&b, &o, true).unwrap_or_else(|e| panic!("{e}"));
+    let said = |part: &str| tl.lines.iter().any(|l| l.text.contains(part));
+    assert!(
+        said("snapboot-restorer: store PARTLABEL=snapstore is /dev/vdb2 (")
+            && said("snapboot-restorer: image checked: current")
+            && said("restore attempt recorded in the store's boot log"),
+        "the restorer did not restore from the partition, or kept no boot log there: {:#?}",
+        tl.lines.iter().map(|l| &l.text).collect::<Vec<_>>()
+    );
+    eprintln!(
+        "restorer restore from PARTLABEL=snapstore: TTI {:.2} s",
+        tl.tti.expect("a TTI")
     );
     let good = copy_store(&captured("shell"), "test-restorer-ram.store");
     let mut o = restorer_options(&b, &good);

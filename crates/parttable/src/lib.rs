@@ -19,7 +19,17 @@
 //! partition number, `SSSSSSSS-PP`, as the kernel forms it, logical partitions included.
 //! Only the primary GPT header is read; a disk whose primary header or entries fail their
 //! CRC32 has no GPT here.
+//!
+//! `no_std` with `alloc`: the device finds its store with it (`ondevice::locate`), and so
+//! does the freestanding restorer on the PC's virtio disks.
+#![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
 use thiserror::Error;
 
 /// What a partition is called in its table.
@@ -31,6 +41,8 @@ pub struct PartitionIds {
     pub label: Option<String>,
     /// First sector (512 bytes), to check against what the kernel says (GPT only).
     pub start_sector: Option<u64>,
+    /// Sectors (512 bytes) it spans, from its first to its last LBA (GPT only).
+    pub sectors: Option<u64>,
 }
 
 /// A disk's partition table.
@@ -115,12 +127,12 @@ pub fn guid_text(g: &[u8]) -> String {
 }
 
 /// Reads the partition table of a disk with logical blocks of `lbs` bytes; `read(buf, at)`
-/// fills `buf` from byte `at`.
-pub fn read_table(
+/// fills `buf` from byte `at` (whole logical blocks).
+pub fn read_table<E: core::fmt::Display>(
     lbs: u64,
-    read: impl Fn(&mut [u8], u64) -> std::io::Result<()>,
+    mut read: impl FnMut(&mut [u8], u64) -> Result<(), E>,
 ) -> Result<Table, TableError> {
-    let get = |what, len: u64, at: u64| {
+    let mut get = |what, len: u64, at: u64| {
         let mut b = vec![0u8; len as usize];
         read(&mut b, at).map_err(|e| TableError::Read {
             what,
@@ -131,9 +143,14 @@ pub fn read_table(
     };
     let header = get("the GPT header", lbs, lbs)?;
     if &header[..8] == b"EFI PART" {
-        return read_gpt(lbs, &header, |len, at| get("the GPT entries", len, at));
+        return read_gpt(lbs, &header, |len, at| {
+            // Whole logical blocks are read; the entries are the first `len` bytes.
+            let mut b = get("the GPT entries", len.next_multiple_of(lbs), at)?;
+            b.truncate(len as usize);
+            Ok(b)
+        });
     }
-    let mbr = get("the MBR", 512, 0)?;
+    let mbr = get("the MBR", lbs.max(512), 0)?;
     let protective = (0..4).any(|i| mbr[0x1be + 16 * i + 4] == 0xee);
     if mbr[0x1fe..0x200] == [0x55, 0xaa] && !protective {
         return Ok(Table::Mbr(u32_at(&mbr, 0x1b8)));
@@ -144,7 +161,7 @@ pub fn read_table(
 fn read_gpt(
     lbs: u64,
     h: &[u8],
-    get: impl Fn(u64, u64) -> Result<Vec<u8>, TableError>,
+    get: impl FnOnce(u64, u64) -> Result<Vec<u8>, TableError>,
 ) -> Result<Table, TableError> {
     let (header_size, count, size) = (u32_at(h, 0x0c), u32_at(h, 0x50), u32_at(h, 0x54));
     let bytes = u64::from(count) * u64::from(size);
@@ -184,6 +201,11 @@ fn read_gpt(
                 uuid: guid_text(&e[0x10..0x20]),
                 label: Some(String::from_utf16_lossy(&name)),
                 start_sector: Some(u64_at(e, 0x20).saturating_mul(lbs / 512)),
+                sectors: Some(
+                    (u64_at(e, 0x28).saturating_add(1))
+                        .saturating_sub(u64_at(e, 0x20))
+                        .saturating_mul(lbs / 512),
+                ),
             };
             (i as u32 + 1, ids)
         })
@@ -203,14 +225,20 @@ impl Table {
                 uuid: format!("{sig:08x}-{number:02x}"),
                 label: None,
                 start_sector: None,
+                sectors: None,
             }),
         }
     }
 }
 
-/// A GPT disk image in memory, for tests here and in `locate`.
-#[cfg(test)]
-pub(crate) mod testdisk {
+/// A GPT disk image in memory, for tests here and in the crates that use this one
+/// (feature `testdisk`).
+#[cfg(any(test, feature = "testdisk"))]
+pub mod testdisk {
+    use alloc::string::String;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
     /// A GUID whose text form is `text` (8-4-4-4-12).
     pub fn guid(text: &str) -> [u8; 16] {
         let h: String = text.chars().filter(|c| *c != '-').collect();
@@ -269,7 +297,7 @@ mod tests {
         read_table(512, |b, at| {
             let at = at as usize;
             b.copy_from_slice(&disk[at..at + b.len()]);
-            Ok(())
+            Ok::<(), String>(())
         })
     }
 
@@ -287,6 +315,7 @@ mod tests {
         let p1 = t.partition(1).unwrap();
         assert_eq!((p1.uuid.as_str(), p1.label.as_deref()), (U1, Some("boot")));
         assert_eq!(p1.start_sector, Some(2048));
+        assert_eq!(p1.sectors, Some(8), "first LBA to last LBA, both included");
         assert_eq!(t.partition(2), None, "an unused entry keeps its number");
         let p3 = t.partition(3).unwrap();
         assert_eq!(

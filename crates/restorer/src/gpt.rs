@@ -1,0 +1,209 @@
+//! A store in a partition: `snapboot.store=PARTUUID=` or `PARTLABEL=` (the grammar of
+//! `bootparams::StoreAddress`) found in the GPTs of the PC's virtio disks, read as the
+//! kernel reads them ([`parttable`], the device's own reader). The store then lives in the
+//! partition's [`Span`] of its disk. An MBR partition's `SSSSSSSS-PP` PARTUUID gives no
+//! place here (the table reader keeps only an MBR's signature): it is refused with that
+//! reason. Partition `N` of `vdX` is `vdXN`, entry `N-1` of its table.
+
+use crate::disk::{Disk, Span, SECTOR};
+use crate::image::DiskSet;
+use crate::virtio::vd_letter;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use parttable::{read_table, Table};
+
+/// A partition named by `snapboot.store=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartAddress<'a> {
+    /// `PARTUUID=`: a GPT partition's unique GUID, matched in any case.
+    Uuid(&'a str),
+    /// `PARTLABEL=`: a GPT partition's name, exactly.
+    Label(&'a str),
+}
+
+impl<'a> PartAddress<'a> {
+    /// The partition `address` names, if it names one.
+    pub fn parse(address: &'a str) -> Option<Self> {
+        if let Some(u) = address.strip_prefix("PARTUUID=") {
+            return Some(PartAddress::Uuid(u));
+        }
+        address.strip_prefix("PARTLABEL=").map(PartAddress::Label)
+    }
+}
+
+/// Where the partition is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Its disk (`vda` is 0).
+    pub disk: usize,
+    /// Its number on that disk.
+    pub number: u32,
+    /// Its bytes on that disk.
+    pub span: Span,
+}
+
+impl Found {
+    /// Its kernel name (`vdb2`).
+    pub fn name(&self) -> String {
+        format!("vd{}{}", vd_letter(self.disk), self.number)
+    }
+}
+
+/// Finds the one partition `want` names on the first `count` disks of `disks`; else says
+/// why, with what each disk's table holds.
+pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Result<Found, String> {
+    let mut found: Vec<Found> = Vec::new();
+    let mut searched: Vec<String> = Vec::new();
+    for i in 0..count {
+        let Some(d) = disks.disk(i) else { continue };
+        let size = d.size();
+        let table = read_table(SECTOR, |buf, at| d.read(at, buf));
+        let parts = match table {
+            Ok(Table::Gpt(parts)) => parts,
+            Ok(Table::Mbr(sig)) => {
+                searched.push(format!("vd{}: MBR {sig:08x}", vd_letter(i)));
+                continue;
+            }
+            Err(e) => {
+                searched.push(format!("vd{}: {e}", vd_letter(i)));
+                continue;
+            }
+        };
+        for (number, ids) in parts {
+            let hit = match want {
+                PartAddress::Uuid(u) => ids.uuid.eq_ignore_ascii_case(u),
+                PartAddress::Label(l) => ids.label.as_deref() == Some(l),
+            };
+            let name = format!("vd{}{number}", vd_letter(i));
+            searched.push(format!(
+                "{name}: PARTUUID={} PARTLABEL={}",
+                ids.uuid,
+                ids.label.as_deref().unwrap_or("")
+            ));
+            if !hit {
+                continue;
+            }
+            let (Some(start), Some(sectors)) = (ids.start_sector, ids.sectors) else {
+                continue;
+            };
+            let span = Span {
+                offset: start * SECTOR,
+                size: sectors * SECTOR,
+            };
+            if span
+                .offset
+                .checked_add(span.size)
+                .is_none_or(|end| end > size)
+            {
+                return Err(format!(
+                    "{name} runs past the end of its disk ({} bytes from byte {}, the disk has {size})",
+                    span.size, span.offset
+                ));
+            }
+            found.push(Found {
+                disk: i,
+                number,
+                span,
+            });
+        }
+    }
+    let what = match want {
+        PartAddress::Uuid(u) => format!("PARTUUID={u}"),
+        PartAddress::Label(l) => format!("PARTLABEL={l}"),
+    };
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 if matches!(want, PartAddress::Uuid(u) if u.len() == 11) => Err(format!(
+            "{what}: an MBR partition's PARTUUID gives the restorer no place (it finds GPT partitions only)"
+        )),
+        0 => Err(format!(
+            "no GPT partition is {what} (searched: {})",
+            searched.join("; ")
+        )),
+        _ => Err(format!(
+            "{what} names {} partitions: {}",
+            found.len(),
+            found
+                .iter()
+                .map(Found::name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::{MemDisk, Part};
+    use parttable::testdisk::gpt;
+
+    const U1: &str = "5c3a0f6e-1d2b-4c8e-9f00-0123456789ab";
+    const U2: &str = "00112233-4455-6677-8899-aabbccddeeff";
+
+    struct Set<'a>(Vec<MemDisk<'a>>);
+
+    impl<'a> DiskSet for Set<'a> {
+        type Disk = MemDisk<'a>;
+        fn disk(&mut self, index: usize) -> Option<&mut MemDisk<'a>> {
+            self.0.get_mut(index)
+        }
+    }
+
+    #[test]
+    fn a_partition_is_found_by_partuuid_in_any_case_or_by_partlabel() {
+        let zeros = vec![0u8; 1 << 20];
+        let mut d = gpt(&[Some((U1, "boot", 34)), None, Some((U2, "snapstore", 256))]);
+        // Partition 3's sectors (256..=263, `testdisk` makes 8 of them) hold a marker.
+        d[256 * 512..264 * 512].fill(0x5a);
+        let mut set = Set(vec![MemDisk(&zeros), MemDisk(&d)]);
+        let f = find(&mut set, 2, PartAddress::Label("snapstore")).unwrap();
+        assert_eq!(f.name(), "vdb3");
+        assert_eq!(
+            f.span,
+            Span {
+                offset: 256 * 512,
+                size: 8 * 512
+            }
+        );
+        let upper = U2.to_uppercase();
+        assert_eq!(
+            find(
+                &mut set,
+                2,
+                PartAddress::parse(&format!("PARTUUID={upper}")).unwrap()
+            ),
+            Ok(f.clone())
+        );
+        // Read through its span, the partition starts with its own bytes.
+        let mut p = Part {
+            disk: MemDisk(&d),
+            span: f.span,
+        };
+        let mut buf = [0u8; 512];
+        p.read(0, &mut buf).unwrap();
+        assert_eq!(buf, [0x5a; 512]);
+        assert!(p.read(8 * 512, &mut buf).is_err(), "nothing past its end");
+    }
+
+    #[test]
+    fn a_missing_twice_named_or_mbr_partition_is_refused_with_what_was_searched() {
+        let a = gpt(&[Some((U1, "snapstore", 34))]);
+        let b = gpt(&[Some((U2, "snapstore", 34))]);
+        let zeros = vec![0u8; 1 << 20];
+        let mut set = Set(vec![MemDisk(&a), MemDisk(&zeros), MemDisk(&b)]);
+        let e = find(&mut set, 3, PartAddress::Label("snapstore")).unwrap_err();
+        assert_eq!(e, "PARTLABEL=snapstore names 2 partitions: vda1, vdc1");
+        let e = find(&mut set, 3, PartAddress::Label("other")).unwrap_err();
+        assert!(
+            e.starts_with("no GPT partition is PARTLABEL=other (searched: vda1: PARTUUID=5c3a0f6e"),
+            "{e}"
+        );
+        assert!(e.contains("vdb: no GPT or MBR partition table"), "{e}");
+        let e = find(&mut set, 3, PartAddress::Uuid("1234abcd-02")).unwrap_err();
+        assert!(e.contains("MBR partition's PARTUUID"), "{e}");
+        assert_eq!(PartAddress::parse("LABEL=x"), None);
+        assert_eq!(PartAddress::parse("/dev/vdb"), None);
+    }
+}
