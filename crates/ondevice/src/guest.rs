@@ -124,10 +124,8 @@ fn mount_run_fs() {
 
 /// What the board's `/init` script mounts first, done without a shell: devtmpfs on
 /// `/dev`, proc, sysfs, and a tmpfs on `/run` (the boot setup record goes there and moves
-/// into the root later). A missing mount point is made first, as initramfs-tools' and
-/// dracut's `/init` do: their initramfs has no `/proc` or `/sys`, and a restore kernel
-/// starts snapboot in it directly (`rdinit=/bin/snapboot`). A mount that fails is named;
-/// the boot goes on (resume then says what it is missing).
+/// into the root later). A mount that fails is named; the boot goes on (resume then says
+/// what it is missing).
 pub fn early_mounts() -> Vec<String> {
     use rustix::mount::{mount, MountFlags};
     let mut failed = Vec::new();
@@ -137,10 +135,6 @@ pub fn early_mounts() -> Vec<String> {
         ("sysfs", "/sys", "sysfs", ""),
         ("tmpfs", "/run", "tmpfs", "mode=0755,size=32m"),
     ] {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            failed.push(format!("{fs} on {dir}: making {dir}: {e}"));
-            continue;
-        }
         if let Err(e) = mount(src, dir, fs, MountFlags::empty(), data) {
             failed.push(format!("{fs} on {dir}: {e}"));
         }
