@@ -217,7 +217,11 @@ pub fn ensure(
     if have.as_ref() == Some(&want) && disk.is_file() {
         return Ok(disk);
     }
-    let work = dir.join(format!("{name}.work"));
+    // A work directory of this build's own: tests boot the same bundle from several threads,
+    // and two that find the disk stale build it at once (the one renamed last stays).
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nth = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = dir.join(format!("{name}.work.{}.{nth}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
     let tree = work.join("boot");
     fs::create_dir_all(tree.join("snapboot")).map_err(io_err(&tree))?;
