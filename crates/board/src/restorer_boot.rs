@@ -34,6 +34,11 @@ pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
             "the restorer enters x86_64 images through the PC's PVH entry; this is the arm64 \
              board",
         )
+    } else if bundle.workload.init != crate::workload::InitKind::Board {
+        Some(
+            "the root's initramfs (initramfs-tools or dracut) is zstd, which the restorer does \
+             not read: it would refuse every image for want of the key and the boot setup",
+        )
     } else if opts.firmware == Firmware::Uefi {
         Some(
             "--firmware uefi boots GRUB, which has no PVH entry to start the restorer with \
@@ -157,7 +162,8 @@ mod tests {
         }
     }
 
-    /// The arm64 board and the UEFI PC cannot start it: refused with the reason.
+    /// The arm64 board, the UEFI PC and a Debian root cannot start it: refused with the
+    /// reason.
     #[test]
     fn the_arm64_board_and_the_uefi_pc_are_refused_with_the_reason() {
         let b = crate::testutil::bundle();
@@ -172,5 +178,14 @@ mod tests {
         arm.kernel.arch = Arch::Arm64;
         let why = unsupported(&arm, &crate::testutil::opts()).unwrap();
         assert!(why.contains("arm64 board"), "{why}");
+        // A Debian root's initramfs (zstd) cannot give it the key and the boot setup; nor
+        // can it give the restore kernel its command line.
+        let mut deb = crate::testutil::bundle();
+        deb.workload.init = crate::workload::InitKind::Debian;
+        let why = unsupported(&deb, &crate::testutil::opts()).unwrap();
+        assert!(why.contains("zstd"), "{why}");
+        assert_eq!(crate::restore_kernel::unsupported(&b.workload), None);
+        let why = crate::restore_kernel::unsupported(&deb.workload).unwrap();
+        assert!(why.contains("cannot read its command line"), "{why}");
     }
 }

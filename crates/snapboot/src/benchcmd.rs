@@ -444,6 +444,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let work = workdir(&a.out.workdir);
     let restore_kernel = if a.no_restore_kernel {
         bench::RestoreKernelUse::Declined
+    } else if let Some(why) = board::restore_kernel::unsupported(&bundle.workload) {
+        bench::RestoreKernelUse::Unsupported(why)
     } else {
         let release = &bundle.kernel.release;
         match board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel) {

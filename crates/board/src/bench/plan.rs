@@ -57,6 +57,8 @@ pub enum RestoreKernelUse {
     NotBuilt(String),
     /// Left out on request (`--no-restore-kernel`).
     Declined,
+    /// It cannot restore this workload (`crate::restore_kernel::unsupported` says why).
+    Unsupported(&'static str),
 }
 
 /// Whether `compare` measures the restorer, and if not, why not.
@@ -112,6 +114,10 @@ impl ComparePlan {
             }
             RestoreKernelUse::Declined => {
                 notes.push(left_out("--no-restore-kernel".into()));
+                None
+            }
+            RestoreKernelUse::Unsupported(why) => {
+                notes.push(left_out(why.into()));
                 None
             }
         };
