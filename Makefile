@@ -75,13 +75,11 @@ demo: setup restore-kernel
 ## Unit tests and end-to-end tests that boot the real board (with the restore kernel too).
 test: setup restore-kernel
 	cargo test --release --workspace
-	cd crates/restorer && cargo test --release --lib
 
 ## The unit and property tests alone, no QEMU and no browser: every test target but the few
 ## scripts/unit-tests.py names (it prints them), in the release profile `make test` builds.
 unit:
 	python3 scripts/unit-tests.py
-	cd crates/restorer && cargo test --release --lib
 
 ## No import circle between the modules of any crate (Python 3, no build needed).
 imports:

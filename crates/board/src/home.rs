@@ -143,7 +143,7 @@ fn target_dir_of(exe: &Path) -> &Path {
 
 /// The restorer's ELF (crates/restorer, started by the PC's firmware in place of a kernel):
 /// `$SNAPBOOT_RESTORER`, else where `scripts/restorer.sh` (`make build`) puts it in the
-/// workspace of the running binary, `target/restorer/x86_64-unknown-linux-gnu/release/
+/// workspace of the running binary, `target/restorer/x86_64-unknown-linux-gnu/restorer/
 /// restorer`, the way the arm64 device binary is found. An error naming the path and how
 /// to build it when no x86_64 ELF is there.
 pub fn restorer_elf() -> Result<PathBuf, HomeError> {
@@ -171,7 +171,7 @@ fn restorer_beside(exe: &Path) -> PathBuf {
     target_dir_of(exe)
         .join("restorer")
         .join(Arch::X86_64.rust_target())
-        .join("release")
+        .join("restorer")
         .join("restorer")
 }
 
@@ -358,7 +358,7 @@ mod tests {
         assert!(home().is_absolute());
         assert_eq!(
             restorer_beside(exe),
-            Path::new("/w/target/restorer/x86_64-unknown-linux-gnu/release/restorer"),
+            Path::new("/w/target/restorer/x86_64-unknown-linux-gnu/restorer/restorer"),
             "where scripts/restorer.sh builds it"
         );
         assert_eq!(kernel_record_name(Arch::X86_64), "kernel.json");

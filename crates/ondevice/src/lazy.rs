@@ -46,7 +46,7 @@ use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
 use crate::profile::{self, PageSet};
 use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
 use crate::sys::MemoryLock;
-use snapimg::{swap_header, verity, RegionMismatch, SwapRegion, SwapVerity, PAGE_SIZE};
+use snapimg::{swap_header, verity, SwapRegion, SwapVerity, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -212,47 +212,6 @@ fn release_cow() {
         let _ = std::fs::write("/sys/class/zram-control/hot_remove", format!("{id}\n"));
     }
     let _ = std::fs::remove_file(COW_RECORD);
-}
-
-/// Why a lazy image's swap region is not as its capture left it.
-#[derive(Debug, thiserror::Error)]
-pub enum RegionError {
-    /// The store could not be read there.
-    #[error("reading the {what} at byte {at} of {path}")]
-    Read {
-        what: &'static str,
-        path: PathBuf,
-        at: u64,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The region is not the image's own, or no longer holds what capture wrote.
-    #[error(transparent)]
-    Mismatch(#[from] RegionMismatch),
-}
-
-/// Checks that the swap region of an image is its own raw region of the store (`own`:
-/// byte offset and length on `store`) and still starts with the header capture wrote, its
-/// verity tree's top block hashing to the recorded root (a cheap guard against a store
-/// whose region was overwritten; two page reads at most): [`snapimg::check_region`], the
-/// restorer's check too.
-pub fn check_region(
-    store: &Path,
-    region: &SwapRegion,
-    own: Option<(u64, u64)>,
-) -> Result<(), RegionError> {
-    let read = |what, at| {
-        move |source| RegionError::Read {
-            what,
-            path: store.into(),
-            at,
-            source,
-        }
-    };
-    let f = std::fs::File::open(store).map_err(read("store", 0))?;
-    snapimg::check_region(region, own, |what, at, page| {
-        f.read_exact_at(page, at).map_err(read(what, at))
-    })
 }
 
 /// What [`prepare`] did.
@@ -869,46 +828,5 @@ mod tests {
         assert!(t.0[1].params.len() > 2 * KEY_BYTES);
         t.wipe();
         assert!(t.0.iter().all(|t| t.params.is_empty()));
-    }
-
-    #[test]
-    fn region_check_names_an_overwritten_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let uuid = [3u8; 16];
-        let mut data = vec![0u8; 3 * 4096];
-        data[4096..8192].copy_from_slice(&swap_header(2, &uuid));
-        std::fs::write(&path, &data).unwrap();
-        let region = SwapRegion {
-            offset: 4096,
-            bytes: 2 * 4096,
-            used_pages: 0,
-            uuid,
-            verity: None,
-        };
-        let own = Some((0, 1 << 30));
-        check_region(&path, &region, own).unwrap();
-        let other = SwapRegion {
-            uuid: [4u8; 16],
-            ..region
-        };
-        let err = check_region(&path, &other, own).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                RegionError::Mismatch(RegionMismatch::Header { at: 4096 })
-            ),
-            "{err}"
-        );
-        assert!(err.to_string().contains("no longer holds"), "{err}");
-        let beyond = SwapRegion {
-            offset: 1 << 20,
-            ..region
-        };
-        let err = check_region(&path, &beyond, own).unwrap_err();
-        assert!(
-            matches!(err, RegionError::Read { what: "swap region", at, .. } if at == 1 << 20),
-            "{err}"
-        );
     }
 }

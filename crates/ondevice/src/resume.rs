@@ -18,13 +18,15 @@ use crate::binding::{
 use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::snapshot::{SnapshotDev, SnapshotError};
-use crate::status::{ImageRef, Outcome, Refusal, Refused};
+use crate::status::{ImageRef, Outcome, Refused as StatusRefused};
 use crate::store::StoreUseError;
 use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
+use admission::{Candidate, Expected, Refused, Rules, Sealing, Trust, Trusted};
 use bootparams::StoreAddress;
 use boottrace::error_chain as chain;
 use boottrace::Marker;
-use snapimg::{BindingMismatch, BootSetup, Identity, Incompat, Page, StreamHeader, PAGE_SIZE};
+use flashstore::{Medium, StoreError};
+use snapimg::{Binding, BootSetup, Page, StreamHeader, SwapRegion, PAGE_SIZE};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -57,7 +59,9 @@ pub struct ResumeOptions {
     pub started: Option<Instant>,
 }
 
-/// Why the image was not restored. The cold boot continues in every case.
+/// Why nothing was restored. The cold boot continues in every case. Why each image was
+/// refused is the one rule's [`Refused`] (crate `admission`), kept in
+/// [`ResumeError::NoneRestorable`].
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
     /// The running kernel's pages are not the 4 KiB snapboot's images are made of.
@@ -66,64 +70,18 @@ pub enum ResumeError {
     /// This machine's boot device tree (its reserved memory and CPUs) cannot be read.
     #[error("cannot read this machine's memory layout")]
     DeviceTree(#[source] DeviceTreeError),
-    /// The image's first page is not a hibernation header snapboot can check.
-    #[error("the image's stream header")]
-    Header(#[source] snapimg::StreamError),
     /// The kernel is locked down, which disables hibernation.
     #[error("refusing to resume")]
     Lockdown(#[source] crate::lockdown::LockedDown),
-    /// The image belongs to another kernel or machine.
-    #[error("image does not fit this system")]
-    Incompatible(#[from] Incompat),
-    /// The swap region a lazy image pages from is not the image's own, or not as the
-    /// capture left it.
-    #[error("lazy image")]
-    SwapRegion(#[source] crate::lazy::RegionError),
-    /// The image records nothing of what it is bound to.
-    #[error(
-        "the image records no root filesystem or boot setup to check (captured by an older \
-         snapboot): capture it again"
-    )]
-    Unbound,
-    /// What the image is bound to could not be observed on this boot.
-    #[error("cannot check what the image is bound to")]
-    Binding(#[source] BindingError),
-    /// The image was captured on another system.
-    #[error("image was captured on a different system: {0}")]
-    Mismatch(BindingMismatch),
-    /// The kernel refused a step.
+    /// The kernel refused the restore itself.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
-    /// The store or one of its images is unusable.
+    /// The store is unusable.
     #[error(transparent)]
     Store(#[from] StoreUseError),
     /// The configured public key cannot be read: no image is trusted.
     #[error("the public key images must be signed for")]
     Key(#[source] imagekey::KeyError),
-    /// The image's page list and its description disagree on the stream's length.
-    #[error("the image's page list holds {listed} pages, its description says the kernel's stream had {described}")]
-    PageCount { listed: u64, described: u64 },
-    /// The device key cannot be had: no encrypted image can be opened (the reason, with
-    /// its causes: it is the same for every image).
-    #[error("no device key to open the images with: {0}")]
-    DeviceKey(String),
-    /// The image is in the clear, and this device restores encrypted images only.
-    #[error(
-        "the image is not encrypted, and this device restores only images encrypted with its \
-         device key (snapboot.encrypt={encrypt}): it was written by something else than this \
-         device's captures"
-    )]
-    Clear { encrypt: String },
-    /// The image is encrypted with another key than the device's.
-    #[error(
-        "the image is encrypted with device key {image}, this device's key is {device}: it \
-         was captured under another key (the key changed, or the store comes from another \
-         device)"
-    )]
-    ForeignKey {
-        image: flashstore::KeyId,
-        device: flashstore::KeyId,
-    },
     /// The store has no image.
     #[error("store {store}: the store holds no image")]
     NoImage {
@@ -136,45 +94,8 @@ pub enum ResumeError {
         /// The store's address and device.
         store: String,
         /// Each image in the order tried, with why it was refused.
-        refused: Vec<Refused>,
+        refused: Vec<StatusRefused>,
     },
-    /// The store's boot log says not to try it: stale (an update), or restored
-    /// `snapboot.attempts` times without a confirmation (the crash-loop guard).
-    #[error(transparent)]
-    Guard(#[from] flashstore::Guarded),
-    /// The restore attempt could not be recorded on the store, so the crash-loop guard
-    /// could not count it.
-    #[error("cannot record the restore attempt on the store")]
-    Record(#[source] flashstore::StoreError),
-}
-
-impl ResumeError {
-    /// The kind of refusal this is, for what the boot does next (see
-    /// [`crate::status::recapture_after`]).
-    pub fn refusal(&self) -> Refusal {
-        match self {
-            ResumeError::Incompatible(_)
-            | ResumeError::Mismatch(_)
-            | ResumeError::Unbound
-            | ResumeError::Header(snapimg::StreamError::UnknownArch { .. }) => Refusal::Changed,
-            // An image description of another format version: snapboot was updated.
-            ResumeError::Store(StoreUseError::Description(_)) => Refusal::Changed,
-            ResumeError::Guard(flashstore::Guarded::Stale { .. }) => Refusal::Stale,
-            ResumeError::Guard(flashstore::Guarded::CrashLoop { .. }) => Refusal::CrashLoop,
-            ResumeError::Store(StoreUseError::Key(_)) | ResumeError::Clear { .. } => {
-                Refusal::Untrusted
-            }
-            ResumeError::DeviceKey(_) | ResumeError::ForeignKey { .. } => Refusal::Key,
-            ResumeError::Store(StoreUseError::Image(
-                flashstore::StoreError::Locked { .. } | flashstore::StoreError::WrongKey { .. },
-            )) => Refusal::Key,
-            ResumeError::Store(_)
-            | ResumeError::Header(_)
-            | ResumeError::PageCount { .. }
-            | ResumeError::SwapRegion(_) => Refusal::Damaged,
-            _ => Refusal::Other,
-        }
-    }
 }
 
 /// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
@@ -194,32 +115,109 @@ pub fn resume(o: &ResumeOptions) -> ResumeError {
     }
 }
 
-/// Refuses the image unless everything it is bound to is as it was at capture.
-fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<(), ResumeError> {
-    let image = image.ok_or(ResumeError::Unbound)?;
-    let t = Instant::now();
+/// What this boot has of everything `image` is bound to: the boot setup (as
+/// [`observe_and_record_boot`] saw it, or observed now), the command line, and each bound
+/// device, waited for as long as the store is.
+fn observe_running(image: &Binding, o: &ResumeOptions) -> Result<Binding, Refused> {
+    let unobservable = |e: BindingError| Refused::Unobservable(chain(&e));
     let setup = match &o.boot_setup {
         Some(s) => s.clone(),
-        None => observe_this_boot().map_err(ResumeError::Binding)?,
+        None => observe_this_boot().map_err(unobservable)?,
     };
     let cmdline = std::fs::read_to_string("/proc/cmdline").map_err(|source| {
-        ResumeError::Binding(BindingError::Read {
+        unobservable(BindingError::Read {
             path: "/proc/cmdline".into(),
             source,
         })
     })?;
-    let running =
-        observe(image, setup, &cmdline, Path::new("/dev"), o.wait).map_err(ResumeError::Binding)?;
-    image.check(&running).map_err(ResumeError::Mismatch)?;
-    print_marker(
-        Marker::ResumeBound,
-        Some(&format!(
-            "{} device(s), command line, boot setup checked in {:.3} s",
-            image.devices.len(),
-            t.elapsed().as_secs_f64()
-        )),
-    );
-    Ok(())
+    observe(image, setup, &cmdline, Path::new("/dev"), o.wait).map_err(unobservable)
+}
+
+/// What reading an image of the store says, as the one rule words and kinds it.
+pub fn refusal(e: StoreError) -> Refused {
+    match e {
+        StoreError::Corrupt(d) => d.into(),
+        StoreError::NoImage(name) => Refused::Missing(name),
+        StoreError::BadName(name) => Refused::BadName(name),
+        StoreError::NotSignable(check) => Refused::NotSignable(check),
+        e @ (StoreError::Locked { .. }
+        | StoreError::LockedChunk { .. }
+        | StoreError::WrongKey { .. }) => Refused::Sealed(e.to_string()),
+        other => Refused::Unreadable(chain(&other)),
+    }
+}
+
+/// Resume's [`admission::ImageSource`]: the images of a store read through `flashstore`
+/// (the reader kept for the pages), and this boot observed by `observe`.
+pub struct FlashSource<'s, M: Medium> {
+    store: &'s flashstore::Store<M>,
+    reader: Option<flashstore::ImageReader<'s, M>>,
+    observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+}
+
+impl<'s, M: Medium> FlashSource<'s, M> {
+    /// A source over `store`, observing this boot with `observe`.
+    pub fn new(
+        store: &'s flashstore::Store<M>,
+        observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+    ) -> Self {
+        FlashSource {
+            store,
+            reader: None,
+            observe,
+        }
+    }
+
+    /// The reader of the image admitted last: its pages, checked chunk by chunk as read.
+    pub fn into_reader(self) -> Option<flashstore::ImageReader<'s, M>> {
+        self.reader
+    }
+}
+
+impl<M: Medium> admission::ImageSource for FlashSource<'_, M> {
+    fn page_list(&mut self, rec: &flashstore::ImageRec) -> Result<(&[u8], u64), Refused> {
+        let r = self.store.reader(&rec.name).map_err(refusal)?;
+        let r = self.reader.insert(r);
+        Ok((r.user(), r.pages()))
+    }
+
+    fn running_binding(&mut self, image: &Binding) -> Result<Binding, Refused> {
+        (self.observe)(image)
+    }
+
+    fn check_swap_region(
+        &mut self,
+        rec: &flashstore::ImageRec,
+        sw: &SwapRegion,
+    ) -> Result<(), Refused> {
+        let medium = self.store.medium();
+        snapimg::check_region(sw, self.store.raw_region(rec), |what, at, page| {
+            medium
+                .read_at(page, at)
+                .map_err(|e| Refused::SwapRegion(format!("reading the {what} at byte {at}: {e}")))
+        })
+    }
+}
+
+/// Admits `candidate` of `store` by the one rule, and checks its stream header as the
+/// kernel will see it: what resume does of an image before any page reaches the kernel.
+/// Returns the reader of its pages (page 0 checked) and what made it trusted.
+pub fn admit_image<'s, M: Medium>(
+    store: &'s flashstore::Store<M>,
+    candidate: Candidate<'_>,
+    rules: &Rules<'_>,
+    observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+) -> Result<(flashstore::ImageReader<'s, M>, Trusted), Refused> {
+    let mut src = FlashSource::new(store, observe);
+    let admitted = admission::admit(&mut src, candidate, store.catalog(), rules)?;
+    let reader = src.into_reader().expect("admit read the page list");
+    Ok((reader, admitted.trusted))
+}
+
+/// Checks page 0 of an admitted image of `pages` pages ([`admission::check_header`]).
+pub fn check_page0(page0: &Page, pages: u64, expected: &Expected) -> Result<(), Refused> {
+    let header = StreamHeader::parse(page0).map_err(Refused::Header)?;
+    admission::check_header(&header, pages, expected)
 }
 
 /// Hands every page of `src` to a fresh `/dev/snapshot` and reports the `resume-loaded`
@@ -228,8 +226,9 @@ fn check_binding(image: Option<&snapimg::Binding>, o: &ResumeOptions) -> Result<
 fn load<M: flashstore::Medium>(
     src: &mut flashstore::ImageReader<'_, M>,
     what: &str,
-    check_header: impl FnOnce(&Page) -> Result<(), ResumeError>,
-) -> Result<SnapshotDev, ResumeError> {
+    check_header: impl FnOnce(&Page) -> Result<(), Refused>,
+) -> Result<SnapshotDev, Refused> {
+    let kernel = |e: SnapshotError| Refused::NotPlaced(chain(&e));
     let started = Instant::now();
     let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
     let mut slowest = (Duration::ZERO, 0u64);
@@ -237,9 +236,7 @@ fn load<M: flashstore::Medium>(
     let mut dev = None;
     let mut t = Instant::now();
     loop {
-        let run = src
-            .next_run(RUN_PAGES)
-            .map_err(|e| ResumeError::Store(e.into()))?;
+        let run = src.next_run(RUN_PAGES).map_err(refusal)?;
         let now = Instant::now();
         read_time += now - t;
         t = now;
@@ -253,11 +250,11 @@ fn load<M: flashstore::Medium>(
                     check(page0)?;
                 }
                 t = Instant::now();
-                dev.insert(SnapshotDev::open_restore()?)
+                dev.insert(SnapshotDev::open_restore().map_err(kernel)?)
             }
         };
         let first = dev.pages();
-        dev.write_pages(&run)?;
+        dev.write_pages(&run).map_err(kernel)?;
         let now = Instant::now();
         if now - t > slowest.0 {
             slowest = (now - t, first);
@@ -265,7 +262,7 @@ fn load<M: flashstore::Medium>(
         write_time += now - t;
         t = now;
     }
-    let dev = dev.ok_or(ResumeError::Header(snapimg::StreamError::Incomplete {
+    let dev = dev.ok_or(Refused::Header(snapimg::StreamError::Incomplete {
         received: 0,
         expected: 0,
     }))?;
@@ -300,33 +297,16 @@ fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
     )
 }
 
-/// What this boot checks every image against, observed once.
-struct Expected {
-    /// The image kernel this system's images must have been made by, with this machine's
-    /// RAM and memory layout.
-    identity: Identity,
-    /// MPIDRs of this machine's CPUs (empty: not known).
-    cpus: Vec<u64>,
-}
-
-impl Expected {
-    fn observe() -> Result<Self, ResumeError> {
-        let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
-        let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
-        Ok(Expected {
-            identity: crate::system::image_kernel(running_identity(&dt), record.as_deref()),
-            cpus: dt.cpus,
-        })
-    }
-
-    /// Refuses a stream whose header page the restoring kernel would not take (see
-    /// [`snapimg::ArchRecord::check_restorable`]).
-    fn check_header(&self, page0: &Page) -> Result<(), ResumeError> {
-        let header = StreamHeader::parse(page0).map_err(ResumeError::Header)?;
-        Ok(header
-            .arch
-            .check_restorable(&self.identity.version, &self.cpus)?)
-    }
+/// What this boot checks every image against, observed once: the image kernel's identity
+/// (the running kernel's, or on a restore kernel the stock kernel's it records), this
+/// machine's RAM and memory layout, and its CPUs.
+fn observe_expected() -> Result<Expected, ResumeError> {
+    let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
+    let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
+    Ok(Expected::observed(
+        crate::system::image_kernel(running_identity(&dt), record.as_deref()),
+        dt.cpus,
+    ))
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
@@ -348,7 +328,7 @@ fn restore(mut dev: SnapshotDev) -> Result<std::convert::Infallible, ResumeError
 /// first that passes restored. Each refused image is named with its reason on the console.
 fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     check_running_page_size().map_err(ResumeError::PageSize)?;
-    let expected = Expected::observe()?;
+    let expected = observe_expected()?;
     let key_path = o
         .public_key
         .clone()
@@ -356,31 +336,46 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
     let key = crate::store::configured_key(&key_path).map_err(ResumeError::Key)?;
     // Read-write: the restore attempt is recorded on the store before the kernel takes over.
     let (mut store, at) = crate::store::open_address(&o.store, o.wait, true)?;
-    let order = crate::store::candidates(store.images(), &o.images);
-    if order.is_empty() {
+    let names: Vec<String> = admission::candidates(store.images(), &o.images)
+        .iter()
+        .map(|c| c.name().to_string())
+        .collect();
+    if names.is_empty() {
         return Err(ResumeError::NoImage {
             store: at.to_string(),
         });
     }
-    let log = store.boot_log().map_err(ResumeError::Record)?;
+    let log = store
+        .boot_log()
+        .map_err(|e| ResumeError::Store(StoreUseError::Image(e)))?;
     // Without the device key no encrypted image opens: each is refused with why.
     let t_key = Instant::now();
     let no_key = crate::devicekey::unlock(&mut store, &o.key)
         .err()
         .map(|e| chain(&e));
+    let key_secs = t_key.elapsed().as_secs_f64();
     let trust = Trust {
-        public: key.as_ref(),
-        encrypt: &o.key.encrypt,
-        device: store.key_id(),
-        key_secs: t_key.elapsed().as_secs_f64(),
+        key,
+        sealing: if o.key.encrypt.on() {
+            Sealing::Required {
+                word: o.key.encrypt.word(),
+                device: store.key_id(),
+            }
+        } else {
+            Sealing::Clear
+        },
     };
     let mut refused = Vec::new();
-    for name in order {
+    for name in names {
         let t = Instant::now();
+        let rules = Rules {
+            log: (&log, o.attempts),
+            trust: &trust,
+            expected: &expected,
+        };
         let loaded = match &no_key {
-            Some(why) => Err(ResumeError::DeviceKey(why.clone())),
-            None => guard(&store, &name, &log, o)
-                .and_then(|()| load_flash_image(&store, &at.path, &name, &trust, &expected, o)),
+            Some(why) => Err(Refused::DeviceKey(why.clone())),
+            None => load_flash_image(&store, &name, o, &rules, key_secs),
         };
         match loaded {
             Ok(dev) => {
@@ -407,28 +402,9 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
 }
 
 /// Names a refused image on the console and keeps its reason.
-fn refuse(name: &str, e: &ResumeError) -> Refused {
-    let why = chain(e);
+fn refuse(name: &str, why: &Refused) -> StatusRefused {
     print_marker(Marker::ImageRefused, Some(&format!("{name}: {why}")));
-    Refused {
-        image: name.into(),
-        kind: e.refusal(),
-        why,
-    }
-}
-
-/// What the store's boot log says against trying image `name` at all: marked stale by an
-/// update, or restored `snapboot.attempts` times without a confirmation.
-fn guard(
-    store: &flashstore::Store<std::fs::File>,
-    name: &str,
-    log: &flashstore::BootLog,
-    o: &ResumeOptions,
-) -> Result<(), ResumeError> {
-    let Some(rec) = store.image(name) else {
-        return Ok(());
-    };
-    Ok(log.guard(name, rec.generation, o.attempts)?)
+    why.record(name)
 }
 
 /// Counts this restore of `name` in the store's boot log, with what the restored system
@@ -437,9 +413,9 @@ fn record_attempt(
     store: &mut flashstore::Store<std::fs::File>,
     (name, generation): (&str, u64),
     o: &ResumeOptions,
-    refused: &[Refused],
+    refused: &[StatusRefused],
     load_secs: f64,
-) -> Result<(), ResumeError> {
+) -> Result<(), Refused> {
     let started = o.started;
     store
         .update_boot_log(|log| {
@@ -456,194 +432,98 @@ fn record_attempt(
             s.timings.resume = started.map(|t| t.elapsed().as_secs_f64());
             log.last_boot = crate::status::to_boot_log(&s);
         })
-        .map_err(ResumeError::Record)
+        .map_err(|e| Refused::Unrecorded(chain(&e)))
 }
 
-/// What makes an image trusted here: the factory's signature (a public key in the
-/// initramfs), and where images are encrypted, the device key they must be encrypted with.
-struct Trust<'a> {
-    public: Option<&'a imagekey::PublicKey>,
-    encrypt: &'a bootparams::Encrypt,
-    /// The key the store is unlocked with.
-    device: Option<flashstore::KeyId>,
-    /// How long getting it took (unsealing it, or reading the key file).
-    key_secs: f64,
-}
-
-impl Trust<'_> {
-    /// Checks `rec` before anything of it is read: encrypted with the device's key where
-    /// images are encrypted (its tag then authenticates it as the device's own capture, and
-    /// a signature is checked only if it has one); otherwise signed when a public key is
-    /// configured. Returns what was checked, for the console.
-    fn check(
-        &self,
-        store: &flashstore::Store<std::fs::File>,
-        rec: &flashstore::ImageRec,
-    ) -> Result<String, ResumeError> {
-        if self.encrypt.on() {
-            let device = self.device.ok_or_else(|| ResumeError::Clear {
-                encrypt: self.encrypt.word(),
-            })?;
-            match rec.sealed {
-                None => {
-                    return Err(ResumeError::Clear {
-                        encrypt: self.encrypt.word(),
-                    })
-                }
-                Some(k) if k != device => return Err(ResumeError::ForeignKey { image: k, device }),
-                Some(_) => {}
-            }
-            let how = format!(
-                ", encrypted with the device key ({} in {:.3} s)",
-                match self.encrypt {
-                    bootparams::Encrypt::KeyFile => "read",
-                    _ => "unsealed",
-                },
-                self.key_secs
-            );
-            return match self.public {
-                Some(key) if !rec.signature.is_empty() => {
-                    crate::store::check_signature(store, rec, key)?;
-                    Ok(how + ", signature checked")
-                }
-                _ => Ok(how),
-            };
-        }
-        match self.public {
-            Some(key) => {
-                crate::store::check_signature(store, rec, key)?;
-                Ok(", signature checked".into())
-            }
-            None => Ok(String::new()),
-        }
-    }
-}
-
-/// Checks image `name` of `store` (on `device`) and hands its pages to the kernel.
+/// Checks image `name` of `store` by the one rule and hands its pages to the kernel.
 fn load_flash_image(
     store: &flashstore::Store<std::fs::File>,
-    device: &Path,
     name: &str,
-    trust: &Trust<'_>,
-    expected: &Expected,
     o: &ResumeOptions,
-) -> Result<SnapshotDev, ResumeError> {
+    rules: &Rules<'_>,
+    key_secs: f64,
+) -> Result<SnapshotDev, Refused> {
     let rec = store
         .image(name)
-        .ok_or_else(|| StoreUseError::from(flashstore::StoreError::NoImage(name.into())))?;
-    let checked = trust.check(store, rec)?;
-    let mut reader = store
-        .reader(name)
-        .map_err(|e| ResumeError::Store(e.into()))?;
-    let d = snapimg::Description::decode(reader.user()).map_err(StoreUseError::from)?;
-    if reader.pages() != d.stream_pages {
-        return Err(ResumeError::PageCount {
-            listed: reader.pages(),
-            described: d.stream_pages,
-        });
+        .ok_or_else(|| Refused::Missing(name.into()))?;
+    let candidate = Candidate::Image(rec);
+    let t = Instant::now();
+    let mut observe = |image: &Binding| observe_running(image, o);
+    let (mut reader, trusted) = admit_image(store, candidate, rules, &mut observe)?;
+    let bound = "device(s), command line, boot setup";
+    print_marker(
+        Marker::ResumeBound,
+        Some(&format!(
+            "{} {bound} checked in {:.3} s",
+            reader_devices(&reader),
+            t.elapsed().as_secs_f64()
+        )),
+    );
+    let mut checked = String::new();
+    if trusted.sealed {
+        checked += &format!(
+            ", encrypted with the device key ({} in {key_secs:.3} s)",
+            match o.key.encrypt {
+                bootparams::Encrypt::KeyFile => "read",
+                _ => "unsealed",
+            }
+        );
     }
-    d.identity.check_against(&expected.identity)?;
-    check_binding(d.binding().map_err(StoreUseError::from)?.as_ref(), o)?;
-    if let Some(sw) = &d.swap {
-        crate::lazy::check_region(device, sw, store.raw_region(rec))
-            .map_err(ResumeError::SwapRegion)?;
+    if trusted.signed {
+        checked += ", signature checked";
     }
+    let pages = reader.pages();
     load(
         &mut reader,
         &format!("image {name} (generation {}{checked}): ", rec.generation),
-        |page0| expected.check_header(page0),
+        |page0| check_page0(page0, pages, rules.expected),
     )
+}
+
+/// How many devices the admitted image behind `reader` is bound to.
+fn reader_devices<M: Medium>(reader: &flashstore::ImageReader<'_, M>) -> usize {
+    snapimg::Description::decode(reader.user())
+        .ok()
+        .and_then(|d| d.binding().ok().flatten())
+        .map_or(0, |b| b.devices.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use snapimg::{ArchRecord, MemoryMap, StreamError};
-
-    const VERSION: &str = "#1 SMP Debian 6.1.192-2 (2026-11-16)";
-
-    fn expected(version: &str, cpus: Vec<u64>) -> Expected {
-        Expected {
-            identity: Identity {
-                release: "6.1.0-56-arm64".into(),
-                version: version.into(),
-                machine: "aarch64".into(),
-                ram_bytes: 512 << 20,
-                memory: MemoryMap::default(),
-            },
-            cpus,
-        }
-    }
-
-    fn arm64_page0(version: &str, mpidr: u64) -> Box<Page> {
-        StreamHeader::arm64(100, 131072, version, mpidr).encode()
-    }
 
     #[test]
-    fn an_arm64_header_of_another_kernel_or_cpu_is_refused_as_incompatible() {
-        let e = expected(VERSION, vec![0, 1]);
-        assert!(e.check_header(&arm64_page0(VERSION, 1)).is_ok());
-        let other = e.check_header(&arm64_page0("#2 SMP Debian", 1));
-        assert!(
-            matches!(
-                other,
-                Err(ResumeError::Incompatible(Incompat::HeaderKernel { .. }))
-            ),
-            "{other:?}"
-        );
-        let cpu = e.check_header(&arm64_page0(VERSION, 0x100));
-        assert!(
-            matches!(
-                cpu,
-                Err(ResumeError::Incompatible(Incompat::NoSleepCpu {
-                    mpidr: 0x100,
-                    ..
-                }))
-            ),
-            "{cpu:?}"
-        );
-        let text = chain(&cpu.unwrap_err());
-        assert!(
-            text.contains("MPIDR 0x100") && text.contains("0x0, 0x1"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn key_refusals_read_as_one_sentence_and_have_their_kinds() {
+    fn store_errors_get_the_rule_s_words_and_kinds() {
+        use bootstatus::Refusal;
         let k = |b: u8| flashstore::KeyId([b; 16]);
-        let clear = ResumeError::Clear {
-            encrypt: "tpm".into(),
-        };
-        let foreign = ResumeError::ForeignKey {
-            image: k(1),
-            device: k(2),
-        };
-        for (e, kind) in [(&clear, Refusal::Untrusted), (&foreign, Refusal::Key)] {
-            let text = e.to_string();
-            assert!(!text.contains("  "), "{text}");
-            assert_eq!(e.refusal(), kind);
-        }
-        assert!(foreign.to_string().contains(&format!(
-            "device key {}, this device's key is {}",
-            k(1),
-            k(2)
-        )));
-    }
-
-    #[test]
-    fn a_page_0_that_is_no_header_is_refused_and_x86_passes() {
-        let e = expected(VERSION, vec![0]);
-        let garbage = e.check_header(&[0xa5; PAGE_SIZE]);
-        assert!(
-            matches!(
-                garbage,
-                Err(ResumeError::Header(StreamError::UnknownArch { .. }))
+        let cases = [
+            (
+                StoreError::NoImage("new".into()),
+                Refusal::Other,
+                "no image named `new`",
             ),
-            "{garbage:?}"
-        );
-        let x86 = StreamHeader::x86_64(100, 131072, 7);
-        assert!(matches!(x86.arch, ArchRecord::X86_64 { .. }));
-        assert!(e.check_header(&x86.encode()).is_ok());
+            (
+                StoreError::Corrupt(flashstore::Damage::ChunkChecksum {
+                    chunk: 4,
+                    cluster: 9,
+                }),
+                Refusal::Damaged,
+                "store is damaged: ",
+            ),
+            (
+                StoreError::WrongKey {
+                    image: "current".into(),
+                    key: k(1),
+                    have: k(2),
+                },
+                Refusal::Key,
+                "image `current` is encrypted with device key",
+            ),
+        ];
+        for (e, kind, text) in cases {
+            let r = refusal(e);
+            assert_eq!(r.kind(), kind, "{r}");
+            assert!(r.to_string().starts_with(text), "{r}");
+        }
     }
 }

@@ -341,40 +341,9 @@ pub fn configured_key(path: &Path) -> Result<Option<PublicKey>, KeyError> {
     PublicKey::load(path).map(Some)
 }
 
-/// The order in which resume tries the store's images: the `wanted` names first (those the
-/// store has), then the others, newest first.
-pub fn candidates(images: &[ImageRec], wanted: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for w in wanted {
-        if !out.contains(w) {
-            out.push(w.clone());
-        }
-    }
-    let mut rest: Vec<&ImageRec> = images.iter().filter(|i| !out.contains(&i.name)).collect();
-    rest.sort_by_key(|i| std::cmp::Reverse(i.generation));
-    out.extend(rest.into_iter().map(|i| i.name.clone()));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(name: &str, generation: u64) -> ImageRec {
-        ImageRec {
-            name: name.into(),
-            generation,
-            pinned: false,
-            created_unix: 0,
-            meta: flashstore::Extent { cluster: 1, len: 1 },
-            meta_hash: [0; 32],
-            chunks: Vec::new(),
-            stats: Default::default(),
-            signature: Vec::new(),
-            raw: None,
-            sealed: None,
-        }
-    }
 
     /// An empty 16 MiB store in file `s.store` of `dir`.
     fn file_store(dir: &Path) -> Store<File> {
@@ -456,20 +425,5 @@ mod tests {
         assert!(r.gained() > 0, "{r:?}");
         assert_eq!(s.usage().used, used - r.gained());
         assert!(s.fsck().clean());
-    }
-
-    #[test]
-    fn wanted_images_come_first_then_the_newest() {
-        let images = [rec("factory", 2), rec("current", 9), rec("old", 5)];
-        assert_eq!(candidates(&images, &[]), ["current", "old", "factory"]);
-        assert_eq!(
-            candidates(&images, &["factory".into()]),
-            ["factory", "current", "old"]
-        );
-        // A wanted name the store lacks stays in the order: resume names it as missing.
-        assert_eq!(
-            candidates(&images, &["new".into(), "old".into(), "new".into()]),
-            ["new", "old", "current", "factory"]
-        );
     }
 }

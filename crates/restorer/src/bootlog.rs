@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! store opened ─► boot log read (the newest of its two slots)
-//! each candidate: stale? restored `snapboot.attempts` times unconfirmed? ─► refused, as
-//!                 resume refuses it (same text, same kind)
+//! each candidate: stale? restored `snapboot.attempts` times unconfirmed? ─► refused by
+//!                 the one rule (crate `admission`, the guard is its first check)
 //!                 checked ─► the attempt counted and the status `restored` (image, count,
 //!                 earlier refusals) encoded now, written and flushed after the last page
 //!                 is placed, just before the image kernel is entered ─► the restored
@@ -19,11 +19,10 @@
 
 use crate::disk::{Disk, DiskError, DiskMut};
 use crate::image::Store;
-use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
-use bootstatus::{recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Refusal, Refused};
-use storelayout::{BootLog, BootLogError, Guarded, ImageRec, NewestLog, SlotWrite};
+use bootstatus::{recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Refused};
+use storelayout::{BootLog, BootLogError, ImageRec, NewestLog, SlotWrite};
 
 /// The command-line word setting the crash-loop guard's limit.
 pub const ATTEMPTS_WORD: &str = "snapboot.attempts";
@@ -47,41 +46,6 @@ pub enum KeepError {
     /// `snapboot.attempts=` is not a count.
     #[error("{ATTEMPTS_WORD}={0}: expected a count (1 or more)")]
     Attempts(String),
-}
-
-/// The kind a refusal by the boot log's guard has in the status.
-pub fn guard_kind(g: &Guarded) -> Refusal {
-    match g {
-        Guarded::Stale { .. } => Refusal::Stale,
-        Guarded::CrashLoop { .. } => Refusal::CrashLoop,
-    }
-}
-
-/// The kind of a refusal of [`crate::image::check`] or of the placing, by resume's reason
-/// texts (what decides whether the stock kernel captures the system again): the system
-/// changed, or the image is damaged.
-pub fn kind_of(why: &str) -> Refusal {
-    const CHANGED: [&str; 4] = [
-        "image does not fit this system",
-        "image was captured on a different system",
-        "the image records no root filesystem",
-        "the image's description is version",
-    ];
-    if CHANGED.iter().any(|c| why.starts_with(c)) {
-        Refusal::Changed
-    } else if [
-        "store is damaged",
-        "reading chunk",
-        "the image's stream header:",
-        "the image has no pages",
-    ]
-    .iter()
-    .any(|d| why.starts_with(d))
-    {
-        Refusal::Damaged
-    } else {
-        Refusal::Other
-    }
 }
 
 /// The boot log as this boot found it, and what this boot refused so far.
@@ -118,18 +82,15 @@ impl BootRecord {
         })
     }
 
-    /// What the log says against trying `rec` at all, as resume's guard says it.
-    pub fn guard(&self, rec: &ImageRec) -> Result<(), Guarded> {
-        self.newest.log.guard(&rec.name, rec.generation, self.limit)
+    /// The log as read and the crash-loop guard's limit: what the one rule's guard reads
+    /// ([`admission::Rules::log`]).
+    pub fn guard(&self) -> (&BootLog, u32) {
+        (&self.newest.log, self.limit)
     }
 
     /// Keeps the refusal of image `name`.
-    pub fn refuse(&mut self, name: &str, kind: Refusal, why: String) {
-        self.refused.push(Refused {
-            image: name.into(),
-            kind,
-            why,
-        });
+    pub fn refuse(&mut self, name: &str, why: &admission::Refused) {
+        self.refused.push(why.record(name));
     }
 
     /// A status of this boot with nothing known yet.
@@ -201,15 +162,12 @@ pub fn write<D: DiskMut>(disk: &mut D, w: &SlotWrite) -> Result<(), KeepError> {
     disk.flush().map_err(fail)
 }
 
-/// The reason a failed write of the attempt refuses the image with (resume's).
-pub fn unrecorded(e: &dyn core::fmt::Display) -> String {
-    format!("cannot record the restore attempt on the store: {e}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::disk::MemDiskMut;
+    use admission::Refused as Why;
+    use bootstatus::Refusal;
     use flashstore::{FormatOptions, MemMedium, Store as Writer, WriteOptions};
 
     /// A store written by flashstore with images `names` (one page each), its boot log
@@ -223,6 +181,17 @@ mod tests {
         }
         s.update_boot_log(change).unwrap();
         s.into_medium().bytes
+    }
+
+    /// What the guard says of `rec`.
+    fn guard(r: &BootRecord, rec: &ImageRec) -> Result<(), storelayout::Guarded> {
+        let (log, limit) = r.guard();
+        log.guard(&rec.name, rec.generation, limit)
+    }
+
+    /// The newest image of `s`.
+    fn newest(s: &Store) -> ImageRec {
+        s.candidates::<&str>(&[])[0].image().unwrap().clone()
     }
 
     fn opened(bytes: &mut [u8], cmdline: &str) -> (Store, BootRecord) {
@@ -253,8 +222,8 @@ mod tests {
         let mut bytes = store(&["current"], |_| {});
         for n in 1..=2u32 {
             let (s, r) = opened(&mut bytes, "quiet");
-            let rec = s.candidates(&[])[0].clone();
-            r.guard(&rec).unwrap();
+            let rec = newest(&s);
+            guard(&r, &rec).unwrap();
             let w = r.attempt(&s, &rec, 1_700_000_000).unwrap();
             let mut d = MemDiskMut::new(&mut bytes);
             write(&mut d, &w).unwrap();
@@ -267,8 +236,8 @@ mod tests {
             assert_eq!(status.image.unwrap().name, "current");
         }
         let (s, r) = opened(&mut bytes, "quiet");
-        let e = r.guard(s.candidates(&[])[0]).unwrap_err();
-        assert_eq!(guard_kind(&e), Refusal::CrashLoop);
+        let e = guard(&r, &newest(&s)).unwrap_err();
+        assert_eq!(Why::Guard(e.clone()).kind(), Refusal::CrashLoop);
         assert_eq!(
             e.to_string(),
             "crash-loop guard: restored 2 times without a confirmation from the restored \
@@ -276,10 +245,10 @@ mod tests {
         );
         // A higher limit on the command line lets it through; a confirmation resets it.
         let (s, r) = opened(&mut bytes, "snapboot.attempts=3");
-        assert!(r.guard(s.candidates(&[])[0]).is_ok());
+        assert!(guard(&r, &newest(&s)).is_ok());
         let mut confirmed = store(&["current"], |_| {});
         let (s, r) = opened(&mut confirmed, "");
-        let rec = s.candidates(&[])[0].clone();
+        let rec = newest(&s);
         write(
             &mut MemDiskMut::new(&mut confirmed),
             &r.attempt(&s, &rec, 0).unwrap(),
@@ -292,7 +261,7 @@ mod tests {
         m.update_boot_log(|l| l.confirm("current", rec.generation))
             .unwrap();
         let (s, r) = opened(&mut m.into_medium().bytes, "");
-        assert!(r.guard(s.candidates(&[])[0]).is_ok());
+        assert!(guard(&r, &newest(&s)).is_ok());
         let e = BootRecord::read(&mut MemDiskMut::new(&mut bytes), &s, "snapboot.attempts=0");
         assert_eq!(
             e.err().unwrap().to_string(),
@@ -304,8 +273,8 @@ mod tests {
     fn a_stale_image_is_refused_with_resume_s_reason() {
         let mut bytes = store(&["current"], |l| l.stale_through = 100);
         let (s, r) = opened(&mut bytes, "");
-        let e = r.guard(s.candidates(&[])[0]).unwrap_err();
-        assert_eq!(guard_kind(&e), Refusal::Stale);
+        let e = guard(&r, &newest(&s)).unwrap_err();
+        assert_eq!(Why::Guard(e.clone()).kind(), Refusal::Stale);
         assert!(
             e.to_string().starts_with(
                 "the image is stale: an update marked every image up to store generation 100"
@@ -322,8 +291,7 @@ mod tests {
         let (s, mut r) = opened(&mut bytes, "");
         r.refuse(
             "current",
-            Refusal::Damaged,
-            "store is damaged: checksum mismatch in chunk 3".into(),
+            &Why::Damaged("checksum mismatch in chunk 3".into()),
         );
         let w = r
             .fallback(&s, "no image restores: current: ...".into(), false)
@@ -342,8 +310,10 @@ mod tests {
         // A changed system is captured again (the stock kernel's settings permitting).
         r.refuse(
             "factory",
-            kind_of("image does not fit this system: kernel release differs"),
-            "x".into(),
+            &Why::Incompatible(snapimg::Incompat::RamMismatch {
+                image: 1,
+                running: 2,
+            }),
         );
         let (s2, _) = opened(&mut bytes, "");
         let w = r.fallback(&s2, "y".into(), false).unwrap();
@@ -359,45 +329,16 @@ mod tests {
         let mut bytes = store(&["current"], |l| l.stale_through = 0);
         let (s, r) = opened(&mut bytes, "");
         let before = bytes[..4 * 4096].to_vec();
-        let newest = r.newest.slot.expect("flashstore wrote a log");
-        let w = r.attempt(&s, s.candidates(&[])[0], 0).unwrap();
-        assert_ne!(w.slot, newest);
+        let slot = r.newest.slot.expect("flashstore wrote a log");
+        let w = r.attempt(&s, &newest(&s), 0).unwrap();
+        assert_ne!(w.slot, slot);
         write(&mut MemDiskMut::new(&mut bytes), &w).unwrap();
-        let kept = 8192 + 4096 * newest;
+        let kept = 8192 + 4096 * slot;
         assert_eq!(bytes[kept..kept + 4096], before[kept..kept + 4096]);
         // A torn write (its header and a few bytes landed) leaves the log flashstore wrote.
         let mut torn = bytes.clone();
         let at = w.at as usize;
         torn[at + 24..at + 4096].copy_from_slice(&before[at + 24..at + 4096]);
         assert_eq!(device_log(&torn).seq, r.newest.log.seq);
-    }
-
-    #[test]
-    fn refusals_get_resume_s_kinds() {
-        for (why, kind) in [
-            (
-                "image does not fit this system: the memory map differs",
-                Refusal::Changed,
-            ),
-            (
-                "image was captured on a different system: root",
-                Refusal::Changed,
-            ),
-            (
-                "the image's description is version 9, this snapboot reads 3",
-                Refusal::Changed,
-            ),
-            (
-                "store is damaged: checksum mismatch in chunk 4",
-                Refusal::Damaged,
-            ),
-            (
-                "reading chunk 4: the disk failed the request",
-                Refusal::Damaged,
-            ),
-            ("a lazy image: its swap region is checked", Refusal::Other),
-        ] {
-            assert_eq!(kind_of(why), kind, "{why}");
-        }
     }
 }

@@ -1,95 +1,45 @@
-//! Choosing and checking the image to restore, as `snapboot resume` does, from the store
-//! on a disk: the committed superblock and its catalog (checksummed), the candidates in
-//! resume's order, and for each the page list (checksummed, every entry in the catalog),
-//! the description (version, the kernel, the command line and devices it is bound to), page
-//! 0 and the PFN index (parsed and checked by the same stream parser as capture), the memory
-//! map (the kernel's own e820 checksum) and the RAM size; for a lazy image, that its swap
-//! region is its own raw region of the store and still holds what capture wrote
-//! ([`snapimg::check_region`]). What passes becomes a [`Plan`]:
-//! where every page goes. The chunks themselves are checked as they are placed.
+//! Checking the image to restore, from the store on a disk, by the one rule every restoring
+//! path calls (crate `admission`): this module is the restorer's driver of it. It reads
+//! what the rule asks for from the virtio disks ([`ImageSource`]: the page list, the bound
+//! disks' fingerprints, a lazy image's swap region), then page 0 and the PFN index through
+//! the stream parser capture used, has the header checked ([`admission::check_header`]:
+//! the kernel's e820 checksum and RAM against this machine's firmware map) and makes the
+//! [`Plan`]: where every page goes. The chunks themselves are checked as they are placed.
 
 use crate::disk::{Disk, DiskError};
 use crate::formats::{open_store, read_bytes};
 use crate::plan::{plan, Plan, PlanError};
+use admission::{chain, Candidate, Expected, Refused, Rules, Trust};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
-use snapimg::kstream::{ArchRecord, StreamHeader, StreamParser};
-use snapimg::Description;
-use storelayout::{Catalog, ChunkRec, ImageRec, PageRef, Superblock, PAGE};
+use snapimg::kstream::{ArchRecord, StreamParser};
+use snapimg::{Binding, BootSetup, SwapRegion};
+use storelayout::{Catalog, ChunkRec, ImageMeta, ImageRec, PageRef, Superblock, PAGE};
 
 /// The system an image must fit: what the restorer knows of this boot.
 pub struct Running<'a> {
-    /// The kernel this device boots: release and version (from the kernel pack's bzImage).
-    pub release: &'a str,
-    /// `uname -v` of that kernel.
-    pub version: &'a str,
+    /// The kernel this device boots (from the kernel pack's bzImage) and this machine's
+    /// firmware memory map ([`admission::Memory::E820`]).
+    pub expected: Expected,
     /// This boot's command line (the restorer's own).
     pub cmdline: &'a str,
-    /// The e820 checksum of this machine's firmware memory map, as the kernel computes it.
-    pub e820_checksum: u32,
-    /// Pages of RAM in that map.
-    pub ram_pages: u64,
-    /// Which images are trusted, and the boot setup they must be bound to: the kernel
-    /// pack's initramfs's ([`crate::stockinit`]).
-    pub stock: &'a crate::stockinit::StockInit,
+    /// Which images are trusted: the kernel pack's initramfs's rule ([`crate::stockinit`]).
+    pub trust: Trust,
+    /// The boot setup images must be bound to: the kernel pack's initramfs's.
+    pub boot_setup: BootSetup,
 }
 
-/// Why an image, or the store, is refused.
-#[derive(Debug)]
-pub enum Refused {
+/// Why the store cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
     /// The disk failed.
+    #[error("{0}")]
     Disk(DiskError),
     /// No store on the disk, or a damaged one.
+    #[error("{0}")]
     Store(String),
-    /// The image is damaged or does not fit.
-    Image(String),
-}
-
-impl core::fmt::Display for Refused {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Refused::Disk(e) => write!(f, "{e}"),
-            Refused::Store(s) | Refused::Image(s) => f.write_str(s),
-        }
-    }
-}
-
-/// A lazy image's swap region that is not as its capture left it, as resume says it.
-impl From<snapimg::RegionMismatch> for Refused {
-    fn from(m: snapimg::RegionMismatch) -> Self {
-        Refused::Image(format!("lazy image: {m}"))
-    }
-}
-
-impl From<DiskError> for Refused {
-    fn from(e: DiskError) -> Self {
-        Refused::Disk(e)
-    }
-}
-
-/// A display with its causes, as resume prints them (`a: b: c`).
-fn chain(e: &dyn core::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
-/// A damaged part of the store (the catalog's places, a page list, a chunk): reasons that
-/// say "store is damaged" themselves ([`storelayout::ReadError`]) are kept as they are.
-fn damaged(e: &dyn core::error::Error) -> Refused {
-    let text = e.to_string();
-    if text.starts_with("store is damaged") || text.contains("encrypted") {
-        Refused::Image(text)
-    } else {
-        Refused::Image(format!("store is damaged: {text}"))
-    }
 }
 
 /// A store opened from a disk: its committed superblock and catalog.
@@ -103,9 +53,9 @@ pub struct Store {
 impl Store {
     /// Opens the store on `disk` (the whole disk): refused when neither superblock is
     /// valid, the disk is shorter than the store, or the catalog is damaged.
-    pub fn open<D: Disk>(disk: &mut D) -> Result<Store, Refused> {
+    pub fn open<D: Disk>(disk: &mut D) -> Result<Store, OpenError> {
         let size = disk.size();
-        let c = open_store(disk, 0, size).map_err(|e| Refused::Store(chain(&e)))?;
+        let c = open_store(disk, 0, size).map_err(|e| OpenError::Store(chain(&e)))?;
         Ok(Store {
             sb: c.superblock,
             catalog: c.catalog,
@@ -114,35 +64,27 @@ impl Store {
 
     /// Byte offset of chunk `c`'s stored bytes.
     pub fn chunk_at(&self, c: &ChunkRec) -> Result<u64, Refused> {
-        self.sb.chunk_place(c).map_err(|e| damaged(&e))
+        Ok(self.sb.chunk_place(c)?)
     }
 
-    /// The images in the order resume tries them: the names asked for (`snapboot.image=`)
-    /// that the store has, then the others, newest first.
-    pub fn candidates(&self, names: &[&str]) -> Vec<&ImageRec> {
-        let mut out: Vec<&ImageRec> = names
-            .iter()
-            .filter_map(|n| self.catalog.images.iter().find(|i| i.name == *n))
-            .collect();
-        let mut rest: Vec<&ImageRec> = self
-            .catalog
-            .images
-            .iter()
-            .filter(|i| !names.contains(&i.name.as_str()))
-            .collect();
-        rest.sort_by_key(|i| core::cmp::Reverse(i.generation));
-        out.extend(rest);
-        out
+    /// The images in the order every path tries them ([`admission::candidates`]).
+    pub fn candidates<'a, S: AsRef<str>>(&'a self, names: &'a [S]) -> Vec<Candidate<'a>> {
+        admission::candidates(&self.catalog.images, names)
     }
 
     /// Reads chunk `c` and returns its pages (checked, unpacked).
     pub fn chunk<D: Disk>(&self, disk: &mut D, c: &ChunkRec) -> Result<Vec<u8>, Refused> {
-        let stored = read_bytes(disk, 0, self.chunk_at(c)?, c.stored_len as usize)?;
+        let stored =
+            read_bytes(disk, 0, self.chunk_at(c)?, c.stored_len as usize).map_err(unreadable)?;
         let mut out = vec![0u8; c.raw_len()];
-        storelayout::open_chunk(self.catalog.check, c, &stored, &mut out)
-            .map_err(|e| damaged(&e))?;
+        storelayout::open_chunk(self.catalog.check, c, &stored, &mut out)?;
         Ok(out)
     }
+}
+
+/// A disk that failed while an image was read.
+fn unreadable(e: DiskError) -> Refused {
+    Refused::Unreadable(e.to_string())
 }
 
 /// An image that passed every check before its pages: what to place and how to enter it.
@@ -160,7 +102,7 @@ pub struct Chosen {
     /// Where every page goes.
     pub plan: Plan,
     /// A lazy image's swap region (checked): where the image kernel pages the rest in from.
-    pub swap: Option<snapimg::SwapRegion>,
+    pub swap: Option<SwapRegion>,
 }
 
 /// The PC's disks, `vda` first: the store's and the ones an image is bound to.
@@ -184,76 +126,82 @@ fn fingerprint<S: DiskSet>(disks: &mut S, name: &str) -> (u64, [u8; 32]) {
     }
 }
 
-/// Checks image `rec` of `store` (on disk `at` of `disks`) against `run`, in resume's
-/// order, up to its pages.
+/// The restorer's [`admission::ImageSource`]: the store on disk `at` of `disks`.
+struct Source<'s, S: DiskSet> {
+    disks: &'s mut S,
+    at: usize,
+    store: &'s Store,
+    run: &'s Running<'s>,
+    /// The page list read, kept for the plan.
+    meta: Option<ImageMeta>,
+}
+
+impl<S: DiskSet> Source<'_, S> {
+    fn disk(&mut self) -> Result<&mut S::Disk, Refused> {
+        let at = self.at;
+        self.disks
+            .disk(at)
+            .ok_or_else(|| Refused::Unreadable(format!("disk {at} is gone")))
+    }
+}
+
+impl<S: DiskSet> admission::ImageSource for Source<'_, S> {
+    fn page_list(&mut self, rec: &ImageRec) -> Result<(&[u8], u64), Refused> {
+        let (place, len) = self.store.sb.extent_place(rec.meta, "page list")?;
+        let stored = read_bytes(self.disk()?, 0, place, len).map_err(unreadable)?;
+        let meta = storelayout::read_page_list(&self.store.catalog, rec, &stored)?;
+        let meta = self.meta.insert(meta);
+        Ok((&meta.user, meta.pages.len() as u64))
+    }
+
+    fn running_binding(&mut self, image: &Binding) -> Result<Binding, Refused> {
+        let mut here = image.clone();
+        here.boot_setup = self.run.boot_setup.clone();
+        here.cmdline = snapimg::binding::bound_cmdline(self.run.cmdline);
+        for dev in &mut here.devices {
+            let (bytes, digest) = fingerprint(self.disks, &dev.device);
+            dev.bytes = bytes;
+            dev.digest = digest;
+        }
+        Ok(here)
+    }
+
+    fn check_swap_region(&mut self, rec: &ImageRec, sw: &SwapRegion) -> Result<(), Refused> {
+        // A lazy image: the rest of its memory is paged in from its swap region by the
+        // device-mapper stack inside the image kernel, which works by itself after the
+        // restore on the same store disk (the binding checked the disks).
+        let region = self.store.sb.raw_region(rec);
+        let disk = self.disk()?;
+        snapimg::check_region(sw, region, |what, at, page| {
+            disk.read(at, page)
+                .map_err(|e| Refused::SwapRegion(format!("reading the {what} at byte {at}: {e}")))
+        })
+    }
+}
+
+/// Checks `candidate` of `store` (on disk `at` of `disks`) by the one rule under `rules`,
+/// then its stream header, and plans its pages.
 pub fn check<S: DiskSet>(
     disks: &mut S,
     at: usize,
     store: &Store,
-    rec: &ImageRec,
+    candidate: Candidate<'_>,
     run: &Running,
+    rules: &Rules<'_>,
 ) -> Result<Chosen, Refused> {
-    let no_disk = || Refused::Store(format!("disk {at} is gone"));
-    // Trust first, before anything of the image is read (resume's order).
-    run.stock
-        .trust
-        .check(&store.catalog, rec)
-        .map_err(Refused::Image)?;
-    let (place, len) = store
-        .sb
-        .extent_place(rec.meta, "page list")
-        .map_err(|e| damaged(&e))?;
-    let stored = read_bytes(disks.disk(at).ok_or_else(no_disk)?, 0, place, len)?;
-    let meta =
-        storelayout::read_page_list(&store.catalog, rec, &stored).map_err(|e| damaged(&e))?;
-    drop(stored);
-    let d = Description::decode(&meta.user).map_err(|e| Refused::Image(chain(&e)))?;
-    let id = &d.identity;
-    for (field, image, here) in [
-        ("release", id.release.as_str(), run.release),
-        ("version", id.version.as_str(), run.version),
-        ("machine", id.machine.as_str(), "x86_64"),
-    ] {
-        if image != here {
-            return Err(Refused::Image(format!(
-                "image does not fit this system: kernel {field} differs: image was captured on {image:?}, running {here:?}"
-            )));
-        }
-    }
-    let binding = d
-        .binding()
-        .map_err(|e| Refused::Image(chain(&e)))?
-        .ok_or_else(|| {
-            Refused::Image(
-                "the image records no root filesystem or boot setup to check (captured by an older snapboot): capture it again".into(),
-            )
-        })?;
-    let mut here = binding.clone();
-    here.boot_setup = run.stock.boot_setup.clone();
-    here.cmdline = snapimg::binding::bound_cmdline(run.cmdline);
-    for dev in &mut here.devices {
-        let (bytes, digest) = fingerprint(disks, &dev.device);
-        dev.bytes = bytes;
-        dev.digest = digest;
-    }
-    binding
-        .check(&here)
-        .map_err(|e| Refused::Image(format!("image was captured on a different system: {e}")))?;
-    if let Some(sw) = &d.swap {
-        // A lazy image: the rest of its memory is paged in from its swap region by the
-        // device-mapper stack inside the image kernel, which works by itself after the
-        // restore on the same store disk (the binding checked the disks). What resume
-        // checks of the region before restoring, the restorer checks too.
-        let disk = disks.disk(at).ok_or_else(no_disk)?;
-        snapimg::check_region(sw, store.sb.raw_region(rec), |what, at, page| {
-            disk.read(at, page).map_err(|e| {
-                Refused::Image(format!("lazy image: reading the {what} at byte {at}: {e}"))
-            })
-        })?;
-    }
+    let mut src = Source {
+        disks,
+        at,
+        store,
+        run,
+        meta: None,
+    };
+    let admitted = admission::admit(&mut src, candidate, &store.catalog, rules)?;
+    let rec = candidate.image()?;
+    let meta = src.meta.take().expect("admit read the page list");
+    let disks = src.disks;
 
     // Page 0 and the PFN index, through the stream parser capture used.
-    let index_pages = |n: u64| meta.pages.iter().take(n as usize);
     let mut parser = StreamParser::new();
     let mut pfns: Vec<(u64, bool)> = Vec::new();
     let mut held: Option<(u64, Vec<u8>)> = None;
@@ -263,11 +211,11 @@ pub fn check<S: DiskSet>(
             PageRef::At { chunk, slot } => {
                 if held.as_ref().is_none_or(|(id, _)| *id != chunk) {
                     let c = store.catalog.chunk(chunk).ok_or_else(|| {
-                        Refused::Image(format!(
-                            "store is damaged: chunk {chunk} is not in the catalog"
-                        ))
+                        Refused::Damaged(format!("chunk {chunk} is not in the catalog"))
                     })?;
-                    let disk = disks.disk(at).ok_or_else(no_disk)?;
+                    let disk = disks
+                        .disk(at)
+                        .ok_or_else(|| Refused::Unreadable(format!("disk {at} is gone")))?;
                     held = Some((chunk, store.chunk(disk, c)?));
                 }
                 let (_, pages) = held.as_ref().expect("just loaded");
@@ -279,21 +227,19 @@ pub fn check<S: DiskSet>(
     let first = meta
         .pages
         .first()
-        .ok_or_else(|| Refused::Image("the image has no pages".into()))?;
+        .ok_or_else(|| Refused::Damaged("the image has no pages".into()))?;
     let page0 = page_of(first)?;
-    let stream_error = |e: &dyn core::error::Error| {
-        Refused::Image(format!("the image's stream header: {}", chain(e)))
-    };
     parser
         .push_page(page0.as_slice().try_into().expect("a page"))
-        .map_err(|e| stream_error(&e))?;
-    let header: StreamHeader = parser.header().expect("page 0 parsed").clone();
+        .map_err(Refused::Header)?;
+    let header = parser.header().expect("page 0 parsed").clone();
+    admission::check_header(&header, admitted.pages, &run.expected)?;
     let meta_pages = header.meta_pages().get();
-    for r in index_pages(1 + meta_pages).skip(1) {
+    for r in meta.pages.iter().take(1 + meta_pages as usize).skip(1) {
         let page = page_of(r)?;
         parser
             .push_page(page.as_slice().try_into().expect("a page"))
-            .map_err(|e| stream_error(&e))?;
+            .map_err(Refused::Header)?;
         pfns.extend(snapimg::kstream::index_entries(
             page.as_slice().try_into().expect("a page"),
         ));
@@ -302,34 +248,11 @@ pub fn check<S: DiskSet>(
         jump_address,
         jump_address_phys,
         cr3,
-        e820_checksum,
         ..
     } = header.arch
     else {
-        return Err(Refused::Image(
-            "the image's stream header is not an x86_64 kernel's".into(),
-        ));
+        return Err(Refused::OtherArch { expected: "x86_64" });
     };
-    if e820_checksum != u64::from(run.e820_checksum) {
-        return Err(Refused::Image(format!(
-            "image does not fit this system: the memory map differs: the image kernel's e820 checksum is {e820_checksum:#x}, this machine's {:#x}",
-            run.e820_checksum
-        )));
-    }
-    if header.num_physpages.get() > run.ram_pages {
-        return Err(Refused::Image(format!(
-            "image does not fit this system: RAM size differs: the image kernel had {} pages, this machine has {} pages of RAM",
-            header.num_physpages.get(),
-            run.ram_pages
-        )));
-    }
-    if meta.pages.len() as u64 != header.pages.get() {
-        return Err(Refused::Image(format!(
-            "store is damaged: the page list holds {} pages, the stream header says {}",
-            meta.pages.len(),
-            header.pages.get()
-        )));
-    }
     let data = meta.pages[1 + meta_pages as usize..]
         .iter()
         .map(|r| match *r {
@@ -337,8 +260,7 @@ pub fn check<S: DiskSet>(
             PageRef::At { chunk, slot } => Some((chunk, slot)),
         });
     let locate = |id: u64| store.catalog.chunk(id).map(|c| (c.cluster, c.offset));
-    let plan = plan(data, pfns, locate)
-        .map_err(|e: PlanError| Refused::Image(format!("store is damaged: {e}")))?;
+    let plan = plan(data, pfns, locate).map_err(|e: PlanError| Refused::Damaged(e.to_string()))?;
     Ok(Chosen {
         name: rec.name.clone(),
         jump_address,
@@ -346,7 +268,7 @@ pub fn check<S: DiskSet>(
         cr3,
         stream_pages: header.pages.get(),
         plan,
-        swap: d.swap,
+        swap: admitted.description.swap,
     })
 }
 
@@ -356,7 +278,7 @@ mod tests {
     use crate::disk::MemDisk;
     use flashstore::{FormatOptions, MemMedium, Store as Writer, WriteOptions};
     use snapimg::binding::{Binding, BootSetup, BoundDevice};
-    use snapimg::{Identity, MemoryMap, SwapRegion, SyntheticStream, PAGE_SIZE};
+    use snapimg::{Description, Identity, MemoryMap, SwapRegion, SyntheticStream, PAGE_SIZE};
 
     const SEED: u64 = 0x5eed;
     const CMDLINE: &str = "console=ttyS0 root=/dev/vda snapboot.store=/dev/vdb quiet";
@@ -436,21 +358,34 @@ mod tests {
     }
 
     fn running(cmdline: &str) -> Running<'_> {
+        let stock = stock(2);
         Running {
-            release: "6.1.0-56-amd64",
-            version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2",
+            expected: Expected {
+                release: "6.1.0-56-amd64".into(),
+                version: "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2".into(),
+                machine: "x86_64".into(),
+                memory: admission::Memory::E820 {
+                    checksum: (SEED & 0xffff_ffff) as u32,
+                    ram_pages: 1 << 18,
+                },
+                cpus: Vec::new(),
+            },
             cmdline,
-            e820_checksum: (SEED & 0xffff_ffff) as u32,
-            ram_pages: 1 << 18,
-            stock: Box::leak(Box::new(stock(2))),
+            trust: stock.trust,
+            boot_setup: stock.boot_setup,
         }
+    }
+
+    /// A boot log with no count, and the default limit.
+    fn no_log() -> storelayout::BootLog {
+        storelayout::BootLog::default()
     }
 
     /// The stock initramfs's rules: no key, and the boot setup the images are bound to
     /// when `files` is 2.
     fn stock(files: u8) -> crate::stockinit::StockInit {
         crate::stockinit::StockInit {
-            trust: crate::trust::Trust::Any,
+            trust: Trust::ANY,
             boot_setup: BootSetup {
                 init: [1; 32],
                 files: [files; 32],
@@ -481,8 +416,14 @@ mod tests {
     fn check_with_root(bytes: &[u8], root: &[u8], run: &Running) -> Result<Chosen, Refused> {
         let mut disks = vec![MemDisk(root), MemDisk(bytes)];
         let s = Store::open(&mut disks[1]).unwrap();
-        let rec = s.candidates(&[])[0].clone();
-        check(&mut disks, 1, &s, &rec, run)
+        let candidate = s.candidates::<&str>(&[])[0];
+        let log = no_log();
+        let rules = Rules {
+            log: (&log, bootstatus::DEFAULT_ATTEMPTS),
+            trust: &run.trust,
+            expected: &run.expected,
+        };
+        check(&mut disks, 1, &s, candidate, run, &rules)
     }
 
     fn check_first(bytes: &[u8], run: &Running) -> Result<Chosen, Refused> {
@@ -526,12 +467,11 @@ mod tests {
         let (bytes, _) = store(&["factory", "old", "current"]);
         let mut disk = MemDisk(&bytes);
         let s = Store::open(&mut disk).unwrap();
-        let order: Vec<&str> = s
-            .candidates(&["old", "missing"])
-            .iter()
-            .map(|r| r.name.as_str())
-            .collect();
-        assert_eq!(order, ["old", "current", "factory"]);
+        let wanted = ["old", "missing"];
+        let candidates = s.candidates(&wanted);
+        let order: Vec<&str> = candidates.iter().map(|c| c.name()).collect();
+        assert_eq!(order, ["old", "missing", "current", "factory"]);
+        assert!(matches!(candidates[1], Candidate::Missing("missing")));
     }
 
     #[test]
@@ -539,7 +479,7 @@ mod tests {
         let (bytes, _) = store(&["current"]);
         let why = |run: &Running| check_first(&bytes, run).err().unwrap().to_string();
         let mut r = running(CMDLINE);
-        r.release = "6.1.0-57-amd64";
+        r.expected.release = "6.1.0-57-amd64".into();
         assert!(why(&r).contains("kernel release differs: image was captured on \"6.1.0-56-amd64\", running \"6.1.0-57-amd64\""), "{}", why(&r));
         let other = "console=ttyS0 root=/dev/vdc snapboot.store=/dev/vdb";
         assert!(
@@ -548,14 +488,19 @@ mod tests {
             why(&running(other))
         );
         let mut r = running(CMDLINE);
-        r.e820_checksum ^= 1;
+        r.expected.memory = admission::Memory::E820 {
+            checksum: (SEED & 0xffff_ffff) as u32 ^ 1,
+            ram_pages: 1 << 18,
+        };
         assert!(why(&r).contains("memory map differs"), "{}", why(&r));
         let mut r = running(CMDLINE);
-        r.ram_pages = 100;
+        r.expected.memory = admission::Memory::E820 {
+            checksum: (SEED & 0xffff_ffff) as u32,
+            ram_pages: 100,
+        };
         assert!(why(&r).contains("RAM size differs"), "{}", why(&r));
         let mut r = running(CMDLINE);
-        let other = stock(4);
-        r.stock = &other;
+        r.boot_setup = stock(4).boot_setup;
         assert!(why(&r).contains("the initramfs's file set"), "{}", why(&r));
         let mut other = ROOT;
         other[0] ^= 1;
@@ -573,7 +518,7 @@ mod tests {
         let (mut bytes, _) = store(&["current"]);
         let mut disk = MemDisk(&bytes);
         let s = Store::open(&mut disk).unwrap();
-        let rec = s.candidates(&[])[0].clone();
+        let rec = s.candidates::<&str>(&[])[0].image().unwrap().clone();
         let (at, _) = s.sb.extent_place(rec.meta, "page list").unwrap();
         bytes[at as usize + 3] ^= 0x40;
         let e = check_first(&bytes, &running(CMDLINE))

@@ -18,7 +18,6 @@ extern crate alloc;
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use bootstatus::Refusal::Other;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
 use hw::port::{inb, outb, outw};
@@ -588,12 +587,19 @@ fn restore_from(
         .map_err(|e| Refusal::Store(alloc::format!("the kernel this PC boots: {e}")))?;
     let stock = stock_init(disks, cmdline)?;
     let run = image::Running {
-        release: &kernel.release,
-        version: &kernel.version,
+        expected: admission::Expected {
+            release: kernel.release.clone(),
+            version: kernel.version.clone(),
+            machine: "x86_64".into(),
+            memory: admission::Memory::E820 {
+                checksum: table.checksum(),
+                ram_pages: table.ram_pages(),
+            },
+            cpus: Vec::new(),
+        },
         cmdline,
-        e820_checksum: table.checksum(),
-        ram_pages: table.ram_pages(),
-        stock: &stock,
+        trust: stock.trust.clone(),
+        boot_setup: stock.boot_setup.clone(),
     };
     let names: Vec<&str> = word(cmdline, "snapboot.image")
         .map(|v| v.split(',').collect())
@@ -613,28 +619,31 @@ fn restore_from(
         .unwrap_or(0);
     let mut scratch = alloc::vec![0u8; most];
     let img_start = core::ptr::addr_of!(__image_start) as u64;
-    for rec in candidates {
-        let refuse = |record: &mut BootRecord, kind, why: String| {
-            say!("snapboot-restorer: image-refused {}: {why}", rec.name);
-            record.refuse(&rec.name, kind, why);
+    for candidate in candidates {
+        let name = candidate.name();
+        let refuse = |record: &mut BootRecord, why: admission::Refused| {
+            say!("snapboot-restorer: image-refused {name}: {why}");
+            record.refuse(name, &why);
         };
-        if let Err(g) = record.guard(rec) {
-            refuse(record, restorer::bootlog::guard_kind(&g), g.to_string());
-            continue;
-        }
-        let chosen = match image::check(disks, at, store, rec, &run) {
+        let (log, limit) = record.guard();
+        let rules = admission::Rules {
+            log: (log, limit),
+            trust: &run.trust,
+            expected: &run.expected,
+        };
+        let chosen = match image::check(disks, at, store, candidate, &run, &rules) {
             Ok(c) => c,
             Err(why) => {
-                let why = why.to_string();
-                refuse(record, restorer::bootlog::kind_of(&why), why);
+                refuse(record, why);
                 continue;
             }
         };
+        let rec = candidate.image().expect("checked");
         // The attempt's write is encoded now: nothing is allocated once pages are placed.
         let attempt = match record.attempt(store, rec, hw::rtc::now().unwrap_or(0)) {
             Ok(w) => w,
             Err(e) => {
-                refuse(record, Other, restorer::bootlog::unrecorded(&e));
+                refuse(record, admission::Refused::Unrecorded(e.to_string()));
                 continue;
             }
         };
@@ -649,7 +658,7 @@ fn restore_from(
             (&mut window_buf, &mut scratch),
             &attempt,
         );
-        refuse(record, restorer::bootlog::kind_of(&why), why);
+        refuse(record, why);
     }
     Err(Refusal::Images(
         record
@@ -695,7 +704,8 @@ fn place(
     busy: &Busy,
     (window_buf, scratch): (&mut [u8], &mut [u8]),
     attempt: &SlotWrite,
-) -> Result<core::convert::Infallible, String> {
+) -> Result<core::convert::Infallible, admission::Refused> {
+    use admission::Refused;
     clear_in_image();
     let plan = &chosen.plan;
     let pfns = plan
@@ -705,9 +715,9 @@ fn place(
         .chain(plan.zeros.iter().copied());
     for pfn in pfns {
         if !table.is_ram_page(pfn) || in_image(pfn) {
-            return Err(alloc::format!(
+            return Err(Refused::NotPlaced(alloc::format!(
                 "PFN {pfn:#x} is not RAM of this machine, or listed twice"
-            ));
+            )));
         }
         mark_in_image(pfn);
     }
@@ -740,11 +750,11 @@ fn place(
 
     // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)
     // and the image kernel's text around jump_address -> jump_address_phys.
-    let pml4 = safe.take()?;
-    let pdpt = safe.take()?;
+    let pml4 = safe.take().map_err(Refused::NotPlaced)?;
+    let pdpt = safe.take().map_err(Refused::NotPlaced)?;
     put(pml4, pdpt | 3);
     for g in 0..4u64 {
-        let pd = safe.take()?;
+        let pd = safe.take().map_err(Refused::NotPlaced)?;
         put(pdpt + 8 * g, pd | 3);
         for i in 0..512u64 {
             put(pd + 8 * i, ((g << 30) | (i << 21)) | 0x83);
@@ -752,11 +762,15 @@ fn place(
     }
     let ja = chosen.jump_address;
     let (l4, l3, l2) = ((ja >> 39) & 511, (ja >> 30) & 511, (ja >> 21) & 511);
-    let hi_pdpt = if l4 == 0 { pdpt } else { safe.take()? };
+    let hi_pdpt = if l4 == 0 {
+        pdpt
+    } else {
+        safe.take().map_err(Refused::NotPlaced)?
+    };
     if l4 != 0 {
         put(pml4 + 8 * l4, hi_pdpt | 3);
     }
-    let hi_pd = safe.take()?;
+    let hi_pd = safe.take().map_err(Refused::NotPlaced)?;
     put(hi_pdpt + 8 * l3, hi_pd | 3);
     put(
         hi_pd + 8 * l2,
@@ -764,7 +778,7 @@ fn place(
     );
 
     // The last copy loop, relocated to a safe page.
-    let code = safe.take()?;
+    let code = safe.take().map_err(Refused::NotPlaced)?;
     // The symbols delimiting `last_copy`, which is shorter than a page.
     let (lc, lc_end) = (
         core::ptr::addr_of!(last_copy) as u64,
@@ -780,32 +794,30 @@ fn place(
     let mut last = LastCopy::default();
     for &pfn in &plan.zeros {
         if busy.holds(pfn) {
-            let page = safe.take()?;
-            last.push(&mut safe, page, pfn * PAGE)?;
+            let page = safe.take().map_err(Refused::NotPlaced)?;
+            last.push(&mut safe, page, pfn * PAGE)
+                .map_err(Refused::NotPlaced)?;
         } else {
             zero_page(pfn * PAGE);
         }
     }
     let mut window = restorer::window::Window::new(window_buf);
-    let disk = disks.get_mut(at).ok_or("the store's disk is gone")?;
+    let disk = disks
+        .get_mut(at)
+        .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
     let mut in_place = 0u64;
     let mut spent = Spent::default();
     let check = store.catalog.check;
-    // As resume words it: "store is damaged: checksum mismatch in chunk N ...".
-    let chunk_error = |e: storelayout::Damage| storelayout::ReadError::from(e).to_string();
+    // "store is damaged: checksum mismatch in chunk N ...", as every path says it.
+    let chunk_error = Refused::from;
     for group in plan.by_chunk() {
-        let c = store
-            .catalog
-            .chunk(group[0].chunk)
-            .ok_or_else(|| alloc::format!("chunk {} left the catalog", group[0].chunk))?;
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
         let t = cycles();
         let stored = window
-            .get(
-                disk,
-                store.chunk_at(c).map_err(|e| e.to_string())?,
-                c.stored_len as usize,
-            )
-            .map_err(|e| alloc::format!("reading chunk {}: {e}", c.id))?;
+            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
+            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
         let t = spent.add(Phase::Read, t);
         c.check_stored(check, stored).map_err(chunk_error)?;
         let t = spent.add(Phase::Check, t);
@@ -823,18 +835,19 @@ fn place(
             in_place += 1;
             continue;
         }
-        let buf = scratch
-            .get_mut(..c.raw_len())
-            .ok_or_else(|| alloc::format!("chunk {} is larger than any other", c.id))?;
+        let buf = scratch.get_mut(..c.raw_len()).ok_or_else(|| {
+            Refused::NotPlaced(alloc::format!("chunk {} is larger than any other", c.id))
+        })?;
         c.unpack_into(stored, buf).map_err(chunk_error)?;
         let t = spent.add(Phase::Unpack, t);
         for t in group {
             let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
             let dst = t.pfn * PAGE;
             if busy.holds(t.pfn) {
-                let page = safe.take()?;
+                let page = safe.take().map_err(Refused::NotPlaced)?;
                 copy_page(src, page);
-                last.push(&mut safe, page, dst)?;
+                last.push(&mut safe, page, dst)
+                    .map_err(Refused::NotPlaced)?;
             } else {
                 copy_page(src, dst);
             }
@@ -852,7 +865,7 @@ fn place(
     // The crash-loop guard's count, as resume records it: after every check, before the
     // image kernel takes over. Written from the buffer encoded before the busy range was
     // fixed: the write allocates nothing.
-    restorer::bootlog::write(disk, attempt).map_err(|e| restorer::bootlog::unrecorded(&e))?;
+    restorer::bootlog::write(disk, attempt).map_err(|e| Refused::Unrecorded(e.to_string()))?;
     say!(
         "snapboot-restorer: restore attempt recorded in the store's boot log (slot {})",
         attempt.slot

@@ -6,7 +6,8 @@
 
 use crate::bootsetup::{boot_setup, SetupError};
 use crate::cpio::{entries, CpioError};
-use crate::trust::{KeyFileError, Trust};
+use crate::trust::{of_initramfs, KeyFileError};
+use admission::Trust;
 use snapimg::BootSetup;
 
 /// Why the initramfs tells nothing.
@@ -37,7 +38,7 @@ impl StockInit {
     pub fn read(bytes: &[u8]) -> Result<StockInit, StockInitError> {
         let e = entries(bytes)?;
         Ok(StockInit {
-            trust: Trust::of_initramfs(&e)?,
+            trust: of_initramfs(&e)?,
             boot_setup: boot_setup(&e)?,
         })
     }

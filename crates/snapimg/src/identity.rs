@@ -52,6 +52,24 @@ pub enum Incompat {
     /// The physical memory layout differs.
     #[error(transparent)]
     MemoryLayout(MemoryMapMismatch),
+    /// The image kernel ran on a machine whose firmware memory map had another e820
+    /// checksum (what the x86 kernel checks of a resumed image's memory).
+    #[error("the memory map differs: the image kernel's e820 checksum is {image:#x}, this machine's {running:#x}")]
+    E820Mismatch {
+        /// The checksum in the stream header.
+        image: u64,
+        /// This machine's firmware map's.
+        running: u64,
+    },
+    /// The image kernel had more pages of RAM than this machine (the stream header's
+    /// `num_physpages` against the firmware's memory map).
+    #[error("RAM size differs: the image kernel had {image} pages, this machine has {running} pages of RAM")]
+    RamPages {
+        /// `num_physpages` of the stream header.
+        image: u64,
+        /// Pages of RAM in this machine's firmware memory map.
+        running: u64,
+    },
     /// The stream's arm64 header names another kernel build than the one that restores it.
     #[error("the image's arm64 header was written by kernel {image:?}, it must be restored by {running:?}")]
     HeaderKernel {
@@ -79,19 +97,7 @@ impl Identity {
     /// Compares the identity an image records (`self`) with the running system's, naming
     /// the first field that differs.
     pub fn check_against(&self, running: &Identity) -> Result<(), Incompat> {
-        for (field, a, b) in [
-            ("release", &self.release, &running.release),
-            ("version", &self.version, &running.version),
-            ("machine", &self.machine, &running.machine),
-        ] {
-            if a != b {
-                return Err(Incompat::KernelMismatch {
-                    field,
-                    image: a.clone(),
-                    running: b.clone(),
-                });
-            }
-        }
+        self.check_kernel(&running.release, &running.version, &running.machine)?;
         if self.ram_bytes != running.ram_bytes {
             return Err(Incompat::RamMismatch {
                 image: self.ram_bytes,
@@ -101,6 +107,32 @@ impl Identity {
         self.memory
             .check_against(&running.memory)
             .map_err(Incompat::MemoryLayout)
+    }
+
+    /// The kernel part of [`Identity::check_against`] alone: `uname -r`, `-v` and `-m` of
+    /// the kernel the image must have been made by. A path that learns the RAM and memory
+    /// layout from the firmware rather than from a running kernel checks those against the
+    /// stream header instead.
+    pub fn check_kernel(
+        &self,
+        release: &str,
+        version: &str,
+        machine: &str,
+    ) -> Result<(), Incompat> {
+        for (field, a, b) in [
+            ("release", self.release.as_str(), release),
+            ("version", self.version.as_str(), version),
+            ("machine", self.machine.as_str(), machine),
+        ] {
+            if a != b {
+                return Err(Incompat::KernelMismatch {
+                    field,
+                    image: a.into(),
+                    running: b.into(),
+                });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,233 @@
+//! What an image must match here: the kernel it was made by, this machine's RAM and memory
+//! layout, what it is bound to, and a stream header the restoring side can take. Each path
+//! tells what it observed of this boot in one [`Expected`]; how much it can observe
+//! differs (a running kernel reads `/proc/iomem`, a restorer before any kernel reads the
+//! firmware's map), so the memory is checked against whichever it has.
+
+use crate::Refused;
+use alloc::string::String;
+use alloc::vec::Vec;
+use snapimg::{ArchRecord, Binding, Description, Identity, Incompat, MemoryMap, StreamHeader};
+
+/// This boot's RAM and memory layout, as the path can observe them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Memory {
+    /// Seen by a running kernel: the sum of `/proc/iomem`'s System RAM ranges and the
+    /// layout (RAM and reserved ranges), checked against what the description recorded.
+    Observed {
+        /// RAM size in bytes.
+        ram_bytes: u64,
+        /// The layout.
+        map: MemoryMap,
+    },
+    /// Seen in the x86 firmware's e820 map, before any kernel: its checksum as the kernel
+    /// computes it and its pages of RAM, checked against the stream header (what the image
+    /// kernel itself would check on resume).
+    E820 {
+        /// The kernel's checksum of the e820 map.
+        checksum: u32,
+        /// Pages of RAM in it.
+        ram_pages: u64,
+    },
+}
+
+/// What an image must match on this boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// `uname -r` of the kernel the image must have been made by.
+    pub release: String,
+    /// `uname -v` of that kernel.
+    pub version: String,
+    /// `uname -m` of that kernel.
+    pub machine: String,
+    /// This machine's RAM and memory layout.
+    pub memory: Memory,
+    /// MPIDRs of this machine's CPUs (arm64; empty: not known).
+    pub cpus: Vec<u64>,
+}
+
+impl Expected {
+    /// What a running kernel observed: the image kernel's identity, with RAM and layout.
+    pub fn observed(identity: Identity, cpus: Vec<u64>) -> Self {
+        Expected {
+            release: identity.release,
+            version: identity.version,
+            machine: identity.machine,
+            memory: Memory::Observed {
+                ram_bytes: identity.ram_bytes,
+                map: identity.memory,
+            },
+            cpus,
+        }
+    }
+}
+
+/// Checks an image's description against this boot: the stream length it records against
+/// the `listed` pages of its page list, the kernel, RAM and memory layout; returns what it
+/// is bound to, which the path observes and hands to [`check_binding`].
+pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<Binding, Refused> {
+    if listed != d.stream_pages {
+        return Err(Refused::PageCount {
+            listed,
+            by: "description",
+            said: d.stream_pages,
+        });
+    }
+    let id = &d.identity;
+    id.check_kernel(&e.release, &e.version, &e.machine)
+        .map_err(Refused::Incompatible)?;
+    if let Memory::Observed { ram_bytes, map } = &e.memory {
+        if id.ram_bytes != *ram_bytes {
+            return Err(Refused::Incompatible(Incompat::RamMismatch {
+                image: id.ram_bytes,
+                running: *ram_bytes,
+            }));
+        }
+        id.memory
+            .check_against(map)
+            .map_err(|m| Refused::Incompatible(Incompat::MemoryLayout(m)))?;
+    }
+    d.binding()
+        .map_err(Refused::Description)?
+        .ok_or(Refused::Unbound)
+}
+
+/// Checks what the image is bound to against what this boot observed of the same things.
+pub fn check_binding(image: &Binding, running: &Binding) -> Result<(), Refused> {
+    image.check(running).map_err(Refused::Mismatch)
+}
+
+/// Checks the stream header (page 0) of an image whose page list holds `listed` pages: a
+/// kernel the restoring side takes (arm64: the same build, a CPU of this machine), and on
+/// x86 where the firmware's map is all there is, the e820 checksum and RAM the image
+/// kernel will check itself.
+pub fn check_header(h: &StreamHeader, listed: u64, e: &Expected) -> Result<(), Refused> {
+    h.arch
+        .check_restorable(&e.version, &e.cpus)
+        .map_err(Refused::Incompatible)?;
+    if let Memory::E820 {
+        checksum,
+        ram_pages,
+    } = e.memory
+    {
+        let ArchRecord::X86_64 { e820_checksum, .. } = h.arch else {
+            return Err(Refused::OtherArch { expected: "x86_64" });
+        };
+        if e820_checksum != u64::from(checksum) {
+            return Err(Refused::Incompatible(Incompat::E820Mismatch {
+                image: e820_checksum,
+                running: checksum.into(),
+            }));
+        }
+        if h.num_physpages.get() > ram_pages {
+            return Err(Refused::Incompatible(Incompat::RamPages {
+                image: h.num_physpages.get(),
+                running: ram_pages,
+            }));
+        }
+    }
+    if h.pages.get() != listed {
+        return Err(Refused::PageCount {
+            listed,
+            by: "stream header",
+            said: h.pages.get(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use snapimg::{Page, StreamError, PAGE_SIZE};
+
+    const VERSION: &str = "#1 SMP Debian 6.1.192-2 (2026-11-16)";
+
+    fn arm64(cpus: Vec<u64>) -> Expected {
+        Expected {
+            release: "6.1.0-56-arm64".into(),
+            version: VERSION.into(),
+            machine: "aarch64".into(),
+            memory: Memory::Observed {
+                ram_bytes: 512 << 20,
+                map: MemoryMap::default(),
+            },
+            cpus,
+        }
+    }
+
+    fn header(page: &Page) -> Result<StreamHeader, Refused> {
+        StreamHeader::parse(page).map_err(Refused::Header)
+    }
+
+    #[test]
+    fn an_arm64_header_of_another_kernel_or_cpu_is_refused_as_a_changed_system() {
+        let e = arm64(vec![0, 1]);
+        let h = |version: &str, mpidr: u64| {
+            let page = StreamHeader::arm64(100, 131072, version, mpidr).encode();
+            header(&page).unwrap()
+        };
+        let pages = h(VERSION, 1).pages.get();
+        assert!(check_header(&h(VERSION, 1), pages, &e).is_ok());
+        let other = check_header(&h("#2 SMP Debian", 1), pages, &e).unwrap_err();
+        assert!(
+            matches!(other, Refused::Incompatible(Incompat::HeaderKernel { .. })),
+            "{other:?}"
+        );
+        let cpu = check_header(&h(VERSION, 0x100), pages, &e).unwrap_err();
+        assert_eq!(cpu.kind(), bootstatus::Refusal::Changed);
+        let text = cpu.to_string();
+        assert!(
+            text.contains("MPIDR 0x100") && text.contains("0x0, 0x1"),
+            "{text}"
+        );
+        // A stream header that disagrees with the page list: damaged.
+        let short = check_header(&h(VERSION, 1), pages - 1, &e).unwrap_err();
+        assert_eq!(short.kind(), bootstatus::Refusal::Damaged, "{short}");
+    }
+
+    #[test]
+    fn a_page_0_that_is_no_header_is_refused_and_x86_passes_a_running_kernel() {
+        let garbage = header(&[0xa5; PAGE_SIZE]).unwrap_err();
+        assert!(
+            matches!(garbage, Refused::Header(StreamError::UnknownArch { .. })),
+            "{garbage:?}"
+        );
+        let x86 = StreamHeader::x86_64(100, 131072, 7);
+        assert!(matches!(x86.arch, ArchRecord::X86_64 { .. }));
+        let pages = x86.pages.get();
+        assert!(check_header(&x86, pages, &arm64(vec![0])).is_ok());
+    }
+
+    #[test]
+    fn the_firmware_s_map_is_checked_against_the_header_s_e820_and_ram() {
+        let x86 = StreamHeader::x86_64(100, 131072, 7);
+        let pages = x86.pages.get();
+        let mut e = arm64(Vec::new());
+        let ArchRecord::X86_64 { e820_checksum, .. } = x86.arch else {
+            unreachable!()
+        };
+        let fw = |checksum: u64, ram_pages| Memory::E820 {
+            checksum: checksum as u32,
+            ram_pages,
+        };
+        e.memory = fw(e820_checksum, 1 << 20);
+        assert!(check_header(&x86, pages, &e).is_ok());
+        e.memory = fw(e820_checksum ^ 1, 1 << 20);
+        let r = check_header(&x86, pages, &e).unwrap_err().to_string();
+        assert!(
+            r.starts_with("image does not fit this system: the memory map differs"),
+            "{r}"
+        );
+        e.memory = fw(e820_checksum, 100);
+        let r = check_header(&x86, pages, &e).unwrap_err().to_string();
+        assert!(r.contains("RAM size differs"), "{r}");
+        let arm = StreamHeader::arm64(100, 131072, VERSION, 0).encode();
+        let arm = header(&arm).unwrap();
+        e.version = VERSION.into();
+        e.memory = fw(e820_checksum, 1 << 20);
+        let r = check_header(&arm, arm.pages.get(), &e).unwrap_err();
+        assert!(matches!(r, Refused::OtherArch { .. }), "{r:?}");
+    }
+}
