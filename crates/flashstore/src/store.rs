@@ -86,13 +86,7 @@ pub(crate) enum Owner {
     Chunks,
 }
 
-/// Whether `name` can name an image: 1 to 64 characters of `[A-Za-z0-9._-]`.
-pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
+pub use storelayout::valid_name;
 
 pub(crate) fn check_name(name: &str) -> Result<(), StoreError> {
     if valid_name(name) {
