@@ -641,7 +641,7 @@ mod tests {
         );
         let shipped = bootparams::config::default_file();
         let named = name_the_store(&shipped, STORE_ADDRESS).unwrap();
-        let path = Path::new(bootparams::config::CONFIG_PATH);
+        let path = bootparams::config::CONFIG_PATH;
         let file = bootparams::config::ConfigFile::parse(path, &named).unwrap();
         let settings = bootparams::config::effective("", Some(file)).unwrap();
         assert_eq!(

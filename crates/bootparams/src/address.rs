@@ -13,7 +13,9 @@
 //!
 //! Resolving an address to a device is the device's business (`ondevice::locate`).
 
-use std::fmt;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
 use thiserror::Error;
 
 /// How a store is named.
@@ -147,7 +149,7 @@ impl fmt::Display for StoreAddress {
     }
 }
 
-impl std::str::FromStr for StoreAddress {
+impl core::str::FromStr for StoreAddress {
     type Err = StoreAddressError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {

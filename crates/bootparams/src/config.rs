@@ -21,7 +21,11 @@ pub use doc::{default_file, man_page, markdown_table};
 
 use crate::settings::{Scope, Setting, SETTINGS};
 use crate::{BootParams, BootParamsError, PREFIX};
-use std::path::{Path, PathBuf};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+#[cfg(feature = "std")]
+use std::path::Path;
 use thiserror::Error;
 
 pub use crate::settings::CONFIG_PATH;
@@ -29,41 +33,46 @@ pub use crate::settings::CONFIG_PATH;
 /// The largest config file read (a config file is a few hundred bytes).
 pub const CONFIG_MAX_BYTES: u64 = 64 << 10;
 
-/// A config file that cannot be used.
+/// A config file that cannot be used. The file is named as [`ConfigFile::path`] is.
+/// Without the `std` feature only its text's refusals exist (`non_exhaustive`: a crate that
+/// matches them still builds when another turns `std` on).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// It exists but cannot be read.
-    #[error("cannot read {}", path.display())]
+    #[cfg(feature = "std")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// Why.
         source: std::io::Error,
     },
     /// It is larger than [`CONFIG_MAX_BYTES`].
-    #[error("{}: {bytes} bytes, more than a config file's {CONFIG_MAX_BYTES}", path.display())]
+    #[cfg(feature = "std")]
+    #[error("{path}: {bytes} bytes, more than a config file's {CONFIG_MAX_BYTES}")]
     TooBig {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// Its size.
         bytes: u64,
     },
     /// A line that is not `KEY = VALUE`, a comment or blank.
-    #[error("{}:{line}: expected `key = value`, found {text:?}", path.display())]
+    #[error("{path}:{line}: expected `key = value`, found {text:?}")]
     Syntax {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// The line's number, from 1.
         line: usize,
         /// The line.
         text: String,
     },
     /// A key no setting has.
-    #[error("{}:{line}: unknown key {key:?}{}", path.display(),
+    #[error("{path}:{line}: unknown key {key:?}{}",
             closest.map(|c| format!(" (did you mean {c}?)")).unwrap_or_default())]
     Unknown {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// The line's number.
         line: usize,
         /// The key as written.
@@ -72,11 +81,10 @@ pub enum ConfigError {
         closest: Option<&'static str>,
     },
     /// A key the file may not carry.
-    #[error("{}:{line}: {key} is only on the kernel command line ({PREFIX}{key}): {reason}",
-            path.display())]
+    #[error("{path}:{line}: {key} is only on the kernel command line ({PREFIX}{key}): {reason}")]
     KernelOnly {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// The line's number.
         line: usize,
         /// The key.
@@ -85,10 +93,10 @@ pub enum ConfigError {
         reason: &'static str,
     },
     /// A key set on two lines.
-    #[error("{}:{line}: {key} is set again (first on line {first})", path.display())]
+    #[error("{path}:{line}: {key} is set again (first on line {first})")]
     Duplicate {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// The second line's number.
         line: usize,
         /// The key.
@@ -97,10 +105,10 @@ pub enum ConfigError {
         first: usize,
     },
     /// A value the key does not take, or more than one word.
-    #[error("{}:{line}: {key} = {value}: {reason}", path.display())]
+    #[error("{path}:{line}: {key} = {value}: {reason}")]
     Value {
         /// The file.
-        path: PathBuf,
+        path: String,
         /// The line's number.
         line: usize,
         /// The key.
@@ -144,16 +152,17 @@ impl Entry {
 /// A config file that parsed: its settings in the file's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigFile {
-    /// Where it was read.
-    pub path: PathBuf,
+    /// Where it was read, as messages name it.
+    pub path: String,
     /// Its settings.
     pub entries: Vec<Entry>,
 }
 
 impl ConfigFile {
-    /// Parses the text of the config file at `path` (the path is for the errors).
-    pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
-        let path = path.to_path_buf();
+    /// Parses the text of the config file at `path` (the path is for the errors; usually
+    /// [`CONFIG_PATH`]).
+    pub fn parse(path: &str, text: &str) -> Result<ConfigFile, ConfigError> {
+        let path = path.to_string();
         let mut entries: Vec<Entry> = Vec::new();
         let mut params = BootParams::default();
         for (i, raw) in text.lines().enumerate() {
@@ -218,6 +227,7 @@ impl ConfigFile {
                 refuse(match e {
                     BootParamsError::BadValue { expected, .. } => expected.to_string(),
                     BootParamsError::StoreAddress { source, .. } => source.to_string(),
+                    BootParamsError::ImageName { source, .. } => source.to_string(),
                     BootParamsError::Unknown { word } => format!("unknown word {word}"),
                 })
             })?;
@@ -227,9 +237,11 @@ impl ConfigFile {
     }
 
     /// Reads and parses the config file at `path`; `None` when there is none.
+    #[cfg(feature = "std")]
     pub fn read(path: &Path) -> Result<Option<ConfigFile>, ConfigError> {
+        let shown = path.display().to_string();
         let read = |source| ConfigError::Read {
-            path: path.to_path_buf(),
+            path: shown.clone(),
             source,
         };
         let bytes = match std::fs::metadata(path) {
@@ -238,13 +250,10 @@ impl ConfigFile {
             Err(e) => return Err(read(e)),
         };
         if bytes > CONFIG_MAX_BYTES {
-            return Err(ConfigError::TooBig {
-                path: path.to_path_buf(),
-                bytes,
-            });
+            return Err(ConfigError::TooBig { path: shown, bytes });
         }
         let text = std::fs::read_to_string(path).map_err(read)?;
-        ConfigFile::parse(path, &text).map(Some)
+        ConfigFile::parse(&shown, &text).map(Some)
     }
 }
 
@@ -363,7 +372,7 @@ impl Effective {
                     (Some(f), Source::File) => {
                         let line = f.entries.iter().find(|e| e.setting.key == s.key);
                         let line = line.map_or(0, |e| e.line);
-                        format!("file {}:{line}", f.path.display())
+                        format!("file {}:{line}", f.path)
                     }
                     _ => from.word().to_string(),
                 };
@@ -392,8 +401,19 @@ pub fn effective(cmdline: &str, file: Option<ConfigFile>) -> Result<Effective, B
     })
 }
 
+/// The settings of a boot with this kernel command line and the config file's text (`None`:
+/// there is none), read from [`CONFIG_PATH`]: [`load`] without a file system, for the
+/// freestanding restorer, which reads the file out of the initramfs itself.
+pub fn from_text(cmdline: &str, file: Option<&str>) -> Result<Effective, SettingsError> {
+    let file = file
+        .map(|t| ConfigFile::parse(CONFIG_PATH, t))
+        .transpose()?;
+    Ok(effective(cmdline, file)?)
+}
+
 /// What the device calls for its settings: the config file at `path` (none is fine) under
 /// the kernel command line `cmdline`.
+#[cfg(feature = "std")]
 pub fn load(cmdline: &str, path: &Path) -> Result<Effective, SettingsError> {
     let file = ConfigFile::read(path)?;
     Ok(effective(cmdline, file)?)

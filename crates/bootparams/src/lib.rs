@@ -66,14 +66,26 @@
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
+//!
+//! `no_std` with `alloc`: the freestanding restorer reads its command line and the
+//! initramfs's config file with this crate too. The `std` feature (on by default) adds
+//! reading the config file from a path ([`config::load`]).
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+#[cfg(all(test, not(feature = "std")))]
+extern crate std;
 
 mod address;
 pub mod config;
 pub mod settings;
 
 pub use address::{StoreAddress, StoreAddressError, LABEL_MAX, STORE_FORMS};
-use flashstore::Compression;
-pub use flashstore::Dedupe;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use storelayout::Compression;
+pub use storelayout::{BadImageName, Dedupe};
 use thiserror::Error;
 
 /// The keys, each once.
@@ -207,6 +219,14 @@ pub enum BootParamsError {
         word: String,
         /// Why.
         source: StoreAddressError,
+    },
+    /// `snapboot.image=` with a name an image cannot have ([`storelayout::check_image_name`]).
+    #[error("{word}: {source}")]
+    ImageName {
+        /// The whole word.
+        word: String,
+        /// Which name, and why.
+        source: BadImageName,
     },
 }
 
@@ -553,13 +573,12 @@ pub fn dedupe_word(d: Dedupe) -> String {
     }
 }
 
-/// Parses `NAME[,NAME...]`, each a valid image name.
-pub fn parse_images(s: &str) -> Option<Vec<String>> {
-    let names: Vec<String> = s.split(',').map(str::to_string).collect();
-    names
-        .iter()
-        .all(|n| flashstore::valid_name(n))
-        .then_some(names)
+/// Parses `NAME[,NAME...]`, each a valid image name ([`storelayout::check_image_name`]):
+/// the first name that is not one is refused, saying why.
+pub fn parse_images(s: &str) -> Result<Vec<String>, BadImageName> {
+    s.split(',')
+        .map(|n| storelayout::check_image_name(n).map(|()| n.to_string()))
+        .collect()
 }
 
 /// Parses `123`, `64K`, `96M`, `1G` (binary units) into bytes.
@@ -722,9 +741,13 @@ impl BootParams {
             key::COLDKERNEL => p.cold_kernel = Some(text(value)?),
             key::HANDEDOVER => p.handed_over = flag(value)?,
             key::IMAGE => {
-                p.images = value.and_then(parse_images).ok_or_else(|| {
+                let names = value.ok_or_else(|| {
                     bad("expected image names such as current or current,factory \
                              (each 1 to 64 of A-Z a-z 0-9 . _ -)")
+                })?;
+                p.images = parse_images(names).map_err(|source| BootParamsError::ImageName {
+                    word: word.to_string(),
+                    source,
                 })?;
             }
             key::DEDUPE => {
@@ -777,7 +800,7 @@ impl BootParams {
 
     /// The words that say all of this (none for a default value), in [`key::ALL`] order.
     pub fn render(&self) -> Vec<String> {
-        let with = |k: &str, v: &dyn std::fmt::Display| format!("{k}={v}");
+        let with = |k: &str, v: &dyn core::fmt::Display| format!("{k}={v}");
         let words = [
             self.store.as_ref().map(|d| with(key::STORE, d)),
             self.capture.then(|| key::CAPTURE.to_string()),

@@ -340,6 +340,8 @@ pub fn setting(name: &str) -> Option<&'static Setting> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
+    use alloc::vec::Vec;
 
     #[test]
     fn the_table_has_every_key_once_in_order() {
@@ -359,8 +361,8 @@ mod tests {
             let mut p = crate::BootParams::default();
             p.apply(&format!("{}={}", s.key, s.default)).unwrap();
             match s.key {
-                key::COMPRESS => assert_eq!(p.compression, Some(flashstore::Compression::Lz4)),
-                key::DEDUPE => assert_eq!(p.dedupe, Some(flashstore::Dedupe::SELECTIVE)),
+                key::COMPRESS => assert_eq!(p.compression, Some(storelayout::Compression::Lz4)),
+                key::DEDUPE => assert_eq!(p.dedupe, Some(storelayout::Dedupe::SELECTIVE)),
                 _ => assert_eq!(p, plain, "{}", s.key),
             }
             checked += 1;

@@ -1,6 +1,7 @@
 //! Parsing the words the board writes, and the round trip.
 
 use super::*;
+use alloc::vec;
 use proptest::prelude::*;
 
 #[test]
@@ -212,7 +213,15 @@ fn bad_words_are_named() {
         ),
         (
             "snapboot.image=a,,b",
-            "snapboot.image=a,,b: expected image names such as current or current,factory \
+            "snapboot.image=a,,b: an image name cannot be empty",
+        ),
+        (
+            "snapboot.image=current,a/b",
+            "snapboot.image=current,a/b: image name \"a/b\": '/' is not one of A-Z a-z 0-9 . _ -",
+        ),
+        (
+            "snapboot.image",
+            "snapboot.image: expected image names such as current or current,factory \
              (each 1 to 64 of A-Z a-z 0-9 . _ -)",
         ),
         (
@@ -244,6 +253,26 @@ fn bad_words_are_named() {
         ),
         "{e}"
     );
+}
+
+#[test]
+fn an_image_name_that_cannot_name_an_image_is_refused_by_name() {
+    let long = "x".repeat(65);
+    for (names, bad) in [
+        ("current,a/b", "a/b"),
+        (long.as_str(), long.as_str()),
+        ("current,", ""),
+    ] {
+        let word = format!("snapboot.image={names}");
+        match BootParams::parse(&word) {
+            Err(BootParamsError::ImageName { word: w, source }) => {
+                assert_eq!(w, word);
+                assert_eq!(source.name(), bad, "{word}");
+                assert_eq!(storelayout::check_image_name(bad), Err(source));
+            }
+            other => panic!("{word}: {other:?}"),
+        }
+    }
 }
 
 #[test]

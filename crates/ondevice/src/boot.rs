@@ -581,10 +581,9 @@ mod tests {
 
     /// The settings of `cmdline` over the config file `text` (none when empty).
     fn with_file(cmdline: &str, text: &str) -> Settings {
-        let path = Path::new(bootparams::config::CONFIG_PATH);
         let file = match text {
             "" => None,
-            t => Some(ConfigFile::parse(path, t)?),
+            t => Some(ConfigFile::parse(bootparams::config::CONFIG_PATH, t)?),
         };
         Ok(effective(cmdline, file)?.params)
     }

@@ -11,6 +11,7 @@
 //! * [`bootlog`]: the boot log beside the superblocks (restore attempts, the crash-loop
 //!   guard, the last boot's record) and which of its two slots to read and write;
 //! * [`signed`]: the digest an image's signature covers;
+//! * [`name`]: what may name an image; [`policy`]: a capture's compression and dedupe;
 //! * [`damage`]: what can be wrong with the bytes; [`codec`]: their encoding.
 //!
 //! docs/store.md draws the layout.
@@ -26,7 +27,9 @@ pub mod chunk;
 pub mod codec;
 pub mod damage;
 pub mod keyid;
+pub mod name;
 pub mod pages;
+pub mod policy;
 pub mod signed;
 pub mod superblock;
 pub mod versions;
@@ -42,7 +45,9 @@ pub use chunk::open_chunk;
 pub use codec::{decode, encode};
 pub use damage::{Damage, ReadError};
 pub use keyid::KeyId;
+pub use name::{check_image_name, valid_name, BadImageName, IMAGE_NAME_CHARS, IMAGE_NAME_MAX};
 pub use pages::{page_key, read_page_list, DedupeTable, ImageMeta, PageRef};
+pub use policy::{Compression, Dedupe, DEFAULT_MIN_USE};
 pub use signed::{signed_digest, DigestError};
 pub use superblock::{
     committed_superblock, BadLabel, Label, NoStore, Page, Superblock, SuperblockError, BLOCK,

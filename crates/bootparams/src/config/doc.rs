@@ -4,6 +4,8 @@
 
 use crate::settings::{Scope, Setting, CONFIG_PATH, SETTINGS};
 use crate::PREFIX;
+use alloc::format;
+use alloc::string::{String, ToString};
 
 /// Lines of the default file's comments wrap before this column.
 const WIDTH: usize = 78;

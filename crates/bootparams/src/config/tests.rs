@@ -7,7 +7,7 @@ use crate::{key, Encrypt, StoreAddress};
 use proptest::prelude::*;
 
 fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
-    ConfigFile::parse(Path::new("/etc/snapboot/snapboot.conf"), text)
+    ConfigFile::parse(CONFIG_PATH, text)
 }
 
 fn params_of(text: &str) -> BootParams {
@@ -30,7 +30,7 @@ fn a_file_of_key_value_lines_comments_and_blanks() {
     assert_eq!(p.store, Some(StoreAddress::PartLabel("snapstore".into())));
     assert_eq!(p.encrypt, Encrypt::Tpm { pcrs: Vec::new() });
     assert_eq!(p.attempts, 3);
-    assert_eq!(p.dedupe, Some(flashstore::Dedupe::SELECTIVE));
+    assert_eq!(p.dedupe, Some(storelayout::Dedupe::SELECTIVE));
     assert!(!p.verity);
     // Flags: yes, no, true, false.
     assert!(params_of("pin = true\nonce = yes").pin);
@@ -190,6 +190,34 @@ fn the_kernel_command_line_wins_key_by_key_over_the_file_over_the_defaults() {
         .starts_with("unknown boot parameter \"snapboot.onse\""));
 }
 
+#[test]
+fn from_text_is_the_file_under_the_command_line_without_a_file_system() {
+    let text = "store = PARTLABEL=snapstore\nimage = current,factory\nattempts = 3\n";
+    let e = from_text("ro snapboot.image=factory", Some(text)).unwrap();
+    assert_eq!(
+        e.params.store,
+        Some(StoreAddress::PartLabel("snapstore".into()))
+    );
+    assert_eq!(e.params.images, ["factory"]);
+    assert_eq!(e.params.attempts, 3);
+    assert_eq!(e.file, Some(parse(text).unwrap()));
+    let none = from_text("snapboot.store=/dev/vdb", None).unwrap();
+    assert_eq!(none.params.store, Some(StoreAddress::path("/dev/vdb")));
+    assert_eq!(none.params.attempts, crate::DEFAULT_ATTEMPTS);
+    let e = from_text("", Some("image = a/b\n")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/etc/snapboot/snapboot.conf:1: image = a/b: image name \"a/b\": '/' is not one of \
+         A-Z a-z 0-9 . _ -"
+    );
+    let e = from_text("snapboot.image=a,,b", Some(text)).unwrap_err();
+    assert!(
+        matches!(e, SettingsError::Cmdline(BootParamsError::ImageName { .. })),
+        "{e:?}"
+    );
+}
+
+#[cfg(feature = "std")]
 #[test]
 fn load_reads_the_file_and_a_missing_one_is_the_defaults() {
     let dir = std::env::temp_dir().join(format!("snapboot-config-{}", std::process::id()));
