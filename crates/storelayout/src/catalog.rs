@@ -175,14 +175,6 @@ impl Catalog {
     }
 }
 
-/// Whether `name` can name an image: 1 to 64 characters of `[A-Za-z0-9._-]`.
-pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

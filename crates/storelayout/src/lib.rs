@@ -38,9 +38,7 @@ pub use bootlog::{
     boot_log_slots, Attempts, BootLog, BootLogError, Guarded, NewestLog, SlotWrite, BOOTLOG_HEADER,
     BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD,
 };
-pub use catalog::{
-    valid_name, Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot,
-};
+pub use catalog::{Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot};
 pub use chunk::open_chunk;
 pub use codec::{decode, encode};
 pub use damage::{Damage, ReadError};
