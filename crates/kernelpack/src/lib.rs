@@ -29,23 +29,24 @@
 //! handed to the kernel.
 //!
 //! Without the default `std` feature (the restorer, `no_std`), the header's decoding, the
-//! payload checks and the cold boot's command line ([`cmdline`]) are what is left: reading
-//! and writing packs through `std::io` need `std`.
+//! payload checks, the cold boot's command line ([`cmdline`]) and the bzImage's setup
+//! header ([`bzimage`]) are what is left: reading and writing packs through `std::io` need
+//! `std`.
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod bzimage;
 pub mod cmdline;
 mod header;
 #[cfg(feature = "std")]
 mod rw;
-mod version;
 
+pub use bzimage::{bzimage_release, bzimage_version, uname_of, SetupError, VERSION_HEAD};
 pub use header::{
     Header, PackError, Payload, Release, HEADER_LEN, MAGIC, MAX_INITRD, MAX_KERNEL, RELEASE_LEN,
     VERSION,
 };
 #[cfg(feature = "std")]
-pub use rw::{bzimage_release, is_static_elf, kernel_release, read, write, Pack};
-pub use version::{bzimage_version, uname_of, VERSION_HEAD};
+pub use rw::{is_static_elf, kernel_release, read, write, Pack};
 
 #[cfg(test)]
 mod tests;
