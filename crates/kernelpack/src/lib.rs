@@ -28,15 +28,18 @@
 //! before allocating, and checks each payload's BLAKE3: a pack that fails any check is never
 //! handed to the kernel.
 //!
-//! Without the default `std` feature (the restorer, `no_std`), the header's decoding, the
-//! payload checks, the cold boot's command line ([`cmdline`]) and the bzImage's setup
-//! header ([`bzimage`]) are what is left: reading and writing packs through `std::io` need
-//! `std`.
+//! Beside the pack, the crate holds the one reading of two things of a kernel that several
+//! crates need: its bzImage setup header ([`bzimage`]: the restorer, the board, the pack)
+//! and its configuration's lines ([`kconfig`]: the device, the board).
+//!
+//! Without the default `std` feature (the restorer, `no_std`), everything but reading and
+//! writing packs through `std::io` (and a kernel's release, ELF checks) is there.
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod bzimage;
 pub mod cmdline;
 mod header;
+pub mod kconfig;
 #[cfg(feature = "std")]
 mod rw;
 
