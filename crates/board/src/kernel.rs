@@ -8,6 +8,7 @@
 
 use crate::arch::Arch;
 use crate::arm64_image;
+use kernelpack::bzimage::{bzimage_release, SetupHeader};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::{Read, Write};
@@ -116,6 +117,8 @@ impl KernelInfo {
         let data = fs::read(kernel).map_err(io_err(kernel))?;
         let arm64 = arm64_image::is_image(&data);
         let release = bzimage_release(&data)
+            .ok()
+            .map(str::to_string)
             .or_else(|| arm64.then(|| banner_release(&data)).flatten())
             .or_else(|| {
                 modules
@@ -333,18 +336,6 @@ pub fn locate_in_tree(root: &Path, source: &str, arch: Arch) -> Result<KernelInf
     })
 }
 
-/// The kernel release string embedded in a bzImage's setup header, if there is one.
-pub fn bzimage_release(data: &[u8]) -> Option<String> {
-    if data.get(0x202..0x206)? != b"HdrS" {
-        return None;
-    }
-    let off = u16::from_le_bytes([*data.get(0x20e)?, *data.get(0x20f)?]) as usize;
-    let start = 0x200 + off;
-    let s = data.get(start..(start + 256).min(data.len()))?;
-    let end = s.iter().position(|&b| b == 0 || b == b' ')?;
-    Some(String::from_utf8_lossy(&s[..end]).into_owned())
-}
-
 /// Writes the uncompressed ELF kernel contained in `bzimage` to `out`. An input that already
 /// is an ELF file is copied unchanged. Supports every compressor but LZO that the kernel
 /// offers: gzip, bzip2, lzma, xz, lz4 (legacy frame) and zstd.
@@ -357,7 +348,9 @@ pub fn extract_vmlinux(bzimage: &Path, out: &Path) -> Result<(), KernelError> {
     let elf = if data.starts_with(b"\x7fELF") {
         data
     } else {
-        let payload = bzimage_payload(&data).ok_or_else(|| fail("no bzImage setup header"))?;
+        let payload = SetupHeader::parse(&data)
+            .and_then(|h| h.payload(&data))
+            .map_err(|e| fail(&e.to_string()))?;
         decompress_payload(payload).map_err(|r| fail(&r))?
     };
     if !elf.starts_with(b"\x7fELF") {
@@ -367,21 +360,6 @@ pub fn extract_vmlinux(bzimage: &Path, out: &Path) -> Result<(), KernelError> {
     let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
     f.write_all(&elf).map_err(io_err(&tmp))?;
     fs::rename(&tmp, out).map_err(io_err(out))
-}
-
-fn bzimage_payload(data: &[u8]) -> Option<&[u8]> {
-    if data.get(0x202..0x206)? != b"HdrS" {
-        return None;
-    }
-    let setup_sects = match *data.get(0x1f1)? {
-        0 => 4,
-        n => n as usize,
-    };
-    let word = |o: usize| -> Option<usize> {
-        Some(u32::from_le_bytes(data.get(o..o + 4)?.try_into().ok()?) as usize)
-    };
-    let start = (setup_sects + 1) * 512 + word(0x248)?;
-    data.get(start..start + word(0x24c)?)
 }
 
 /// Magic of the kernel's LZ4 payload: the LZ4 *legacy* frame (`lz4 -l`).
@@ -616,7 +594,7 @@ mod tests {
         xz.write_all(&elf).unwrap();
         for payload in [gz.finish().unwrap(), xz.finish().unwrap()] {
             let img = fake_bzimage(&payload);
-            assert_eq!(bzimage_release(&img).as_deref(), Some("6.9.9-test"));
+            assert_eq!(bzimage_release(&img), Ok("6.9.9-test"));
             let (src, dst) = (dir.path().join("bz"), dir.path().join("vmlinux"));
             fs::write(&src, &img).unwrap();
             extract_vmlinux(&src, &dst).unwrap();

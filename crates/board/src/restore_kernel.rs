@@ -498,7 +498,7 @@ pub fn boot_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel_config::settings;
+    use kernelpack::kconfig::{self, Value};
 
     fn built() -> Option<RestoreKernel> {
         Some(RestoreKernel {
@@ -584,25 +584,25 @@ mod tests {
 
     #[test]
     fn the_project_fragment_asks_for_what_restoring_needs() {
-        let s = settings(FRAGMENT);
+        let on = |name| kconfig::value(FRAGMENT, name) == Some(Value::Yes);
         for need in [
-            "CONFIG_HIBERNATION",
-            "CONFIG_HIBERNATION_SNAPSHOT_DEV",
-            "CONFIG_PVH",
-            "CONFIG_VIRTIO_BLK",
-            "CONFIG_X86_5LEVEL",
-            "CONFIG_PNP",
-            "CONFIG_TCG_TIS",
-            "CONFIG_TCG_CRB",
+            "HIBERNATION",
+            "HIBERNATION_SNAPSHOT_DEV",
+            "PVH",
+            "VIRTIO_BLK",
+            "X86_5LEVEL",
+            "PNP",
+            "TCG_TIS",
+            "TCG_CRB",
         ] {
-            assert!(s.iter().any(|x| x.name == need && x.value == "y"), "{need}");
+            assert!(on(need), "{need}");
         }
-        assert!(s
-            .iter()
-            .any(|x| x.name == "CONFIG_MODULES" && x.value == "n"));
+        assert_eq!(kconfig::value(FRAGMENT, "MODULES"), Some(Value::NotSet));
         // ondevice::system::RESTORE_KERNEL_SUFFIX recognises a restore kernel by this.
-        assert!(s.iter().any(|x| x.name == "CONFIG_LOCALVERSION"
-            && x.value == format!("\"{}\"", bootparams::RESTORE_KERNEL_SUFFIX)));
+        assert_eq!(
+            kconfig::value(FRAGMENT, "LOCALVERSION"),
+            Some(Value::Str(bootparams::RESTORE_KERNEL_SUFFIX))
+        );
     }
 
     fn arm64_stock(version: Option<&str>) -> KernelInfo {
@@ -648,28 +648,29 @@ mod tests {
 
     #[test]
     fn the_arm64_fragment_asks_for_what_restoring_and_the_stamp_need() {
-        let s = settings(FRAGMENT_ARM64);
-        let on = |name: &str| s.iter().any(|x| x.name == name && x.value == "y");
+        let on = |name| kconfig::value(FRAGMENT_ARM64, name) == Some(Value::Yes);
         for need in [
-            "CONFIG_HIBERNATION",
-            "CONFIG_HIBERNATION_SNAPSHOT_DEV",
-            "CONFIG_SUSPEND",
-            "CONFIG_ARM_PSCI_FW",
-            "CONFIG_PCI_HOST_GENERIC",
-            "CONFIG_VIRTIO_BLK",
-            "CONFIG_SERIAL_AMBA_PL011_CONSOLE",
-            "CONFIG_RTC_DRV_PL031",
-            "CONFIG_KEXEC_FILE",
-            "CONFIG_ARM64_VA_BITS_48",
-            "CONFIG_TCG_TIS",
+            "HIBERNATION",
+            "HIBERNATION_SNAPSHOT_DEV",
+            "SUSPEND",
+            "ARM_PSCI_FW",
+            "PCI_HOST_GENERIC",
+            "VIRTIO_BLK",
+            "SERIAL_AMBA_PL011_CONSOLE",
+            "RTC_DRV_PL031",
+            "KEXEC_FILE",
+            "ARM64_VA_BITS_48",
+            "TCG_TIS",
         ] {
             assert!(on(need), "{need}");
         }
         // Debian's arm64 kernel is "#1 SMP Debian ...": the fragment's words must be SMP.
         let stamp = VersionStamp::parse("#1 SMP Debian 6.1.192-2 (2026-11-16)").unwrap();
         assert_eq!(stamp.check_config(FRAGMENT_ARM64), Ok(()));
-        assert!(s.iter().any(|x| x.name == "CONFIG_LOCALVERSION"
-            && x.value == format!("\"{}\"", bootparams::RESTORE_KERNEL_SUFFIX)));
+        assert_eq!(
+            kconfig::value(FRAGMENT_ARM64, "LOCALVERSION"),
+            Some(Value::Str(bootparams::RESTORE_KERNEL_SUFFIX))
+        );
         assert_eq!(fragment(Arch::Arm64), FRAGMENT_ARM64);
         assert_eq!(product(Arch::Arm64), ("Image", "arch/arm64/boot/Image"));
         assert_eq!(product(Arch::X86_64).0, "vmlinux");

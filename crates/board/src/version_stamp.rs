@@ -17,7 +17,7 @@
 //! The two values a build can be given are therefore read off a stock kernel's version, and
 //! the words are checked against the restore kernel's configuration before it is compiled.
 
-use crate::kernel_config::settings;
+use kernelpack::kconfig::{self, Value};
 use thiserror::Error;
 
 /// The longest `UTS_VERSION` init/Makefile writes (it cuts the rest).
@@ -116,22 +116,16 @@ impl VersionStamp {
 
     /// The words a kernel configuration (`.config` text) puts in its uts version.
     pub fn config_words(config: &str) -> String {
-        let s = settings(config);
-        let set = |name: &str| {
-            s.iter()
-                .rev()
-                .find(|x| x.name == name)
-                .is_some_and(|x| x.value == "y")
-        };
+        let set = |name: &str| kconfig::value(config, name) == Some(Value::Yes);
         let preempt = [
-            ("CONFIG_PREEMPT_RT", "PREEMPT_RT"),
-            ("CONFIG_PREEMPT_DYNAMIC", "PREEMPT_DYNAMIC"),
-            ("CONFIG_PREEMPT_BUILD", "PREEMPT"),
+            ("PREEMPT_RT", "PREEMPT_RT"),
+            ("PREEMPT_DYNAMIC", "PREEMPT_DYNAMIC"),
+            ("PREEMPT_BUILD", "PREEMPT"),
         ]
         .into_iter()
         .find(|(name, _)| set(name))
         .map(|(_, word)| word);
-        set("CONFIG_SMP")
+        set("SMP")
             .then_some("SMP")
             .into_iter()
             .chain(preempt)

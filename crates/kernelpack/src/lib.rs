@@ -28,24 +28,28 @@
 //! before allocating, and checks each payload's BLAKE3: a pack that fails any check is never
 //! handed to the kernel.
 //!
-//! Without the default `std` feature (the restorer, `no_std`), the header's decoding, the
-//! payload checks and the cold boot's command line ([`cmdline`]) are what is left: reading
-//! and writing packs through `std::io` need `std`.
+//! Beside the pack, the crate holds the one reading of two things of a kernel that several
+//! crates need: its bzImage setup header ([`bzimage`]: the restorer, the board, the pack)
+//! and its configuration's lines ([`kconfig`]: the device, the board).
+//!
+//! Without the default `std` feature (the restorer, `no_std`), everything but reading and
+//! writing packs through `std::io` (and a kernel's release, ELF checks) is there.
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod bzimage;
 pub mod cmdline;
 mod header;
+pub mod kconfig;
 #[cfg(feature = "std")]
 mod rw;
-mod version;
 
+pub use bzimage::{bzimage_release, bzimage_version, uname_of, SetupError, VERSION_HEAD};
 pub use header::{
     Header, PackError, Payload, Release, HEADER_LEN, MAGIC, MAX_INITRD, MAX_KERNEL, RELEASE_LEN,
     VERSION,
 };
 #[cfg(feature = "std")]
-pub use rw::{bzimage_release, is_static_elf, kernel_release, read, write, Pack};
-pub use version::{bzimage_version, uname_of, VERSION_HEAD};
+pub use rw::{is_static_elf, kernel_release, read, write, Pack};
 
 #[cfg(test)]
 mod tests;

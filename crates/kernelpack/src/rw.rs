@@ -16,7 +16,11 @@ pub fn kernel_release(kernel: &[u8]) -> Result<String, PackError> {
     if kernel.get(56..60) == Some(b"ARM\x64") {
         return arm64_release(kernel);
     }
-    bzimage_release(kernel)
+    let head = &kernel[..kernel.len().min(crate::VERSION_HEAD)];
+    let hdr = crate::bzimage::SetupHeader::parse(head).map_err(|_| PackError::NotAKernel)?;
+    // A bzImage whose version string cannot be read is still one kexec loads: its pack
+    // records no release.
+    Ok(hdr.release(head).unwrap_or_default().to_string())
 }
 
 /// The release in an arm64 `Image`'s banner (the uncompressed kernel holds it as text).
@@ -36,18 +40,6 @@ fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
             well_formed.then(|| release.to_string())
         })
         .ok_or(PackError::NotAKernel)
-}
-
-/// The release string a bzImage's setup header points at (`6.1.0-56-amd64`), if it is a
-/// bzImage. Errors with [`PackError::NotAKernel`] if it is not one.
-pub fn bzimage_release(kernel: &[u8]) -> Result<String, PackError> {
-    if kernel.len() < 0x210 || &kernel[0x202..0x206] != b"HdrS" {
-        return Err(PackError::NotAKernel);
-    }
-    let head = &kernel[..kernel.len().min(crate::VERSION_HEAD)];
-    // "6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP ..." -> its first word.
-    let version = crate::bzimage_version(head).unwrap_or_default();
-    Ok(version.split_whitespace().next().unwrap_or("").to_string())
 }
 
 impl Header {

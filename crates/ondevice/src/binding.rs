@@ -111,26 +111,21 @@ pub fn fingerprint(path: &Path) -> Result<(u64, [u8; 32]), BindingError> {
 }
 
 /// The GNU build id of an ELF file (the running snapboot: `/proc/self/exe`), read without
-/// loading the whole file.
+/// loading the whole file ([`snapimg::build_id`]).
 pub fn build_id(exe: &Path) -> Result<Vec<u8>, BindingError> {
-    use object::Object;
+    use snapimg::build_id::{read_build_id, BuildIdError};
+    use std::os::unix::fs::FileExt;
     let f = File::open(exe).map_err(read_err(exe))?;
-    let cache = object::ReadCache::new(f);
-    let obj = object::File::parse(&cache).map_err(|e| BindingError::Read {
-        path: exe.to_path_buf(),
-        source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
-    })?;
-    match obj.build_id() {
-        Ok(Some(id)) => Ok(id.to_vec()),
-        Ok(None) => Err(BindingError::Read {
+    read_build_id(|at, buf| f.read_at(buf, at)).map_err(|e| {
+        let source = match e {
+            BuildIdError::Read(source) => source,
+            other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+        };
+        BindingError::Read {
             path: exe.to_path_buf(),
-            source: io::Error::new(io::ErrorKind::InvalidData, "no GNU build id note"),
-        }),
-        Err(e) => Err(BindingError::Read {
-            path: exe.to_path_buf(),
-            source: io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
-        }),
-    }
+            source,
+        }
+    })
 }
 
 /// The boot setup of the initramfs at `root`: BLAKE3 of `root/init`, BLAKE3 of a listing of

@@ -1,9 +1,11 @@
 //! A kernel's build configuration (`.config`): [`KernelConfig::parse`] reads its text
-//! (`CONFIG_X=y`, `=m`, `="string"`, numbers, `# CONFIG_X is not set`), [`load`] a file,
+//! (`CONFIG_X=y`, `=m`, `="string"`, numbers, `# CONFIG_X is not set`, read by
+//! [`kernelpack::kconfig`]) into a map, [`load`] a file,
 //! gzip-compressed or not, and [`load_running`] the running kernel's: the distribution's
 //! `/boot/config-<release>` first, then the kernel's own `/proc/config.gz`.
 
 use flate2::read::GzDecoder;
+use kernelpack::kconfig;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -63,6 +65,17 @@ pub enum ConfigValue {
     Value(String),
 }
 
+impl From<kconfig::Value<'_>> for ConfigValue {
+    fn from(v: kconfig::Value<'_>) -> Self {
+        match v {
+            kconfig::Value::Yes => Self::Yes,
+            kconfig::Value::Module => Self::Module,
+            kconfig::Value::NotSet => Self::NotSet,
+            kconfig::Value::Str(s) | kconfig::Value::Number(s) => Self::Value(s.to_string()),
+        }
+    }
+}
+
 impl fmt::Display for ConfigValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -82,33 +95,12 @@ pub struct KernelConfig {
 }
 
 impl KernelConfig {
-    /// Parses `.config` text; lines that are neither assignments nor `is not set` comments
-    /// are ignored.
+    /// Parses `.config` text ([`kernelpack::kconfig`]: `=n` is not set like `# CONFIG_X is
+    /// not set`); lines that are neither assignments nor `is not set` comments are ignored.
     pub fn parse(text: &str) -> Self {
-        let mut options = BTreeMap::new();
-        for line in text.lines().map(str::trim) {
-            if let Some(rest) = line.strip_prefix("# CONFIG_") {
-                if let Some(name) = rest.strip_suffix(" is not set") {
-                    options.insert(name.to_string(), ConfigValue::NotSet);
-                }
-                continue;
-            }
-            let Some((name, value)) = line.strip_prefix("CONFIG_").and_then(|r| r.split_once('='))
-            else {
-                continue;
-            };
-            let value = match value {
-                "y" => ConfigValue::Yes,
-                "m" => ConfigValue::Module,
-                v => ConfigValue::Value(
-                    v.strip_prefix('"')
-                        .and_then(|v| v.strip_suffix('"'))
-                        .unwrap_or(v)
-                        .to_string(),
-                ),
-            };
-            options.insert(name.to_string(), value);
-        }
+        let options = kconfig::settings(text)
+            .map(|s| (s.name.to_string(), ConfigValue::from(s.value)))
+            .collect();
         Self { options }
     }
 
@@ -226,6 +218,7 @@ CONFIG_LOG_BUF_SHIFT=17
 CONFIG_HIBERNATION=y
 # CONFIG_SECURITY_LOCKDOWN_LSM is not set
 CONFIG_SQUASHFS=m
+CONFIG_MODULES=n
 CONFIG_KERNEL_LZ4=y
 CONFIG_INITRAMFS_COMPRESSION_GZIP=y
 ";
@@ -236,6 +229,7 @@ CONFIG_INITRAMFS_COMPRESSION_GZIP=y
         assert_eq!(c.value("LOCALVERSION"), Some("-snap"));
         assert_eq!(c.value("CONFIG_LOG_BUF_SHIFT"), Some("17"));
         assert_eq!(c.get("SECURITY_LOCKDOWN_LSM"), Some(&ConfigValue::NotSet));
+        assert_eq!(c.shown("MODULES"), "is not set", "=n as Kconfig reads it");
         assert!(c.is_enabled("SQUASHFS") && !c.is_builtin("SQUASHFS"));
         assert_eq!(c.kernel_compression().as_deref(), Some("lz4"));
         assert_eq!(c.initramfs_compression().as_deref(), Some("gzip"));

@@ -1,6 +1,6 @@
 //! The boot setup an image is bound to ([`snapimg::BootSetup`]), computed from the kernel
 //! pack's initramfs: BLAKE3 of `/init`, BLAKE3 of the file listing ([`snapimg::listing`]),
-//! and the GNU build id of the snapboot binary that runs resume.
+//! and the GNU build id of the snapboot binary that runs resume ([`snapimg::build_id`]).
 //!
 //! The device computes it from its running root, which is not the cpio archive alone: the
 //! kernel unpacks its own built-in initramfs first (a kernel built without
@@ -16,6 +16,7 @@ use crate::cpio::{Entry, S_IFDIR, S_IFLNK};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
+use snapimg::build_id::build_id;
 use snapimg::listing::{self, Kind};
 use snapimg::BootSetup;
 
@@ -83,115 +84,20 @@ pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupErr
         .iter()
         .find_map(|p| entries.get(p).map(|e| (*p, e)))
         .ok_or(SetupError::NoSnapboot)?;
-    let id = build_id(exe.data).ok_or(SetupError::NoBuildId(path))?;
+    let id = build_id(exe.data).map_err(|_| SetupError::NoBuildId(path))?;
     Ok(BootSetup {
         init: *blake3::hash(init.data).as_bytes(),
         files: listing::digest(&mut lines),
-        snapboot_build_id: id.to_vec(),
+        snapboot_build_id: id,
     })
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// ELF note type of a GNU build id.
-const NT_GNU_BUILD_ID: u32 = 3;
-/// Program header type of notes.
-const PT_NOTE: u32 = 4;
-
-/// The GNU build id of a 64-bit little-endian ELF file: the `NT_GNU_BUILD_ID` note of owner
-/// `GNU` in its `PT_NOTE` segments.
-pub fn build_id(elf: &[u8]) -> Option<&[u8]> {
-    // e_ident: magic, ELFCLASS64, ELFDATA2LSB.
-    if elf.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let phoff = usize::try_from(u64_at(elf, 0x20)?).ok()?;
-    let phentsize = usize::from(u16_at(elf, 0x36)?);
-    let phnum = usize::from(u16_at(elf, 0x38)?);
-    for i in 0..phnum {
-        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        if u32_at(elf, ph)? != PT_NOTE {
-            continue;
-        }
-        let off = usize::try_from(u64_at(elf, ph + 0x08)?).ok()?;
-        let len = usize::try_from(u64_at(elf, ph + 0x20)?).ok()?;
-        let mut notes = elf.get(off..off.checked_add(len)?)?;
-        while notes.len() >= 12 {
-            let namesz = u32_at(notes, 0)? as usize;
-            let descsz = u32_at(notes, 4)? as usize;
-            let kind = u32_at(notes, 8)?;
-            let name_end = 12usize.checked_add(namesz)?;
-            let desc_at = name_end.next_multiple_of(4);
-            let desc_end = desc_at.checked_add(descsz)?;
-            let name = notes.get(12..name_end)?;
-            let desc = notes.get(desc_at..desc_end)?;
-            if kind == NT_GNU_BUILD_ID && name == b"GNU\0" {
-                return Some(desc);
-            }
-            notes = notes.get(desc_end.next_multiple_of(4).min(notes.len())..)?;
-        }
-    }
-    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpio::{entries, tests::archive};
-
-    /// A minimal ELF64 with one PT_NOTE segment holding `notes`.
-    fn elf(notes: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; 0x40 + 0x38];
-        b[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        b[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
-        b[0x36..0x38].copy_from_slice(&0x38u16.to_le_bytes());
-        b[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
-        b[0x40..0x44].copy_from_slice(&PT_NOTE.to_le_bytes());
-        let at = b.len() as u64;
-        b[0x48..0x50].copy_from_slice(&at.to_le_bytes());
-        b[0x60..0x68].copy_from_slice(&(notes.len() as u64).to_le_bytes());
-        b.extend_from_slice(notes);
-        b
-    }
-
-    fn note(name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
-        let mut n = Vec::new();
-        n.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-        n.extend_from_slice(&kind.to_le_bytes());
-        n.extend_from_slice(name);
-        while !n.len().is_multiple_of(4) {
-            n.push(0);
-        }
-        n.extend_from_slice(desc);
-        while !n.len().is_multiple_of(4) {
-            n.push(0);
-        }
-        n
-    }
-
-    #[test]
-    fn the_build_id_is_the_gnu_note_and_nothing_else() {
-        let mut notes = note(b"Xen\0", NT_GNU_BUILD_ID, &[9; 8]);
-        notes.extend(note(b"GNU\0", 1, &[0; 16]));
-        notes.extend(note(b"GNU\0", NT_GNU_BUILD_ID, &[0xab; 20]));
-        assert_eq!(build_id(&elf(&notes)), Some(&[0xab; 20][..]));
-        assert_eq!(build_id(&elf(&note(b"GNU\0", 1, &[1; 4]))), None);
-        assert_eq!(build_id(b"#!/bin/sh\n"), None);
-        let mut cut = elf(&note(b"GNU\0", NT_GNU_BUILD_ID, &[1; 20]));
-        cut.truncate(cut.len() - 10);
-        assert_eq!(build_id(&cut), None);
-    }
+    use snapimg::build_id::testing::{elf, note};
+    use snapimg::build_id::NT_GNU_BUILD_ID;
 
     #[test]
     fn the_listing_skips_what_init_mounts_over_and_adds_the_kernels_root() {

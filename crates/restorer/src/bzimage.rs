@@ -11,11 +11,12 @@
 //!        an address aligned to              then type_of_loader, loadflags, ramdisk_*, cmd_line_ptr
 //!        kernel_alignment; entered at +0x200 0x2D0  e820_table: 128 x (addr u64, size u64, type u32)
 //! ```
+//!
+//! The header is read by the one reader of it, [`kernelpack::bzimage`]; this module adds
+//! what the 64-bit entry requires of it ([`parse`]) and the zero page.
 
 use crate::e820::{Entry, MAX_ENTRIES, RAM};
-
-/// Where the setup header starts, in the bzImage and in the zero page.
-pub const SETUP_HEADER: usize = 0x1F1;
+pub use kernelpack::bzimage::{SetupError, SetupHeader, BOOT_FLAG, SETUP_HEADER};
 /// Bytes of the bzImage's start the header is read from (its first two sectors).
 pub const HEAD: usize = 1024;
 /// The oldest boot protocol with a 64-bit entry's flags (2.12).
@@ -37,9 +38,12 @@ const E820_TABLE: usize = 0x2D0;
 /// Why the kernel cannot be booted as this bzImage says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BootError {
-    /// No boot flag or no `HdrS`.
-    #[error("the kernel is not a bzImage (no boot flag or HdrS setup header)")]
-    NotBzImage,
+    /// Not a setup header (too short, no `HdrS`).
+    #[error(transparent)]
+    Header(#[from] SetupError),
+    /// No boot flag.
+    #[error("the kernel is not a bzImage (boot flag {0:#06x} at 0x1fe, not 0xaa55)")]
+    NoBootFlag(u16),
     /// Too old a boot protocol.
     #[error("the kernel speaks boot protocol {:x}.{:02x}; the 64-bit entry needs 2.12", .0 >> 8, .0 & 0xFF)]
     Version(u16),
@@ -93,45 +97,6 @@ pub enum BootError {
     },
 }
 
-/// What the setup header asks of the loader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SetupHeader {
-    /// Setup sectors after the boot sector (0 means 4).
-    pub setup_sects: u8,
-    /// Boot protocol version.
-    pub version: u16,
-    /// `loadflags` as the image has them.
-    pub loadflags: u8,
-    /// The highest address the initramfs may occupy.
-    pub initrd_addr_max: u32,
-    /// The alignment a relocatable kernel is loaded at.
-    pub kernel_alignment: u32,
-    /// Whether the kernel may be loaded elsewhere than `pref_address`.
-    pub relocatable: bool,
-    /// `XLF_*`.
-    pub xloadflags: u16,
-    /// The longest command line, without its NUL.
-    pub cmdline_size: u32,
-    /// Where the kernel prefers to be loaded.
-    pub pref_address: u64,
-    /// Bytes from the load address the kernel needs before it reads the memory map.
-    pub init_size: u32,
-    /// Where the header ends (`0x202 + byte 0x201`).
-    pub end: usize,
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from(u32_at(b, at)) | u64::from(u32_at(b, at + 4)) << 32
-}
-
 fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
@@ -144,56 +109,30 @@ fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-impl SetupHeader {
-    /// Reads and checks the header in `head`, the bzImage's first [`HEAD`] bytes: a bzImage
-    /// with the 64-bit entry, boot protocol 2.12 or later, a power-of-two alignment.
-    pub fn parse(head: &[u8]) -> Result<SetupHeader, BootError> {
-        if head.len() < HEADER_END_MAX
-            || u16_at(head, 0x1FE) != 0xAA55
-            || head[0x202..0x206] != *b"HdrS"
-        {
-            return Err(BootError::NotBzImage);
-        }
-        let h = SetupHeader {
-            setup_sects: head[0x1F1],
-            version: u16_at(head, 0x206),
-            loadflags: head[0x211],
-            initrd_addr_max: u32_at(head, 0x22C),
-            kernel_alignment: u32_at(head, 0x230),
-            relocatable: head[0x234] != 0,
-            xloadflags: u16_at(head, 0x236),
-            cmdline_size: u32_at(head, 0x238),
-            pref_address: u64_at(head, 0x258),
-            init_size: u32_at(head, 0x260),
-            end: 0x202 + usize::from(head[0x201]),
-        };
-        if h.version < MIN_VERSION {
-            return Err(BootError::Version(h.version));
-        }
-        if h.xloadflags & XLF_KERNEL_64 == 0 {
-            return Err(BootError::No64BitEntry(h.xloadflags));
-        }
-        if h.loadflags & LOADED_HIGH == 0 {
-            return Err(BootError::NotLoadedHigh(h.loadflags));
-        }
-        if h.end > HEADER_END_MAX {
-            return Err(BootError::HeaderEnd(h.end));
-        }
-        if !h.kernel_alignment.is_power_of_two() {
-            return Err(BootError::Alignment(h.kernel_alignment));
-        }
-        Ok(h)
+/// Reads the header in `head`, the bzImage's first [`HEAD`] bytes, and checks what the
+/// 64-bit entry needs of it: the boot flag, boot protocol 2.12 or later, the 64-bit entry,
+/// a kernel loaded high, a header that fits the zero page, a power-of-two alignment.
+pub fn parse(head: &[u8]) -> Result<SetupHeader, BootError> {
+    let h = SetupHeader::parse(head)?;
+    if h.boot_flag != BOOT_FLAG {
+        return Err(BootError::NoBootFlag(h.boot_flag));
     }
-
-    /// Bytes before the protected-mode kernel: the boot sector and the setup sectors.
-    pub fn setup_bytes(&self) -> u64 {
-        let sects = if self.setup_sects == 0 {
-            4
-        } else {
-            self.setup_sects
-        };
-        (u64::from(sects) + 1) * 512
+    if h.version < MIN_VERSION {
+        return Err(BootError::Version(h.version));
     }
+    if h.xloadflags & XLF_KERNEL_64 == 0 {
+        return Err(BootError::No64BitEntry(h.xloadflags));
+    }
+    if h.loadflags & LOADED_HIGH == 0 {
+        return Err(BootError::NotLoadedHigh(h.loadflags));
+    }
+    if h.end > HEADER_END_MAX {
+        return Err(BootError::HeaderEnd(h.end));
+    }
+    if !h.kernel_alignment.is_power_of_two() {
+        return Err(BootError::Alignment(h.kernel_alignment));
+    }
+    Ok(h)
 }
 
 /// What the zero page tells the kernel besides its own header.
@@ -259,6 +198,23 @@ pub fn fill_zero_page(
 pub(crate) mod tests {
     use super::*;
 
+    /// The `N` bytes at `at`, for a little-endian number.
+    fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+        b[at..at + N].try_into().unwrap()
+    }
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes(le(b, at))
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(le(b, at))
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(le(b, at))
+    }
+
     /// A setup header like Debian's 6.1 bzImage's (boot protocol 2.15, relocatable, 2 MiB
     /// alignment, 16 MiB preferred, ~64 MiB init_size).
     pub(crate) fn head() -> [u8; HEAD] {
@@ -283,28 +239,10 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_setup_header_reads_as_the_boot_protocol_lays_it_out() {
-        let h = SetupHeader::parse(&head()).unwrap();
-        assert_eq!(
-            h,
-            SetupHeader {
-                setup_sects: 39,
-                version: 0x020F,
-                loadflags: LOADED_HIGH | 0x80,
-                initrd_addr_max: 0x7FFF_FFFF,
-                kernel_alignment: 0x20_0000,
-                relocatable: true,
-                xloadflags: 0x7F,
-                cmdline_size: 0x7FF,
-                pref_address: 0x100_0000,
-                init_size: 0x3F9_8000,
-                end: 0x26C,
-            }
-        );
-        assert_eq!(h.setup_bytes(), 40 * 512);
-        let mut b = head();
-        b[0x1F1] = 0;
-        assert_eq!(SetupHeader::parse(&b).unwrap().setup_bytes(), 5 * 512);
+    fn a_debian_header_is_what_the_64_bit_entry_boots() {
+        let h = parse(&head()).unwrap();
+        assert_eq!(Ok(h), SetupHeader::parse(&head()));
+        assert_eq!((h.setup_bytes(), h.end), (40 * 512, 0x26C));
     }
 
     #[test]
@@ -312,10 +250,13 @@ pub(crate) mod tests {
         let refused = |at: usize, v: &[u8]| {
             let mut b = head();
             b[at..at + v.len()].copy_from_slice(v);
-            SetupHeader::parse(&b).unwrap_err()
+            parse(&b).unwrap_err()
         };
-        assert_eq!(refused(0x202, b"HdrX"), BootError::NotBzImage);
-        assert_eq!(refused(0x1FE, &[0, 0]), BootError::NotBzImage);
+        assert_eq!(
+            refused(0x202, b"HdrX"),
+            BootError::Header(SetupError::NoMagic { found: *b"HdrX" })
+        );
+        assert_eq!(refused(0x1FE, &[0, 0]), BootError::NoBootFlag(0));
         assert_eq!(refused(0x206, &[0x0B, 0x02]), BootError::Version(0x020B));
         assert_eq!(refused(0x236, &[0x7E, 0]), BootError::No64BitEntry(0x7E));
         assert_eq!(refused(0x211, &[0x80]), BootError::NotLoadedHigh(0x80));
@@ -329,15 +270,18 @@ pub(crate) mod tests {
             "the kernel speaks boot protocol 2.0b; the 64-bit entry needs 2.12"
         );
         assert_eq!(
-            SetupHeader::parse(&head()[..0x250]),
-            Err(BootError::NotBzImage)
+            parse(&head()[..0x250]),
+            Err(BootError::Header(SetupError::Short {
+                len: 0x250,
+                need: 0x264
+            }))
         );
     }
 
     #[test]
     fn the_zero_page_carries_the_header_the_loader_fields_and_the_map_as_given() {
         let b = head();
-        let h = SetupHeader::parse(&b).unwrap();
+        let h = parse(&b).unwrap();
         let map = [
             Entry {
                 addr: 0,

@@ -12,9 +12,7 @@ use crate::hw::virtio::{self, vd_letter, Disks, VirtioDisk, VirtioError};
 use core::convert::Infallible;
 use core::fmt::Write;
 use kernelpack::{cmdline, Header, PackError, Payload};
-use restorer::bzimage::{
-    fill_zero_page, BootArgs, BootError, SetupHeader, ENTRY_64, HEAD, ZERO_PAGE,
-};
+use restorer::bzimage::{self, fill_zero_page, BootArgs, BootError, ENTRY_64, HEAD, ZERO_PAGE};
 use restorer::disk::{Disk, DiskError, SECTOR};
 use restorer::e820::{Entry, Table, MAX_ENTRIES};
 use restorer::placement::{place, Placement, Sizes};
@@ -229,7 +227,7 @@ pub fn stock_kernel(disks: &mut Disks, cmd: &str) -> Result<StockKernel, ColdBoo
         h.kernel_offset,
         &mut buf[..n as usize],
     )?;
-    let version = kernelpack::bzimage_version(&buf[..n as usize]);
+    let version = kernelpack::bzimage_version(&buf[..n as usize]).ok();
     match version.and_then(kernelpack::uname_of) {
         Some((release, version)) if release == h.release.as_str() => Ok(StockKernel {
             release: release.into(),
@@ -320,7 +318,7 @@ pub fn cold_boot_on(
     let h = Header::decode(block).map_err(pack_err)?;
     let head = &mut scratch[PAGE as usize..PAGE as usize + HEAD];
     read(d, letter, "kernel's setup header", h.kernel_offset, head)?;
-    let hdr = SetupHeader::parse(head)?;
+    let hdr = bzimage::parse(head)?;
     let setup = hdr.setup_bytes();
     if setup >= h.kernel_len {
         return Err(BootError::Setup {
@@ -367,7 +365,7 @@ pub fn cold_boot_on(
         .map_err(pack_err)?;
     // The placement followed the header of the first read; the checked copy must say the
     // same.
-    if SetupHeader::parse(setup_at)? != hdr {
+    if bzimage::parse(setup_at)? != hdr {
         return Err(ColdBootError::Changed(letter));
     }
 

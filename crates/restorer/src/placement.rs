@@ -202,7 +202,7 @@ mod tests {
     }
 
     fn hdr() -> SetupHeader {
-        SetupHeader::parse(&head()).unwrap()
+        crate::bzimage::parse(&head()).unwrap()
     }
 
     const SIZES: Sizes = Sizes {

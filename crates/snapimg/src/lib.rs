@@ -7,7 +7,8 @@
 //!   ([`Identity`], with its [`MemoryMap`]), what it is bound to ([`Binding`]), the stream's size and a lazy
 //!   image's [`SwapRegion`]. Resume checks all of it before the first page.
 //! * [`fingerprint`]: how a block device an image is bound to is fingerprinted;
-//!   [`listing`]: how the initramfs's files are listed for the binding.
+//!   [`listing`]: how the initramfs's files are listed for the binding; [`build_id`]: how
+//!   the snapboot binary it names is identified.
 //! * [`verity`] builds and checks the dm-verity tree of a lazy image's swap region.
 //!
 //! The pages themselves go into the store (crate `flashstore`): chunking, compression,
@@ -21,6 +22,7 @@
 extern crate alloc;
 
 pub mod binding;
+pub mod build_id;
 pub mod description;
 pub mod fingerprint;
 pub mod identity;
