@@ -214,6 +214,32 @@ pub fn admit_image<'s, M: Medium>(
     Ok((reader, admitted.trusted))
 }
 
+/// Everything resume checks of one image before the kernel takes a page: the one rule
+/// ([`admit_image`]), the stream header, and every chunk's checksum as its pages are read,
+/// in the order `snapboot resume` reads them; nothing is handed to a kernel. Returns the
+/// pages read. The restorer's driver is held to the same outcomes by
+/// crates/restorer/tests/parity.rs.
+pub fn check_image<'s, M: Medium>(
+    store: &'s flashstore::Store<M>,
+    candidate: Candidate<'_>,
+    rules: &Rules<'_>,
+    observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+) -> Result<u64, Refused> {
+    let (mut reader, _) = admit_image(store, candidate, rules, observe)?;
+    let pages = reader.pages();
+    let mut read = 0u64;
+    loop {
+        let run = reader.next_run(RUN_PAGES).map_err(refusal)?;
+        let Some(page0) = run.first() else {
+            return Ok(read);
+        };
+        if read == 0 {
+            check_page0(page0, pages, rules.expected)?;
+        }
+        read += run.len() as u64;
+    }
+}
+
 /// Checks page 0 of an admitted image of `pages` pages ([`admission::check_header`]).
 pub fn check_page0(page0: &Page, pages: u64, expected: &Expected) -> Result<(), Refused> {
     let header = StreamHeader::parse(page0).map_err(Refused::Header)?;

@@ -11,6 +11,9 @@
 //! boot of the stock kernel: the boot protocol ([`bzimage`]) and where its parts go in RAM
 //! ([`placement`]); sizes in messages ([`units`]).
 #![cfg_attr(not(test), no_std)]
+// Everything that touches hardware (port I/O, MMIO, raw physical memory) is the program's
+// (src/main.rs, src/hw/, src/fallback.rs); the logic here is safe code.
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 
