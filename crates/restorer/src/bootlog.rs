@@ -24,8 +24,6 @@ use alloc::vec::Vec;
 use bootstatus::{recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Refused};
 use storelayout::{BootLog, BootLogError, ImageRec, NewestLog, SlotWrite};
 
-/// The command-line word setting the crash-loop guard's limit.
-pub const ATTEMPTS_WORD: &str = "snapboot.attempts";
 /// What the status names as the kernel that wrote it (the next kernel writes its own).
 const WRITER: &str = "snapboot-restorer";
 
@@ -43,9 +41,6 @@ pub enum KeepError {
     /// The log does not fit the store, or does not encode.
     #[error(transparent)]
     Format(#[from] BootLogError),
-    /// `snapboot.attempts=` is not a count.
-    #[error("{ATTEMPTS_WORD}={0}: expected a count (1 or more)")]
-    Attempts(String),
 }
 
 /// The boot log as this boot found it, and what this boot refused so far.
@@ -59,16 +54,9 @@ pub struct BootRecord {
 }
 
 impl BootRecord {
-    /// Reads the boot log of `store` on `disk`, with the limit `cmdline` sets.
-    pub fn read<D: Disk>(disk: &mut D, store: &Store, cmdline: &str) -> Result<Self, KeepError> {
-        let limit = match kernelpack::cmdline::value_of(cmdline, ATTEMPTS_WORD) {
-            None => bootstatus::DEFAULT_ATTEMPTS,
-            Some(v) => v
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| KeepError::Attempts(v.into()))?,
-        };
+    /// Reads the boot log of `store` on `disk`; `limit` is the crash-loop guard's
+    /// (`snapboot.attempts`, read by `bootparams`).
+    pub fn read<D: Disk>(disk: &mut D, store: &Store, limit: u32) -> Result<Self, KeepError> {
         let cluster_blocks = store.sb.cluster_blocks;
         let newest = NewestLog::read(cluster_blocks, |_, at, b| {
             disk.read(at, b)
@@ -194,10 +182,10 @@ mod tests {
         s.candidates::<&str>(&[])[0].image().unwrap().clone()
     }
 
-    fn opened(bytes: &mut [u8], cmdline: &str) -> (Store, BootRecord) {
+    fn opened(bytes: &mut [u8], limit: u32) -> (Store, BootRecord) {
         let mut d = MemDiskMut::new(bytes);
         let s = Store::open(&mut d).unwrap();
-        let r = BootRecord::read(&mut d, &s, cmdline).unwrap();
+        let r = BootRecord::read(&mut d, &s, limit).unwrap();
         (s, r)
     }
 
@@ -221,7 +209,7 @@ mod tests {
     fn an_attempt_is_counted_where_the_device_counts_it_and_the_guard_stops_the_third() {
         let mut bytes = store(&["current"], |_| {});
         for n in 1..=2u32 {
-            let (s, r) = opened(&mut bytes, "quiet");
+            let (s, r) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
             let rec = newest(&s);
             guard(&r, &rec).unwrap();
             let w = r.attempt(&s, &rec, 1_700_000_000).unwrap();
@@ -235,7 +223,7 @@ mod tests {
             assert_eq!(status.attempts, bootstatus::DEFAULT_ATTEMPTS);
             assert_eq!(status.image.unwrap().name, "current");
         }
-        let (s, r) = opened(&mut bytes, "quiet");
+        let (s, r) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
         let e = guard(&r, &newest(&s)).unwrap_err();
         assert_eq!(Why::Guard(e.clone()).kind(), Refusal::CrashLoop);
         assert_eq!(
@@ -244,10 +232,10 @@ mod tests {
              system (limit snapboot.attempts=2); skipped until it is captured again"
         );
         // A higher limit on the command line lets it through; a confirmation resets it.
-        let (s, r) = opened(&mut bytes, "snapboot.attempts=3");
+        let (s, r) = opened(&mut bytes, 3);
         assert!(guard(&r, &newest(&s)).is_ok());
         let mut confirmed = store(&["current"], |_| {});
-        let (s, r) = opened(&mut confirmed, "");
+        let (s, r) = opened(&mut confirmed, bootstatus::DEFAULT_ATTEMPTS);
         let rec = newest(&s);
         write(
             &mut MemDiskMut::new(&mut confirmed),
@@ -260,19 +248,14 @@ mod tests {
         .unwrap();
         m.update_boot_log(|l| l.confirm("current", rec.generation))
             .unwrap();
-        let (s, r) = opened(&mut m.into_medium().bytes, "");
+        let (s, r) = opened(&mut m.into_medium().bytes, bootstatus::DEFAULT_ATTEMPTS);
         assert!(guard(&r, &newest(&s)).is_ok());
-        let e = BootRecord::read(&mut MemDiskMut::new(&mut bytes), &s, "snapboot.attempts=0");
-        assert_eq!(
-            e.err().unwrap().to_string(),
-            "snapboot.attempts=0: expected a count (1 or more)"
-        );
     }
 
     #[test]
     fn a_stale_image_is_refused_with_resume_s_reason() {
         let mut bytes = store(&["current"], |l| l.stale_through = 100);
-        let (s, r) = opened(&mut bytes, "");
+        let (s, r) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
         let e = guard(&r, &newest(&s)).unwrap_err();
         assert_eq!(Why::Guard(e.clone()).kind(), Refusal::Stale);
         assert!(
@@ -288,7 +271,7 @@ mod tests {
         let mut bytes = store(&["current", "factory"], |l| {
             l.attempt("gone", 9, 1);
         });
-        let (s, mut r) = opened(&mut bytes, "");
+        let (s, mut r) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
         r.refuse(
             "current",
             &Why::Damaged("checksum mismatch in chunk 3".into()),
@@ -315,7 +298,7 @@ mod tests {
                 running: 2,
             }),
         );
-        let (s2, _) = opened(&mut bytes, "");
+        let (s2, _) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
         let w = r.fallback(&s2, "y".into(), false).unwrap();
         write(&mut MemDiskMut::new(&mut bytes), &w).unwrap();
         assert_eq!(
@@ -327,7 +310,7 @@ mod tests {
     #[test]
     fn a_write_never_goes_to_the_slot_of_the_newest_log() {
         let mut bytes = store(&["current"], |l| l.stale_through = 0);
-        let (s, r) = opened(&mut bytes, "");
+        let (s, r) = opened(&mut bytes, bootstatus::DEFAULT_ATTEMPTS);
         let before = bytes[..4 * 4096].to_vec();
         let slot = r.newest.slot.expect("flashstore wrote a log");
         let w = r.attempt(&s, &newest(&s), 0).unwrap();

@@ -1,4 +1,4 @@
-//! A store in a partition: `snapboot.store=PARTUUID=` or `PARTLABEL=` (the grammar of
+//! A store in a partition: `snapboot.store=PARTUUID=` or `PARTLABEL=` (a
 //! `bootparams::StoreAddress`) found in the GPTs of the PC's virtio disks, read as the
 //! kernel reads them ([`parttable`], the device's own reader). The store then lives in the
 //! partition's [`Span`] of its disk. An MBR partition's `SSSSSSSS-PP` PARTUUID gives no
@@ -24,11 +24,12 @@ pub enum PartAddress<'a> {
 
 impl<'a> PartAddress<'a> {
     /// The partition `address` names, if it names one.
-    pub fn parse(address: &'a str) -> Option<Self> {
-        if let Some(u) = address.strip_prefix("PARTUUID=") {
-            return Some(PartAddress::Uuid(u));
+    pub fn of(address: &'a bootparams::StoreAddress) -> Option<Self> {
+        match address {
+            bootparams::StoreAddress::PartUuid(u) => Some(PartAddress::Uuid(u)),
+            bootparams::StoreAddress::PartLabel(l) => Some(PartAddress::Label(l)),
+            _ => None,
         }
-        address.strip_prefix("PARTLABEL=").map(PartAddress::Label)
     }
 }
 
@@ -168,12 +169,9 @@ mod tests {
             }
         );
         let upper = U2.to_uppercase();
+        let address = bootparams::StoreAddress::parse(&format!("PARTUUID={upper}")).unwrap();
         assert_eq!(
-            find(
-                &mut set,
-                2,
-                PartAddress::parse(&format!("PARTUUID={upper}")).unwrap()
-            ),
+            find(&mut set, 2, PartAddress::of(&address).unwrap()),
             Ok(f.clone())
         );
         // Read through its span, the partition starts with its own bytes.
@@ -203,7 +201,9 @@ mod tests {
         assert!(e.contains("vdb: no GPT or MBR partition table"), "{e}");
         let e = find(&mut set, 3, PartAddress::Uuid("1234abcd-02")).unwrap_err();
         assert!(e.contains("MBR partition's PARTUUID"), "{e}");
-        assert_eq!(PartAddress::parse("LABEL=x"), None);
-        assert_eq!(PartAddress::parse("/dev/vdb"), None);
+        for other in ["LABEL=x", "/dev/vdb"] {
+            let a = bootparams::StoreAddress::parse(other).unwrap();
+            assert_eq!(PartAddress::of(&a), None);
+        }
     }
 }

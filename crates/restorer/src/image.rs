@@ -391,6 +391,7 @@ mod tests {
                 files: [files; 32],
                 snapboot_build_id: vec![3; 20],
             },
+            config: None,
         }
     }
 

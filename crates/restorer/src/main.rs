@@ -18,6 +18,7 @@ extern crate alloc;
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use bootparams::StoreAddress;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
 use hw::port::{inb, outb, outw};
@@ -339,6 +340,7 @@ enum Refusal {
     NoImage(String),
     Images(Vec<(String, String)>),
     Initramfs(String),
+    Settings(String),
 }
 
 impl core::fmt::Display for Refusal {
@@ -348,6 +350,7 @@ impl core::fmt::Display for Refusal {
             Refusal::Store(why) => f.write_str(why),
             Refusal::NoImage(store) => write!(f, "store {store} holds no image"),
             Refusal::Initramfs(why) => write!(f, "the kernel pack's initramfs: {why}"),
+            Refusal::Settings(why) => write!(f, "snapboot's settings: {why}"),
             Refusal::Images(all) => {
                 f.write_str("no image restores: ")?;
                 for (i, (name, why)) in all.iter().enumerate() {
@@ -470,16 +473,11 @@ extern "C" fn restorer_main(start_info: u32) -> ! {
     power_off()
 }
 
-/// The value of the last `key=value` word of `cmdline`.
-fn word<'a>(cmdline: &'a str, key: &str) -> Option<&'a str> {
-    kernelpack::cmdline::value_of(cmdline, key)
-}
-
 /// The disk `/dev/vdX` names (the PC names its virtio disks in PCI order), the one whose
 /// store carries `LABEL=`, or the disk of the GPT partition `PARTUUID=` or `PARTLABEL=`
 /// names (that disk then reads as the partition alone: `restorer::gpt`).
-fn store_disk(disks: &mut hw::virtio::Disks, address: &str) -> Result<usize, String> {
-    if let Some(want) = restorer::gpt::PartAddress::parse(address) {
+fn store_disk(disks: &mut hw::virtio::Disks, address: &StoreAddress) -> Result<usize, String> {
+    if let Some(want) = restorer::gpt::PartAddress::of(address) {
         let count = disks.len();
         let found = restorer::gpt::find(disks, count, want)?;
         let d = disks.get_mut(found.disk).expect("gpt::find read it");
@@ -492,31 +490,36 @@ fn store_disk(disks: &mut hw::virtio::Disks, address: &str) -> Result<usize, Str
         );
         return Ok(found.disk);
     }
-    if let Some(label) = address.strip_prefix("LABEL=") {
-        let mut found = None;
-        for i in 0..disks.len() {
-            let Some(d) = disks.get_mut(i) else { continue };
-            if let Ok(s) = image::Store::open(d) {
-                if s.sb.label.as_str() == label {
-                    if found.is_some() {
-                        return Err(alloc::format!("two disks hold a store labelled {label}"));
+    match address {
+        StoreAddress::Label(label) => {
+            let mut found = None;
+            for i in 0..disks.len() {
+                let Some(d) = disks.get_mut(i) else { continue };
+                if let Ok(s) = image::Store::open(d) {
+                    if s.sb.label.as_str() == label {
+                        if found.is_some() {
+                            return Err(alloc::format!("two disks hold a store labelled {label}"));
+                        }
+                        found = Some(i);
                     }
-                    found = Some(i);
                 }
             }
+            found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"))
         }
-        return found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"));
-    }
-    let name = address;
-    match restorer::virtio::vd_index(name) {
-        Some(i) if i < disks.len() => Ok(i),
-        Some(_) => Err(alloc::format!(
-            "{address}: the PC has {} virtio disks",
-            disks.len()
-        )),
-        None => Err(alloc::format!(
-            "the restorer finds a store by /dev/vdX, LABEL=, PARTUUID= or PARTLABEL=, not {address}"
-        )),
+        StoreAddress::Path(name) => match restorer::virtio::vd_index(name) {
+            Some(i) if i < disks.len() => Ok(i),
+            Some(_) => Err(alloc::format!(
+                "{address}: the PC has {} virtio disks",
+                disks.len()
+            )),
+            None => Err(alloc::format!(
+                "{address}: the restorer finds a store on a virtio disk (/dev/vdX), by LABEL=, PARTUUID= or PARTLABEL="
+            )),
+        },
+        // The partition forms were found above.
+        StoreAddress::PartUuid(_) | StoreAddress::PartLabel(_) => {
+            unreachable!("gpt::PartAddress::of takes every partition form")
+        }
     }
 }
 
@@ -533,18 +536,32 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, Refus
         table.ram_run_end(img_end).min(img_end + heap::LIMIT),
     );
     let mut disks = hw::virtio::disks().map_err(|e| Refusal::Store(e.to_string()))?;
-    let address = word(cmdline, "snapboot.store")
-        .ok_or_else(|| Refusal::Store("no snapboot.store= on the command line".into()))?;
+    // The stock initramfs first: its snapboot.conf may name the store.
+    let stock = stock_init(&mut disks, cmdline)?;
+    let settings = bootparams::config::from_text(cmdline, stock.config.as_deref())
+        .map_err(|e| Refusal::Settings(admission::chain(&e)))?;
+    let params = settings.params;
+    let address = params.store.as_ref().ok_or_else(|| {
+        Refusal::Store(alloc::format!(
+            "no snapboot.store= on the command line, and no store = in {}",
+            bootparams::config::CONFIG_PATH
+        ))
+    })?;
     let at = store_disk(&mut disks, address).map_err(Refusal::Store)?;
     let store = image::Store::open(disks.get_mut(at).expect("store_disk checked it"))
         .map_err(|e| Refusal::Store(alloc::format!("store {address}: {e}")))?;
     let mut record = BootRecord::read(
         disks.get_mut(at).expect("store_disk checked it"),
         &store,
-        cmdline,
+        params.attempts,
     )
     .map_err(|e| Refusal::Store(alloc::format!("store {address}: the boot log: {e}")))?;
-    let Err(why) = restore_from(&mut disks, at, &store, &mut record, cmdline, table, address);
+    let asked = Asked {
+        address,
+        images: &params.images,
+        cmdline,
+    };
+    let Err(why) = restore_from(&mut disks, at, &store, &mut record, &stock, table, &asked);
     keep_fallback(&mut disks, at, &store, &record, &why);
     Err(why)
 }
@@ -571,6 +588,15 @@ fn keep_fallback(
     }
 }
 
+/// What this boot asks for: the store's address, the images to try first (both from
+/// `bootparams`: the command line over the stock initramfs's snapboot.conf), and the
+/// command line itself.
+struct Asked<'a> {
+    address: &'a StoreAddress,
+    images: &'a [String],
+    cmdline: &'a str,
+}
+
 /// Chooses, checks and restores an image of `store` (on disk `at`), keeping the boot log as
 /// resume does: each candidate is refused by the crash-loop guard or its checks, and the
 /// attempt of the one entered is counted first. Returns only why nothing was restored.
@@ -579,13 +605,13 @@ fn restore_from(
     at: usize,
     store: &image::Store,
     record: &mut BootRecord,
-    cmdline: &str,
+    stock: &restorer::stockinit::StockInit,
     table: &Table,
-    address: &str,
+    asked: &Asked,
 ) -> Result<core::convert::Infallible, Refusal> {
+    let cmdline = asked.cmdline;
     let kernel = fallback::stock_kernel(disks, cmdline)
         .map_err(|e| Refusal::Store(alloc::format!("the kernel this PC boots: {e}")))?;
-    let stock = stock_init(disks, cmdline)?;
     let run = image::Running {
         expected: admission::Expected {
             release: kernel.release.clone(),
@@ -601,12 +627,9 @@ fn restore_from(
         trust: stock.trust.clone(),
         boot_setup: stock.boot_setup.clone(),
     };
-    let names: Vec<&str> = word(cmdline, "snapboot.image")
-        .map(|v| v.split(',').collect())
-        .unwrap_or_default();
-    let candidates = store.candidates(&names);
+    let candidates = store.candidates(asked.images);
     if candidates.is_empty() {
-        return Err(Refusal::NoImage(address.into()));
+        return Err(Refusal::NoImage(asked.address.to_string()));
     }
     // Buffers for the chunks, taken before the busy range is fixed.
     let mut window_buf = alloc::vec![0u8; WINDOW];

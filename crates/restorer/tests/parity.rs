@@ -196,9 +196,12 @@ fn restorer(boot: &Boot) -> Outcome {
     let mut disks = Disks(vec![MemDisk(&boot.root), MemDisk(&boot.store)]);
     let store = image::Store::open(&mut disks.0[1]).unwrap();
     let mut log_bytes = boot.store.clone();
-    let record =
-        restorer::bootlog::BootRecord::read(&mut MemDiskMut::new(&mut log_bytes), &store, CMDLINE)
-            .unwrap();
+    let record = restorer::bootlog::BootRecord::read(
+        &mut MemDiskMut::new(&mut log_bytes),
+        &store,
+        bootstatus::DEFAULT_ATTEMPTS,
+    )
+    .unwrap();
     let memory = Memory::E820 {
         checksum: (SEED & 0xffff_ffff) as u32,
         ram_pages: boot.ram_bytes / PAGE_SIZE as u64,
