@@ -43,6 +43,9 @@ impl Outcome {
     }
 }
 
+/// What a status written by the freestanding restorer names as its kernel.
+pub const RESTORER: &str = "snapboot-restorer";
+
 /// Why an image was refused, by kind: what the device does next depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -237,11 +237,12 @@ fn carry_out(
             "a capture boot: the image is taken at the ready point".into(),
         ),
         PowerOn::HandedOver => {
+            let (status, by) = handed_over_status(params);
             print_marker(
                 Marker::HandedOver,
-                Some("cold boot handed over by the restore kernel, which said why above"),
+                Some(&format!("cold boot handed over by {by}, which said why above")),
             );
-            handed_over_status(params)
+            status
         }
         PowerOn::Cold(why) => cold(Outcome::Fallback, why),
         PowerOn::KernelNative(dev) => {
@@ -303,7 +304,9 @@ fn keep_for_the_next_kernel(params: &BootParams, status: &BootStatus) {
 
 /// The status of a cold boot a restore kernel or the restorer handed over: theirs, read back
 /// from the store's boot log (and cleared there), with this kernel's own re-capture policy.
-fn handed_over_status(params: &BootParams) -> BootStatus {
+/// Also returns who handed over, as its status names it (the restorer, or the restore
+/// kernel by its release).
+fn handed_over_status(params: &BootParams) -> (BootStatus, String) {
     let kept = params.store.as_ref().map(|store| {
         crate::store::update_boot_log(store, NODE_WAIT, |log| {
             crate::status::from_boot_log(&std::mem::take(&mut log.last_boot))
@@ -324,13 +327,25 @@ fn handed_over_status(params: &BootParams) -> BootStatus {
             s
         }
     };
+    let by = handed_over_by(&s.kernel);
     s.handed_over = true;
     s.kernel = crate::system::running_release();
     if s.recapture == Recapture::Planned || s.recapture == Recapture::Off {
         let signed = signed_only(params);
         s.recapture = recapture_after(&s.refused, s.refused.is_empty(), params.recapture, signed);
     }
-    s
+    (s, by)
+}
+
+/// Who handed the cold boot over, from the kernel its status names.
+fn handed_over_by(writer: &str) -> String {
+    if writer == bootstatus::RESTORER {
+        "the restorer".into()
+    } else if writer.is_empty() {
+        "a restore kernel or the restorer".into()
+    } else {
+        format!("the restore kernel {writer}")
+    }
 }
 
 /// A restore kernel's fallback: kexec into the stock kernel of the kernel pack at `pack`.
@@ -577,6 +592,16 @@ fn recapture_if_planned(params: &BootParams) -> Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_handover_names_who_handed_over() {
+        assert_eq!(handed_over_by(bootstatus::RESTORER), "the restorer");
+        assert_eq!(
+            handed_over_by("6.1.0-56-amd64-snapboot-restore"),
+            "the restore kernel 6.1.0-56-amd64-snapboot-restore"
+        );
+        assert_eq!(handed_over_by(""), "a restore kernel or the restorer");
+    }
     use bootparams::config::{effective, ConfigFile};
 
     /// The settings of `cmdline` over the config file `text` (none when empty).

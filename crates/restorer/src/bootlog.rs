@@ -25,7 +25,7 @@ use bootstatus::{recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Re
 use storelayout::{BootLog, BootLogError, ImageRec, NewestLog, SlotWrite};
 
 /// What the status names as the kernel that wrote it (the next kernel writes its own).
-const WRITER: &str = "snapboot-restorer";
+const WRITER: &str = bootstatus::RESTORER;
 
 /// Why the boot log cannot be kept.
 #[derive(Debug, thiserror::Error)]
