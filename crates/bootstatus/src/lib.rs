@@ -317,25 +317,57 @@ pub fn from_boot_log(bytes: &[u8]) -> Option<BootStatus> {
     serde_json::from_slice(bytes).ok()
 }
 
+/// What the store held when nothing was restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// No image at all: a store to fill.
+    Nothing,
+    /// Images, each refused.
+    Images,
+}
+
+impl Held {
+    /// [`Held::Nothing`] when `empty`.
+    pub fn empty_if(empty: bool) -> Self {
+        if empty {
+            Held::Nothing
+        } else {
+            Held::Images
+        }
+    }
+}
+
+/// The device's settings for taking a new image after a fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecapturePolicy {
+    /// Captures after a fallback are allowed (`snapboot.norecapture` is not set).
+    pub allowed: bool,
+    /// Only signed images restore here (a public key, no device key): the device cannot make
+    /// one, so it never captures an unsigned image into the store.
+    pub signed_only: bool,
+}
+
+impl RecapturePolicy {
+    /// Allowed, unsigned images: what a path that does not know the device's settings
+    /// (the restorer) plans with; the stock kernel applies its own when it reads the plan.
+    pub const DEFAULT: RecapturePolicy = RecapturePolicy {
+        allowed: true,
+        signed_only: false,
+    };
+}
+
 /// Whether a boot whose images were refused like this takes a new image at the ready point:
-/// when the store holds none (`refused` empty) or when one was refused because the system
-/// changed, an update marked it stale or the device lost the key it was encrypted with, and
-/// none of them because it crash-looped (a new image of the same system would loop too).
-/// Damaged and untrusted images are left for
-/// someone to look at. `recapture` is `snapboot.norecapture`'s opposite; a store of signed
-/// images never gets an unsigned one (`signed`).
-pub fn recapture_after(
-    refused: &[Refused],
-    store_empty: bool,
-    recapture: bool,
-    signed: bool,
-) -> Recapture {
-    let changed = store_empty
+/// when the store holds none or when one was refused because the system changed, an update
+/// marked it stale or the device lost the key it was encrypted with, and none of them
+/// because it crash-looped (a new image of the same system would loop too). Damaged and
+/// untrusted images are left for someone to look at; `policy` may forbid it.
+pub fn recapture_after(refused: &[Refused], held: Held, policy: RecapturePolicy) -> Recapture {
+    let changed = held == Held::Nothing
         || refused
             .iter()
             .any(|r| matches!(r.kind, Refusal::Changed | Refusal::Stale | Refusal::Key));
     let looped = refused.iter().any(|r| r.kind == Refusal::CrashLoop);
-    match (changed && !looped && !signed, recapture) {
+    match (changed && !looped && !policy.signed_only, policy.allowed) {
         (false, _) => Recapture::No,
         (true, false) => Recapture::Off,
         (true, true) => Recapture::Planned,
@@ -439,36 +471,95 @@ mod tests {
     #[test]
     fn only_a_changed_system_or_an_empty_store_is_captured_again() {
         use Refusal::*;
-        assert_eq!(recapture_after(&[], true, true, false), Recapture::Planned);
         assert_eq!(
-            recapture_after(&[refused(Changed)], false, true, false),
+            recapture_after(
+                &[],
+                Held::Nothing,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: false
+                }
+            ),
             Recapture::Planned
         );
         assert_eq!(
-            recapture_after(&[refused(Stale)], false, true, false),
+            recapture_after(
+                &[refused(Changed)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: false
+                }
+            ),
             Recapture::Planned
         );
         assert_eq!(
-            recapture_after(&[refused(Key)], false, true, false),
+            recapture_after(
+                &[refused(Stale)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: false
+                }
+            ),
             Recapture::Planned
         );
         assert_eq!(
-            recapture_after(&[refused(Changed)], false, false, false),
+            recapture_after(
+                &[refused(Key)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: false
+                }
+            ),
+            Recapture::Planned
+        );
+        assert_eq!(
+            recapture_after(
+                &[refused(Changed)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: false,
+                    signed_only: false
+                }
+            ),
             Recapture::Off
         );
         for kind in [Damaged, Untrusted, Other, CrashLoop] {
             assert_eq!(
-                recapture_after(&[refused(kind)], false, true, false),
+                recapture_after(
+                    &[refused(kind)],
+                    Held::Images,
+                    RecapturePolicy {
+                        allowed: true,
+                        signed_only: false
+                    }
+                ),
                 Recapture::No
             );
         }
         // A crash loop anywhere stops it; so does a store of signed images.
         assert_eq!(
-            recapture_after(&[refused(Changed), refused(CrashLoop)], false, true, false),
+            recapture_after(
+                &[refused(Changed), refused(CrashLoop)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: false
+                }
+            ),
             Recapture::No
         );
         assert_eq!(
-            recapture_after(&[refused(Changed)], false, true, true),
+            recapture_after(
+                &[refused(Changed)],
+                Held::Images,
+                RecapturePolicy {
+                    allowed: true,
+                    signed_only: true
+                }
+            ),
             Recapture::No
         );
     }

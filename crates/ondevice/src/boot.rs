@@ -14,6 +14,7 @@ use crate::resume::{resume, ResumeError, ResumeOptions};
 use crate::settings::{refusal, Settings};
 use crate::status::{recapture_after, BootStatus, Outcome, Recapture};
 use bootparams::{BootParams, StoreAddress};
+use bootstatus::{Held, RecapturePolicy};
 use boottrace::{error_chain as chain, Marker};
 use snapimg::BootSetup;
 use std::path::{Path, PathBuf};
@@ -240,7 +241,9 @@ fn carry_out(
             let (status, by) = handed_over_status(params);
             print_marker(
                 Marker::HandedOver,
-                Some(&format!("cold boot handed over by {by}, which said why above")),
+                Some(&format!(
+                    "cold boot handed over by {by}, which said why above"
+                )),
             );
             status
         }
@@ -274,17 +277,20 @@ fn carry_out(
             if let ResumeError::NoneRestorable { refused, .. } = err {
                 s.refused = refused;
             }
-            let signed = signed_only(params);
-            s.recapture = recapture_after(&s.refused, empty, params.recapture, signed);
+            s.recapture = recapture_after(&s.refused, Held::empty_if(empty), policy(params));
             s
         }
     }
 }
 
-/// Only images the device cannot make restore here: signed ones (a public key is in the
-/// initramfs) and no device key authenticates the device's own captures.
-fn signed_only(params: &BootParams) -> bool {
-    Path::new(crate::store::PUBLIC_KEY_FILE).exists() && !params.encrypt.on()
+/// This device's settings for a capture after a fallback: `snapboot.norecapture`, and
+/// whether only images it cannot make restore here (signed ones: a public key is in the
+/// initramfs, and no device key authenticates the device's own captures).
+fn policy(params: &BootParams) -> RecapturePolicy {
+    RecapturePolicy {
+        allowed: params.recapture,
+        signed_only: Path::new(crate::store::PUBLIC_KEY_FILE).exists() && !params.encrypt.on(),
+    }
 }
 
 /// On a restore kernel about to hand the cold boot over: keeps its status in the store's
@@ -331,8 +337,8 @@ fn handed_over_status(params: &BootParams) -> (BootStatus, String) {
     s.handed_over = true;
     s.kernel = crate::system::running_release();
     if s.recapture == Recapture::Planned || s.recapture == Recapture::Off {
-        let signed = signed_only(params);
-        s.recapture = recapture_after(&s.refused, s.refused.is_empty(), params.recapture, signed);
+        let held = Held::empty_if(s.refused.is_empty());
+        s.recapture = recapture_after(&s.refused, held, policy(params));
     }
     (s, by)
 }

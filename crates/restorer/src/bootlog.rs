@@ -21,7 +21,9 @@ use crate::disk::{Disk, DiskError, DiskMut};
 use crate::image::Store;
 use alloc::string::String;
 use alloc::vec::Vec;
-use bootstatus::{recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Refused};
+use bootstatus::{
+    recapture_after, to_boot_log, BootStatus, Held, ImageRef, Outcome, RecapturePolicy, Refused,
+};
 use storelayout::{BootLog, BootLogError, ImageRec, NewestLog, SlotWrite};
 
 /// What the status names as the kernel that wrote it (the next kernel writes its own).
@@ -136,7 +138,11 @@ impl BootRecord {
             s.reason = Some(reason);
             // The stock kernel applies its own settings to a planned re-capture
             // (`snapboot.norecapture`, signed images): the restorer knows neither.
-            s.recapture = recapture_after(&s.refused, store_empty, true, false);
+            s.recapture = recapture_after(
+                &s.refused,
+                Held::empty_if(store_empty),
+                RecapturePolicy::DEFAULT,
+            );
             log.last_boot = to_boot_log(&s);
         })
     }

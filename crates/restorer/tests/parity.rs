@@ -7,7 +7,7 @@
 //! decision.
 
 use admission::{Candidate, Expected, Memory, Refused, Rules, Sealing, Trust};
-use bootstatus::{recapture_after, Recapture, Refusal};
+use bootstatus::{recapture_after, Held, Recapture, RecapturePolicy, Refusal};
 use flashstore::{FormatOptions, MemMedium, Store as Writer, WriteOptions};
 use restorer::disk::{MemDisk, MemDiskMut};
 use restorer::image::{self, DiskSet, Running};
@@ -138,7 +138,7 @@ struct Outcome {
 
 fn outcome(refused: Vec<bootstatus::Refused>, restored: Option<String>, empty: bool) -> Outcome {
     Outcome {
-        recapture: recapture_after(&refused, empty, true, false),
+        recapture: recapture_after(&refused, Held::empty_if(empty), RecapturePolicy::DEFAULT),
         refused: refused
             .into_iter()
             .map(|r| (r.image, r.kind, r.why))
