@@ -8,17 +8,7 @@ use bootstatus::Refusal;
 use snapimg::{BindingMismatch, DescriptionError, Incompat, StreamError};
 use storelayout::{Guarded, KeyId};
 
-/// A display with its causes, as every path prints a reason (`a: b: c`).
-pub fn chain(e: &dyn core::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use bootstatus::chain;
 
 /// Why one image of the store is not restored. Each text is whole (no `source()`), so a
 /// path prints it as it is.

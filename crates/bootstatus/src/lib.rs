@@ -43,6 +43,19 @@ impl Outcome {
     }
 }
 
+/// An error and every source under it, joined with ": ": the whole cause in one line, as a
+/// status, a marker's detail and the console carry a reason.
+pub fn chain(e: &dyn core::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// What a status written by the freestanding restorer names as its kernel.
 pub const RESTORER: &str = "snapboot-restorer";
 

@@ -13,18 +13,8 @@ use crate::marker::{Marker, MARKER_PREFIX};
 use crate::recorder::ConsoleLine;
 use crate::restorer::RestorerLine;
 
-/// An error and every source under it, joined with ": ": the whole cause in one line, as a
-/// marker's detail carries it and as the CLI prints it.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+/// An error and every source under it, joined with ": " (the one rule: `bootstatus`).
+pub use bootstatus::chain as error_chain;
 
 /// A point of interest during boot. Declaration order is the expected order of a cold boot
 /// (used to break ties between milestones at the same time).
