@@ -194,10 +194,20 @@ impl InitScript {
         // mounted these, printed the init marker and ran resume, then started this script
         // with SNAPBOOT_EARLY set.
         s.push_str(&format!("if [ -z \"${EARLY_ENV}\" ]; then\n"));
-        s.push_str("mount -t devtmpfs devtmpfs /dev\nmount -t proc proc /proc\nmount -t sysfs sysfs /sys\n");
-        // /run is a tmpfs from the start: `snapboot resume` records the boot setup there for
-        // a capture later in this boot, and the same tmpfs moves into the root.
-        s.push_str("mount -t tmpfs -o mode=0755,size=32m tmpfs /run\n");
+        // The mounts the boot setup's listing skips (one table: snapimg::listing). /run is
+        // a tmpfs from the start: `snapboot resume` records the boot setup there for a
+        // capture later in this boot, and the same tmpfs moves into the root.
+        for em in snapimg::listing::EARLY_MOUNTS {
+            let opts = if em.data.is_empty() {
+                String::new()
+            } else {
+                format!("-o {} ", em.data)
+            };
+            s.push_str(&format!(
+                "mount -t {} {opts}{} {}\n",
+                em.fstype, em.source, em.dir
+            ));
+        }
         s.push_str(&format!("echo \"{}\"\nfi\n", m(boottrace::Marker::Init)));
         // A restore kernel has its drivers built in and cannot load the stock kernel's
         // modules: it goes straight to resume (store discovery needs no module).

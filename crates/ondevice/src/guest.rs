@@ -129,14 +129,9 @@ fn mount_run_fs() {
 pub fn early_mounts() -> Vec<String> {
     use rustix::mount::{mount, MountFlags};
     let mut failed = Vec::new();
-    for (src, dir, fs, data) in [
-        ("devtmpfs", "/dev", "devtmpfs", ""),
-        ("proc", "/proc", "proc", ""),
-        ("sysfs", "/sys", "sysfs", ""),
-        ("tmpfs", "/run", "tmpfs", "mode=0755,size=32m"),
-    ] {
-        if let Err(e) = mount(src, dir, fs, MountFlags::empty(), data) {
-            failed.push(format!("{fs} on {dir}: {e}"));
+    for m in snapimg::listing::EARLY_MOUNTS {
+        if let Err(e) = mount(m.source, m.dir, m.fstype, MountFlags::empty(), m.data) {
+            failed.push(format!("{} on {}: {e}", m.fstype, m.dir));
         }
     }
     failed

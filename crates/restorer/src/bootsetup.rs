@@ -7,7 +7,7 @@
 //! `CONFIG_INITRAMFS_SOURCE`, as Debian's, adds `/dev`, `/dev/console` and `/root`), and the
 //! board's `/init` mounts devtmpfs, proc, sysfs and a tmpfs on `/dev`, `/proc`, `/sys` and
 //! `/run` before resume runs, which the listing skips as other filesystems. The listing
-//! here follows both ([`MOUNTED_BEFORE_RESUME`], [`KERNEL_BUILTIN_DIRS`]); on the board's
+//! here follows both ([`snapimg::listing::EARLY_MOUNTS`], [`KERNEL_BUILTIN_DIRS`]); on the board's
 //! bundle it matches what the device records exactly. An initramfs whose `/init` mounts or
 //! creates anything else before resume lists differently: its images are refused (the
 //! binding differs), never restored wrongly.
@@ -20,8 +20,6 @@ use snapimg::build_id::build_id;
 use snapimg::listing::{self, Kind};
 use snapimg::BootSetup;
 
-/// Directories the board's `/init` mounts another filesystem on before resume runs.
-pub const MOUNTED_BEFORE_RESUME: &[&str] = &["dev", "proc", "sys", "run"];
 /// Directories of the kernel's built-in initramfs outside those mounts (`/root`, mode 0700).
 pub const KERNEL_BUILTIN_DIRS: &[&str] = &["root"];
 /// Where the initramfs may hold the snapboot binary that runs resume, in the order looked.
@@ -46,12 +44,6 @@ pub enum SetupError {
     NoBuildId(&'static str),
 }
 
-/// Whether `path` lies on a filesystem mounted before resume (the mount point included).
-fn mounted(path: &str) -> bool {
-    let top = path.split('/').next().unwrap_or(path);
-    MOUNTED_BEFORE_RESUME.contains(&top)
-}
-
 /// The listing's line for a cpio entry.
 fn line(path: &str, e: &Entry) -> String {
     match e.kind() {
@@ -72,7 +64,7 @@ pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupErr
     let init = entries.get("init").ok_or(SetupError::NoInit)?;
     let mut lines: Vec<String> = entries
         .iter()
-        .filter(|(p, _)| !mounted(p))
+        .filter(|(p, _)| !listing::mounted_early(p))
         .map(|(p, e)| line(p, e))
         .collect();
     for d in KERNEL_BUILTIN_DIRS {

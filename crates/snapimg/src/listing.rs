@@ -8,6 +8,58 @@
 use alloc::format;
 use alloc::string::String;
 
+/// A filesystem the board's `/init` (and snapboot itself, when it is the first process)
+/// mounts before resume runs. The device's listing of its running root skips each of them
+/// as another filesystem; the restorer's listing of the cpio archive skips the same
+/// directories. One table, so the three cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlyMount {
+    /// `mount`'s source.
+    pub source: &'static str,
+    /// Where (absolute).
+    pub dir: &'static str,
+    /// The filesystem type.
+    pub fstype: &'static str,
+    /// Its options (`-o`; empty: none).
+    pub data: &'static str,
+}
+
+/// What is mounted before resume, in order: devtmpfs on `/dev`, proc, sysfs, and a tmpfs on
+/// `/run` (the boot setup record goes there and moves into the root later).
+pub const EARLY_MOUNTS: [EarlyMount; 4] = [
+    EarlyMount {
+        source: "devtmpfs",
+        dir: "/dev",
+        fstype: "devtmpfs",
+        data: "",
+    },
+    EarlyMount {
+        source: "proc",
+        dir: "/proc",
+        fstype: "proc",
+        data: "",
+    },
+    EarlyMount {
+        source: "sysfs",
+        dir: "/sys",
+        fstype: "sysfs",
+        data: "",
+    },
+    EarlyMount {
+        source: "tmpfs",
+        dir: "/run",
+        fstype: "tmpfs",
+        data: "mode=0755,size=32m",
+    },
+];
+
+/// Whether `path` (relative, no leading `/`) lies on a filesystem mounted before resume,
+/// the mount point included.
+pub fn mounted_early(path: &str) -> bool {
+    let top = path.split('/').next().unwrap_or(path);
+    EARLY_MOUNTS.iter().any(|m| &m.dir[1..] == top)
+}
+
 /// What an entry is, as the listing tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind<'a> {
@@ -47,6 +99,16 @@ pub fn digest(lines: &mut [String]) -> [u8; 32] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_mounted_before_resume_is_skipped_by_its_top_directory() {
+        for p in ["dev", "dev/console", "proc/1", "sys", "run/snapboot"] {
+            assert!(mounted_early(p), "{p}");
+        }
+        for p in ["devices", "root", "bin/sh", "init", "running"] {
+            assert!(!mounted_early(p), "{p}");
+        }
+    }
     use alloc::vec;
 
     #[test]
