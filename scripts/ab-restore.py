@@ -13,6 +13,9 @@ hits every method alike:
     cold            board run W --probe (no store)
     stock           board run W --store S --probe, restored by the stock kernel
     restore-kernel  the same, restored by the restore kernel (when one is built)
+    restorer        board run W --store S --restorer --probe, restored by the freestanding
+                    restorer each build names (--restorer-a, --restorer-b: its ELF, passed
+                    as $SNAPBOOT_RESTORER), when both are given
 
 A build that predates the restore-kernel default gets `--restore-kernel` for the last method;
 one that has the default gets `--stock-kernel` for the second (`--kernel-flags` says which
@@ -58,6 +61,8 @@ def main():
     ap.add_argument("--b", required=True, help="the changed snapboot binary")
     ap.add_argument("--workload", default="shell")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--restorer-a", default=None, help="A's restorer ELF (adds the restorer method)")
+    ap.add_argument("--restorer-b", default=None, help="B's restorer ELF")
     ap.add_argument("--work", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write every TTI here")
     args = ap.parse_args()
@@ -65,10 +70,14 @@ def main():
     shared = Path(os.environ.get("SNAPBOOT_HOME", Path.cwd() / ".snapboot")).resolve()
     work = Path(args.work or tempfile.mkdtemp(prefix="snapboot-ab-")).resolve()
     builds = {"A": args.a, "B": args.b}
+    restorers = {"A": args.restorer_a, "B": args.restorer_b}
+    with_restorer = all(restorers.values())
     plans = []  # (build, method, argv after `board run W`)
     envs = {}
     for name, binary in builds.items():
         env = dict(os.environ, SNAPBOOT_HOME=str(home_for(work, name, shared)))
+        if with_restorer:
+            env["SNAPBOOT_RESTORER"] = str(Path(restorers[name]).resolve())
         envs[name] = env
         run([binary, "board", "build", "--workload", args.workload], env, f"{name}: build")
         store = work / f"{name}-{args.workload}.store"
@@ -84,6 +93,8 @@ def main():
         if rk_built:
             plans.append((name, "restore-kernel", ["--store", str(store)] +
                           ([] if rk_default else ["--restore-kernel"])))
+        if with_restorer:
+            plans.append((name, "restorer", ["--store", str(store), "--restorer"]))
 
     tti = {(b, m): [] for b, m, _ in plans}
     failed = 0
