@@ -206,7 +206,7 @@ fn rd64(a: u64) -> u64 {
 }
 
 /// Why nothing is restored.
-enum Refusal {
+enum NotRestored {
     RamAbove4G(u64),
     Store(String),
     NoImage(String),
@@ -215,15 +215,15 @@ enum Refusal {
     Settings(String),
 }
 
-impl core::fmt::Display for Refusal {
+impl core::fmt::Display for NotRestored {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Refusal::RamAbove4G(end) => write!(f, "RAM ends at {end:#x}, above 4 GiB"),
-            Refusal::Store(why) => f.write_str(why),
-            Refusal::NoImage(store) => write!(f, "store {store} holds no image"),
-            Refusal::Initramfs(why) => write!(f, "the kernel pack's initramfs: {why}"),
-            Refusal::Settings(why) => write!(f, "snapboot's settings: {why}"),
-            Refusal::Images(all) => {
+            NotRestored::RamAbove4G(end) => write!(f, "RAM ends at {end:#x}, above 4 GiB"),
+            NotRestored::Store(why) => f.write_str(why),
+            NotRestored::NoImage(store) => write!(f, "store {store} holds no image"),
+            NotRestored::Initramfs(why) => write!(f, "the kernel pack's initramfs: {why}"),
+            NotRestored::Settings(why) => write!(f, "snapboot's settings: {why}"),
+            NotRestored::Images(all) => {
                 f.write_str("no image restores: ")?;
                 for (i, (name, why)) in all.iter().enumerate() {
                     let sep = if i == 0 { "" } else { "; " };
@@ -395,11 +395,11 @@ fn store_disk(disks: &mut hw::virtio::Disks, address: &StoreAddress) -> Result<u
     }
 }
 
-fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, Refusal> {
+fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRestored> {
     let cmdline = handed.cmdline();
     let table = &Table::from_pvh(handed.map[..handed.entries].iter().copied());
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
-        return Err(Refusal::RamAbove4G(table.ram_end()));
+        return Err(NotRestored::RamAbove4G(table.ram_end()));
     }
     // A linker-script symbol; only its address is used.
     let img_end = core::ptr::addr_of!(__image_end) as u64;
@@ -407,27 +407,27 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, Refus
         img_end,
         table.ram_run_end(img_end).min(img_end + heap::LIMIT),
     );
-    let mut disks = hw::virtio::disks().map_err(|e| Refusal::Store(e.to_string()))?;
+    let mut disks = hw::virtio::disks().map_err(|e| NotRestored::Store(e.to_string()))?;
     // The stock initramfs first: its snapboot.conf may name the store.
     let stock = stock_init(&mut disks, cmdline)?;
     let settings = bootparams::config::from_text(cmdline, stock.config.as_deref())
-        .map_err(|e| Refusal::Settings(admission::chain(&e)))?;
+        .map_err(|e| NotRestored::Settings(admission::chain(&e)))?;
     let params = settings.params;
     let address = params.store.as_ref().ok_or_else(|| {
-        Refusal::Store(alloc::format!(
+        NotRestored::Store(alloc::format!(
             "no snapboot.store= on the command line, and no store = in {}",
             bootparams::config::CONFIG_PATH
         ))
     })?;
-    let at = store_disk(&mut disks, address).map_err(Refusal::Store)?;
+    let at = store_disk(&mut disks, address).map_err(NotRestored::Store)?;
     let store = image::Store::open(disks.get_mut(at).expect("store_disk checked it"))
-        .map_err(|e| Refusal::Store(alloc::format!("store {address}: {e}")))?;
+        .map_err(|e| NotRestored::Store(alloc::format!("store {address}: {e}")))?;
     let mut record = BootRecord::read(
         disks.get_mut(at).expect("store_disk checked it"),
         &store,
         params.attempts,
     )
-    .map_err(|e| Refusal::Store(alloc::format!("store {address}: the boot log: {e}")))?;
+    .map_err(|e| NotRestored::Store(alloc::format!("store {address}: the boot log: {e}")))?;
     let asked = Asked {
         address,
         images: &params.images,
@@ -445,9 +445,9 @@ fn keep_fallback(
     at: usize,
     store: &image::Store,
     record: &BootRecord,
-    why: &Refusal,
+    why: &NotRestored,
 ) {
-    let empty = matches!(why, Refusal::NoImage(_));
+    let empty = matches!(why, NotRestored::NoImage(_));
     let kept = record
         .fallback(store, why.to_string(), empty)
         .map_err(|e| e.to_string())
@@ -480,10 +480,10 @@ fn restore_from(
     stock: &restorer::stockinit::StockInit,
     table: &Table,
     asked: &Asked,
-) -> Result<core::convert::Infallible, Refusal> {
+) -> Result<core::convert::Infallible, NotRestored> {
     let cmdline = asked.cmdline;
     let kernel = fallback::stock_kernel(disks, cmdline)
-        .map_err(|e| Refusal::Store(alloc::format!("the kernel this PC boots: {e}")))?;
+        .map_err(|e| NotRestored::Store(alloc::format!("the kernel this PC boots: {e}")))?;
     let run = image::Running {
         expected: admission::Expected {
             release: kernel.release.clone(),
@@ -501,7 +501,7 @@ fn restore_from(
     };
     let candidates = store.candidates(asked.images);
     if candidates.is_empty() {
-        return Err(Refusal::NoImage(asked.address.to_string()));
+        return Err(NotRestored::NoImage(asked.address.to_string()));
     }
     // Buffers for the chunks, taken before the busy range is fixed.
     let mut window_buf = alloc::vec![0u8; WINDOW];
@@ -555,7 +555,7 @@ fn restore_from(
         );
         refuse(record, why);
     }
-    Err(Refusal::Images(
+    Err(NotRestored::Images(
         record
             .refused
             .iter()
@@ -568,11 +568,11 @@ fn restore_from(
 fn stock_init(
     disks: &mut hw::virtio::Disks,
     cmdline: &str,
-) -> Result<restorer::stockinit::StockInit, Refusal> {
+) -> Result<restorer::stockinit::StockInit, NotRestored> {
     let bytes =
-        fallback::stock_initramfs(disks, cmdline).map_err(|e| Refusal::Initramfs(e.to_string()))?;
+        fallback::stock_initramfs(disks, cmdline).map_err(|e| NotRestored::Initramfs(e.to_string()))?;
     let stock = restorer::stockinit::StockInit::read(&bytes)
-        .map_err(|e| Refusal::Initramfs(e.to_string()))?;
+        .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
     say!(
         "snapboot-restorer: the kernel pack's initramfs read ({} MiB): {}",
         restorer::units::Mib(bytes.len() as u64),
