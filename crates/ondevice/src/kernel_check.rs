@@ -3,10 +3,10 @@
 //! boot-time advice): [`requirements`] gives one [`KernelCheck`] per option that capture and
 //! restore depend on, with a [`Verdict`] and the reason (for a blocker, what to change).
 //! [`running`] adds what only the running kernel shows: its lockdown state
-//! ([`crate::lockdown`]) and whether it offers hibernation at all (`/sys/power/disk`).
+//! ([`devsys::lockdown`]) and whether it offers hibernation at all (`/sys/power/disk`).
 
 use crate::kernel_config::{ConfigValue, KernelConfig, KernelConfigError};
-use crate::lockdown::{self, Lockdown, LOCKDOWN_FILE};
+use devsys::lockdown::{self, Lockdown, LOCKDOWN_FILE};
 use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;

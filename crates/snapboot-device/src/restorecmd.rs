@@ -44,7 +44,7 @@ pub fn restore_kernel(cmd: RestoreKernelCmd) -> Result<ExitCode> {
     let stock = Uname::running();
     match cmd {
         RestoreKernelCmd::Install(a) => {
-            let pack = ondevice::locate::resolve(&a.pack, std::time::Duration::ZERO)
+            let pack = devsys::locate::resolve(&a.pack, std::time::Duration::ZERO)
                 .with_context(|| format!("pack partition {}", a.pack))?;
             let (kernel, initrd) = rk::stock_files(root, &stock)?;
             let w = rk::write_files(root, &a.kernel, &stock, &pack.path)?;

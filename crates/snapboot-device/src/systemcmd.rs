@@ -170,7 +170,7 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
     let mut store_modules = a.store_module.clone();
     if let Some(address) = &a.store {
-        let at = ondevice::locate::resolve(address, std::time::Duration::ZERO)
+        let at = devsys::locate::resolve(address, std::time::Duration::ZERO)
             .with_context(|| format!("store {address}"))?;
         let found = install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
         println!(
