@@ -16,8 +16,6 @@ pub mod devicekey;
 pub mod guest;
 pub mod handover;
 pub mod install;
-pub mod kernel_check;
-pub mod kernel_config;
 pub mod kernel_native;
 pub mod lazy;
 pub mod lifecycle;
