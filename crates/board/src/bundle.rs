@@ -519,8 +519,8 @@ fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleErro
     let image = fs::read(&kernel).map_err(io(&kernel))?;
     Ok(
         crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
-            ondevice::bootloader::restore_kernel::image_kernel_record(
-                &ondevice::bootloader::restore_kernel::Uname {
+            devinstall::bootloader::restore_kernel::image_kernel_record(
+                &devinstall::bootloader::restore_kernel::Uname {
                     release: opts.kernel.release.clone(),
                     version,
                     machine: arch.uname_machine().to_string(),

@@ -154,7 +154,7 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
-        let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
+        let modules = Path::new("/").join(devinstall::install::STORE_MODULES_PATH);
         let appears = |a: &StoreAddress, wait| match devsys::locate::resolve(a, wait) {
             Ok(at) => at.path.exists(),
             Err(e) => !e.is_missing(),
@@ -538,8 +538,8 @@ pub fn run_ready() -> Result<Ready, ReadyError> {
 fn start_outcome_target() {
     let outcome = crate::status::read().map_or(Outcome::Cold, |s| s.outcome);
     let target = match outcome {
-        Outcome::Fallback => crate::install::FALLBACK_TARGET_NAME,
-        _ => crate::install::COLD_TARGET_NAME,
+        Outcome::Fallback => devinstall::install::FALLBACK_TARGET_NAME,
+        _ => devinstall::install::COLD_TARGET_NAME,
     };
     match crate::restore::start_target(target) {
         None => {}

@@ -9,13 +9,11 @@
 
 pub mod binding;
 pub mod boot;
-pub mod bootloader;
 pub mod capture;
 pub mod capture_mounts;
 pub mod devicekey;
 pub mod guest;
 pub mod handover;
-pub mod install;
 pub mod kernel_native;
 pub mod lazy;
 pub mod lifecycle;

@@ -4,8 +4,8 @@
 //! the kernel RNG with fresh entropy and runs the hook directory.
 
 use crate::guest::print_marker;
-use crate::install::RESTORED_TARGET_NAME;
 use boottrace::Marker;
+use devinstall::install::RESTORED_TARGET_NAME;
 use devsys::sys::random::{cpu_random, RandomDev};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;

@@ -144,7 +144,7 @@ pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
 
 /// `snapboot install`.
 pub fn install(a: InstallArgs) -> Result<ExitCode> {
-    use ondevice::install::{self, Content};
+    use devinstall::install::{self, Content};
     let running = a.root == std::path::Path::new("/");
     if !a.uninstall && install::system::package_installed(&a.root, install::system::PACKAGE) {
         // Said before anything else is looked at.
@@ -256,7 +256,7 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
 
 /// Rebuilds the running kernel's initramfs with the system's generator, and has systemd
 /// read the units again.
-fn rebuild_initramfs(g: ondevice::install::Generator) -> Result<()> {
+fn rebuild_initramfs(g: devinstall::install::Generator) -> Result<()> {
     if std::path::Path::new("/run/systemd/system").is_dir() {
         let _ = std::process::Command::new("systemctl")
             .arg("daemon-reload")
