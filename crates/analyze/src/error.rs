@@ -31,7 +31,7 @@ pub enum AnalyzeError {
     /// A kernel config cannot be read or is unusable (not gzip when it should be, not a
     /// `.config`, ...).
     #[error(transparent)]
-    Config(#[from] ondevice::kernel_config::KernelConfigError),
+    Config(#[from] kernelcheck::config::KernelConfigError),
     /// The report could not be serialised.
     #[error("cannot serialise the report to JSON")]
     Json(#[from] serde_json::Error),

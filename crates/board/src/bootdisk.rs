@@ -334,7 +334,7 @@ pub fn ensure(
 /// `boot.scr`'s `env import -c` takes it in silence (zeros fail its CRC check, and U-Boot
 /// would print "bad CRC, import failed" on every normal boot; a damaged area still does).
 pub fn no_request() -> Result<Vec<u8>, ubootenv::EnvError> {
-    let mut part = ubootenv::Env::default().to_area(ondevice::bootloader::uboot::AREA_BYTES)?;
+    let mut part = ubootenv::Env::default().to_area(devinstall::bootloader::uboot::AREA_BYTES)?;
     part.resize(ENV_PARTITION_BYTES as usize, 0);
     Ok(part)
 }
@@ -400,7 +400,7 @@ mod tests {
         assert!(BOOT_CMD.contains("/snapboot/extlinux.conf\n"));
         assert!(BOOT_CMD.contains("setenv pxe_label_override capture"));
         // Cleared by writing back a whole area (its size in blocks) without the variable.
-        let area = ondevice::bootloader::uboot::AREA_BYTES;
+        let area = devinstall::bootloader::uboot::AREA_BYTES;
         assert!(BOOT_CMD.contains(&format!(
             "env export -c -s {area:#x} ${{kernel_addr_r}} snapboot_once; then"
         )));
@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_new_disk_asks_for_nothing_in_an_environment_u_boot_takes() {
-        use ondevice::bootloader::uboot::{requested, AREA_BYTES};
+        use devinstall::bootloader::uboot::{requested, AREA_BYTES};
         let part = no_request().unwrap();
         assert_eq!(part.len() as u64, ENV_PARTITION_BYTES);
         let env = ubootenv::Env::from_area(&part, AREA_BYTES).unwrap();
@@ -427,7 +427,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dev = dir.path().join("ubootenv");
         fs::write(&dev, &part).unwrap();
-        ondevice::bootloader::uboot::write_request(&dev).unwrap();
+        devinstall::bootloader::uboot::write_request(&dev).unwrap();
         let mut written = fs::read(&dev).unwrap();
         assert!(requested(&written));
         written[AREA_BYTES - 1] ^= 0x80;
@@ -441,7 +441,7 @@ mod tests {
     fn the_empty_area_is_what_mkenvimage_makes_of_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("no-request.env");
-        let area = ondevice::bootloader::uboot::AREA_BYTES;
+        let area = devinstall::bootloader::uboot::AREA_BYTES;
         let mut mkenvimage = Command::new("mkenvimage");
         mkenvimage.args(["-s", &format!("{area:#x}"), "-p", "0", "-o"]);
         match mkenvimage.arg(&out).arg("/dev/null").status() {

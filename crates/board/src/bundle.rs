@@ -387,7 +387,7 @@ impl Bundle {
             ir.file(config_path(), 0o644, fs::read(c).map_err(io(c))?);
         }
         // The kernel this bundle's images come from, for a restore kernel booting this same
-        // initramfs (its own uname differs; ondevice::system::image_kernel reads this).
+        // initramfs (its own uname differs; devsys::system::image_kernel reads this).
         if let Some(record) = image_kernel_record(opts)? {
             ir.file(IMAGE_KERNEL_RECORD, 0o644, record.into_bytes());
         }
@@ -506,7 +506,7 @@ pub fn build_id(snapboot: &[u8]) -> String {
 
 /// Extracts `vmlinux` into the bundle and returns the record of the kernel its images come
 /// from (`release=`, `version=`, `machine=` lines), for a restore kernel booting the same
-/// initramfs (its own uname differs; ondevice::system::image_kernel reads it).
+/// initramfs (its own uname differs; devsys::system::image_kernel reads it).
 fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleError> {
     let arch = opts.kernel.arch;
     let kernel = kernel_image_in(&opts.out, arch);
@@ -519,8 +519,8 @@ fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleErro
     let image = fs::read(&kernel).map_err(io(&kernel))?;
     Ok(
         crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
-            ondevice::bootloader::restore_kernel::image_kernel_record(
-                &ondevice::bootloader::restore_kernel::Uname {
+            devinstall::bootloader::restore_kernel::image_kernel_record(
+                &devinstall::bootloader::restore_kernel::Uname {
                     release: opts.kernel.release.clone(),
                     version,
                     machine: arch.uname_machine().to_string(),

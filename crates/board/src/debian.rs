@@ -23,7 +23,7 @@
 
 use crate::modules::{ModuleError, ModuleTree};
 use crate::workload::InitKind;
-use ondevice::install::Generator;
+use devinstall::install::Generator;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -384,12 +384,12 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
     fs::write(&conf, named).map_err(io(&conf))?;
     write(
         stage,
-        ondevice::install::DROPIN_PATH,
-        &ondevice::install::after_dropin(&[APP_UNIT.to_string()]),
+        devinstall::install::DROPIN_PATH,
+        &devinstall::install::after_dropin(&[APP_UNIT.to_string()]),
     )?;
     write(
         stage,
-        ondevice::install::STORE_MODULES_PATH,
+        devinstall::install::STORE_MODULES_PATH,
         "virtio_pci\nvirtio_blk\n",
     )
 }

@@ -1,6 +1,6 @@
 //! The Debian package `snapboot_VERSION_ARCH.deb`, built from a static device binary with
 //! `dpkg-deb` alone (no debhelper, so `make deb` needs nothing beyond dpkg), holding the
-//! files `ondevice::install::files` lists at their package paths:
+//! files `devinstall::install::files` lists at their package paths:
 //!
 //! ```text
 //!   /usr/sbin/snapboot                             the static device binary
@@ -22,7 +22,7 @@
 //! dracut both take, once at the end of the dpkg run (packaging/deb/postinst says more).
 
 use crate::Arch;
-use ondevice::install::files::{BINARY_PATH, SHIPPED};
+use devinstall::install::files::{BINARY_PATH, SHIPPED};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -598,7 +598,7 @@ mod tests {
             assert!(on(need), "{need}");
         }
         assert_eq!(kconfig::value(FRAGMENT, "MODULES"), Some(Value::NotSet));
-        // ondevice::system::RESTORE_KERNEL_SUFFIX recognises a restore kernel by this.
+        // devsys::system::RESTORE_KERNEL_SUFFIX recognises a restore kernel by this.
         assert_eq!(
             kconfig::value(FRAGMENT, "LOCALVERSION"),
             Some(Value::Str(bootparams::RESTORE_KERNEL_SUFFIX))

@@ -87,7 +87,7 @@ pub const PACK_NAME: &str = "snapboot-pack";
 /// The restore kernel on the ESP, as GRUB sees it.
 pub const RESTORE_KERNEL_ON_ESP: &str = "/snapboot-restore-kernel";
 /// The restore kernel's entry id (42_snapboot writes it, the default).
-pub const RESTORE_ENTRY: &str = ondevice::bootloader::restore_kernel::ENTRY;
+pub const RESTORE_ENTRY: &str = devinstall::bootloader::restore_kernel::ENTRY;
 /// The normal entry's id (`42_snapboot` on a board).
 pub const NORMAL_ENTRY: &str = "snapboot";
 /// The capture entry's id.

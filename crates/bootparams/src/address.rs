@@ -11,7 +11,7 @@
 //! LABEL=factory                                  the store's own label (`store init --label`)
 //! ```
 //!
-//! Resolving an address to a device is the device's business (`ondevice::locate`).
+//! Resolving an address to a device is the device's business (`devsys::locate`).
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;

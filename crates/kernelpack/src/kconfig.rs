@@ -1,6 +1,6 @@
 //! A kernel configuration's lines (a whole `.config` or a fragment given to
 //! `KCONFIG_ALLCONFIG`), without `std`: the one reading of them for every crate. The device
-//! checks its kernel's `.config` with it (`ondevice::kernel_config`), the board checks a
+//! checks its kernel's `.config` with it (`kernelcheck::config`), the board checks a
 //! restore kernel's `.config` against its fragment and reads the uts version's words.
 //!
 //! ```text

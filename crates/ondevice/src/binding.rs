@@ -76,7 +76,7 @@ pub struct BlockMount {
 /// the root filesystem first). Mounts of major 0 (tmpfs, proc, overlay...) are skipped.
 pub fn block_mounts(mountinfo: &str) -> Vec<BlockMount> {
     let mut out: Vec<BlockMount> = Vec::new();
-    for m in crate::system::parse_mountinfo(mountinfo) {
+    for m in devsys::system::parse_mountinfo(mountinfo) {
         if m.major == 0 || out.iter().any(|b| (b.major, b.minor) == (m.major, m.minor)) {
             continue;
         }
@@ -280,7 +280,7 @@ pub fn observe(
     let mut devices = Vec::new();
     for d in &image.devices {
         let path = dev.join(&d.device);
-        let (bytes, digest) = if crate::system::wait_for_node(&path, wait) {
+        let (bytes, digest) = if devsys::system::wait_for_node(&path, wait) {
             fingerprint(&path)?
         } else {
             (0, [0; 32])

@@ -33,7 +33,7 @@ pub const EXIT_NOT_RESTORED: u8 = 4;
 pub const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
 /// ... and when it did not: only a node a built-in or already loaded driver made is there.
 pub const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
-pub use crate::locate::NODE_WAIT;
+pub use devsys::locate::NODE_WAIT;
 
 /// What a power-on with this command line does, before any filesystem is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +95,7 @@ pub fn power_on(settings: &Settings) -> PowerOn {
 /// it; so does a restore that asks for it, and one from a store whose node does not appear
 /// in time: within [`BEFORE_UDEV_WAIT`] when the initramfs loaded the store's drivers
 /// (`store_modules_loaded`), [`BEFORE_UDEV_WAIT_UNKNOWN`] otherwise (`appears` waits, and
-/// says whether the address resolved: [`crate::locate::resolve`], where two matching
+/// says whether the address resolved: [`devsys::locate::resolve`], where two matching
 /// devices count as there, since waiting for udev would not change that).
 pub fn before_udev(
     settings: &Settings,
@@ -151,11 +151,11 @@ pub enum ResumeRequest {
 /// [`EXIT_NOT_RESTORED`], or [`EXIT_AFTER_UDEV`].
 pub fn run_resume(req: ResumeRequest) -> u8 {
     let started = Instant::now();
-    let cmdline = crate::system::kernel_cmdline();
+    let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
-        let modules = Path::new("/").join(crate::install::STORE_MODULES_PATH);
-        let appears = |a: &StoreAddress, wait| match crate::locate::resolve(a, wait) {
+        let modules = Path::new("/").join(devinstall::install::STORE_MODULES_PATH);
+        let appears = |a: &StoreAddress, wait| match devsys::locate::resolve(a, wait) {
             Ok(at) => at.path.exists(),
             Err(e) => !e.is_missing(),
         };
@@ -194,7 +194,7 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
     if status.outcome == Outcome::Fallback && !status.handed_over {
         print_marker(Marker::Fallback, status.reason.as_deref());
     }
-    let release = crate::system::running_release();
+    let release = devsys::system::running_release();
     if let Some(pack) = hand_over_pack(&cmdline, &release) {
         let why = status
             .reason
@@ -249,7 +249,7 @@ fn carry_out(
         }
         PowerOn::Cold(why) => cold(Outcome::Fallback, why),
         PowerOn::KernelNative(dev) => {
-            crate::system::wait_for_node(&dev, NODE_WAIT);
+            devsys::system::wait_for_node(&dev, NODE_WAIT);
             let why = match crate::kernel_native::resume(&dev) {
                 Ok(()) => "kernel-native: no hibernation image on the swap device".to_string(),
                 Err(e) => format!("kernel-native: {}", chain(&e)),
@@ -335,7 +335,7 @@ fn handed_over_status(params: &BootParams) -> (BootStatus, String) {
     };
     let by = handed_over_by(&s.kernel);
     s.handed_over = true;
-    s.kernel = crate::system::running_release();
+    s.kernel = devsys::system::running_release();
     if s.recapture == Recapture::Planned || s.recapture == Recapture::Off {
         let held = Held::empty_if(s.refused.is_empty());
         s.recapture = recapture_after(&s.refused, held, policy(params));
@@ -490,7 +490,7 @@ pub enum Ready {
 /// the `capture-failed` marker too.
 pub fn run_ready() -> Result<Ready, ReadyError> {
     crate::guest::ready();
-    let cmdline = crate::system::kernel_cmdline();
+    let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     let (result, powers_off) = match at_ready(&cmdline, &settings) {
         AtReady::Nothing => match &settings {
@@ -538,8 +538,8 @@ pub fn run_ready() -> Result<Ready, ReadyError> {
 fn start_outcome_target() {
     let outcome = crate::status::read().map_or(Outcome::Cold, |s| s.outcome);
     let target = match outcome {
-        Outcome::Fallback => crate::install::FALLBACK_TARGET_NAME,
-        _ => crate::install::COLD_TARGET_NAME,
+        Outcome::Fallback => devinstall::install::FALLBACK_TARGET_NAME,
+        _ => devinstall::install::COLD_TARGET_NAME,
     };
     match crate::restore::start_target(target) {
         None => {}

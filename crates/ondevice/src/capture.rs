@@ -7,18 +7,18 @@
 //! its caller, so the application knows it was snapshot-booted.
 
 use crate::capture_mounts::{self, MountPlan, RemountError};
-use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
-use crate::lockdown::LockedDown;
 use crate::restore::{after_restore, RestoreReport};
-use crate::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use crate::store::StoreUseError;
-use crate::system::{
-    check_running_page_size, parse_mountinfo, running_identity, UnsupportedPageSize,
-};
 use bootparams::StoreAddress;
 use boottrace::{error_chain as chain, Marker};
+use devsys::devicetree::{boot_device_tree, DeviceTreeError};
+use devsys::lockdown::LockedDown;
+use devsys::snapshot::{CreateResult, SnapshotDev, SnapshotError};
+use devsys::system::{
+    check_running_page_size, parse_mountinfo, running_identity, UnsupportedPageSize,
+};
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
 use std::path::{Path, PathBuf};
@@ -30,7 +30,7 @@ pub use bootparams::Then;
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
     /// The store's address: a block device or file, or how to find one
-    /// ([`crate::locate`], waiting up to [`crate::locate::NODE_WAIT`] for it).
+    /// ([`devsys::locate`], waiting up to [`devsys::locate::NODE_WAIT`] for it).
     pub store: StoreAddress,
     /// After the image is written.
     pub then: Then,
@@ -188,7 +188,7 @@ fn mount_plan() -> MountPlan {
 }
 
 /// Names the mounts of `mounts` for the `remount` marker.
-fn mount_list(mounts: &[crate::system::Mount]) -> String {
+fn mount_list(mounts: &[devsys::system::Mount]) -> String {
     let names: Vec<String> = mounts
         .iter()
         .map(|m| format!("{} ({} on {})", m.source, m.fstype, m.target))
@@ -199,7 +199,7 @@ fn mount_list(mounts: &[crate::system::Mount]) -> String {
 /// Runs a capture; see the module docs.
 pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     check_running_page_size().map_err(CaptureError::PageSize)?;
-    crate::lockdown::check_running().map_err(CaptureError::Lockdown)?;
+    devsys::lockdown::check_running().map_err(CaptureError::Lockdown)?;
     let mounts = mount_plan();
     if let (false, Some(m)) = (o.force, mounts.refused.first()) {
         return Err(CaptureError::WritableMount {
@@ -220,7 +220,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     let identity = running_identity(&boot_device_tree().map_err(CaptureError::DeviceTree)?);
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
-    let (store, at) = crate::store::open_address(&o.store, crate::locate::NODE_WAIT, true)?;
+    let (store, at) = crate::store::open_address(&o.store, devsys::locate::NODE_WAIT, true)?;
     capture_mounts::remount_read_only(&mounts).map_err(CaptureError::Remount)?;
     if !mounts.remount.is_empty() {
         let list = mount_list(&mounts.remount);
@@ -261,7 +261,7 @@ enum Taken {
 fn take_image(
     o: &CaptureOptions,
     mut store: flashstore::Store<std::fs::File>,
-    at: &crate::locate::Located,
+    at: &devsys::locate::Located,
     binding: snapimg::Binding,
     identity: snapimg::Identity,
 ) -> Result<Taken, CaptureError> {
@@ -316,7 +316,7 @@ fn take_image(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     // The image can take at most the memory in use, uncompressed, plus its swap region.
-    let need = crate::system::used_memory()
+    let need = devsys::system::used_memory()
         .unwrap_or(u64::MAX)
         .saturating_add(o.lazy.as_ref().and_then(|l| l.region_bytes).unwrap_or(0));
     let reclaimed = crate::store::reclaim_if_low(&mut store, need).map_err(StoreUseError::from)?;
@@ -462,7 +462,7 @@ fn take_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::SnapshotError;
+    use devsys::snapshot::SnapshotError;
 
     fn enomem() -> std::io::Error {
         std::io::Error::from_raw_os_error(libc::ENOMEM)
@@ -495,7 +495,7 @@ mod tests {
                 path: "/sys/block/zram1".into(),
                 err: enomem(),
             }),
-            CaptureError::Teardown(LazyError::Dm(crate::dm::DmError::Node {
+            CaptureError::Teardown(LazyError::Dm(devsys::dm::DmError::Node {
                 path: "/dev/mapper/snapboot-swap".into(),
                 err: enomem(),
             })),

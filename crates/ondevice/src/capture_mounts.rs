@@ -12,7 +12,7 @@
 //!
 //! The remounts are mount(2) with `MS_REMOUNT` ([`remount`]), keeping the mount's own flags.
 
-use crate::system::Mount;
+use devsys::system::Mount;
 use rustix::mount::{mount_remount, MountFlags};
 
 /// Filesystem types capture remounts read-only instead of refusing.
@@ -110,7 +110,7 @@ pub fn remount_read_write(mounts: &[Mount]) -> Vec<RemountError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::parse_mountinfo;
+    use devsys::system::parse_mountinfo;
 
     const MOUNTINFO: &str = "\
 22 1 254:0 / / ro,relatime - squashfs /dev/vda ro

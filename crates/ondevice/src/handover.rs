@@ -12,8 +12,8 @@
 //! stock kernel:   /init (modules) -> snapboot resume: handed over -> cold boot -> ready
 //! ```
 
-use crate::sys::kexec;
-use crate::system::wait_for_node;
+use devsys::sys::kexec;
+use devsys::system::wait_for_node;
 use kernelpack::PackError;
 use std::ffi::CString;
 use std::io::Write;

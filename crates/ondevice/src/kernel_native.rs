@@ -5,9 +5,9 @@
 //! Only the benchmark uses this; snapboot's own path goes through `/dev/snapshot`.
 
 use crate::guest::print_marker;
-use crate::sys::swap::swapon;
-use crate::sys::DevNum;
 use boottrace::Marker;
+use devsys::sys::swap::swapon;
+use devsys::sys::DevNum;
 use std::path::Path;
 
 /// Errors of the kernel-native path.

@@ -42,10 +42,10 @@
 //! (`flashstore::Store::reserve_raw`), so every committed image, and its own swap region,
 //! stays intact until the new one is committed.
 
-use crate::dm::{Control, DevNum, DmError, Target, SECTOR};
 use crate::profile::{self, PageSet};
-use crate::sys::swap::{swapoff, swapon, MAX_PRIORITY};
-use crate::sys::MemoryLock;
+use devsys::dm::{Control, DevNum, DmError, Target, SECTOR};
+use devsys::sys::swap::{swapoff, swapon, MAX_PRIORITY};
+use devsys::sys::MemoryLock;
 use snapimg::{swap_header, verity, SwapRegion, SwapVerity, PAGE_SIZE};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
@@ -340,7 +340,7 @@ pub fn prepare(
     let _ = std::fs::write("/sys/module/zswap/parameters/enabled", "N\n");
     // Which parts of the region swap writes to, so the tree covers exactly those.
     let written = if opts.verity {
-        match crate::dm::Stats::create(&ctl, ORIGIN_NAME, STATS_AREAS) {
+        match devsys::dm::Stats::create(&ctl, ORIGIN_NAME, STATS_AREAS) {
             Ok(s) => Some(s),
             Err(e) => {
                 undo_all(&ctl, false);
@@ -558,7 +558,7 @@ const SECTORS_PER_PAGE: u64 = PAGE_SIZE as u64 / SECTOR;
 
 /// The end, in pages, of the last area of the swap area that was written (at least the
 /// header page), capped at `pages`.
-fn written_pages(areas: &[crate::dm::AreaCounters], pages: u64) -> u64 {
+fn written_pages(areas: &[devsys::dm::AreaCounters], pages: u64) -> u64 {
     let end_sector = areas
         .iter()
         .filter(|a| a.write_sectors > 0)

@@ -99,7 +99,7 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
     s.outcome = Outcome::Restored;
     s.confirm_by = params.confirm.word().into();
     s.confirmed = confirm && s.image.is_some();
-    s.kernel = crate::system::running_release();
+    s.kernel = devsys::system::running_release();
     s
 }
 

@@ -309,7 +309,7 @@ pub fn add_from_cmdline() -> Result<Option<Report>, MemoryError> {
         return Ok(None);
     };
     // Best effort: at normal priority it would still work, only compete with the app.
-    let _ = crate::sys::mm::idle_priority();
+    let _ = devsys::sys::mm::idle_priority();
     let r = add(Path::new(MEMORY_SYS), &plan, &load_driver, &driver_loaded)?;
     let marker = if r.complete() {
         Marker::Memory

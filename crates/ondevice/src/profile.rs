@@ -29,8 +29,8 @@
 //! in and for images captured from it, which is exactly what a re-capture from a restored
 //! system is. Memory of tmpfs files (shmem) has no pagemap entries and is not profiled.
 
-use crate::sys::mm::{Pidfd, MADV_PAGEOUT, MADV_WILLNEED};
 use boottrace::Marker;
+use devsys::sys::mm::{Pidfd, MADV_PAGEOUT, MADV_WILLNEED};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -249,7 +249,7 @@ pub fn own_resident() -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for (start, end) in own_readable(&maps) {
         let pages = (end - start) / PAGE;
-        let Ok(v) = crate::sys::mm::mincore(start, pages) else {
+        let Ok(v) = devsys::sys::mm::mincore(start, pages) else {
             continue;
         };
         out.extend(runs(
@@ -412,7 +412,7 @@ pub struct BringIn {
 /// that does not wait).
 ///
 /// With `wait`, the profile's private anonymous pages are then written back unchanged while
-/// the process is held still ([`crate::sys::mm::Stopped`]): a page read back is mapped
+/// the process is held still ([`devsys::sys::mm::Stopped`]): a page read back is mapped
 /// read-only, and the application's first write to each would be one more fault after the
 /// restore (the image keeps the page tables as they are).
 pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
@@ -425,8 +425,9 @@ pub fn bring_in(p: &PageSet, wait: bool) -> BringIn {
                 let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
                 let writable = intersect(ranges, &pages_of(&writable_anon(&maps)));
                 if !writable.is_empty() {
-                    if let Ok(held) = crate::sys::mm::Stopped::stop(*pid) {
-                        let _ = crate::sys::mm::rewrite_in_place(&held, *pid, &to_bytes(&writable));
+                    if let Ok(held) = devsys::sys::mm::Stopped::stop(*pid) {
+                        let _ =
+                            devsys::sys::mm::rewrite_in_place(&held, *pid, &to_bytes(&writable));
                     }
                 }
             }

@@ -4,9 +4,9 @@
 //! the kernel RNG with fresh entropy and runs the hook directory.
 
 use crate::guest::print_marker;
-use crate::install::RESTORED_TARGET_NAME;
-use crate::sys::random::{cpu_random, RandomDev};
 use boottrace::Marker;
+use devinstall::install::RESTORED_TARGET_NAME;
+use devsys::sys::random::{cpu_random, RandomDev};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -35,7 +35,7 @@ pub struct RestoreReport {
 
 /// Runs every post-restore step and prints the `restored` marker.
 pub fn after_restore() -> RestoreReport {
-    let cmdline = crate::system::kernel_cmdline();
+    let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     let params = crate::settings::for_the_record(&settings, &cmdline);
     let profile_check = params.profile_check;
@@ -270,7 +270,7 @@ pub fn run_hooks(dir: &Path) -> Vec<(String, i32)> {
 /// Drops the kernel's cached blocks of a block device (no-op for plain files).
 pub fn flush_block_cache(path: &Path) {
     // Best effort: BLKFLSBUF needs CAP_SYS_ADMIN, which capture (run as root) has.
-    let _ = crate::sys::block::flush_buffers(path);
+    let _ = devsys::sys::block::flush_buffers(path);
 }
 
 #[cfg(test)]

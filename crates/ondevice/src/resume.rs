@@ -2,7 +2,7 @@
 //! the store, validate it, stream its pages into `/dev/snapshot`, freeze, atomically restore.
 //!
 //! Every check happens before the kernel is asked to restore anything: the kernel's lockdown
-//! state first (lockdown disables hibernation, [`crate::lockdown`]), the store by its magic, then per image (newest first, or those asked for) its signature when a key is
+//! state first (lockdown disables hibernation, [`devsys::lockdown`]), the store by its magic, then per image (newest first, or those asked for) its signature when a key is
 //! configured, its description (kernel identity, RAM size, memory layout, binding, swap
 //! region, stream length) up front, the stream's header page (arm64: the kernel build and
 //! the CPU it names) before the first page, and each chunk's checksum before any of its
@@ -15,16 +15,16 @@
 use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
 };
-use crate::devicetree::{boot_device_tree, DeviceTreeError};
 use crate::guest::print_marker;
-use crate::snapshot::{SnapshotDev, SnapshotError};
 use crate::status::{ImageRef, Outcome, Refused as StatusRefused};
 use crate::store::StoreUseError;
-use crate::system::{check_running_page_size, running_identity, UnsupportedPageSize};
 use admission::{Candidate, Expected, Refused, Rules, Sealing, Trust, Trusted};
 use bootparams::StoreAddress;
 use boottrace::error_chain as chain;
 use boottrace::Marker;
+use devsys::devicetree::{boot_device_tree, DeviceTreeError};
+use devsys::snapshot::{SnapshotDev, SnapshotError};
+use devsys::system::{check_running_page_size, running_identity, UnsupportedPageSize};
 use flashstore::{Medium, StoreError};
 use snapimg::{Binding, BootSetup, Page, StreamHeader, SwapRegion, PAGE_SIZE};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ pub enum ResumeError {
     DeviceTree(#[source] DeviceTreeError),
     /// The kernel is locked down, which disables hibernation.
     #[error("refusing to resume")]
-    Lockdown(#[source] crate::lockdown::LockedDown),
+    Lockdown(#[source] devsys::lockdown::LockedDown),
     /// The kernel refused the restore itself.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
@@ -328,16 +328,16 @@ fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
 /// machine's RAM and memory layout, and its CPUs.
 fn observe_expected() -> Result<Expected, ResumeError> {
     let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
-    let record = std::fs::read_to_string(crate::system::IMAGE_KERNEL_RECORD).ok();
+    let record = std::fs::read_to_string(devsys::system::IMAGE_KERNEL_RECORD).ok();
     Ok(Expected::observed(
-        crate::system::image_kernel(running_identity(&dt), record.as_deref()),
+        devsys::system::image_kernel(running_identity(&dt), record.as_deref()),
         dt.cpus,
     ))
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
     print_marker(Marker::ResumeStart, Some(&o.store.to_string()));
-    crate::lockdown::check_running().map_err(ResumeError::Lockdown)?;
+    devsys::lockdown::check_running().map_err(ResumeError::Lockdown)?;
     resume_store(o)
 }
 

@@ -19,7 +19,7 @@ pub type Settings = Result<BootParams, SettingsError>;
 /// The settings in effect now: the config file at [`CONFIG_PATH`] (none is fine) under
 /// `/proc/cmdline`.
 pub fn load() -> Settings {
-    load_from(&crate::system::kernel_cmdline(), Path::new(CONFIG_PATH))
+    load_from(&devsys::system::kernel_cmdline(), Path::new(CONFIG_PATH))
 }
 
 /// The settings of `cmdline` with the config file at `path`.

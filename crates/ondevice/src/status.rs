@@ -73,7 +73,7 @@ pub fn new(outcome: Outcome, params: &BootParams) -> BootStatus {
         outcome,
         params.attempts,
         params.confirm.word(),
-        crate::system::running_release(),
+        devsys::system::running_release(),
     );
     s.written_unix = now_unix();
     s

@@ -7,9 +7,9 @@
 //! partition of something else, an old two-slot store) is refused before anything is
 //! written to it. Only `snapboot store init` lays out a new one.
 
-use crate::locate::{LocateError, Located};
-use crate::snapshot::{SnapshotDev, SnapshotError};
 use bootparams::StoreAddress;
+use devsys::locate::{LocateError, Located};
+use devsys::snapshot::{SnapshotDev, SnapshotError};
 use flashstore::{Committed, ImageRec, Store, StoreError, WriteOptions};
 use imagekey::{KeyError, PublicKey, SecretKey};
 use snapimg::{Description, DescriptionError, PAGE_SIZE};
@@ -77,7 +77,7 @@ pub fn open_store(path: &Path, rw: bool) -> Result<Store<File>, StoreUseError> {
     open_named(path, path.display().to_string(), rw)
 }
 
-/// Finds the store at `address` ([`crate::locate::resolve`], waiting up to `wait` for its
+/// Finds the store at `address` ([`devsys::locate::resolve`], waiting up to `wait` for its
 /// device) and opens it as [`open_store`] does; every error names the address and what it
 /// resolved to. Returns the store and where it is.
 pub fn open_address(
@@ -85,7 +85,7 @@ pub fn open_address(
     wait: Duration,
     rw: bool,
 ) -> Result<(Store<File>, Located), StoreUseError> {
-    let at = crate::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
+    let at = devsys::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
         address: address.clone(),
         source,
     })?;
@@ -110,7 +110,7 @@ pub fn update_boot_log<T>(
     wait: Duration,
     change: impl FnOnce(&mut flashstore::BootLog) -> T,
 ) -> Result<T, StoreUseError> {
-    let at = crate::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
+    let at = devsys::locate::resolve(address, wait).map_err(|source| StoreUseError::Locate {
         address: address.clone(),
         source,
     })?;

@@ -20,7 +20,7 @@
 //! Only the primary GPT header is read; a disk whose primary header or entries fail their
 //! CRC32 has no GPT here.
 //!
-//! `no_std` with `alloc`: the device finds its store with it (`ondevice::locate`), and so
+//! `no_std` with `alloc`: the device finds its store with it (`devsys::locate`), and so
 //! does the freestanding restorer on the PC's virtio disks.
 #![cfg_attr(not(test), no_std)]
 

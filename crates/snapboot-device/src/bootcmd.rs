@@ -275,7 +275,7 @@ pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
 
 /// `snapboot capture --next-boot`: the boot loader's capture entry, once.
 fn next_boot_capture(boot_dir: Option<&std::path::Path>) -> Result<ExitCode> {
-    let loader = ondevice::bootloader::Loader::detect(std::path::Path::new("/"), boot_dir)?;
+    let loader = devinstall::bootloader::Loader::detect(std::path::Path::new("/"), boot_dir)?;
     println!("{}", loader.request_capture()?);
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 //! the table both it and the host's `check-kernel` print.
 
 use anyhow::Result;
-use ondevice::kernel_check::{KernelCheck, Verdict};
+use kernelcheck::check::{KernelCheck, Verdict};
 use std::process::ExitCode;
 
 use crate::exit::Exit;
@@ -48,7 +48,7 @@ pub fn status(blocked: bool) -> ExitCode {
 
 /// `snapboot check`: exit 0 when snapshot boot can work, [`Exit::Blocked`] otherwise.
 pub fn check(a: CheckArgs) -> Result<ExitCode> {
-    let report = ondevice::kernel_check::running();
+    let report = kernelcheck::check::running();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(status(report.blocked()));

@@ -39,7 +39,7 @@ pub fn config(c: ConfigCmd) -> Result<ExitCode> {
     match c {
         ConfigCmd::Check { file, cmdline } => {
             let path = file.unwrap_or_else(|| CONFIG_PATH.into());
-            let cmdline = cmdline.unwrap_or_else(ondevice::system::kernel_cmdline);
+            let cmdline = cmdline.unwrap_or_else(devsys::system::kernel_cmdline);
             let file = ConfigFile::read(&path)?;
             match &file {
                 Some(f) => println!("{}: {} setting(s), valid", path.display(), f.entries.len()),
@@ -59,7 +59,7 @@ pub fn config(c: ConfigCmd) -> Result<ExitCode> {
 /// `snapboot config words` (a fast path: the board's `/init` runs it on every cold boot).
 pub fn words() -> Result<ExitCode> {
     let path = std::path::Path::new(CONFIG_PATH);
-    let e = config::load(&ondevice::system::kernel_cmdline(), path)?;
+    let e = config::load(&devsys::system::kernel_cmdline(), path)?;
     println!("{}", e.params.render().join(" "));
     Ok(Exit::Success.into())
 }

@@ -111,4 +111,13 @@ mod tests {
             assert_eq!(line, format!("  {}  {}", e.code(), e.meaning()), "{e:?}");
         }
     }
+
+    /// The initramfs script that runs `resume --before-udev` tries again after udev on
+    /// exactly [`Exit::AfterUdev`]'s status.
+    #[test]
+    fn the_init_script_tests_for_the_after_udev_status() {
+        let after_udev = Exit::AfterUdev.code();
+        let test = format!("[ $? -eq {after_udev} ] || ");
+        assert!(devinstall::install::INIT_MARKER.contains(&test));
+    }
 }

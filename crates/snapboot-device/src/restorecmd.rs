@@ -1,5 +1,5 @@
 //! `snapboot restore-kernel`: the restore kernel as GRUB's default entry on the device
-//! (`ondevice::bootloader::restore_kernel` has the files and their checks). `install` puts the
+//! (`devinstall::bootloader::restore_kernel` has the files and their checks). `install` puts the
 //! kernel in /boot, writes the image kernel's record and 42_snapboot's, rebuilds the stock
 //! kernel's initramfs (which then carries the record), writes that kernel and initramfs as
 //! the kernel pack to the pack partition, and runs `update-grub`; `remove` undoes it all but
@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use bootparams::StoreAddress;
 use clap::{Args, Subcommand};
-use ondevice::bootloader::restore_kernel::{self as rk, Uname};
+use devinstall::bootloader::restore_kernel::{self as rk, Uname};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -44,7 +44,7 @@ pub fn restore_kernel(cmd: RestoreKernelCmd) -> Result<ExitCode> {
     let stock = Uname::running();
     match cmd {
         RestoreKernelCmd::Install(a) => {
-            let pack = ondevice::locate::resolve(&a.pack, std::time::Duration::ZERO)
+            let pack = devsys::locate::resolve(&a.pack, std::time::Duration::ZERO)
                 .with_context(|| format!("pack partition {}", a.pack))?;
             let (kernel, initrd) = rk::stock_files(root, &stock)?;
             let w = rk::write_files(root, &a.kernel, &stock, &pack.path)?;
@@ -75,7 +75,7 @@ pub fn restore_kernel(cmd: RestoreKernelCmd) -> Result<ExitCode> {
 
 /// Rebuilds the initramfs of kernel `release` with the system's generator.
 fn rebuild_initramfs(root: &Path, release: &str) -> Result<()> {
-    let g = ondevice::install::system::generator(root)
+    let g = devinstall::install::system::generator(root)
         .context("no initramfs-tools or dracut: the initramfs cannot carry the record")?;
     run(&g.rebuild_release_command(release))
 }

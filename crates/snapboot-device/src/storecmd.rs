@@ -5,9 +5,9 @@ use anyhow::{bail, Context, Result};
 use bootparams::parse_size;
 use bootparams::StoreAddress;
 use clap::{Args, Subcommand};
+use devsys::locate::Located;
 use flashstore::{ChunkCheck, FormatOptions, ImageRec, Label, Store, BLOCK};
 use imagekey::SecretKey;
-use ondevice::locate::Located;
 use ondevice::store::{open_address, sign_image, StoreUseError};
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
@@ -185,7 +185,7 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
 
 /// Where a command's store is: `dev` resolved now (a command does not wait for devices).
 fn resolve(dev: &StoreAddress) -> Result<Located> {
-    ondevice::locate::resolve(dev, Duration::ZERO).with_context(|| format!("store {dev}"))
+    devsys::locate::resolve(dev, Duration::ZERO).with_context(|| format!("store {dev}"))
 }
 
 /// Opens a command's store: `dev` resolved now, then opened by its magic.

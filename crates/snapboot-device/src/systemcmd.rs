@@ -144,7 +144,7 @@ pub fn profile(c: ProfileCmd) -> Result<ExitCode> {
 
 /// `snapboot install`.
 pub fn install(a: InstallArgs) -> Result<ExitCode> {
-    use ondevice::install::{self, Content};
+    use devinstall::install::{self, Content};
     let running = a.root == std::path::Path::new("/");
     if !a.uninstall && install::system::package_installed(&a.root, install::system::PACKAGE) {
         // Said before anything else is looked at.
@@ -170,7 +170,7 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
     let mut store_modules = a.store_module.clone();
     if let Some(address) = &a.store {
-        let at = ondevice::locate::resolve(address, std::time::Duration::ZERO)
+        let at = devsys::locate::resolve(address, std::time::Duration::ZERO)
             .with_context(|| format!("store {address}"))?;
         let found = install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
         println!(
@@ -256,7 +256,7 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
 
 /// Rebuilds the running kernel's initramfs with the system's generator, and has systemd
 /// read the units again.
-fn rebuild_initramfs(g: ondevice::install::Generator) -> Result<()> {
+fn rebuild_initramfs(g: devinstall::install::Generator) -> Result<()> {
     if std::path::Path::new("/run/systemd/system").is_dir() {
         let _ = std::process::Command::new("systemctl")
             .arg("daemon-reload")

@@ -1,19 +1,19 @@
 //! A kernel's build configuration judged for snapshot boot and boot time. The config itself
-//! and what snapshot boot needs of it are the device's ([`ondevice::kernel_config`],
-//! [`ondevice::kernel_check::requirements`], the list `snapboot check` uses on the device);
+//! and what snapshot boot needs of it are the device's ([`kernelcheck::config`],
+//! [`kernelcheck::check::requirements`], the list `snapboot check` uses on the device);
 //! this module adds the boot-time advice and reads the file the host names ([`load_config`]).
 
 use std::path::Path;
 
 use crate::error::AnalyzeError;
-pub use ondevice::kernel_check::{CheckArea, KernelCheck, Verdict};
-pub use ondevice::kernel_config::{ConfigValue, KernelConfig, PROC_CONFIG};
+pub use kernelcheck::check::{CheckArea, KernelCheck, Verdict};
+pub use kernelcheck::config::{ConfigValue, KernelConfig, PROC_CONFIG};
 
 /// Reads a kernel config: `path`, or [`PROC_CONFIG`] when `None`; gzip is recognised by its
 /// magic bytes.
 pub fn load_config(path: Option<&Path>) -> Result<KernelConfig, AnalyzeError> {
     let path = path.unwrap_or(Path::new(PROC_CONFIG));
-    Ok(ondevice::kernel_config::load(path)?)
+    Ok(kernelcheck::config::load(path)?)
 }
 
 /// Checks `.config` text (see [`check_config`]).
@@ -24,7 +24,7 @@ pub fn check_kernel(config_text: &str) -> Vec<KernelCheck> {
 /// Checks a config for snapshot boot (the device's list) and boot time; one entry per
 /// relevant option.
 pub fn check_config(cfg: &KernelConfig) -> Vec<KernelCheck> {
-    let mut out = ondevice::kernel_check::requirements(cfg);
+    let mut out = kernelcheck::check::requirements(cfg);
     out.extend(boot_time(cfg));
     out
 }

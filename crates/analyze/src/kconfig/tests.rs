@@ -1,10 +1,10 @@
 //! Tests of the kernel-config checks.
 
 use super::*;
-use ondevice::kernel_check::verdict_of as verdict;
+use kernelcheck::check::verdict_of as verdict;
 
 /// Boot-time options a fast-booting kernel has (the snapshot requirements are tested with
-/// the device's list, `ondevice::kernel_check`).
+/// the device's list, `kernelcheck::check`).
 const GOOD: &str = "\
 CONFIG_PRINTK_TIME=y
 CONFIG_KERNEL_LZ4=y
@@ -54,7 +54,7 @@ fn blockers_and_warnings() {
     let snapshot = checks.iter().take_while(|c| c.area == CheckArea::Snapshot);
     assert_eq!(
         snapshot.count(),
-        ondevice::kernel_check::requirements(&KernelConfig::parse("")).len(),
+        kernelcheck::check::requirements(&KernelConfig::parse("")).len(),
         "the device's list, whole"
     );
 }

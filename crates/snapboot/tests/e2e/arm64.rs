@@ -314,7 +314,7 @@ fn request_offset(disk: &Path) -> usize {
 fn request_area(disk: &Path) -> Vec<u8> {
     let at = request_offset(disk);
     let data = std::fs::read(disk).unwrap();
-    data[at..at + ondevice::bootloader::uboot::AREA_BYTES].to_vec()
+    data[at..at + devinstall::bootloader::uboot::AREA_BYTES].to_vec()
 }
 
 /// What U-Boot says when `env import -c` finds a damaged environment.
@@ -324,7 +324,7 @@ const BAD_CRC: &str = "bad CRC, import failed";
 /// its warning for a variable `env import` was asked for and did not find. A normal boot
 /// says neither.
 fn env_complaints(s: &board::qemu::Session) -> Vec<String> {
-    let warning = format!("'{}' neither", ondevice::bootloader::uboot::ONCE_VAR);
+    let warning = format!("'{}' neither", devinstall::bootloader::uboot::ONCE_VAR);
     s.timeline()
         .lines
         .iter()
@@ -377,7 +377,7 @@ fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
     s.wait_exit(Duration::from_secs(60)).unwrap();
     s.finish(boottrace::Outcome::Ready);
     assert!(
-        ondevice::bootloader::uboot::requested(&request_area(&disk)),
+        devinstall::bootloader::uboot::requested(&request_area(&disk)),
         "no request in the ubootenv partition"
     );
 

@@ -4,15 +4,15 @@
 //!
 //! It runs before udev and without blkid: it lists `/sys/class/block`, reads a partition's
 //! number (`partition`), its parent disk (the directory above it) and first sector (`start`),
-//! reads the parent disk's partition table itself ([`crate::parttable`], CRC32-checked GPT or
+//! reads the parent disk's partition table itself ([`parttable`], CRC32-checked GPT or
 //! MBR) and opens the kernel's own node (`/dev/NAME`, devtmpfs). For `LABEL=` it reads the
 //! superblocks of every block device with a size. Disks appear while drivers probe, so it
 //! polls until one device matches or the wait is over; two devices that match are an error
 //! naming both, none an error naming what was searched. What is found is then opened as a
 //! store by its magic as before: resolving never writes, and never makes a device a store.
 
-use crate::parttable::{read_table, Table, TableError};
 use bootparams::StoreAddress;
+use parttable::{read_table, Table, TableError};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -285,7 +285,7 @@ fn disk_table(roots: &Roots, disk_sys: &Path, disk: &str) -> Result<Table, Table
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parttable::testdisk::gpt;
+    use parttable::testdisk::gpt;
 
     const STORE_UUID: &str = "5c3a0f6e-1d2b-4c8e-9f00-0123456789ab";
     const OTHER_UUID: &str = "00112233-4455-6677-8899-aabbccddeeff";

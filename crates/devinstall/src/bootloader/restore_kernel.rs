@@ -30,7 +30,7 @@ pub const KERNEL_PATH: &str = "boot/snapboot-restore-kernel";
 /// The record 42_snapboot reads, relative to the root.
 pub const GRUB_RECORD_PATH: &str = "etc/snapboot/restore-kernel";
 /// The record of the kernel the images come from, relative to the root (the initramfs
-/// carries it at `/etc/snapboot/image-kernel`, [`crate::system::IMAGE_KERNEL_RECORD`]).
+/// carries it at `/etc/snapboot/image-kernel`, [`devsys::system::IMAGE_KERNEL_RECORD`]).
 pub const IMAGE_KERNEL_PATH: &str = "etc/snapboot/image-kernel";
 /// The id of GRUB's restore-kernel entry (guest/grub/42_snapboot).
 pub const ENTRY: &str = "snapboot-restore";
@@ -113,7 +113,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreEntryError + '_ {
 }
 
 /// The image kernel's record: what the restore kernel compares an image's kernel with
-/// ([`crate::system::image_kernel`] reads it).
+/// ([`devsys::system::image_kernel`] reads it).
 pub fn image_kernel_record(u: &Uname) -> String {
     format!(
         "release={}\nversion={}\nmachine={}\n",
@@ -268,7 +268,7 @@ mod tests {
             ram_bytes: 1 << 30,
             memory: snapimg::MemoryMap::default(),
         };
-        let taken = crate::system::image_kernel(running, Some(&record));
+        let taken = devsys::system::image_kernel(running, Some(&record));
         assert_eq!(taken.release, stock().release);
         assert_eq!(taken.version, stock().version);
         let grub = grub_record("6.1.0-41-amd64", Path::new("/dev/vda3"));

@@ -3,10 +3,10 @@
 //! boot-time advice): [`requirements`] gives one [`KernelCheck`] per option that capture and
 //! restore depend on, with a [`Verdict`] and the reason (for a blocker, what to change).
 //! [`running`] adds what only the running kernel shows: its lockdown state
-//! ([`crate::lockdown`]) and whether it offers hibernation at all (`/sys/power/disk`).
+//! ([`devsys::lockdown`]) and whether it offers hibernation at all (`/sys/power/disk`).
 
-use crate::kernel_config::{ConfigValue, KernelConfig, KernelConfigError};
-use crate::lockdown::{self, Lockdown, LOCKDOWN_FILE};
+use crate::config::{ConfigValue, KernelConfig, KernelConfigError};
+use devsys::lockdown::{self, Lockdown, LOCKDOWN_FILE};
 use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;
@@ -405,10 +405,10 @@ impl RunningCheck {
     }
 }
 
-/// Checks the running kernel: its config ([`crate::kernel_config::load_running`]), its
+/// Checks the running kernel: its config ([`crate::config::load_running`]), its
 /// lockdown state and [`POWER_DISK`].
 pub fn running() -> RunningCheck {
-    let (config, mut checks) = match crate::kernel_config::load_running() {
+    let (config, mut checks) = match crate::config::load_running() {
         Result::Ok((path, cfg)) => (Some(path), requirements(&cfg)),
         Err(e) => (None, vec![no_config(&e)]),
     };

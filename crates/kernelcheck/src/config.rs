@@ -203,7 +203,7 @@ pub fn load_first(paths: &[PathBuf]) -> Result<(PathBuf, KernelConfig), KernelCo
 /// The running kernel's config and where it was found: `/boot/config-<release>`, then
 /// [`PROC_CONFIG`].
 pub fn load_running() -> Result<(PathBuf, KernelConfig), KernelConfigError> {
-    let release = crate::system::running_release();
+    let release = devsys::system::running_release();
     load_first(&[boot_config(&release), PathBuf::from(PROC_CONFIG)])
 }
 

@@ -13,8 +13,8 @@
 //!   `CONFIG_MTD_PHYSMAP` are off, so there is no `/dev/mtd*`), and Debian's U-Boot cannot
 //!   `saveenv` to it on QEMU 7.2 (the write times out after the erase).
 
-use crate::locate::{resolve, LocateError};
 use bootparams::StoreAddress;
+use devsys::locate::{resolve, LocateError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,6 @@
-//! The one home of the device crate's kernel interfaces: every `unsafe` block and every raw
-//! ioctl or syscall of `ondevice` lives below this module, behind safe functions and types.
-//! The rest of the crate is `#![deny(unsafe_code)]`.
+//! The one home of the device side's kernel interfaces: every `unsafe` block and every raw
+//! ioctl or syscall of snapboot on the device lives below this module, behind safe functions
+//! and types. The rest of `devsys`, and every device crate above it, is `#![deny(unsafe_code)]`.
 //!
 //! | module       | kernel interface                                                   |
 //! |--------------|--------------------------------------------------------------------|
