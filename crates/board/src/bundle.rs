@@ -21,6 +21,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The kernel device of the arm64 board's root filesystem: the second partition of its boot
+/// disk (the board's `bootdisk` lays it out; the boot disk is the first virtio disk).
+pub const ARM64_ROOT_PARTITION: &str = "/dev/vda2";
+
 /// Where the initramfs carries the public key of signed images (`ondevice::flash`'s
 /// `PUBLIC_KEY_FILE`, without the leading `/`).
 pub const IMAGE_PUBLIC_KEY: &str = "etc/snapboot/image.pub";
@@ -366,9 +370,9 @@ impl Bundle {
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: match opts.kernel.arch {
                 // The x86_64 PC's root is a disk of its own; the arm64 board's is a
-                // partition of its boot disk (crate::bootdisk).
+                // partition of its boot disk.
                 Arch::X86_64 => "/dev/vda".into(),
-                Arch::Arm64 => crate::bootdisk::ROOT_PARTITION.into(),
+                Arch::Arm64 => ARM64_ROOT_PARTITION.into(),
             },
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),

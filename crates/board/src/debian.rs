@@ -634,11 +634,7 @@ mod tests {
     }
 
     #[test]
-    fn the_root_names_the_uefi_pcs_store_partition_in_the_packages_config_file() {
-        assert_eq!(
-            STORE_ADDRESS,
-            format!("PARTLABEL={}", crate::uefi::STORE_NAME)
-        );
+    fn the_root_names_the_store_partition_in_the_packages_config_file() {
         let shipped = bootparams::config::default_file();
         let named = name_the_store(&shipped, STORE_ADDRESS).unwrap();
         let path = bootparams::config::CONFIG_PATH;

@@ -210,22 +210,6 @@ fn make(tree: &Path, arch: Arch) -> Command {
     cmd
 }
 
-/// Why the restore kernel cannot restore `workload`'s images, or `None` when it can. It
-/// starts snapboot directly in the root's initramfs (`rdinit=/bin/snapboot`); an
-/// initramfs-tools or dracut one has no `/proc` to read the command line from before its
-/// `/init` ran, so it falls back at every boot and the stock kernel restores instead
-/// (measured 2026-11-27; docs/design.md).
-pub fn unsupported(workload: &crate::workload::Workload) -> Option<&'static str> {
-    match workload.init {
-        crate::workload::InitKind::Board => None,
-        _ => Some(
-            "the restore kernel starts snapboot in the root's initramfs-tools or dracut \
-             initramfs before its /init ran, where it cannot read its command line: it falls \
-             back at every boot (the stock kernel then restores)",
-        ),
-    }
-}
-
 /// The restore kernel already built in `cache` for the stock kernel `stock` with this
 /// fragment and compiler, if any.
 pub fn cached(cache: &Path, stock: &KernelInfo) -> Option<RestoreKernel> {

@@ -184,8 +184,8 @@ mod tests {
         deb.workload.init = crate::workload::InitKind::Debian;
         let why = unsupported(&deb, &crate::testutil::opts()).unwrap();
         assert!(why.contains("zstd"), "{why}");
-        assert_eq!(crate::restore_kernel::unsupported(&b.workload), None);
-        let why = crate::restore_kernel::unsupported(&deb.workload).unwrap();
+        assert_eq!(b.workload.init.restore_kernel_unsupported(), None);
+        let why = deb.workload.init.restore_kernel_unsupported().unwrap();
         assert!(why.contains("cannot read its command line"), "{why}");
     }
 }

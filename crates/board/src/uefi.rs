@@ -603,6 +603,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_debian_root_names_this_store_partition() {
+        assert_eq!(
+            crate::debian::STORE_ADDRESS,
+            format!("PARTLABEL={STORE_NAME}")
+        );
+    }
+
+    #[test]
     fn the_capture_word_becomes_the_capture_entry_and_the_root_its_partition() {
         let (words, capture) =
             grub_words("console=ttyS0 root=/dev/vda rootfstype=squashfs snapboot.capture x");

@@ -86,6 +86,22 @@ impl InitKind {
     pub fn is_debian(self) -> bool {
         matches!(self, InitKind::Debian | InitKind::DebianDracut)
     }
+
+    /// Why the restore kernel cannot restore the images of this kind of system, or `None`
+    /// when it can. It starts snapboot directly in the root's initramfs
+    /// (`rdinit=/bin/snapboot`); an initramfs-tools or dracut one has no `/proc` to read the
+    /// command line from before its `/init` ran, so it falls back at every boot and the stock
+    /// kernel restores instead (measured 2026-11-27; docs/design.md).
+    pub fn restore_kernel_unsupported(self) -> Option<&'static str> {
+        match self {
+            InitKind::Board => None,
+            _ => Some(
+                "the restore kernel starts snapboot in the root's initramfs-tools or dracut \
+                 initramfs before its /init ran, where it cannot read its command line: it falls \
+                 back at every boot (the stock kernel then restores)",
+            ),
+        }
+    }
 }
 
 impl Workload {

@@ -57,7 +57,7 @@ pub enum RestoreKernelUse {
     NotBuilt(String),
     /// Left out on request (`--no-restore-kernel`).
     Declined,
-    /// It cannot restore this workload (`crate::restore_kernel::unsupported` says why).
+    /// It cannot restore this workload (`InitKind::restore_kernel_unsupported` says why).
     Unsupported(&'static str),
 }
 
