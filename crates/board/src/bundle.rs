@@ -9,13 +9,13 @@
 //!   rootfs.img       read-only root filesystem (squashfs) with the workload
 //! ```
 
-use crate::arch::Arch;
 use crate::busybox::Busybox;
 use crate::initramfs::{InitScript, Initramfs};
-use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
-use crate::modules::{read_module, ModuleError, ModuleTree};
 use crate::workload::{check_tree, Workload};
 use crate::workload_error::WorkloadError;
+use guestarch::Arch;
+use hostkernel::kernel::{extract_vmlinux, KernelError, KernelInfo};
+use hostkernel::modules::{read_module, ModuleError, ModuleTree};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -522,7 +522,7 @@ fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleErro
     }
     let image = fs::read(&kernel).map_err(io(&kernel))?;
     Ok(
-        crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
+        hostkernel::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
             ondevice::bootloader::restore_kernel::image_kernel_record(
                 &ondevice::bootloader::restore_kernel::Uname {
                     release: opts.kernel.release.clone(),

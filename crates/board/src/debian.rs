@@ -21,8 +21,8 @@
 //! The board's own `/init` and `snapboot start` take no part: systemd is PID 1, and
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
 
-use crate::modules::{ModuleError, ModuleTree};
 use crate::workload::InitKind;
+use hostkernel::modules::{ModuleError, ModuleTree};
 use ondevice::install::Generator;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -199,7 +199,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebianError + '_ {
 
 /// Runs a host command; a failure carries its status and the last lines of its stderr.
 fn run(cmd: &mut Command) -> Result<(), DebianError> {
-    crate::hostcmd::output(cmd)
+    hostcmd::output(cmd)
         .map(drop)
         .map_err(|f| DebianError::Command {
             cmd: f.cmd,
@@ -367,7 +367,7 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         .into_iter()
         .take(64)
         .collect();
-    let arch = crate::Arch::of_elf(&head).unwrap_or_default();
+    let arch = guestarch::Arch::of_elf(&head).unwrap_or_default();
     let tmp = stage.join("tmp");
     let deb = crate::debpkg::build(b.snapboot_bin, arch, &tmp)?;
     let inside = Path::new("/tmp").join(deb.file_name().unwrap_or_default());

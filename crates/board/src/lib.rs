@@ -5,8 +5,6 @@
 //! serial console with host timestamps and measures time-to-interactive.
 
 pub mod app_state;
-pub mod arch;
-pub mod arm64_image;
 pub mod bench;
 pub mod bootdisk;
 pub mod bundle;
@@ -17,16 +15,11 @@ pub mod debpkg;
 pub mod dynlink;
 pub mod foreign;
 pub mod home;
-mod hostcmd;
 pub mod initramfs;
-pub mod kernel;
-pub mod kernel_config;
-pub mod modules;
 pub mod native;
 pub mod partdisk;
 pub mod python;
 pub mod qemu;
-pub mod restore_kernel;
 pub mod restorer_boot;
 pub mod run_options;
 #[cfg(test)]
@@ -34,17 +27,14 @@ mod testutil;
 pub mod tpm;
 pub mod uboot;
 pub mod uefi;
-pub mod version_stamp;
 pub mod virt;
 pub mod workload;
 pub mod workload_error;
 
-pub use arch::Arch;
 pub use bench::{BenchError, BootError};
 pub use bundle::{BuildOptions, Bundle, BundleError};
 pub use capture::CaptureBootError;
 pub use home::HomeError;
-pub use kernel::{KernelError, KernelInfo};
 pub use qemu::{RunError, RunResult};
 pub use run_options::{Accel, RunOptions};
 pub use workload::{Probe, Workload};

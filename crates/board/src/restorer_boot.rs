@@ -9,10 +9,10 @@
 use std::path::Path;
 use thiserror::Error;
 
-use crate::arch::Arch;
 use crate::bundle::Bundle;
 use crate::capture::{attach_store, CaptureBootError};
 use crate::run_options::{Firmware, KernelImage, RunOptions};
+use guestarch::Arch;
 
 /// Why a restorer boot could not be set up.
 #[derive(Debug, Error)]

@@ -171,7 +171,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UefiError + '_ {
 
 /// Runs a host tool; a failure carries its status and error output.
 fn tool(cmd: &mut Command) -> Result<Vec<u8>, UefiError> {
-    crate::hostcmd::output(cmd).map_err(|f| UefiError::Tool {
+    hostcmd::output(cmd).map_err(|f| UefiError::Tool {
         cmd: f.cmd,
         reason: f.reason,
     })
@@ -566,7 +566,7 @@ pub fn command(
     };
     let restore = match &opts.kernel {
         crate::run_options::KernelImage::Restore(vmlinux) => {
-            let bz = crate::restore_kernel::bzimage_beside(vmlinux);
+            let bz = hostkernel::restore_kernel::bzimage_beside(vmlinux);
             if !bz.is_file() {
                 return Err(UefiError::NoRestoreBzImage(bz));
             }

@@ -73,7 +73,7 @@ pub fn command(
     let env_flash = dir.path().join("u-boot-env.img");
     uboot::write_flash(&env, &env_flash)?;
 
-    let mut c = Command::new(crate::Arch::Arm64.qemu().0);
+    let mut c = Command::new(guestarch::Arch::Arm64.qemu().0);
     let accel = match opts.accel {
         Accel::Tcg => "tcg",
         Accel::Kvm => "kvm",

@@ -4,10 +4,10 @@
 //! The built-in `shell` and `app` workloads are assembled into a staging tree exactly like a
 //! user's own `--rootfs DIR --start CMD`; nothing else in snapboot knows their internals.
 
-use crate::arch::Arch;
 use crate::busybox::Busybox;
 use crate::python::stage_python;
 use crate::workload_error::{io, WorkloadError};
+use guestarch::Arch;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};

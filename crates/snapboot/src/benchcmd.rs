@@ -448,7 +448,10 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         bench::RestoreKernelUse::Unsupported(why)
     } else {
         let release = &bundle.kernel.release;
-        match board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel) {
+        match hostkernel::restore_kernel::cached(
+            &board::home::restore_kernel_cache(),
+            &bundle.kernel,
+        ) {
             Some(k) => bench::RestoreKernelUse::Measured(k.image),
             None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }

@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `snapboot board fetch-kernel`.
-pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
+pub fn fetch_kernel(arch: guestarch::Arch, meta: Option<&str>) -> Result<ExitCode> {
     let meta = meta.unwrap_or(arch.kernel_meta());
-    let k = board::kernel::fetch_debian(&home::kernel_cache(), arch, meta)?;
+    let k = hostkernel::kernel::fetch_debian(&home::kernel_cache(), arch, meta)?;
     std::fs::create_dir_all(home::home())?;
     std::fs::write(home::kernel_record(arch), serde_json::to_string_pretty(&k)?)?;
     println!("kernel {} ({arch}) from {}", k.release, k.source);
@@ -35,22 +35,22 @@ pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
 }
 
 /// `snapboot board restore-kernel`.
-pub fn restore_kernel(arch: board::Arch, jobs: Option<usize>) -> Result<ExitCode> {
+pub fn restore_kernel(arch: guestarch::Arch, jobs: Option<usize>) -> Result<ExitCode> {
     let stock = home::fetched_kernel(arch)?;
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let k = board::restore_kernel::build(&home::restore_kernel_cache(), &stock, jobs)?;
+    let k = hostkernel::restore_kernel::build(&home::restore_kernel_cache(), &stock, jobs)?;
     println!(
         "restore kernel {} ({arch}) from {} for images of {}",
         k.release, k.source, stock.release
     );
-    let (name, _) = board::restore_kernel::product(arch);
+    let (name, _) = hostkernel::restore_kernel::product(arch);
     println!(
         "  {name} {} ({:.1} MiB, built in {:.0} s)",
         k.image.display(),
         std::fs::metadata(&k.image).map_or(0.0, |m| mib(m.len())),
         k.build_secs
     );
-    for (extra, _) in board::restore_kernel::extra_products(arch) {
+    for (extra, _) in hostkernel::restore_kernel::extra_products(arch) {
         println!("  {extra} {}", k.image.with_file_name(extra).display());
     }
     if let Some(v) = &k.version {
@@ -116,7 +116,7 @@ pub struct BuildArgs {
     /// The board: x86_64 (the PC) or arm64 (booted by U-Boot); its fetched kernel
     /// (`board fetch-kernel --arch`) and device binary go into the bundle.
     #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
-    arch: board::Arch,
+    arch: guestarch::Arch,
     #[command(flatten)]
     kernel: KernelArgs,
 }

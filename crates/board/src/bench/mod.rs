@@ -8,7 +8,7 @@
 //! lazy snapshot boot (user memory paged in on demand) and the lazy image re-captured with
 //! the working set of its first request (profiled; made by the restored workload itself,
 //! so only where it answers `recapture`). Given a restore kernel
-//! ([`crate::restore_kernel`]), it adds three more: the same snapboot images restored by
+//! ([`hostkernel::restore_kernel`]), it adds three more: the same snapboot images restored by
 //! the restore kernel instead of the stock one. On the PC booted through PVH it adds the
 //! `snapboot` image restored by the restorer, with no kernel before the image
 //! ([`crate::restorer_boot`]). [`ComparePlan`] says which methods a run

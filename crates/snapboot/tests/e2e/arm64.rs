@@ -87,7 +87,7 @@ fn session(
     mem_extra: u32,
 ) -> board::qemu::Session {
     let b = board::Bundle::load(&arm64_bundle(workload)).unwrap();
-    assert_eq!(b.kernel.arch, board::Arch::Arm64);
+    assert_eq!(b.kernel.arch, guestarch::Arch::Arm64);
     let mut o = store_options(&b, store);
     if restore_kernel {
         o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());

@@ -28,10 +28,10 @@ use std::process::Command;
 use std::time::Instant;
 use thiserror::Error;
 
-use crate::arch::Arch;
 use crate::kernel::{banner_release, run, uts_version, KernelError, KernelInfo};
 use crate::kernel_config::missing;
 use crate::version_stamp::{check_built, StampError, VersionMismatch, VersionStamp, WordsMismatch};
+use guestarch::Arch;
 
 /// The x86_64 configuration fragment, applied on top of `allnoconfig`.
 pub const FRAGMENT: &str = include_str!("../kernel/restore.config");
@@ -68,7 +68,7 @@ pub fn extra_products(arch: Arch) -> &'static [(&'static str, &'static str)] {
 
 /// The bzImage an x86_64 restore kernel build keeps beside its vmlinux `image`. The board
 /// boots it when it has a TPM: QEMU's PVH loader puts the initramfs over the firmware's
-/// ACPI tables then (`crate::tpm`), the bzImage's loader does not.
+/// ACPI tables then (`board::tpm`), the bzImage's loader does not.
 pub fn bzimage_beside(image: &Path) -> PathBuf {
     image.with_file_name("bzImage")
 }
