@@ -174,7 +174,7 @@ fn round_mib(n: u64) -> u64 {
     n.div_ceil(MIB) * MIB
 }
 
-/// The files a boot disk is made of (a bundle's, `crate::bundle::Bundle`).
+/// The files a boot disk is made of (a bundle's, `bundle::bundle::Bundle`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootFiles {
     /// The stock kernel's Image (boot partition).

@@ -10,9 +10,9 @@ use thiserror::Error;
 
 use boottrace::Outcome;
 
-use crate::bundle::Bundle;
 use crate::qemu::{RunError, Session};
 use crate::run_options::{Disk, RunOptions};
+use bundle::bundle::Bundle;
 
 /// Why the kernel-native baseline could not be set up.
 #[derive(Debug, Error)]

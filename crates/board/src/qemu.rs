@@ -2,11 +2,11 @@
 //! `crate::virt`, both from the run's `crate::run_options`), a console session with host
 //! timestamps from power-on (grabserial-style), the usability probe and time-to-interactive.
 
-use crate::bundle::Bundle;
 use crate::run_options::{kernel_cmdline, virtio_disks, KernelImage, RunOptions};
 use crate::tpm::Swtpm;
-use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
+use bundle::bundle::Bundle;
+use bundle::workload::Probe;
 use regex::Regex;
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -148,7 +148,7 @@ pub enum RunError {
     Console(std::io::Error),
     /// The kernel pack (the board's boot partition) could not be made.
     #[error("cannot prepare the board's kernel pack")]
-    KernelPack(#[source] crate::bundle::BundleError),
+    KernelPack(#[source] bundle::bundle::BundleError),
     /// The arm64 board's boot disk or boot loader environment could not be made.
     #[error("cannot prepare the arm64 board")]
     Arm64Board(#[source] crate::virt::VirtError),

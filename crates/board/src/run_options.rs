@@ -3,7 +3,7 @@
 //! CPUs, disks) and the parts of the QEMU and kernel command lines both machines build
 //! from them the same way.
 
-use crate::bundle::Bundle;
+use bundle::bundle::Bundle;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;

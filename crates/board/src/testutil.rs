@@ -1,9 +1,9 @@
 //! Values the unit tests of several modules share.
 
-use crate::bundle::Bundle;
 use crate::run_options::{Accel, KernelImage, RunOptions};
-use crate::workload::Workload;
 use bootparams::BootParams;
+use bundle::bundle::Bundle;
+use bundle::workload::Workload;
 use hostkernel::kernel::KernelInfo;
 use std::path::PathBuf;
 use std::time::Duration;

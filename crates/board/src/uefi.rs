@@ -37,9 +37,9 @@
 //!
 //! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
 
-use crate::bundle::Bundle;
 use crate::partdisk::{format_store_in, gpt_disk, DiskError, GptPartition, Placed};
 use crate::run_options::{kernel_cmdline, virtio_disks, RunOptions};
+use bundle::bundle::Bundle;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -542,7 +542,7 @@ pub fn command(
     opts: &RunOptions,
     base_cmdline: &str,
 ) -> Result<Command, UefiError> {
-    if bundle.workload.init != crate::workload::InitKind::Debian {
+    if bundle.workload.init != bundle::workload::InitKind::Debian {
         return Err(UefiError::Workload(bundle.workload.name.clone()));
     }
     need(OVMF_CODE, "ovmf")?;
@@ -605,7 +605,7 @@ mod tests {
     #[test]
     fn the_debian_root_names_this_store_partition() {
         assert_eq!(
-            crate::debian::STORE_ADDRESS,
+            bundle::debian::STORE_ADDRESS,
             format!("PARTLABEL={STORE_NAME}")
         );
     }

@@ -7,7 +7,7 @@ use crate::boardopts::BoardOpts;
 use crate::output::{progress, publish, report_runs};
 use anyhow::{bail, Context, Result};
 use board::bench::{self, MethodRuns};
-use board::home::bundle_or_build;
+use bundle::home::bundle_or_build;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -116,7 +116,7 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
 fn workdir(given: &Option<PathBuf>) -> PathBuf {
     given
         .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"))
+        .unwrap_or_else(|| bundle::home::home().join("bench"))
 }
 
 /// Runs a benchmark's `steps` boots of `board` (bundle and options) under a progress bar,
@@ -125,7 +125,7 @@ fn workdir(given: &Option<PathBuf>) -> PathBuf {
 fn boot_and_publish(
     name: &str,
     steps: u64,
-    (bundle, opts): (&board::Bundle, &board::RunOptions),
+    (bundle, opts): (&bundle::Bundle, &board::RunOptions),
     runs: usize,
     notes: Vec<String>,
     json: Option<&std::path::Path>,
@@ -449,7 +449,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     } else {
         let release = &bundle.kernel.release;
         match hostkernel::restore_kernel::cached(
-            &board::home::restore_kernel_cache(),
+            &bundle::home::restore_kernel_cache(),
             &bundle.kernel,
         ) {
             Some(k) => bench::RestoreKernelUse::Measured(k.image),
@@ -461,7 +461,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     } else if let Some(why) = board::restorer_boot::unsupported(&bundle, &opts) {
         bench::RestorerUse::Unsupported(why)
     } else {
-        let elf = board::home::restorer_elf().context(
+        let elf = bundle::home::restorer_elf().context(
             "bench compare measures the restorer on this board (--no-restorer leaves it out)",
         )?;
         bench::RestorerUse::Measured(elf)
@@ -477,7 +477,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
             let key = work.join("device.key");
             let _ = std::fs::remove_file(&key);
             imagekey::DeviceSecret::generate()?.save(&key)?;
-            let b = board::home::build_keyed(&bundle, &key, &work.join("bundle-encrypted"))?;
+            let b = bundle::home::build_keyed(&bundle, &key, &work.join("bundle-encrypted"))?;
             Some((b, how.clone()))
         }
         Some(other) => bail!(
@@ -549,7 +549,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let scale = match bundle.workload.name.as_str() {
         "app" => "1.0",
-        "debian" => board::debian::APP_SCALE,
+        "debian" => bundle::debian::APP_SCALE,
         other => bail!(
             "bench endurance checks the application's state, clock and RNG, which workload \
              `{other}` does not answer; use `app` or `debian`"

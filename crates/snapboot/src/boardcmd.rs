@@ -3,10 +3,11 @@
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
 use board::capture::{attach_store, capture_boot, create_store, store_size};
-use board::home;
 use board::qemu::run_probe;
-use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
+use board::RunOptions;
 use bootparams::parse_reclaim;
+use bundle::home;
+use bundle::{BuildOptions, Bundle, Probe, Workload};
 use clap::Args;
 use ondevice::store::DEFAULT_IMAGE;
 use snapboot_device::Exit;
@@ -215,7 +216,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         kernel,
         workload,
         rootfs_dir,
-        snapboot_bin: board::home::device_binary(arch)?,
+        snapboot_bin: bundle::home::device_binary(arch)?,
         image_key: a.image_key.clone(),
         device_key: a.device_key.clone(),
         config: a.config.clone(),
@@ -232,9 +233,9 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     );
     println!("  modules   {}", b.modules.join(" "));
     let made_by = match b.workload.init {
-        board::workload::InitKind::Board => "the board's, uncompressed cpio",
-        board::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
-        board::workload::InitKind::DebianDracut => "dracut, zstd",
+        bundle::workload::InitKind::Board => "the board's, uncompressed cpio",
+        bundle::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
+        bundle::workload::InitKind::DebianDracut => "dracut, zstd",
     };
     println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(
@@ -258,7 +259,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         .to_run_options_for(&bundle, choice, a.store.is_some())?;
     match &a.store {
         Some(store) if a.restorer => {
-            let elf = board::home::restorer_elf()?;
+            let elf = bundle::home::restorer_elf()?;
             opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
         }
         Some(store) => attach_store(&mut opts, store, false)?,

@@ -3,7 +3,8 @@
 
 use anyhow::Result;
 use board::run_options::{parse_mem_mib, Disk, KernelImage};
-use board::{Accel, Bundle, RunOptions};
+use board::{Accel, RunOptions};
+use bundle::Bundle;
 use clap::{Args, ValueEnum};
 use hostkernel::restore_kernel::{boot_kernel, BootKernel, KernelChoice};
 use std::path::PathBuf;
@@ -161,7 +162,10 @@ impl BoardOpts {
         // On the UEFI PC the restore kernel is GRUB's restore-kernel entry (crate board's
         // uefi module), the default as on the PVH board.
         let kernel = boot_kernel(choice, snapshot_boot, release, || {
-            hostkernel::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel)
+            hostkernel::restore_kernel::cached(
+                &bundle::home::restore_kernel_cache(),
+                &bundle.kernel,
+            )
         })?;
         if let BootKernel::Restore { vmlinux, .. } = &kernel {
             o.kernel = KernelImage::Restore(vmlinux.clone());

@@ -107,7 +107,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
         Cmd::Board(BoardCmd::Deb { arch, out }) => {
-            let deb = board::debpkg::build(&board::home::device_binary(arch)?, arch, &out)?;
+            let deb = bundle::debpkg::build(&bundle::home::device_binary(arch)?, arch, &out)?;
             println!("{}", deb.display());
             Ok(ExitCode::SUCCESS)
         }

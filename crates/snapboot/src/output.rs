@@ -5,8 +5,9 @@
 
 use analyze::{Report, Timeline};
 use anyhow::{Context, Result};
-use board::{Bundle, RunOptions};
+use board::RunOptions;
 use boottrace::report::{BenchReport, MethodResult};
+use bundle::Bundle;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 

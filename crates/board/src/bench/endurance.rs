@@ -21,10 +21,10 @@ use serde::Serialize;
 
 use super::measure::{check_boot, make_work, BenchError, BootError};
 use crate::app_state::{query_restored, repeated, RestoredApp};
-use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot, recapture_now};
 use crate::qemu::Session;
 use crate::run_options::RunOptions;
+use bundle::bundle::Bundle;
 
 /// The method name of the restores in the report.
 pub const ENDURANCE_METHOD: &str = "endurance";

@@ -9,11 +9,11 @@ use thiserror::Error;
 use boottrace::report::{summarize, MethodResult};
 use boottrace::{MilestoneKind, Timeline};
 
-use crate::bundle::Bundle;
 use crate::capture::{attach_store, recapture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
 use crate::qemu::{run_probe, RunError};
 use crate::run_options::RunOptions;
+use bundle::bundle::Bundle;
 
 /// Why a measured boot does not count.
 #[derive(Debug, Error)]

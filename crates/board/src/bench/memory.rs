@@ -6,11 +6,11 @@
 //! the time from ready (or restored) until all of the RAM is online.
 
 use super::measure::{check_boot, make_work, BenchError, BootError, Captured, MethodRuns};
-use crate::bundle::Bundle;
 use crate::capture::{attach_store, capture_boot};
 use crate::qemu::run_probe_then;
 use crate::run_options::RunOptions;
 use boottrace::Timeline;
+use bundle::bundle::Bundle;
 use std::path::Path;
 
 /// One board of the benchmark.

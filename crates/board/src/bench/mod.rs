@@ -50,12 +50,12 @@ pub use recapture::{
     Source as RecaptureSource, RECAPTURE_METHODS,
 };
 
-use crate::bundle::Bundle;
 use crate::capture::capture_boot;
 use crate::native;
 use crate::qemu::run_probe;
 use crate::restorer_boot::restorer_options;
 use crate::run_options::{KernelImage, RunOptions};
+use bundle::bundle::Bundle;
 
 /// `bench cold`: `runs` cold boots with the workload's probe.
 pub fn cold(

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::workload::Workload;
+use bundle::workload::Workload;
 
 /// The methods `compare` measures, the baseline first.
 pub const COMPARE_METHODS: [&str; 5] = [
@@ -64,7 +64,7 @@ pub enum RestoreKernelUse {
 /// Whether `compare` measures the restorer, and if not, why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestorerUse {
-    /// Measured, with this ELF (`crate::home::restorer_elf`).
+    /// Measured, with this ELF (`bundle::home::restorer_elf`).
     Measured(PathBuf),
     /// The board cannot start it (`crate::restorer_boot::unsupported` says why).
     Unsupported(&'static str),

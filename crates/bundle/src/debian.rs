@@ -11,7 +11,7 @@
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
 //!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
 //!            ordered after the application, the store's modules listed, the store named
-//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `crate::uefi`)
+//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `board::uefi`)
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -395,7 +395,7 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
 }
 
 /// The store the root's config file names, as docs/real-boards.md has a PC's administrator
-/// write it: the UEFI PC's store partition (`crate::uefi::STORE_NAME`). The PVH board names
+/// write it: the UEFI PC's store partition (`board::uefi::STORE_NAME`). The PVH board names
 /// its store disk on the kernel command line, which overrides the file.
 pub const STORE_ADDRESS: &str = "PARTLABEL=snapstore";
 
