@@ -1,4 +1,5 @@
-//! Values the unit tests of several modules share.
+//! Values the unit tests of several modules share, and (with the `testutil` feature) the
+//! unit tests of the crates above the board (`bench`).
 
 use crate::run_options::{Accel, KernelImage, RunOptions};
 use bootparams::BootParams;

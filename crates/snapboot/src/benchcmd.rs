@@ -1,12 +1,12 @@
 //! `snapboot bench cold`, `compare`, `lazy`, `memory`, `recapture` and `endurance`: the
-//! flags, then `board::bench` does the boots and makes the
+//! flags, then `bench` does the boots and makes the
 //! [`boottrace::report::BenchReport`] (median and spread of every milestone and of TTI per
 //! method), which is printed and written as JSON.
 
 use crate::boardopts::BoardOpts;
 use crate::output::{progress, publish, report_runs};
 use anyhow::{bail, Context, Result};
-use board::bench::{self, MethodRuns};
+use bench::{self, MethodRuns};
 use bundle::home::bundle_or_build;
 use clap::Args;
 use std::path::PathBuf;
@@ -238,7 +238,7 @@ pub struct RecaptureArgs {
 /// the restore time of the last image from each store against a fresh store.
 pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
     if a.runs == 0 || a.captures == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let selective = match &a.selective {
         None => flashstore::Dedupe::SELECTIVE,
@@ -373,7 +373,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         #[derive(serde::Serialize)]
         struct RecaptureJson<'a> {
             restores: &'a boottrace::report::BenchReport,
-            captures: &'a [board::bench::CaptureCost],
+            captures: &'a [bench::CaptureCost],
         }
         let v = RecaptureJson {
             restores: &report,
@@ -387,7 +387,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
 /// `snapboot bench cold`: N cold boots with the workload's probe.
 pub fn cold(a: ColdArgs) -> Result<ExitCode> {
     if a.runs == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
@@ -428,7 +428,7 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
 /// board or host cannot support is left out with a note ([`bench::ComparePlan`]).
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let mut opts = a.board.to_run_options(&bundle)?;

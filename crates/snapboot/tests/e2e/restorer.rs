@@ -74,7 +74,7 @@ fn in_gpt_partition(store: &Path, name: &str) -> PathBuf {
 
 /// One restore from the restorer, answered by the restored shell: its timeline (with a TTI).
 fn restore_once(b: &bundle::Bundle, o: &board::RunOptions) -> boottrace::Timeline {
-    let tl = board::bench::measured_boot(b, o, true).unwrap_or_else(|e| panic!("{e}"));
+    let tl = bench::measured_boot(b, o, true).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         tl.lines
             .iter()
@@ -296,7 +296,7 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
     let parted = in_gpt_partition(&foreign, "test-restorer-parted.img");
     let mut o = restorer_options(&b, &parted);
     o.params.store = Some(bootparams::StoreAddress::parse("PARTLABEL=snapstore").unwrap());
-    let tl = board::bench::measured_boot(&b, &o, true).unwrap_or_else(|e| panic!("{e}"));
+    let tl = bench::measured_boot(&b, &o, true).unwrap_or_else(|e| panic!("{e}"));
     let said = |part: &str| tl.lines.iter().any(|l| l.text.contains(part));
     assert!(
         said("snapboot-restorer: store PARTLABEL=snapstore is /dev/vdb2 (")
@@ -414,9 +414,9 @@ fn restorer_bench_shell() {
     let restorer = restorer_options(&b, &store);
     let (mut c, mut k, mut r) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        let tl = board::bench::measured_boot(&b, &cold, false).unwrap();
+        let tl = bench::measured_boot(&b, &cold, false).unwrap();
         c.push(tl.tti.unwrap());
-        let tl = board::bench::measured_boot(&b, &stock, true).unwrap();
+        let tl = bench::measured_boot(&b, &stock, true).unwrap();
         k.push(tl.tti.unwrap());
         r.push(restore_once(&b, &restorer).tti.unwrap());
         eprintln!(

@@ -6,10 +6,10 @@
 //! restored workload itself: a workload that does not answer `recapture` gets only the
 //! plain images ([`lazy_notes`] says so).
 
-use super::measure::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
-use super::plan::no_recapture_note;
-use crate::capture::capture_boot;
-use crate::run_options::RunOptions;
+use crate::measure::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use crate::plan::no_recapture_note;
+use board::capture::capture_boot;
+use board::run_options::RunOptions;
 use bootparams::Reclaim;
 use bundle::bundle::Bundle;
 use bundle::workload::Workload;

@@ -31,7 +31,7 @@ pub const ENCRYPTED_METHODS: [&str; 2] =
     ["restore-kernel-encrypted", "restore-kernel-lazy-encrypted"];
 
 /// The method `compare` adds on the PC whose firmware loads the kernel itself (PVH): the
-/// `snapboot` image restored by the restorer (crates/restorer, `crate::restorer_boot`),
+/// `snapboot` image restored by the restorer (crates/restorer, `board::restorer_boot`),
 /// with no kernel booted before the image.
 pub const RESTORER_METHOD: &str = "restorer";
 
@@ -66,7 +66,7 @@ pub enum RestoreKernelUse {
 pub enum RestorerUse {
     /// Measured, with this ELF (`bundle::home::restorer_elf`).
     Measured(PathBuf),
-    /// The board cannot start it (`crate::restorer_boot::unsupported` says why).
+    /// The board cannot start it (`board::restorer_boot::unsupported` says why).
     Unsupported(&'static str),
     /// Left out on request (`--no-restorer`).
     Declined,
