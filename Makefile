@@ -48,7 +48,7 @@ kernel: build
 	$(SNAPBOOT) board fetch-kernel --arch arm64
 
 ## The restore kernels: the distribution's kernel source, the project's fragments
-## (crates/board/kernel/restore.config, restore-arm64.config), each built once (minutes)
+## (crates/hostkernel/kernel/restore.config, restore-arm64.config), each built once (minutes)
 ## and cached under .snapboot.
 restore-kernel: kernel
 	@missing=""; for p in $(KERNEL_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

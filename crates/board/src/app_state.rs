@@ -39,12 +39,12 @@ pub enum HostChecksumError {
 }
 
 /// The `app` program's state checksum (64 hex digits) at `scale` (`APP_SCALE`: "1.0" for
-/// `app`, [`crate::debian::APP_SCALE`] for `debian`), computed by running the program the
+/// `app`, [`bundle::debian::APP_SCALE`] for `debian`), computed by running the program the
 /// bundles carry on the host: the same program builds the same state everywhere.
 pub fn host_checksum(scale: &str) -> Result<String, HostChecksumError> {
     let dir = tempfile::tempdir().map_err(HostChecksumError::Run)?;
     let app = dir.path().join("app.py");
-    std::fs::write(&app, crate::workload::APP_PY).map_err(HostChecksumError::Run)?;
+    std::fs::write(&app, bundle::workload::APP_PY).map_err(HostChecksumError::Run)?;
     let mut ch = Command::new(HOST_PYTHON)
         .arg(&app)
         .env("APP_SCALE", scale)

@@ -39,10 +39,9 @@ pub const BOOT_PARTITION_BYTES: u64 = 128 * MIB;
 /// Room on the boot partition besides its files (ext4's own structures).
 const BOOT_SLACK: u64 = 8 * MIB;
 
-/// The kernel devices of the partitions as the board's kernels see them (the boot disk is
-/// the first virtio disk).
-pub const ROOT_PARTITION: &str = "/dev/vda2";
-/// The kernel pack partition.
+/// The kernel device of the kernel pack partition as the board's kernels see it (the boot
+/// disk is the first virtio disk; the root, partition 2, is the bundle's
+/// `ARM64_ROOT_PARTITION`, which its `/init` mounts).
 pub const PACK_PARTITION: &str = "/dev/vda3";
 /// The partition of the device's next-boot request (a U-Boot environment area): its
 /// number, which `boot.scr` reads, and its GPT name, which the device looks for.
@@ -175,7 +174,7 @@ fn round_mib(n: u64) -> u64 {
     n.div_ceil(MIB) * MIB
 }
 
-/// The files a boot disk is made of (a bundle's, `crate::bundle::Bundle`).
+/// The files a boot disk is made of (a bundle's, `bundle::bundle::Bundle`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootFiles {
     /// The stock kernel's Image (boot partition).

@@ -9,9 +9,9 @@ use thiserror::Error;
 use boottrace::{Marker, Outcome, Timeline};
 use flashstore::{ChunkCheck, FormatOptions, Store, StoreError};
 
-use crate::bundle::Bundle;
 use crate::qemu::{RunError, Session};
 use crate::run_options::{Disk, RunOptions};
+use bundle::bundle::Bundle;
 
 /// Why a capture boot produced no image.
 #[derive(Debug, Error)]
@@ -188,7 +188,7 @@ fn end_capture(
 /// Snapshot-boots the image in `store` (the boot parameters name it), changes the restored
 /// application's state with `change` (a console query, answered by a line matching
 /// `answer`), then has the application re-capture (`recapture`, which every built-in
-/// workload answers: [`crate::Workload::recapture`]) and waits for the new image and the
+/// workload answers: [`bundle::Workload::recapture`]) and waits for the new image and the
 /// power-off; a workload that does not answer it is refused before the board powers on. The restored system keeps the capture boot's
 /// settings (its kernel command line is the captured one), so the new image goes to the
 /// same store under the same name. This is a device re-capturing after a small change

@@ -1,50 +1,27 @@
-//! The snapboot board: a QEMU machine shaped like an embedded device.
+//! The snapboot board: QEMU machines shaped like embedded devices, and the runner that powers
+//! a guest bundle (crate `bundle`) on.
 //!
-//! It owns everything host-side that turns a stock distribution kernel and a root filesystem
-//! tree into a bootable *guest bundle*, and the runner that powers the bundle on, records the
-//! serial console with host timestamps and measures time-to-interactive.
+//! The machines: the x86_64 PC entered through PVH (`qemu`) or powered on into UEFI firmware
+//! (`uefi`, its GPT disk made by `partdisk`), and the arm64 board booted by U-Boot (`virt`,
+//! `uboot`, its disk `bootdisk`), with a software TPM (`tpm`); how to run them
+//! (`run_options`). The runner records the serial console with host timestamps and measures
+//! time-to-interactive (`qemu`); on it, a capture (`capture`), a boot of the freestanding
+//! restorer (`restorer_boot`) and the questions a restored `app` must answer (`app_state`).
 
 pub mod app_state;
-pub mod arch;
-pub mod arm64_image;
-pub mod bench;
 pub mod bootdisk;
-pub mod bundle;
-pub mod busybox;
 pub mod capture;
-pub mod debian;
-pub mod debpkg;
-pub mod dynlink;
-pub mod foreign;
-pub mod home;
-mod hostcmd;
-pub mod initramfs;
-pub mod kernel;
-pub mod kernel_config;
-pub mod modules;
-pub mod native;
 pub mod partdisk;
-pub mod python;
 pub mod qemu;
-pub mod restore_kernel;
 pub mod restorer_boot;
 pub mod run_options;
-#[cfg(test)]
-mod testutil;
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil;
 pub mod tpm;
 pub mod uboot;
 pub mod uefi;
-pub mod version_stamp;
 pub mod virt;
-pub mod workload;
-pub mod workload_error;
 
-pub use arch::Arch;
-pub use bench::{BenchError, BootError};
-pub use bundle::{BuildOptions, Bundle, BundleError};
 pub use capture::CaptureBootError;
-pub use home::HomeError;
-pub use kernel::{KernelError, KernelInfo};
 pub use qemu::{RunError, RunResult};
 pub use run_options::{Accel, RunOptions};
-pub use workload::{Probe, Workload};

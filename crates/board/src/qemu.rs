@@ -2,11 +2,11 @@
 //! `crate::virt`, both from the run's `crate::run_options`), a console session with host
 //! timestamps from power-on (grabserial-style), the usability probe and time-to-interactive.
 
-use crate::bundle::Bundle;
 use crate::run_options::{kernel_cmdline, virtio_disks, KernelImage, RunOptions};
 use crate::tpm::Swtpm;
-use crate::workload::Probe;
 use boottrace::{LineRecorder, Marker, MilestoneKind, Outcome, Timeline};
+use bundle::bundle::Bundle;
+use bundle::workload::Probe;
 use regex::Regex;
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -24,7 +24,7 @@ pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 printk.time=1";
 
 /// The kernel file QEMU boots on the PC: the image the options name, but a bzImage
 /// whenever the board has a TPM, the stock kernel's or the restore kernel's
-/// ([`crate::restore_kernel::bzimage_beside`]).
+/// ([`hostkernel::restore_kernel::bzimage_beside`]).
 ///
 /// Measured with QEMU 7.2 and SeaBIOS 1.16.2: QEMU's PVH path (`-kernel vmlinux`) loads the
 /// initramfs at the top of the RAM below 4 GiB less the 160 KiB (0x28000) it assumes the
@@ -41,7 +41,7 @@ pub fn kernel_file(bundle: &Bundle, opts: &RunOptions) -> std::path::PathBuf {
         KernelImage::Vmlinux if !tpm => bundle.vmlinux(),
         KernelImage::Vmlinux | KernelImage::BzImage => bundle.bzimage(),
         KernelImage::Restore(vmlinux) if !tpm => vmlinux.clone(),
-        KernelImage::Restore(vmlinux) => crate::restore_kernel::bzimage_beside(vmlinux),
+        KernelImage::Restore(vmlinux) => hostkernel::restore_kernel::bzimage_beside(vmlinux),
         KernelImage::Restorer { elf } => elf.clone(),
     }
 }
@@ -83,13 +83,13 @@ pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, Run
     bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
     let arch = bundle.kernel.arch;
     let (mut cmd, dir) = match arch {
-        crate::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
+        guestarch::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
             crate::uefi::command(bundle, opts, BASE_CMDLINE)
                 .map_err(|e| RunError::Uefi(Box::new(e)))?,
             None,
         ),
-        crate::Arch::X86_64 => (qemu_command(bundle, opts), None),
-        crate::Arch::Arm64 => {
+        guestarch::Arch::X86_64 => (qemu_command(bundle, opts), None),
+        guestarch::Arch::Arm64 => {
             let (cmd, dir) = crate::virt::command(bundle, opts).map_err(RunError::Arm64Board)?;
             (cmd, Some(dir))
         }
@@ -97,7 +97,7 @@ pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, Run
     let tpm = match &opts.tpm {
         None => None,
         Some(state) => {
-            if arch == crate::Arch::X86_64 {
+            if arch == guestarch::Arch::X86_64 {
                 let kernel = kernel_file(bundle, opts);
                 if !kernel.is_file() {
                     return Err(RunError::Tpm(crate::tpm::TpmError::NoBzImage(kernel)));
@@ -148,7 +148,7 @@ pub enum RunError {
     Console(std::io::Error),
     /// The kernel pack (the board's boot partition) could not be made.
     #[error("cannot prepare the board's kernel pack")]
-    KernelPack(#[source] crate::bundle::BundleError),
+    KernelPack(#[source] bundle::bundle::BundleError),
     /// The arm64 board's boot disk or boot loader environment could not be made.
     #[error("cannot prepare the arm64 board")]
     Arm64Board(#[source] crate::virt::VirtError),

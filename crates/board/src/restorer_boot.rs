@@ -9,10 +9,10 @@
 use std::path::Path;
 use thiserror::Error;
 
-use crate::arch::Arch;
-use crate::bundle::Bundle;
 use crate::capture::{attach_store, CaptureBootError};
 use crate::run_options::{Firmware, KernelImage, RunOptions};
+use bundle::bundle::Bundle;
+use guestarch::Arch;
 
 /// Why a restorer boot could not be set up.
 #[derive(Debug, Error)]
@@ -34,7 +34,7 @@ pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
             "the restorer enters x86_64 images through the PC's PVH entry; this is the arm64 \
              board",
         )
-    } else if bundle.workload.init != crate::workload::InitKind::Board {
+    } else if bundle.workload.init != bundle::workload::InitKind::Board {
         Some(
             "the root's initramfs (initramfs-tools or dracut) is zstd, which the restorer does \
              not read: it would refuse every image for want of the key and the boot setup",
@@ -181,11 +181,11 @@ mod tests {
         // A Debian root's initramfs (zstd) cannot give it the key and the boot setup; nor
         // can it give the restore kernel its command line.
         let mut deb = crate::testutil::bundle();
-        deb.workload.init = crate::workload::InitKind::Debian;
+        deb.workload.init = bundle::workload::InitKind::Debian;
         let why = unsupported(&deb, &crate::testutil::opts()).unwrap();
         assert!(why.contains("zstd"), "{why}");
-        assert_eq!(crate::restore_kernel::unsupported(&b.workload), None);
-        let why = crate::restore_kernel::unsupported(&deb.workload).unwrap();
+        assert_eq!(b.workload.init.restore_kernel_unsupported(), None);
+        let why = deb.workload.init.restore_kernel_unsupported().unwrap();
         assert!(why.contains("cannot read its command line"), "{why}");
     }
 }

@@ -3,7 +3,7 @@
 //! CPUs, disks) and the parts of the QEMU and kernel command lines both machines build
 //! from them the same way.
 
-use crate::bundle::Bundle;
+use bundle::bundle::Bundle;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -47,7 +47,7 @@ pub enum KernelImage {
     Vmlinux,
     /// The compressed bzImage as shipped (baseline).
     BzImage,
-    /// A restore kernel (ELF, PVH; `crate::restore_kernel`) with the bundle's initramfs: it
+    /// A restore kernel (ELF, PVH; `hostkernel::restore_kernel`) with the bundle's initramfs: it
     /// restores the bundle kernel's images, and cannot boot the root filesystem cold.
     Restore(PathBuf),
     /// The restorer (crates/restorer, an ELF with a PVH entry) in place of the kernel, with

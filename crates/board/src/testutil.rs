@@ -1,10 +1,11 @@
-//! Values the unit tests of several modules share.
+//! Values the unit tests of several modules share, and (with the `testutil` feature) the
+//! unit tests of the crates above the board (`bench`).
 
-use crate::bundle::Bundle;
-use crate::kernel::KernelInfo;
 use crate::run_options::{Accel, KernelImage, RunOptions};
-use crate::workload::Workload;
 use bootparams::BootParams;
+use bundle::bundle::Bundle;
+use bundle::workload::Workload;
+use hostkernel::kernel::KernelInfo;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ pub fn bundle() -> Bundle {
             modules_dir: PathBuf::from("/nonexistent/modules"),
             config: None,
             source: "user".into(),
-            arch: crate::Arch::X86_64,
+            arch: guestarch::Arch::X86_64,
             image: None,
             version: None,
         },

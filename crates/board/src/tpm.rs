@@ -16,7 +16,7 @@
 //! only restores onto the memory map it was captured on. On the PC the board then boots
 //! bzImages, not the vmlinux through PVH: `crate::qemu::kernel_file` says why.
 
-use crate::Arch;
+use guestarch::Arch;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

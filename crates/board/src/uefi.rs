@@ -37,9 +37,9 @@
 //!
 //! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
 
-use crate::bundle::Bundle;
 use crate::partdisk::{format_store_in, gpt_disk, DiskError, GptPartition, Placed};
 use crate::run_options::{kernel_cmdline, virtio_disks, RunOptions};
+use bundle::bundle::Bundle;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -171,7 +171,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UefiError + '_ {
 
 /// Runs a host tool; a failure carries its status and error output.
 fn tool(cmd: &mut Command) -> Result<Vec<u8>, UefiError> {
-    crate::hostcmd::output(cmd).map_err(|f| UefiError::Tool {
+    hostcmd::output(cmd).map_err(|f| UefiError::Tool {
         cmd: f.cmd,
         reason: f.reason,
     })
@@ -542,7 +542,7 @@ pub fn command(
     opts: &RunOptions,
     base_cmdline: &str,
 ) -> Result<Command, UefiError> {
-    if bundle.workload.init != crate::workload::InitKind::Debian {
+    if bundle.workload.init != bundle::workload::InitKind::Debian {
         return Err(UefiError::Workload(bundle.workload.name.clone()));
     }
     need(OVMF_CODE, "ovmf")?;
@@ -566,7 +566,7 @@ pub fn command(
     };
     let restore = match &opts.kernel {
         crate::run_options::KernelImage::Restore(vmlinux) => {
-            let bz = crate::restore_kernel::bzimage_beside(vmlinux);
+            let bz = hostkernel::restore_kernel::bzimage_beside(vmlinux);
             if !bz.is_file() {
                 return Err(UefiError::NoRestoreBzImage(bz));
             }
@@ -601,6 +601,14 @@ pub fn command(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_debian_root_names_this_store_partition() {
+        assert_eq!(
+            bundle::debian::STORE_ADDRESS,
+            format!("PARTLABEL={STORE_NAME}")
+        );
+    }
 
     #[test]
     fn the_capture_word_becomes_the_capture_entry_and_the_root_its_partition() {

@@ -10,11 +10,11 @@
 //! ```
 
 use crate::bootdisk::{self, BootDiskError, BootFiles, PACK_PARTITION};
-use crate::bundle::Bundle;
 use crate::run_options::{
     kernel_cmdline, memory_args, virtio_disks, Accel, KernelImage, RunOptions,
 };
 use crate::uboot::{self, BootLabel, UbootError};
+use bundle::bundle::Bundle;
 use std::process::Command;
 
 /// The arm64 board's kernel command line: its PL011 console, reboot (and QEMU exit) on
@@ -63,7 +63,7 @@ pub fn command(
         pack: bundle.kernel_pack(),
     };
     let disk = bootdisk::ensure(&bundle.dir, &files, restore)?;
-    let defaults = uboot::default_env(&crate::home::home().join("u-boot"))?;
+    let defaults = uboot::default_env(&bundle::home::home().join("u-boot"))?;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, PACK_PARTITION);
     let env = uboot::board_env(&defaults, label, &cmdline)?;
     let dir = tempfile::Builder::new()
@@ -73,7 +73,7 @@ pub fn command(
     let env_flash = dir.path().join("u-boot-env.img");
     uboot::write_flash(&env, &env_flash)?;
 
-    let mut c = Command::new(crate::Arch::Arm64.qemu().0);
+    let mut c = Command::new(guestarch::Arch::Arm64.qemu().0);
     let accel = match opts.accel {
         Accel::Tcg => "tcg",
         Accel::Kvm => "kvm",

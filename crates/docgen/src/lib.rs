@@ -1,6 +1,6 @@
 //! The device binary's man pages and shell completions, generated from its command line
 //! (clap) and written under a root at the paths the Debian package ships them
-//! (`board::debpkg` calls this):
+//! (`bundle::debpkg` calls this):
 //!
 //! ```text
 //!   ROOT/usr/share/man/man8/snapboot.8                 snapboot(8)

@@ -1,13 +1,13 @@
 //! `snapboot bench cold`, `compare`, `lazy`, `memory`, `recapture` and `endurance`: the
-//! flags, then `board::bench` does the boots and makes the
+//! flags, then `bench` does the boots and makes the
 //! [`boottrace::report::BenchReport`] (median and spread of every milestone and of TTI per
 //! method), which is printed and written as JSON.
 
 use crate::boardopts::BoardOpts;
 use crate::output::{progress, publish, report_runs};
 use anyhow::{bail, Context, Result};
-use board::bench::{self, MethodRuns};
-use board::home::bundle_or_build;
+use bench::{self, MethodRuns};
+use bundle::home::bundle_or_build;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -116,7 +116,7 @@ pub fn lazy(a: LazyArgs) -> Result<ExitCode> {
 fn workdir(given: &Option<PathBuf>) -> PathBuf {
     given
         .clone()
-        .unwrap_or_else(|| board::home::home().join("bench"))
+        .unwrap_or_else(|| bundle::home::home().join("bench"))
 }
 
 /// Runs a benchmark's `steps` boots of `board` (bundle and options) under a progress bar,
@@ -125,7 +125,7 @@ fn workdir(given: &Option<PathBuf>) -> PathBuf {
 fn boot_and_publish(
     name: &str,
     steps: u64,
-    (bundle, opts): (&board::Bundle, &board::RunOptions),
+    (bundle, opts): (&bundle::Bundle, &board::RunOptions),
     runs: usize,
     notes: Vec<String>,
     json: Option<&std::path::Path>,
@@ -238,7 +238,7 @@ pub struct RecaptureArgs {
 /// the restore time of the last image from each store against a fresh store.
 pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
     if a.runs == 0 || a.captures == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let selective = match &a.selective {
         None => flashstore::Dedupe::SELECTIVE,
@@ -373,7 +373,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
         #[derive(serde::Serialize)]
         struct RecaptureJson<'a> {
             restores: &'a boottrace::report::BenchReport,
-            captures: &'a [board::bench::CaptureCost],
+            captures: &'a [bench::CaptureCost],
         }
         let v = RecaptureJson {
             restores: &report,
@@ -387,7 +387,7 @@ pub fn recapture(a: RecaptureArgs) -> Result<ExitCode> {
 /// `snapboot bench cold`: N cold boots with the workload's probe.
 pub fn cold(a: ColdArgs) -> Result<ExitCode> {
     if a.runs == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let opts = a.board.to_run_options(&bundle)?;
@@ -428,7 +428,7 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
 /// board or host cannot support is left out with a note ([`bench::ComparePlan`]).
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
-        bail!(board::BenchError::NoRuns);
+        bail!(bench::BenchError::NoRuns);
     }
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let mut opts = a.board.to_run_options(&bundle)?;
@@ -444,11 +444,14 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let work = workdir(&a.out.workdir);
     let restore_kernel = if a.no_restore_kernel {
         bench::RestoreKernelUse::Declined
-    } else if let Some(why) = board::restore_kernel::unsupported(&bundle.workload) {
+    } else if let Some(why) = bundle.workload.init.restore_kernel_unsupported() {
         bench::RestoreKernelUse::Unsupported(why)
     } else {
         let release = &bundle.kernel.release;
-        match board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel) {
+        match hostkernel::restore_kernel::cached(
+            &bundle::home::restore_kernel_cache(),
+            &bundle.kernel,
+        ) {
             Some(k) => bench::RestoreKernelUse::Measured(k.image),
             None => bench::RestoreKernelUse::NotBuilt(release.clone()),
         }
@@ -458,7 +461,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     } else if let Some(why) = board::restorer_boot::unsupported(&bundle, &opts) {
         bench::RestorerUse::Unsupported(why)
     } else {
-        let elf = board::home::restorer_elf().context(
+        let elf = bundle::home::restorer_elf().context(
             "bench compare measures the restorer on this board (--no-restorer leaves it out)",
         )?;
         bench::RestorerUse::Measured(elf)
@@ -474,7 +477,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
             let key = work.join("device.key");
             let _ = std::fs::remove_file(&key);
             imagekey::DeviceSecret::generate()?.save(&key)?;
-            let b = board::home::build_keyed(&bundle, &key, &work.join("bundle-encrypted"))?;
+            let b = bundle::home::build_keyed(&bundle, &key, &work.join("bundle-encrypted"))?;
             Some((b, how.clone()))
         }
         Some(other) => bail!(
@@ -546,7 +549,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let scale = match bundle.workload.name.as_str() {
         "app" => "1.0",
-        "debian" => board::debian::APP_SCALE,
+        "debian" => bundle::debian::APP_SCALE,
         other => bail!(
             "bench endurance checks the application's state, clock and RNG, which workload \
              `{other}` does not answer; use `app` or `debian`"

@@ -3,10 +3,11 @@
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
 use board::capture::{attach_store, capture_boot, create_store, store_size};
-use board::home;
 use board::qemu::run_probe;
-use board::{BuildOptions, Bundle, Probe, RunOptions, Workload};
+use board::RunOptions;
 use bootparams::parse_reclaim;
+use bundle::home;
+use bundle::{BuildOptions, Bundle, Probe, Workload};
 use clap::Args;
 use ondevice::store::DEFAULT_IMAGE;
 use snapboot_device::Exit;
@@ -14,9 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `snapboot board fetch-kernel`.
-pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
+pub fn fetch_kernel(arch: guestarch::Arch, meta: Option<&str>) -> Result<ExitCode> {
     let meta = meta.unwrap_or(arch.kernel_meta());
-    let k = board::kernel::fetch_debian(&home::kernel_cache(), arch, meta)?;
+    let k = hostkernel::kernel::fetch_debian(&home::kernel_cache(), arch, meta)?;
     std::fs::create_dir_all(home::home())?;
     std::fs::write(home::kernel_record(arch), serde_json::to_string_pretty(&k)?)?;
     println!("kernel {} ({arch}) from {}", k.release, k.source);
@@ -35,22 +36,22 @@ pub fn fetch_kernel(arch: board::Arch, meta: Option<&str>) -> Result<ExitCode> {
 }
 
 /// `snapboot board restore-kernel`.
-pub fn restore_kernel(arch: board::Arch, jobs: Option<usize>) -> Result<ExitCode> {
+pub fn restore_kernel(arch: guestarch::Arch, jobs: Option<usize>) -> Result<ExitCode> {
     let stock = home::fetched_kernel(arch)?;
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let k = board::restore_kernel::build(&home::restore_kernel_cache(), &stock, jobs)?;
+    let k = hostkernel::restore_kernel::build(&home::restore_kernel_cache(), &stock, jobs)?;
     println!(
         "restore kernel {} ({arch}) from {} for images of {}",
         k.release, k.source, stock.release
     );
-    let (name, _) = board::restore_kernel::product(arch);
+    let (name, _) = hostkernel::restore_kernel::product(arch);
     println!(
         "  {name} {} ({:.1} MiB, built in {:.0} s)",
         k.image.display(),
         std::fs::metadata(&k.image).map_or(0.0, |m| mib(m.len())),
         k.build_secs
     );
-    for (extra, _) in board::restore_kernel::extra_products(arch) {
+    for (extra, _) in hostkernel::restore_kernel::extra_products(arch) {
         println!("  {extra} {}", k.image.with_file_name(extra).display());
     }
     if let Some(v) = &k.version {
@@ -116,7 +117,7 @@ pub struct BuildArgs {
     /// The board: x86_64 (the PC) or arm64 (booted by U-Boot); its fetched kernel
     /// (`board fetch-kernel --arch`) and device binary go into the bundle.
     #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
-    arch: board::Arch,
+    arch: guestarch::Arch,
     #[command(flatten)]
     kernel: KernelArgs,
 }
@@ -215,7 +216,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         kernel,
         workload,
         rootfs_dir,
-        snapboot_bin: board::home::device_binary(arch)?,
+        snapboot_bin: bundle::home::device_binary(arch)?,
         image_key: a.image_key.clone(),
         device_key: a.device_key.clone(),
         config: a.config.clone(),
@@ -232,9 +233,9 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     );
     println!("  modules   {}", b.modules.join(" "));
     let made_by = match b.workload.init {
-        board::workload::InitKind::Board => "the board's, uncompressed cpio",
-        board::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
-        board::workload::InitKind::DebianDracut => "dracut, zstd",
+        bundle::workload::InitKind::Board => "the board's, uncompressed cpio",
+        bundle::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
+        bundle::workload::InitKind::DebianDracut => "dracut, zstd",
     };
     println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(
@@ -258,7 +259,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         .to_run_options_for(&bundle, choice, a.store.is_some())?;
     match &a.store {
         Some(store) if a.restorer => {
-            let elf = board::home::restorer_elf()?;
+            let elf = bundle::home::restorer_elf()?;
             opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
         }
         Some(store) => attach_store(&mut opts, store, false)?,

@@ -2,10 +2,11 @@
 //! capture`, `bench cold`, `bench compare`), and the run options they make.
 
 use anyhow::Result;
-use board::restore_kernel::{boot_kernel, BootKernel, KernelChoice};
 use board::run_options::{parse_mem_mib, Disk, KernelImage};
-use board::{Accel, Bundle, RunOptions};
+use board::{Accel, RunOptions};
+use bundle::Bundle;
 use clap::{Args, ValueEnum};
+use hostkernel::restore_kernel::{boot_kernel, BootKernel, KernelChoice};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ pub(crate) struct BoardOpts {
     /// The board a built-in workload name means: x86_64 (the PC) or arm64 (booted by
     /// U-Boot). A bundle directory names its own.
     #[arg(long, default_value = "x86_64", value_parser = arch_parser())]
-    arch: board::Arch,
+    arch: guestarch::Arch,
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
     #[arg(long)]
     mem: Option<String>,
@@ -86,7 +87,7 @@ fn encrypt_parser(s: &str) -> Result<bootparams::Encrypt, String> {
 
 impl BoardOpts {
     /// The board a built-in workload name means.
-    pub(crate) fn arch(&self) -> board::Arch {
+    pub(crate) fn arch(&self) -> guestarch::Arch {
         self.arch
     }
 
@@ -161,7 +162,10 @@ impl BoardOpts {
         // On the UEFI PC the restore kernel is GRUB's restore-kernel entry (crate board's
         // uefi module), the default as on the PVH board.
         let kernel = boot_kernel(choice, snapshot_boot, release, || {
-            board::restore_kernel::cached(&board::home::restore_kernel_cache(), &bundle.kernel)
+            hostkernel::restore_kernel::cached(
+                &bundle::home::restore_kernel_cache(),
+                &bundle.kernel,
+            )
         })?;
         if let BootKernel::Restore { vmlinux, .. } = &kernel {
             o.kernel = KernelImage::Restore(vmlinux.clone());
@@ -175,10 +179,10 @@ impl BoardOpts {
 }
 
 /// `--arch`: the board's architectures, listed by clap.
-pub fn arch_parser() -> impl clap::builder::TypedValueParser<Value = board::Arch> {
+pub fn arch_parser() -> impl clap::builder::TypedValueParser<Value = guestarch::Arch> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(board::Arch::ALL.map(board::Arch::name))
-        .try_map(|s| s.parse::<board::Arch>())
+    clap::builder::PossibleValuesParser::new(guestarch::Arch::ALL.map(guestarch::Arch::name))
+        .try_map(|s| s.parse::<guestarch::Arch>())
 }
 
 #[cfg(test)]

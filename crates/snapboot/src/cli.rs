@@ -41,7 +41,7 @@ enum BoardCmd {
     FetchKernel {
         /// The board's architecture.
         #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
-        arch: board::Arch,
+        arch: guestarch::Arch,
         /// Meta package whose dependency is the kernel (default: the architecture's,
         /// linux-image-amd64 or linux-image-arm64:arm64).
         #[arg(long)]
@@ -52,7 +52,7 @@ enum BoardCmd {
     RestoreKernel {
         /// The board's architecture (arm64 cross-compiles with gcc-aarch64-linux-gnu).
         #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
-        arch: board::Arch,
+        arch: guestarch::Arch,
         /// Parallel compile jobs (default: one per CPU).
         #[arg(long)]
         jobs: Option<usize>,
@@ -64,7 +64,7 @@ enum BoardCmd {
     Deb {
         /// The package's architecture (amd64 from x86_64, arm64 from the cross-built binary).
         #[arg(long, default_value = "x86_64", value_parser = crate::boardopts::arch_parser())]
-        arch: board::Arch,
+        arch: guestarch::Arch,
         /// Directory the package is written to.
         #[arg(long, default_value = ".")]
         out: std::path::PathBuf,
@@ -107,7 +107,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Board(BoardCmd::Build(a)) => crate::boardcmd::build(a),
         Cmd::Board(BoardCmd::Deb { arch, out }) => {
-            let deb = board::debpkg::build(&board::home::device_binary(arch)?, arch, &out)?;
+            let deb = bundle::debpkg::build(&bundle::home::device_binary(arch)?, arch, &out)?;
             println!("{}", deb.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -5,8 +5,9 @@
 
 use analyze::{Report, Timeline};
 use anyhow::{Context, Result};
-use board::{Bundle, RunOptions};
+use board::RunOptions;
 use boottrace::report::{BenchReport, MethodResult};
+use bundle::Bundle;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
 
@@ -32,10 +33,10 @@ pub(crate) fn publish(
     notes: Vec<String>,
     json: Option<&Path>,
 ) -> Result<BenchReport> {
-    let report = board::bench::report(bench, bundle, opts, runs, methods, notes);
+    let report = bench::report(bench, bundle, opts, runs, methods, notes);
     print!("{}", report.table());
     if let Some(p) = json {
-        board::bench::write_json(&report, p)?;
+        bench::write_json(&report, p)?;
     }
     Ok(report)
 }

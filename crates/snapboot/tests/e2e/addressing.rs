@@ -29,7 +29,7 @@ fn part(name: &str, uuid: &str, bytes: u64) -> GptPartition {
 
 /// The shell bundle booted with `disks` after the root disk and `words` on the command line.
 fn boot(disks: &[&Path], words: &[String]) -> board::qemu::Session {
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.disks = disks
         .iter()
@@ -64,7 +64,7 @@ fn disks() -> (PathBuf, Placed, PathBuf, PathBuf) {
     let dir = crate::common::home().join("test-addressing");
     std::fs::create_dir_all(&dir).unwrap();
     let store_disk = dir.join("store-disk.img");
-    let mem_mib = board::Bundle::load(&bundle("shell"))
+    let mem_mib = bundle::Bundle::load(&bundle("shell"))
         .unwrap()
         .workload
         .mem_mib;
@@ -106,7 +106,7 @@ fn disks() -> (PathBuf, Placed, PathBuf, PathBuf) {
 fn a_store_found_by_partuuid_or_label_restores_wherever_its_disk_is_and_a_stale_path_writes_nothing(
 ) {
     let (store_disk, at, decoy, zeros) = disks();
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.timeout = Duration::from_secs(300);
     for p in [&store_disk, &zeros] {

@@ -86,8 +86,8 @@ fn session(
     restore_kernel: bool,
     mem_extra: u32,
 ) -> board::qemu::Session {
-    let b = board::Bundle::load(&arm64_bundle(workload)).unwrap();
-    assert_eq!(b.kernel.arch, board::Arch::Arm64);
+    let b = bundle::Bundle::load(&arm64_bundle(workload)).unwrap();
+    assert_eq!(b.kernel.arch, guestarch::Arch::Arm64);
     let mut o = store_options(&b, store);
     if restore_kernel {
         o.kernel = board::run_options::KernelImage::Restore(arm64_restore_kernel());
@@ -250,7 +250,7 @@ fn arm64_lazy_image_restores_and_a_flipped_swap_byte_fails_loudly() {
 /// restore kernel, the other 256 MiB arrive after `restored`.
 #[test]
 fn arm64_deferred_memory_arrives_after_restore() {
-    let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&arm64_bundle("shell")).unwrap();
     let store = home().join("test-arm64-defer.store");
     let _ = std::fs::remove_file(&store);
     board_capture(
@@ -343,7 +343,7 @@ fn env_complaints(s: &board::qemu::Session) -> Vec<String> {
 /// goes on normally.
 #[test]
 fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
-    let b = board::Bundle::load(&arm64_bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&arm64_bundle("shell")).unwrap();
     let store = home().join("test-arm64-next-boot.store");
     let disk = home().join("test-arm64-next-boot.bootdisk.img");
     let _ = std::fs::remove_file(&disk);

@@ -96,7 +96,7 @@ fn image_is_refused_on_another_root_filesystem_or_start_command() {
         .unwrap()
         .success());
     let root_b = root(dir.path(), "two");
-    board::bundle::mksquashfs(&root_b, &b.join("rootfs.img")).unwrap();
+    bundle::bundle::mksquashfs(&root_b, &b.join("rootfs.img")).unwrap();
     expect_refused(
         &b,
         &store,

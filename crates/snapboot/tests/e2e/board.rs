@@ -228,7 +228,7 @@ fn custom_rootfs_boots_with_its_own_start_command() {
 fn lz4_bzimage(stock: &std::path::Path, out: &std::path::Path) {
     let data = std::fs::read(stock).unwrap();
     let vmlinux = out.with_extension("elf");
-    board::kernel::extract_vmlinux(stock, &vmlinux).unwrap();
+    hostkernel::kernel::extract_vmlinux(stock, &vmlinux).unwrap();
     let elf = std::fs::read(&vmlinux).unwrap();
     let word = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().unwrap()) as usize;
     let setup = match data[0x1f1] {

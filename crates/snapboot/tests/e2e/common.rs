@@ -115,7 +115,7 @@ pub fn bundle(workload: &str) -> PathBuf {
 }
 
 /// Run options for bundle `b` with `store` as `/dev/vdb` (`snapboot.store=/dev/vdb`).
-pub fn store_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
+pub fn store_options(b: &bundle::Bundle, store: &Path) -> board::RunOptions {
     let mut o = board::RunOptions::for_bundle(b);
     o.timeout = std::time::Duration::from_secs(300);
     o.disks.push(board::run_options::Disk {
@@ -129,7 +129,7 @@ pub fn store_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
 /// Powers on the bundle in `dir` with `store` as `/dev/vdb` and `extra_cmdline`, for a test
 /// to follow its console.
 pub fn store_session(dir: &Path, store: &Path, extra_cmdline: &[&str]) -> board::qemu::Session {
-    let b = board::Bundle::load(dir).unwrap();
+    let b = bundle::Bundle::load(dir).unwrap();
     let mut o = store_options(&b, store);
     o.cmdline
         .extend(extra_cmdline.iter().map(|s| s.to_string()));

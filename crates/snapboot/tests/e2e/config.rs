@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Builds the `shell` workload into bundles/`name` with a config file holding `text`.
-fn configured_bundle(name: &str, text: &str) -> board::Bundle {
+fn configured_bundle(name: &str, text: &str) -> bundle::Bundle {
     bundle("shell"); // the kernel fetched and the device binary built by this test binary
     let conf = home().join(format!("{name}.conf"));
     std::fs::write(&conf, text).unwrap();
@@ -20,7 +20,7 @@ fn configured_bundle(name: &str, text: &str) -> board::Bundle {
         .arg(&out);
     let (o, so, se) = run(c);
     assert!(o.status.success(), "build {name}:\n{so}\n{se}");
-    board::Bundle::load(&out).unwrap()
+    bundle::Bundle::load(&out).unwrap()
 }
 
 /// `store = /dev/vdb` in the file and no `snapboot.store=` on either command line: the

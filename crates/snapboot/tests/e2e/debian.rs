@@ -56,7 +56,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
     // appends a line to it.
     let data = data_disk();
     let store = capture_debian("debian", Some(&data));
-    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     let mut randoms = Vec::new();
     // A restore on the stock kernel, then one on the restore kernel (it unpacks the same
@@ -142,7 +142,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
 #[test]
 fn debian_with_dracut_restores() {
     let store = capture_debian("debian-dracut", None);
-    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let mut s = crate::common::store_session(&bundle("debian-dracut"), &store, &[]);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     s.wait_for(&restored, "restored marker", Duration::from_secs(180))
@@ -169,7 +169,7 @@ fn data_disk() -> PathBuf {
     f.set_len(16 << 20).unwrap();
     let (out, so, se) = run({
         let mut c = std::process::Command::new("mkfs.ext4");
-        c.args(["-q", "-F", "-L", board::debian::DATA_LABEL])
+        c.args(["-q", "-F", "-L", bundle::debian::DATA_LABEL])
             .arg(&path);
         c
     });
@@ -180,7 +180,7 @@ fn data_disk() -> PathBuf {
 /// The `debian` board with `store` as /dev/vdb and `data` as /dev/vdc, on the stock kernel
 /// or the restore kernel.
 fn data_session(store: &Path, data: &Path, restore_kernel: bool) -> board::qemu::Session {
-    let b = board::Bundle::load(&bundle("debian")).unwrap();
+    let b = bundle::Bundle::load(&bundle("debian")).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.timeout = Duration::from_secs(300);
     for (path, readonly) in [(store, false), (data, false)] {

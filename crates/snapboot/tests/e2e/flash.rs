@@ -72,7 +72,7 @@ pub(crate) fn restored_loglevel(
 
 /// [`restored_loglevel`] with the restorer (crates/restorer) in place of the kernel.
 fn restorer_loglevel(bundle: &Path, store: &Path, extra: &[&str]) -> (String, Vec<String>) {
-    let b = board::Bundle::load(bundle).unwrap();
+    let b = bundle::Bundle::load(bundle).unwrap();
     let mut o = crate::restorer::restorer_options(&b, store);
     o.cmdline.extend(extra.iter().map(|w| w.to_string()));
     let mut s = board::qemu::Session::start(&b, &o).unwrap();

@@ -53,7 +53,7 @@ fn lockdown_refuses_resume_and_capture_naming_it() {
 /// and read-write again after, in the system that carries on and in the restored one.
 #[test]
 fn a_writable_vfat_mount_is_read_only_only_for_the_capture() {
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let home = crate::common::home();
     let store = home.join("test-vfat.store");
     let _ = std::fs::remove_file(&store);

@@ -32,7 +32,7 @@ fn boot_until(
     recapture: bool,
     pattern: &str,
 ) -> (board::qemu::Session, String) {
-    let b = board::Bundle::load(bundle).unwrap();
+    let b = bundle::Bundle::load(bundle).unwrap();
     let mut o = match store {
         Some(store) => crate::common::store_options(&b, store),
         None => board::RunOptions::for_bundle(&b),
@@ -157,7 +157,7 @@ fn after_an_update_the_first_boot_captures_and_the_second_restores_the_updated_s
         .unwrap()
         .success());
     let root_two = crate::binding::root(dir.path(), "two");
-    board::bundle::mksquashfs(&root_two, &v2.join("rootfs.img")).unwrap();
+    bundle::bundle::mksquashfs(&root_two, &v2.join("rootfs.img")).unwrap();
     let store = dir.path().join("update.store");
     board_capture(&v1, &store, &[]);
 

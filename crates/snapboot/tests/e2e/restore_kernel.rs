@@ -39,7 +39,7 @@ pub(crate) fn restore_session(
     mem_extra: u32,
 ) -> board::qemu::Session {
     let vmlinux = restore_kernel();
-    let b = board::Bundle::load(&bundle(workload)).unwrap();
+    let b = bundle::Bundle::load(&bundle(workload)).unwrap();
     let mut o = crate::common::store_options(&b, store);
     o.kernel = board::run_options::KernelImage::Restore(vmlinux);
     o.mem_mib += mem_extra;

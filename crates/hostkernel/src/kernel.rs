@@ -6,8 +6,8 @@
 //! Under TCG the in-kernel XZ decompressor alone costs seconds of every cold boot, so the board
 //! decompresses the payload once on the host (an uncompressed kernel: under TCG the bzImage's own decompressor costs seconds at every boot).
 
-use crate::arch::Arch;
 use crate::arm64_image;
+use guestarch::Arch;
 use kernelpack::bzimage::{bzimage_release, SetupHeader};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -154,7 +154,7 @@ impl KernelInfo {
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<String, KernelError> {
-    crate::hostcmd::output(cmd)
+    hostcmd::output(cmd)
         .map(|out| String::from_utf8_lossy(&out).into_owned())
         .map_err(|f| KernelError::Command {
             cmd: f.cmd,

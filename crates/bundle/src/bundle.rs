@@ -9,17 +9,21 @@
 //!   rootfs.img       read-only root filesystem (squashfs) with the workload
 //! ```
 
-use crate::arch::Arch;
 use crate::busybox::Busybox;
 use crate::initramfs::{InitScript, Initramfs};
-use crate::kernel::{extract_vmlinux, KernelError, KernelInfo};
-use crate::modules::{read_module, ModuleError, ModuleTree};
 use crate::workload::{check_tree, Workload};
 use crate::workload_error::WorkloadError;
+use guestarch::Arch;
+use hostkernel::kernel::{extract_vmlinux, KernelError, KernelInfo};
+use hostkernel::modules::{read_module, ModuleError, ModuleTree};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The kernel device of the arm64 board's root filesystem: the second partition of its boot
+/// disk (the board's `bootdisk` lays it out; the boot disk is the first virtio disk).
+pub const ARM64_ROOT_PARTITION: &str = "/dev/vda2";
 
 /// Where the initramfs carries the public key of signed images (`ondevice::flash`'s
 /// `PUBLIC_KEY_FILE`, without the leading `/`).
@@ -366,9 +370,9 @@ impl Bundle {
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: match opts.kernel.arch {
                 // The x86_64 PC's root is a disk of its own; the arm64 board's is a
-                // partition of its boot disk (crate::bootdisk).
+                // partition of its boot disk.
                 Arch::X86_64 => "/dev/vda".into(),
-                Arch::Arm64 => crate::bootdisk::ROOT_PARTITION.into(),
+                Arch::Arm64 => ARM64_ROOT_PARTITION.into(),
             },
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),
@@ -518,7 +522,7 @@ fn image_kernel_record(opts: &BuildOptions) -> Result<Option<String>, BundleErro
     }
     let image = fs::read(&kernel).map_err(io(&kernel))?;
     Ok(
-        crate::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
+        hostkernel::kernel::uts_version(&image, &opts.kernel.release).map(|version| {
             devinstall::bootloader::restore_kernel::image_kernel_record(
                 &devinstall::bootloader::restore_kernel::Uname {
                     release: opts.kernel.release.clone(),

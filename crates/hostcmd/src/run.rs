@@ -9,7 +9,7 @@ const TAIL_LINES: usize = 8;
 
 /// A host tool that could not be run or did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Failed {
+pub struct Failed {
     /// The command line, as run.
     pub cmd: String,
     /// Why: the spawn error, or the exit status and the end of its error output.
@@ -17,7 +17,7 @@ pub(crate) struct Failed {
 }
 
 /// Runs `cmd` to completion; its standard output, or why it failed.
-pub(crate) fn output(cmd: &mut Command) -> Result<Vec<u8>, Failed> {
+pub fn output(cmd: &mut Command) -> Result<Vec<u8>, Failed> {
     let line = format!("{cmd:?}").replace('"', "");
     let out = cmd.output().map_err(|e| Failed {
         cmd: line.clone(),

@@ -6,13 +6,13 @@
 //! restored workload itself: a workload that does not answer `recapture` gets only the
 //! plain images ([`lazy_notes`] says so).
 
-use super::measure::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
-use super::plan::no_recapture_note;
-use crate::bundle::Bundle;
-use crate::capture::capture_boot;
-use crate::run_options::RunOptions;
-use crate::workload::Workload;
+use crate::measure::{make_work, profiled_image, resume_boot, BenchError, Captured, MethodRuns};
+use crate::plan::no_recapture_note;
+use board::capture::capture_boot;
+use board::run_options::RunOptions;
 use bootparams::Reclaim;
+use bundle::bundle::Bundle;
+use bundle::workload::Workload;
 use std::path::Path;
 
 /// How many times [`lazy_sizes`] calls `tick` on `workload`: the unverified capture and one

@@ -10,9 +10,9 @@ use thiserror::Error;
 
 use boottrace::Outcome;
 
-use crate::bundle::Bundle;
-use crate::qemu::{RunError, Session};
-use crate::run_options::{Disk, RunOptions};
+use board::qemu::{RunError, Session};
+use board::run_options::{Disk, RunOptions};
+use bundle::bundle::Bundle;
 
 /// Why the kernel-native baseline could not be set up.
 #[derive(Debug, Error)]
@@ -130,9 +130,9 @@ mod tests {
             mem_mib: 128,
             max_mem_mib: None,
             smp: 1,
-            accel: crate::run_options::Accel::Tcg,
-            kernel: crate::run_options::KernelImage::Vmlinux,
-            firmware: crate::run_options::Firmware::Direct,
+            accel: board::run_options::Accel::Tcg,
+            kernel: board::run_options::KernelImage::Vmlinux,
+            firmware: board::run_options::Firmware::Direct,
             params: bootparams::BootParams::default(),
             cmdline: vec!["quiet".into()],
             disks: vec![Disk {

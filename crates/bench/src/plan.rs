@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::workload::Workload;
+use bundle::workload::Workload;
 
 /// The methods `compare` measures, the baseline first.
 pub const COMPARE_METHODS: [&str; 5] = [
@@ -31,7 +31,7 @@ pub const ENCRYPTED_METHODS: [&str; 2] =
     ["restore-kernel-encrypted", "restore-kernel-lazy-encrypted"];
 
 /// The method `compare` adds on the PC whose firmware loads the kernel itself (PVH): the
-/// `snapboot` image restored by the restorer (crates/restorer, `crate::restorer_boot`),
+/// `snapboot` image restored by the restorer (crates/restorer, `board::restorer_boot`),
 /// with no kernel booted before the image.
 pub const RESTORER_METHOD: &str = "restorer";
 
@@ -57,16 +57,16 @@ pub enum RestoreKernelUse {
     NotBuilt(String),
     /// Left out on request (`--no-restore-kernel`).
     Declined,
-    /// It cannot restore this workload (`crate::restore_kernel::unsupported` says why).
+    /// It cannot restore this workload (`InitKind::restore_kernel_unsupported` says why).
     Unsupported(&'static str),
 }
 
 /// Whether `compare` measures the restorer, and if not, why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestorerUse {
-    /// Measured, with this ELF (`crate::home::restorer_elf`).
+    /// Measured, with this ELF (`bundle::home::restorer_elf`).
     Measured(PathBuf),
-    /// The board cannot start it (`crate::restorer_boot::unsupported` says why).
+    /// The board cannot start it (`board::restorer_boot::unsupported` says why).
     Unsupported(&'static str),
     /// Left out on request (`--no-restorer`).
     Declined,

@@ -1,17 +1,14 @@
-//! Benchmarks on the board: the same workload booted N times per method, each boot checked
-//! to have come up the way its method promises, and the [`BenchReport`] every benchmark
-//! writes (`snapboot bench cold`, `snapboot bench compare`; `endurance` restores one image
-//! again and again).
+//! The `cold` and `compare` benchmarks and the report they write.
 //!
 //! `compare` brings the workload up five ways in one run: cold boot, the kernel's own
 //! hibernation resume from swap ([`crate::native`]), snapboot's snapshot boot, snapboot's
 //! lazy snapshot boot (user memory paged in on demand) and the lazy image re-captured with
 //! the working set of its first request (profiled; made by the restored workload itself,
 //! so only where it answers `recapture`). Given a restore kernel
-//! ([`crate::restore_kernel`]), it adds three more: the same snapboot images restored by
+//! (`hostkernel::restore_kernel`), it adds three more: the same snapboot images restored by
 //! the restore kernel instead of the stock one. On the PC booted through PVH it adds the
 //! `snapboot` image restored by the restorer, with no kernel before the image
-//! ([`crate::restorer_boot`]). [`ComparePlan`] says which methods a run
+//! ([`board::restorer_boot`]). [`ComparePlan`] says which methods a run
 //! measures and notes the ones it leaves out. Images are made once per method and
 //! reused for every run; the kernel-native one is restored from a saved copy of the swap
 //! device, because the kernel consumes it on resume.
@@ -27,35 +24,18 @@ use bootparams::Reclaim;
 use boottrace::report::{BenchReport, MethodResult};
 use boottrace::Timeline;
 
-mod measure;
-pub use measure::{check_boot, measured_boot, BenchError, BootError, MethodRuns, PROFILE_ROUNDS};
-use measure::{make_work, profiled_image, resume_boot, Captured};
-
-mod plan;
-pub use plan::{
-    no_recapture_note, ComparePlan, RestoreKernelUse, RestorerUse, COMPARE_METHODS,
-    ENCRYPTED_METHODS, PROFILED_METHODS, RESTORER_METHOD, RESTORER_METHODS, RESTORE_KERNEL_METHODS,
+use crate::measure::{
+    make_work, measured_boot, profiled_image, resume_boot, BenchError, Captured, MethodRuns,
 };
-
-mod endurance;
-pub use endurance::{
-    endurance, summarize as endurance_summary, Endurance, Failure as EnduranceFailure,
-    Plan as EndurancePlan, Report as EnduranceReport, RestoreRecord, Summary as EnduranceSummary,
-    ENDURANCE_METHOD,
-};
-
-mod recapture;
-pub use recapture::{
-    recapture, recapture_steps, CaptureCost, Plan as RecapturePlan, Recapture,
-    Source as RecaptureSource, RECAPTURE_METHODS,
-};
-
-use crate::bundle::Bundle;
-use crate::capture::capture_boot;
 use crate::native;
-use crate::qemu::run_probe;
-use crate::restorer_boot::restorer_options;
-use crate::run_options::{KernelImage, RunOptions};
+use crate::plan::{
+    ComparePlan, COMPARE_METHODS, ENCRYPTED_METHODS, RESTORER_METHODS, RESTORE_KERNEL_METHODS,
+};
+use board::capture::capture_boot;
+use board::qemu::run_probe;
+use board::restorer_boot::restorer_options;
+use board::run_options::{KernelImage, RunOptions};
+use bundle::bundle::Bundle;
 
 /// `bench cold`: `runs` cold boots with the workload's probe.
 pub fn cold(
@@ -316,7 +296,7 @@ fn report_at(
         kernel: bundle.kernel.release.clone(),
         accel: format!("{:?}", opts.accel).to_lowercase(),
         mem_mib: opts.mem_mib,
-        max_mem_mib: crate::run_options::deferred_mib(opts).and(opts.max_mem_mib),
+        max_mem_mib: board::run_options::deferred_mib(opts).and(opts.max_mem_mib),
         finished_unix,
         runs,
         methods,
@@ -343,9 +323,3 @@ pub fn write_json_value(report: &impl serde::Serialize, path: &Path) -> Result<(
 
 #[cfg(test)]
 mod tests;
-
-mod lazy;
-pub use lazy::{lazy_notes, lazy_sizes, lazy_steps, size_word};
-
-mod memory;
-pub use memory::{boards as memory_board_list, memory_boards, memory_steps, mib_word, MemBoard};

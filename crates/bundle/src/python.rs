@@ -10,10 +10,10 @@
 //! then checks the staged root for every library its programs need
 //! ([`crate::dynlink::check_root`]).
 
-use crate::arch::Arch;
 use crate::dynlink::{self, LinkError};
 use crate::foreign;
 use crate::workload_error::{io, WorkloadError};
+use guestarch::Arch;
 use std::collections::BTreeSet;
 use std::fs;
 use std::os::unix::fs::symlink;

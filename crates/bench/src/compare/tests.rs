@@ -1,5 +1,7 @@
 use super::*;
-use crate::testutil::{bundle, opts};
+use crate::measure::{check_boot, BootError};
+use crate::plan::RestoreKernelUse;
+use board::testutil::{bundle, opts};
 use boottrace::{MilestoneKind, Outcome};
 
 fn boot(tti: f64, restored: Option<f64>) -> Timeline {

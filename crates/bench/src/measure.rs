@@ -9,11 +9,11 @@ use thiserror::Error;
 use boottrace::report::{summarize, MethodResult};
 use boottrace::{MilestoneKind, Timeline};
 
-use crate::bundle::Bundle;
-use crate::capture::{attach_store, recapture_boot, CaptureBootError};
 use crate::native::{self, NativeError};
-use crate::qemu::{run_probe, RunError};
-use crate::run_options::RunOptions;
+use board::capture::{attach_store, recapture_boot, CaptureBootError};
+use board::qemu::{run_probe, RunError};
+use board::run_options::RunOptions;
+use bundle::bundle::Bundle;
 
 /// Why a measured boot does not count.
 #[derive(Debug, Error)]
@@ -69,7 +69,7 @@ pub enum BenchError {
     Store(#[from] CaptureBootError),
     /// The restorer's boot could not be set up.
     #[error(transparent)]
-    Restorer(#[from] crate::restorer_boot::RestorerBootError),
+    Restorer(#[from] board::restorer_boot::RestorerBootError),
     /// The store holds no image after a capture that reported one.
     #[error("{} holds no image after the capture", .0.display())]
     NoImage(PathBuf),
@@ -104,7 +104,7 @@ pub enum BenchError {
 /// One method's boots, and the size of its image where it has one.
 #[derive(Debug, Clone)]
 pub struct MethodRuns {
-    /// Method name (one of [`super::COMPARE_METHODS`] for `compare`).
+    /// Method name (one of [`crate::COMPARE_METHODS`] for `compare`).
     pub method: &'static str,
     /// Every boot's timeline, in order.
     pub timelines: Vec<Timeline>,

@@ -16,10 +16,10 @@
 //! the stores taking turns, each round starting with the next one, so drift and the
 //! position in a round hit all of them alike.
 
-use super::measure::{make_work, measured_boot, BenchError, MethodRuns};
-use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, create_store, recapture_boot, store_size};
-use crate::run_options::RunOptions;
+use crate::measure::{make_work, measured_boot, BenchError, MethodRuns};
+use board::capture::{attach_store, capture_boot, create_store, recapture_boot, store_size};
+use board::run_options::RunOptions;
+use bundle::bundle::Bundle;
 use flashstore::{Dedupe, Store, StoreError, WriteOptions};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};

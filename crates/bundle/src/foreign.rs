@@ -18,7 +18,7 @@
 //! versions in apt's lists give a new key and a new tree. Nothing is configured: no
 //! maintainer script runs, so the tree is the packages' files as shipped.
 
-use crate::arch::Arch;
+use guestarch::Arch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};

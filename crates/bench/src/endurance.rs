@@ -8,7 +8,7 @@
 //! Every restore is checked, and a failed one is recorded with its reason while the run goes
 //! on: it must restore (a fallback to a cold boot, a hang, a panic are failures), the
 //! application must not start again, its state checksum must be the captured state's, its
-//! clock within [`crate::app_state::CLOCK_BOUND_S`] of the host's and its random bytes
+//! clock within [`board::app_state::CLOCK_BOUND_S`] of the host's and its random bytes
 //! unlike every earlier restore's. TTI is measured as every benchmark measures it: the
 //! workload's probe, typed after `restored`.
 
@@ -19,12 +19,12 @@ use boottrace::{error_chain, Marker, MilestoneKind, Outcome, Stats, Timeline};
 use regex::Regex;
 use serde::Serialize;
 
-use super::measure::{check_boot, make_work, BenchError, BootError};
-use crate::app_state::{query_restored, repeated, RestoredApp};
-use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot, recapture_now};
-use crate::qemu::Session;
-use crate::run_options::RunOptions;
+use crate::measure::{check_boot, make_work, BenchError, BootError};
+use board::app_state::{query_restored, repeated, RestoredApp};
+use board::capture::{attach_store, capture_boot, recapture_now};
+use board::qemu::Session;
+use board::run_options::RunOptions;
+use bundle::bundle::Bundle;
 
 /// The method name of the restores in the report.
 pub const ENDURANCE_METHOD: &str = "endurance";

@@ -4,10 +4,10 @@
 //! The built-in `shell` and `app` workloads are assembled into a staging tree exactly like a
 //! user's own `--rootfs DIR --start CMD`; nothing else in snapboot knows their internals.
 
-use crate::arch::Arch;
 use crate::busybox::Busybox;
 use crate::python::stage_python;
 use crate::workload_error::{io, WorkloadError};
+use guestarch::Arch;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -85,6 +85,22 @@ impl InitKind {
     /// Whether the system is a Debian root built by `crate::debian`.
     pub fn is_debian(self) -> bool {
         matches!(self, InitKind::Debian | InitKind::DebianDracut)
+    }
+
+    /// Why the restore kernel cannot restore the images of this kind of system, or `None`
+    /// when it can. It starts snapboot directly in the root's initramfs
+    /// (`rdinit=/bin/snapboot`); an initramfs-tools or dracut one has no `/proc` to read the
+    /// command line from before its `/init` ran, so it falls back at every boot and the stock
+    /// kernel restores instead (measured 2026-11-27; docs/design.md).
+    pub fn restore_kernel_unsupported(self) -> Option<&'static str> {
+        match self {
+            InitKind::Board => None,
+            _ => Some(
+                "the restore kernel starts snapboot in the root's initramfs-tools or dracut \
+                 initramfs before its /init ran, where it cannot read its command line: it falls \
+                 back at every boot (the stock kernel then restores)",
+            ),
+        }
     }
 }
 

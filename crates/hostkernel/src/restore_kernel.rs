@@ -28,10 +28,10 @@ use std::process::Command;
 use std::time::Instant;
 use thiserror::Error;
 
-use crate::arch::Arch;
 use crate::kernel::{banner_release, run, uts_version, KernelError, KernelInfo};
 use crate::kernel_config::missing;
 use crate::version_stamp::{check_built, StampError, VersionMismatch, VersionStamp, WordsMismatch};
+use guestarch::Arch;
 
 /// The x86_64 configuration fragment, applied on top of `allnoconfig`.
 pub const FRAGMENT: &str = include_str!("../kernel/restore.config");
@@ -68,7 +68,7 @@ pub fn extra_products(arch: Arch) -> &'static [(&'static str, &'static str)] {
 
 /// The bzImage an x86_64 restore kernel build keeps beside its vmlinux `image`. The board
 /// boots it when it has a TPM: QEMU's PVH loader puts the initramfs over the firmware's
-/// ACPI tables then (`crate::tpm`), the bzImage's loader does not.
+/// ACPI tables then (`board::tpm`), the bzImage's loader does not.
 pub fn bzimage_beside(image: &Path) -> PathBuf {
     image.with_file_name("bzImage")
 }
@@ -208,22 +208,6 @@ fn make(tree: &Path, arch: Arch) -> Command {
     }
     cmd.arg("-s").current_dir(tree);
     cmd
-}
-
-/// Why the restore kernel cannot restore `workload`'s images, or `None` when it can. It
-/// starts snapboot directly in the root's initramfs (`rdinit=/bin/snapboot`); an
-/// initramfs-tools or dracut one has no `/proc` to read the command line from before its
-/// `/init` ran, so it falls back at every boot and the stock kernel restores instead
-/// (measured 2026-11-27; docs/design.md).
-pub fn unsupported(workload: &crate::workload::Workload) -> Option<&'static str> {
-    match workload.init {
-        crate::workload::InitKind::Board => None,
-        _ => Some(
-            "the restore kernel starts snapboot in the root's initramfs-tools or dracut \
-             initramfs before its /init ran, where it cannot read its command line: it falls \
-             back at every boot (the stock kernel then restores)",
-        ),
-    }
 }
 
 /// The restore kernel already built in `cache` for the stock kernel `stock` with this

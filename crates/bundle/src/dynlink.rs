@@ -8,7 +8,7 @@
 //! followed within the root, an absolute target taken from the root's `/`.
 //! `DT_RUNPATH`/`DT_RPATH` are not read: Debian's python and its libraries have none.
 
-use crate::arch::Arch;
+use guestarch::Arch;
 use object::elf;
 use object::read::elf::{Dyn, ElfFile64, ProgramHeader};
 use object::Endianness;

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-use crate::arch::Arch;
 use crate::bundle::{BuildOptions, Bundle, BundleError};
-use crate::kernel::{KernelError, KernelInfo};
 use crate::workload::Workload;
 use crate::workload_error::WorkloadError;
+use guestarch::Arch;
+use hostkernel::kernel::{KernelError, KernelInfo};
 
 /// Why no kernel or bundle could be had.
 #[derive(Debug, Error)]

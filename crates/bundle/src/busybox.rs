@@ -8,9 +8,9 @@
 //! taken only when its source version is the host's, and when its applet name table (the
 //! names, sorted, NUL-separated, which busybox keeps verbatim) is exactly the host's list.
 
-use crate::arch::Arch;
 use crate::foreign;
 use crate::workload_error::WorkloadError;
+use guestarch::Arch;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,12 +5,12 @@
 //! Every boot of a deferring board also waits for the `memory` marker, so the report has
 //! the time from ready (or restored) until all of the RAM is online.
 
-use super::measure::{check_boot, make_work, BenchError, BootError, Captured, MethodRuns};
-use crate::bundle::Bundle;
-use crate::capture::{attach_store, capture_boot};
-use crate::qemu::run_probe_then;
-use crate::run_options::RunOptions;
+use crate::measure::{check_boot, make_work, BenchError, BootError, Captured, MethodRuns};
+use board::capture::{attach_store, capture_boot};
+use board::qemu::run_probe_then;
+use board::run_options::RunOptions;
 use boottrace::Timeline;
+use bundle::bundle::Bundle;
 use std::path::Path;
 
 /// One board of the benchmark.
