@@ -421,12 +421,20 @@ fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
     capture_app(name, &flags)
 }
 
-/// One plain lazy capture of `app` per test binary (`test-app-lazy.store`), never booted:
-/// tests that boot it (each boot writes its boot log) boot a [`copy_store`] of it.
+/// One lazy capture of `app` per test binary (`test-app-lazy.store`), never booted: tests
+/// that boot it (each boot writes its boot log) boot a [`copy_store`] of it. Captured with
+/// `snapboot.profilecheck`, which a restored system reads from its own (the capture boot's)
+/// command line and which only adds console reports after a restore: the profiled test
+/// needs it, and the other tests restore the same kind of image with it.
 pub(crate) fn captured_lazy() -> PathBuf {
     static STORE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     STORE
-        .get_or_init(|| lazy_capture("test-app-lazy.store", &[]))
+        .get_or_init(|| {
+            lazy_capture(
+                "test-app-lazy.store",
+                &["--cmdline", "snapboot.profilecheck"],
+            )
+        })
         .clone()
 }
 
@@ -510,10 +518,7 @@ pub(crate) fn swap_of(store: &Path) -> (u64, u64, u64) {
 /// was not modified).
 #[test]
 fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_loudly() {
-    let store = lazy_capture(
-        "test-app-profile.store",
-        &["--cmdline", "snapboot.profilecheck"],
-    );
+    let store = copy_store(&captured_lazy(), "test-app-profile.store");
     let first = inspect(&store);
     assert!(
         first["swap"]["verity"]["root"]
