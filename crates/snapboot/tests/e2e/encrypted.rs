@@ -32,6 +32,36 @@ fn file_holds(path: &Path, needle: &[u8]) -> bool {
     }
 }
 
+/// Whether the pages of `store`'s newest image, read back through the store (checked and
+/// decompressed), hold `needle` anywhere.
+fn image_holds(store: &Path, needle: &[u8]) -> bool {
+    let s = ondevice::store::open_store(store, false).unwrap();
+    let name = s.newest().unwrap().name.clone();
+    let mut r = s.reader(&name).unwrap();
+    let mut page = [0u8; flashstore::PAGE];
+    let mut window: Vec<u8> = Vec::new();
+    while r.next_page(&mut page).unwrap() {
+        window.extend_from_slice(&page);
+        if window.windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+        window.drain(..window.len() - (needle.len() - 1));
+    }
+    false
+}
+
+/// The `app` bundle with a device key, built once for the tests of encrypted `app` images:
+/// the bundle, and the key's id.
+fn keyed_app() -> (PathBuf, String) {
+    static BUILT: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let (key, id) = device_key("test-enc-app.key");
+            (keyed_bundle("app", "app-enc", &key), id)
+        })
+        .clone()
+}
+
 /// A new device key file `name` in the test home; returns its path and key id.
 fn device_key(name: &str) -> (PathBuf, String) {
     let path = home().join(name);
@@ -94,23 +124,26 @@ fn expect_refused(bundle: &Path, store: &Path, extra: &[&str], reason: &str) {
     s.finish(boottrace::Outcome::Ready);
 }
 
-/// With a key file: the `app` image is encrypted (its secret, plain in a clear store's
-/// bytes, is in none of the encrypted store's), restores with its state intact, and a
-/// flipped ciphertext byte or an image in the clear is refused with the reason.
+/// With a key file: the `app` image is encrypted (its secret, plain in a clear image's
+/// pages, is in none of the encrypted store's bytes), restores with its state intact, and a
+/// flipped ciphertext byte or an image in the clear is refused with the reason. The clear
+/// image is the shared capture of the same `app` bundle.
 #[test]
 fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_own() {
-    // Both stores hold their pages uncompressed: LZ4 may turn the secret into back-references
-    // (it did once the image's other text changed), and then neither check would mean anything.
+    // The clear image's pages as the kernel gave them (the store's LZ4 undone) hold the
+    // secret; the encrypted store holds its pages uncompressed, so that the secret's absence
+    // from its bytes is the encryption's doing: LZ4 may turn it into back-references (it did
+    // once the image's other text changed), and then the check would mean nothing.
     let raw = ["--cmdline", "snapboot.compress=none"];
-    let plain = home().join("test-enc-app-plain.store");
-    let _ = std::fs::remove_file(&plain);
-    crate::common::board_capture(&bundle("app"), &plain, &raw);
-    assert!(
-        file_holds(&plain, APP_SECRET),
-        "the app's secret is not in a clear store: the test would prove nothing"
+    let clear = copy_store(
+        &crate::snapshot::captured("app"),
+        "test-enc-app-clear.store",
     );
-    let (key, id) = device_key("test-enc-app.key");
-    let b = keyed_bundle("app", "app-enc", &key);
+    assert!(
+        image_holds(&clear, APP_SECRET),
+        "the app's secret is not in a clear image's pages: the test would prove nothing"
+    );
+    let (b, id) = keyed_app();
     let store = home().join("test-enc-app.store");
     let _ = std::fs::remove_file(&store);
     crate::common::board_capture(&b, &store, &["--encrypt", "key", raw[0], raw[1]]);
@@ -141,7 +174,6 @@ fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_
     let _ = std::fs::remove_file(&bad);
 
     // The clear image on a device that encrypts: refused, not restored.
-    let clear = copy_store(&plain, "test-enc-app-clear.store");
     expect_refused(
         &b,
         &clear,
@@ -149,7 +181,6 @@ fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_
         "the image is not encrypted",
     );
     let _ = std::fs::remove_file(&clear);
-    let _ = std::fs::remove_file(&plain);
 }
 
 /// A device that enforces signatures and encrypts: the factory image (signed on the host,
@@ -230,8 +261,7 @@ fn a_signing_device_restores_its_own_encrypted_recapture_and_refuses_another_key
 /// store), and the restored app pages its state back in through dm-crypt intact.
 #[test]
 fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
-    let (key, id) = device_key("test-enc-lazy.key");
-    let b = keyed_bundle("app", "app-enc-lazy", &key);
+    let (b, id) = keyed_app();
     let store = home().join("test-enc-lazy.store");
     let _ = std::fs::remove_file(&store);
     // Uncompressed, so that the secret's absence is the encryption's doing, not LZ4's.
