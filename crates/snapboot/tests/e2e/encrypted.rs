@@ -1,6 +1,7 @@
 //! Encrypted images on the real board (`snapboot.encrypt=`): what a store shows of the
 //! application's memory, restores with state intact, and every image the device key does
-//! not authenticate refused with its reason and a cold boot.
+//! not authenticate refused with its reason and a cold boot. The board's TPM (`--tpm`), seen
+//! by both kernels, holds a sealed device key.
 
 use crate::common::{bundle, home, run, snapboot, store_session};
 use crate::snapshot::{check_restored_app, copy_store, damage_newest_image, host_checksum};
@@ -291,8 +292,9 @@ fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
 }
 
 /// `board run` of `bundle` on `store` with the TPM in `tpm` and `snapboot.encrypt=tpm`, on
-/// the restore kernel; returns its console and timeline as printed.
-fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path) -> String {
+/// the restore kernel, with `probe` (`--probe` and its words); returns its console and
+/// timeline as printed.
+fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path, probe: &[&str]) -> String {
     let mut c = snapboot();
     c.args(["board", "run"])
         .arg(bundle)
@@ -300,19 +302,27 @@ fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path) -> String {
         .arg(store)
         .arg("--tpm")
         .arg(tpm)
-        .args(["--encrypt", "tpm", "--console", "--probe"]);
+        .args(["--encrypt", "tpm", "--console"])
+        .args(probe);
     let (out, so, se) = run(c);
     assert!(out.status.success(), "{so}\n{se}");
     so
 }
 
-/// A key sealed to the board's TPM: the image restores on the restore kernel with that TPM;
-/// on a board with another TPM (cleared, replaced, the store moved) it is refused with the
-/// TPM's reason and the board boots cold; the next capture there makes a new key, sealed
-/// to the new TPM, which replaces the store's key slot, and its image restores.
+/// The probe line of the TPM driver, the stock kernel's and the restore kernel's alike.
+const TPM2_PROBED: &str = "tpm_tis MSFT0101:00: 2.0 TPM";
+
+/// The board's TPM (`--tpm DIR`) and a key sealed to it. Both kernels of the PC see a TPM
+/// 2.0: the stock kernel in the capture boot (its ACPI tables intact), the restore kernel
+/// before it restores, and the restored system has `/dev/tpmrm0`; the TPM's state is kept
+/// in DIR. The image restores on the restore kernel with that TPM; on a board with another
+/// TPM (cleared, replaced, the store moved) it is refused with the TPM's reason and the
+/// board boots cold; the next capture there makes a new key, sealed to the new TPM, which
+/// replaces the store's key slot, and its image restores.
 #[test]
-fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
-    crate::restore_kernel::restore_kernel();
+fn both_kernels_see_the_tpm_and_a_key_sealed_to_it_restores_there_only_and_a_new_tpm_gets_a_new_key(
+) {
+    crate::restore_kernel::restore_kernel(); // a snapshot boot then restores with it
     let b = bundle("shell");
     let dir = tempfile::tempdir_in(home()).unwrap();
     let (tpm_a, tpm_b) = (dir.path().join("tpm-a"), dir.path().join("tpm-b"));
@@ -323,19 +333,43 @@ fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
     };
     let so = capture(&tpm_a);
     assert!(so.contains("encrypted with new device key"), "{so}");
+    assert!(
+        so.contains(TPM2_PROBED),
+        "the stock kernel saw no TPM:\n{so}"
+    );
+    assert!(
+        !so.contains("Invalid table length"),
+        "the capture boot's ACPI tables were overwritten:\n{so}"
+    );
+    assert!(
+        tpm_a.join("tpm2-00.permall").is_file(),
+        "swtpm keeps the TPM's state in DIR"
+    );
     let first = encrypted_with(&store);
     let Some(Some(id_a)) = first.first().cloned() else {
         panic!("not encrypted: {first:?}");
     };
-    let so = run_with_tpm(&b, &store, &tpm_a);
-    let restore = so.split_once("-snapboot-restore").map_or("", |s| s.1);
+    let tpmrm = ["--probe", "ls /dev/tpmrm0", "--expect", "^/dev/tpmrm0$"];
+    let so = run_with_tpm(&b, &store, &tpm_a, &tpmrm);
+    let restore = so
+        .split_once("-snapboot-restore")
+        .unwrap_or_else(|| panic!("not the restore kernel:\n{so}"))
+        .1;
+    let (before, after) = restore
+        .split_once("snapboot: @restored")
+        .unwrap_or_else(|| panic!("not restored:\n{so}"));
     assert!(
-        restore.contains("encrypted with the device key") && restore.contains("@restored"),
+        before.contains(TPM2_PROBED),
+        "the restore kernel saw no TPM:\n{so}"
+    );
+    assert!(
+        restore.contains("encrypted with the device key"),
         "not restored by the restore kernel with the TPM's key:\n{so}"
     );
+    assert!(after.contains("probe_answered"), "{so}");
 
     // Another TPM: the key does not unseal; every image refused with why; a cold boot.
-    let so = run_with_tpm(&b, &store, &tpm_b);
+    let so = run_with_tpm(&b, &store, &tpm_b, &["--probe"]);
     let fallback = so
         .lines()
         .find(|l| l.contains("@fallback"))
@@ -362,6 +396,6 @@ fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
     let slots: Vec<String> = s.key_slots().iter().map(|k| k.id.to_string()).collect();
     assert_eq!(slots, vec![id_b.clone()]);
     drop(s);
-    let so = run_with_tpm(&b, &store, &tpm_b);
+    let so = run_with_tpm(&b, &store, &tpm_b, &["--probe"]);
     assert!(so.contains("snapboot: @restored"), "{so}");
 }

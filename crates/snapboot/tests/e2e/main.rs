@@ -18,6 +18,5 @@ mod lifecycle;
 mod restore_kernel;
 mod restorer;
 mod snapshot;
-mod tpm;
 mod trace;
 mod uefi;
