@@ -389,20 +389,21 @@ fn store_commands_manage_images_on_a_file() {
     assert!(!ok && text.contains("no image named `factory`"), "{text}");
 }
 
-/// Re-capture without a cold boot: a system restored from image `cur` changes its state
-/// and captures itself again (the restored system keeps the capture boot's command line, so
-/// `snapboot ready` captures to the same store and name). The new image replaces `cur`,
-/// shares most pages with the one it replaces, and the next power-on restores the change.
+/// Re-capture without a cold boot: a system restored from image `current` (a copy of the
+/// shared `shell` capture, generation 2) changes its state and captures itself again (the
+/// restored system keeps the capture boot's command line, so `snapboot ready` captures to
+/// the same store and name). The new image replaces `current`, shares most pages with the
+/// one it replaces, and the next power-on restores the change.
 #[test]
 fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
     let b = bundle("shell");
-    let store = crate::common::home().join("test-flash-recapture.store");
-    let _ = std::fs::remove_file(&store);
-    let so = capture(&b, &store, &["--image", "cur"]);
-    assert!(so.contains("image cur generation 2"), "{so}");
+    let store = copy_store(
+        &crate::snapshot::captured("shell"),
+        "test-flash-recapture.store",
+    );
     let restored = Regex::new(r"snapboot: @restored").unwrap();
 
-    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=current"]);
     s.wait_for(&restored, "restored marker", Duration::from_secs(120))
         .unwrap();
     ask(
@@ -416,7 +417,7 @@ fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
         .wait_for(&done, "the re-capture", Duration::from_secs(120))
         .unwrap();
     assert!(
-        line.contains("@capture-done") && line.contains("image cur"),
+        line.contains("@capture-done") && line.contains("image current"),
         "{line}"
     );
     s.wait_exit(Duration::from_secs(60)).unwrap();
@@ -434,7 +435,7 @@ fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
         "only {shared} of {pages} pages shared: {list:?}"
     );
 
-    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=current"]);
     s.wait_for(&restored, "restored marker", Duration::from_secs(120))
         .unwrap();
     ask(&mut s, "cat /run/mark", "^changed-after-restore$");
