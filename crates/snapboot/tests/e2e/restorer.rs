@@ -101,6 +101,7 @@ fn restorer_restores_the_app_repeatedly_with_state_clock_and_rng() {
     let restored = Regex::new(r"snapboot: @restored").unwrap();
     let mut randoms = Vec::new();
     for boot in 0..rounds {
+        let started = std::time::Instant::now();
         let mut s = board::qemu::Session::start(&b, &o).unwrap();
         let (line, _) = s
             .wait_for(&restored, "restored marker", Duration::from_secs(120))
@@ -117,6 +118,11 @@ fn restorer_restores_the_app_repeatedly_with_state_clock_and_rng() {
         assert!(
             !tl.lines.iter().any(|l| l.text.contains("Linux version")),
             "restore {boot}: a kernel booted before the image"
+        );
+        eprintln!(
+            "restorer restore {boot}: TTI {:.2} s, {:.1} s from power-on to checked",
+            tl.tti.unwrap_or_default(),
+            started.elapsed().as_secs_f64()
         );
     }
     assert_all_differ(randoms);
