@@ -1,6 +1,7 @@
 //! Encrypted images on the real board (`snapboot.encrypt=`): what a store shows of the
 //! application's memory, restores with state intact, and every image the device key does
-//! not authenticate refused with its reason and a cold boot.
+//! not authenticate refused with its reason and a cold boot. The board's TPM (`--tpm`), seen
+//! by both kernels, holds a sealed device key.
 
 use crate::common::{bundle, home, run, snapboot, store_session};
 use crate::snapshot::{check_restored_app, copy_store, damage_newest_image, host_checksum};
@@ -30,6 +31,36 @@ fn file_holds(path: &Path, needle: &[u8]) -> bool {
         }
         carry = window[window.len().saturating_sub(needle.len() - 1)..].to_vec();
     }
+}
+
+/// Whether the pages of `store`'s newest image, read back through the store (checked and
+/// decompressed), hold `needle` anywhere.
+fn image_holds(store: &Path, needle: &[u8]) -> bool {
+    let s = ondevice::store::open_store(store, false).unwrap();
+    let name = s.newest().unwrap().name.clone();
+    let mut r = s.reader(&name).unwrap();
+    let mut page = [0u8; flashstore::PAGE];
+    let mut window: Vec<u8> = Vec::new();
+    while r.next_page(&mut page).unwrap() {
+        window.extend_from_slice(&page);
+        if window.windows(needle.len()).any(|w| w == needle) {
+            return true;
+        }
+        window.drain(..window.len() - (needle.len() - 1));
+    }
+    false
+}
+
+/// The `app` bundle with a device key, built once for the tests of encrypted `app` images:
+/// the bundle, and the key's id.
+fn keyed_app() -> (PathBuf, String) {
+    static BUILT: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let (key, id) = device_key("test-enc-app.key");
+            (keyed_bundle("app", "app-enc", &key), id)
+        })
+        .clone()
 }
 
 /// A new device key file `name` in the test home; returns its path and key id.
@@ -94,23 +125,26 @@ fn expect_refused(bundle: &Path, store: &Path, extra: &[&str], reason: &str) {
     s.finish(boottrace::Outcome::Ready);
 }
 
-/// With a key file: the `app` image is encrypted (its secret, plain in a clear store's
-/// bytes, is in none of the encrypted store's), restores with its state intact, and a
-/// flipped ciphertext byte or an image in the clear is refused with the reason.
+/// With a key file: the `app` image is encrypted (its secret, plain in a clear image's
+/// pages, is in none of the encrypted store's bytes), restores with its state intact, and a
+/// flipped ciphertext byte or an image in the clear is refused with the reason. The clear
+/// image is the shared capture of the same `app` bundle.
 #[test]
 fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_own() {
-    // Both stores hold their pages uncompressed: LZ4 may turn the secret into back-references
-    // (it did once the image's other text changed), and then neither check would mean anything.
+    // The clear image's pages as the kernel gave them (the store's LZ4 undone) hold the
+    // secret; the encrypted store holds its pages uncompressed, so that the secret's absence
+    // from its bytes is the encryption's doing: LZ4 may turn it into back-references (it did
+    // once the image's other text changed), and then the check would mean nothing.
     let raw = ["--cmdline", "snapboot.compress=none"];
-    let plain = home().join("test-enc-app-plain.store");
-    let _ = std::fs::remove_file(&plain);
-    crate::common::board_capture(&bundle("app"), &plain, &raw);
-    assert!(
-        file_holds(&plain, APP_SECRET),
-        "the app's secret is not in a clear store: the test would prove nothing"
+    let clear = copy_store(
+        &crate::snapshot::captured("app"),
+        "test-enc-app-clear.store",
     );
-    let (key, id) = device_key("test-enc-app.key");
-    let b = keyed_bundle("app", "app-enc", &key);
+    assert!(
+        image_holds(&clear, APP_SECRET),
+        "the app's secret is not in a clear image's pages: the test would prove nothing"
+    );
+    let (b, id) = keyed_app();
     let store = home().join("test-enc-app.store");
     let _ = std::fs::remove_file(&store);
     crate::common::board_capture(&b, &store, &["--encrypt", "key", raw[0], raw[1]]);
@@ -141,7 +175,6 @@ fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_
     let _ = std::fs::remove_file(&bad);
 
     // The clear image on a device that encrypts: refused, not restored.
-    let clear = copy_store(&plain, "test-enc-app-clear.store");
     expect_refused(
         &b,
         &clear,
@@ -149,7 +182,6 @@ fn an_encrypted_app_image_hides_its_secret_restores_and_refuses_what_is_not_its_
         "the image is not encrypted",
     );
     let _ = std::fs::remove_file(&clear);
-    let _ = std::fs::remove_file(&plain);
 }
 
 /// A device that enforces signatures and encrypts: the factory image (signed on the host,
@@ -230,8 +262,7 @@ fn a_signing_device_restores_its_own_encrypted_recapture_and_refuses_another_key
 /// store), and the restored app pages its state back in through dm-crypt intact.
 #[test]
 fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
-    let (key, id) = device_key("test-enc-lazy.key");
-    let b = keyed_bundle("app", "app-enc-lazy", &key);
+    let (b, id) = keyed_app();
     let store = home().join("test-enc-lazy.store");
     let _ = std::fs::remove_file(&store);
     // Uncompressed, so that the secret's absence is the encryption's doing, not LZ4's.
@@ -261,8 +292,9 @@ fn an_encrypted_lazy_app_image_hides_its_swap_region_and_restores() {
 }
 
 /// `board run` of `bundle` on `store` with the TPM in `tpm` and `snapboot.encrypt=tpm`, on
-/// the restore kernel; returns its console and timeline as printed.
-fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path) -> String {
+/// the restore kernel, with `probe` (`--probe` and its words); returns its console and
+/// timeline as printed.
+fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path, probe: &[&str]) -> String {
     let mut c = snapboot();
     c.args(["board", "run"])
         .arg(bundle)
@@ -270,19 +302,27 @@ fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path) -> String {
         .arg(store)
         .arg("--tpm")
         .arg(tpm)
-        .args(["--encrypt", "tpm", "--console", "--probe"]);
+        .args(["--encrypt", "tpm", "--console"])
+        .args(probe);
     let (out, so, se) = run(c);
     assert!(out.status.success(), "{so}\n{se}");
     so
 }
 
-/// A key sealed to the board's TPM: the image restores on the restore kernel with that TPM;
-/// on a board with another TPM (cleared, replaced, the store moved) it is refused with the
-/// TPM's reason and the board boots cold; the next capture there makes a new key, sealed
-/// to the new TPM, which replaces the store's key slot, and its image restores.
+/// The probe line of the TPM driver, the stock kernel's and the restore kernel's alike.
+const TPM2_PROBED: &str = "tpm_tis MSFT0101:00: 2.0 TPM";
+
+/// The board's TPM (`--tpm DIR`) and a key sealed to it. Both kernels of the PC see a TPM
+/// 2.0: the stock kernel in the capture boot (its ACPI tables intact), the restore kernel
+/// before it restores, and the restored system has `/dev/tpmrm0`; the TPM's state is kept
+/// in DIR. The image restores on the restore kernel with that TPM; on a board with another
+/// TPM (cleared, replaced, the store moved) it is refused with the TPM's reason and the
+/// board boots cold; the next capture there makes a new key, sealed to the new TPM, which
+/// replaces the store's key slot, and its image restores.
 #[test]
-fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
-    crate::restore_kernel::restore_kernel();
+fn both_kernels_see_the_tpm_and_a_key_sealed_to_it_restores_there_only_and_a_new_tpm_gets_a_new_key(
+) {
+    crate::restore_kernel::restore_kernel(); // a snapshot boot then restores with it
     let b = bundle("shell");
     let dir = tempfile::tempdir_in(home()).unwrap();
     let (tpm_a, tpm_b) = (dir.path().join("tpm-a"), dir.path().join("tpm-b"));
@@ -293,19 +333,43 @@ fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
     };
     let so = capture(&tpm_a);
     assert!(so.contains("encrypted with new device key"), "{so}");
+    assert!(
+        so.contains(TPM2_PROBED),
+        "the stock kernel saw no TPM:\n{so}"
+    );
+    assert!(
+        !so.contains("Invalid table length"),
+        "the capture boot's ACPI tables were overwritten:\n{so}"
+    );
+    assert!(
+        tpm_a.join("tpm2-00.permall").is_file(),
+        "swtpm keeps the TPM's state in DIR"
+    );
     let first = encrypted_with(&store);
     let Some(Some(id_a)) = first.first().cloned() else {
         panic!("not encrypted: {first:?}");
     };
-    let so = run_with_tpm(&b, &store, &tpm_a);
-    let restore = so.split_once("-snapboot-restore").map_or("", |s| s.1);
+    let tpmrm = ["--probe", "ls /dev/tpmrm0", "--expect", "^/dev/tpmrm0$"];
+    let so = run_with_tpm(&b, &store, &tpm_a, &tpmrm);
+    let restore = so
+        .split_once("-snapboot-restore")
+        .unwrap_or_else(|| panic!("not the restore kernel:\n{so}"))
+        .1;
+    let (before, after) = restore
+        .split_once("snapboot: @restored")
+        .unwrap_or_else(|| panic!("not restored:\n{so}"));
     assert!(
-        restore.contains("encrypted with the device key") && restore.contains("@restored"),
+        before.contains(TPM2_PROBED),
+        "the restore kernel saw no TPM:\n{so}"
+    );
+    assert!(
+        restore.contains("encrypted with the device key"),
         "not restored by the restore kernel with the TPM's key:\n{so}"
     );
+    assert!(after.contains("probe_answered"), "{so}");
 
     // Another TPM: the key does not unseal; every image refused with why; a cold boot.
-    let so = run_with_tpm(&b, &store, &tpm_b);
+    let so = run_with_tpm(&b, &store, &tpm_b, &["--probe"]);
     let fallback = so
         .lines()
         .find(|l| l.contains("@fallback"))
@@ -332,6 +396,6 @@ fn a_tpm_sealed_key_restores_on_its_tpm_only_and_a_new_tpm_gets_a_new_key() {
     let slots: Vec<String> = s.key_slots().iter().map(|k| k.id.to_string()).collect();
     assert_eq!(slots, vec![id_b.clone()]);
     drop(s);
-    let so = run_with_tpm(&b, &store, &tpm_b);
+    let so = run_with_tpm(&b, &store, &tpm_b, &["--probe"]);
     assert!(so.contains("snapboot: @restored"), "{so}");
 }

@@ -126,8 +126,8 @@ fn two_named_images_restore_on_request_and_a_damaged_one_falls_back_to_the_other
         restored_loglevel(&b, &store, &["snapboot.image=b"]).0,
         "loglevel=5"
     );
-    // Without a choice, the newest.
-    assert_eq!(restored_loglevel(&b, &store, &[]).0, "loglevel=5");
+    // Without a choice, the newest: the killed-capture test below restores this store's
+    // images so.
 
     // Damage a chunk only b uses: b is refused, naming the chunk, and a restores.
     let s = ondevice::store::open_store(&store, false).unwrap();
@@ -250,7 +250,8 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
 
 /// The power is cut (QEMU killed) as soon as the new image's first bytes reach the store
 /// file, observed by its allocated blocks growing: the store stays consistent, the image
-/// being written is not there, and the newest committed one restores.
+/// being written is not there, and the newest committed one (`b`) restores when the boot
+/// names no image.
 #[test]
 fn a_capture_killed_mid_write_leaves_a_clean_store_and_the_last_image_boots() {
     let store = copy_store(&two_images(), "test-flash-killed.store");
@@ -389,20 +390,21 @@ fn store_commands_manage_images_on_a_file() {
     assert!(!ok && text.contains("no image named `factory`"), "{text}");
 }
 
-/// Re-capture without a cold boot: a system restored from image `cur` changes its state
-/// and captures itself again (the restored system keeps the capture boot's command line, so
-/// `snapboot ready` captures to the same store and name). The new image replaces `cur`,
-/// shares most pages with the one it replaces, and the next power-on restores the change.
+/// Re-capture without a cold boot: a system restored from image `current` (a copy of the
+/// shared `shell` capture, generation 2) changes its state and captures itself again (the
+/// restored system keeps the capture boot's command line, so `snapboot ready` captures to
+/// the same store and name). The new image replaces `current`, shares most pages with the
+/// one it replaces, and the next power-on restores the change.
 #[test]
 fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
     let b = bundle("shell");
-    let store = crate::common::home().join("test-flash-recapture.store");
-    let _ = std::fs::remove_file(&store);
-    let so = capture(&b, &store, &["--image", "cur"]);
-    assert!(so.contains("image cur generation 2"), "{so}");
+    let store = copy_store(
+        &crate::snapshot::captured("shell"),
+        "test-flash-recapture.store",
+    );
     let restored = Regex::new(r"snapboot: @restored").unwrap();
 
-    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=current"]);
     s.wait_for(&restored, "restored marker", Duration::from_secs(120))
         .unwrap();
     ask(
@@ -416,7 +418,7 @@ fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
         .wait_for(&done, "the re-capture", Duration::from_secs(120))
         .unwrap();
     assert!(
-        line.contains("@capture-done") && line.contains("image cur"),
+        line.contains("@capture-done") && line.contains("image current"),
         "{line}"
     );
     s.wait_exit(Duration::from_secs(60)).unwrap();
@@ -434,7 +436,7 @@ fn a_restored_system_recaptures_itself_and_the_next_boot_restores_the_change() {
         "only {shared} of {pages} pages shared: {list:?}"
     );
 
-    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=cur"]);
+    let mut s = crate::common::store_session(&b, &store, &["snapboot.image=current"]);
     s.wait_for(&restored, "restored marker", Duration::from_secs(120))
         .unwrap();
     ask(&mut s, "cat /run/mark", "^changed-after-restore$");

@@ -10,14 +10,25 @@ use std::time::Duration;
 
 /// Captures `workload` once per test binary; returns the store file.
 pub(crate) fn captured(workload: &str) -> PathBuf {
-    static STORES: crate::common::OnceByKey<PathBuf> = crate::common::OnceByKey::new();
+    captured_with_timeline(workload).0
+}
+
+/// [`captured`], and the capture boot's timeline (`board capture --timeline`): the cold boot
+/// to the ready point that tests of the cold boot read instead of booting it again.
+pub(crate) fn captured_with_timeline(workload: &str) -> (PathBuf, serde_json::Value) {
+    static STORES: crate::common::OnceByKey<(PathBuf, serde_json::Value)> =
+        crate::common::OnceByKey::new();
     STORES.get(workload, || {
         let b = bundle(workload);
-        let store = crate::common::home().join(format!("test-{workload}.store"));
+        let home = crate::common::home();
+        let store = home.join(format!("test-{workload}.store"));
+        let timeline = home.join(format!("test-{workload}-capture.json"));
         let _ = std::fs::remove_file(&store);
-        let so = crate::common::board_capture(&b, &store, &[]);
+        let so =
+            crate::common::board_capture(&b, &store, &["--timeline", timeline.to_str().unwrap()]);
         assert!(so.contains("image current generation 2"), "{so}");
-        store
+        let tl = serde_json::from_str(&std::fs::read_to_string(&timeline).unwrap()).unwrap();
+        (store, tl)
     })
 }
 
@@ -91,10 +102,29 @@ pub(crate) fn assert_all_differ(randoms: Vec<String>) {
     );
 }
 
-/// The same image boots again and again: state intact, clock current, RNG fresh.
+/// The `app` cold boot (the shared capture's) builds at least 150 MiB of state before its
+/// ready point; the image of it boots again and again: the state is the one the same program
+/// builds natively on the host (so the guest really built the whole state, and the restore
+/// kept it), the clock current, the RNG fresh.
 #[test]
 fn app_snapshot_boots_repeatedly_from_one_image() {
-    let store = captured("app");
+    let (store, capture) = captured_with_timeline("app");
+    let ready = capture["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["text"].as_str())
+        .find(|l| l.starts_with("app: ready"))
+        .unwrap_or_else(|| panic!("no `app: ready` line in the capture boot: {capture}"));
+    let rss: u32 = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rss="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rss= in {ready:?}"));
+    assert!(
+        rss >= 150,
+        "application state is at least 150 MiB (rss={rss})"
+    );
     let expected = host_checksum();
     let restored = Regex::new(r"snapboot: @restored").unwrap();
     let mut randoms = Vec::new();
@@ -391,12 +421,20 @@ fn lazy_capture(name: &str, extra: &[&str]) -> PathBuf {
     capture_app(name, &flags)
 }
 
-/// One plain lazy capture of `app` per test binary (`test-app-lazy.store`), never booted:
-/// tests that boot it (each boot writes its boot log) boot a [`copy_store`] of it.
+/// One lazy capture of `app` per test binary (`test-app-lazy.store`), never booted: tests
+/// that boot it (each boot writes its boot log) boot a [`copy_store`] of it. Captured with
+/// `snapboot.profilecheck`, which a restored system reads from its own (the capture boot's)
+/// command line and which only adds console reports after a restore: the profiled test
+/// needs it, and the other tests restore the same kind of image with it.
 pub(crate) fn captured_lazy() -> PathBuf {
     static STORE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     STORE
-        .get_or_init(|| lazy_capture("test-app-lazy.store", &[]))
+        .get_or_init(|| {
+            lazy_capture(
+                "test-app-lazy.store",
+                &["--cmdline", "snapboot.profilecheck"],
+            )
+        })
         .clone()
 }
 
@@ -480,10 +518,7 @@ pub(crate) fn swap_of(store: &Path) -> (u64, u64, u64) {
 /// was not modified).
 #[test]
 fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_loudly() {
-    let store = lazy_capture(
-        "test-app-profile.store",
-        &["--cmdline", "snapboot.profilecheck"],
-    );
+    let store = copy_store(&captured_lazy(), "test-app-profile.store");
     let first = inspect(&store);
     assert!(
         first["swap"]["verity"]["root"]
