@@ -22,8 +22,8 @@
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
 
 use crate::workload::InitKind;
-use hostkernel::modules::{ModuleError, ModuleTree};
 use devinstall::install::Generator;
+use hostkernel::modules::{ModuleError, ModuleTree};
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -21,8 +21,8 @@
 //! The initramfs is rebuilt through the `update-initramfs` trigger, which initramfs-tools and
 //! dracut both take, once at the end of the dpkg run (packaging/deb/postinst says more).
 
-use guestarch::Arch;
 use devinstall::install::files::{BINARY_PATH, SHIPPED};
+use guestarch::Arch;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

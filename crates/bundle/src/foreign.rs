@@ -428,7 +428,9 @@ pub fn unpack_resolved(
     let debs = cache.join("debs");
     download(&tree.packages, arch, &debs)?;
     fs::create_dir_all(&trees).map_err(io(&trees))?;
-    let partial = trees.join(format!("{key}.partial"));
+    // A directory of this process's own: two builds (two tests, two commands) may unpack
+    // the same set at once; the first to finish puts its tree in place.
+    let partial = trees.join(format!("{key}.partial.{}", std::process::id()));
     let _ = fs::remove_dir_all(&partial);
     fs::create_dir_all(&partial).map_err(io(&partial))?;
     for p in &tree.packages {
@@ -446,8 +448,15 @@ pub fn unpack_resolved(
         .collect();
     let listing = trees.join(format!("{key}.packages"));
     fs::write(&listing, list).map_err(io(&listing))?;
-    fs::rename(&partial, &root).map_err(io(&root))?;
-    Ok(tree)
+    match fs::rename(&partial, &root) {
+        Ok(()) => Ok(tree),
+        // Another build put the same tree in place first: keep that one.
+        Err(_) if root.is_dir() => {
+            let _ = fs::remove_dir_all(&partial);
+            Ok(tree)
+        }
+        Err(e) => Err(io(&root)(e)),
+    }
 }
 
 /// Fetches the `.deb` files of `packages` that `debs` does not have yet.

@@ -569,8 +569,8 @@ fn stock_init(
     disks: &mut hw::virtio::Disks,
     cmdline: &str,
 ) -> Result<restorer::stockinit::StockInit, NotRestored> {
-    let bytes =
-        fallback::stock_initramfs(disks, cmdline).map_err(|e| NotRestored::Initramfs(e.to_string()))?;
+    let bytes = fallback::stock_initramfs(disks, cmdline)
+        .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
     let stock = restorer::stockinit::StockInit::read(&bytes)
         .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
     say!(
