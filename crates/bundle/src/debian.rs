@@ -247,7 +247,8 @@ pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, Debi
     }
     need("mmdebstrap", "mmdebstrap")?;
     fs::create_dir_all(cache_dir).map_err(io(cache_dir))?;
-    let partial = tar.with_extension("tar.partial");
+    // This process's own: two builds at once each write theirs; either result is the same.
+    let partial = tar.with_extension(format!("tar.partial.{}", std::process::id()));
     let _ = fs::remove_file(&partial);
     eprintln!(
         "snapboot: building the Debian {codename} root with mmdebstrap (once; cached in {})",
