@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use storelayout::pages::{check_page_list_bytes, parse_page_list};
 use storelayout::Damage;
 use storelayout::{
-    committed_superblock, decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta,
-    ImageRec, KeyId, KeySlot, Label, Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
+    decode, encode, Catalog, ChunkCheck, DedupeTable, Extent, ImageMeta, ImageRec, KeyId, KeySlot,
+    Label, Superblock, BLOCK, DEFAULT_CLUSTER_BLOCKS,
 };
 
 /// How to lay out a new store.
@@ -154,18 +154,12 @@ impl<M: Medium> Store<M> {
 
     /// Opens the store: the valid superblock with the highest generation and its catalog.
     pub fn open(medium: M) -> Result<Self, StoreError> {
-        let sb = newest_superblock(&medium)?;
         let len = medium.size().map_err(StoreError::io("sizing the medium"))?;
-        let needed = sb.store_bytes();
-        if needed > len {
-            return Err(StoreError::Truncated { needed, len });
-        }
-        let bytes = read_extent(&medium, &sb, sb.catalog, "catalog")?;
-        let catalog = storelayout::decode_catalog(&sb, &bytes)?;
+        let c = storelayout::open_committed(&mut Reading(&medium), len).map_err(opening)?;
         Ok(Store {
             medium,
-            sb,
-            catalog,
+            sb: c.superblock,
+            catalog: c.catalog,
             key: None,
         })
     }
@@ -541,13 +535,30 @@ impl<M: Medium> Store<M> {
 
 /// The valid superblock with the highest generation on `medium`, or why there is none.
 pub(crate) fn newest_superblock<M: Medium>(medium: &M) -> Result<Superblock, StoreError> {
-    let mut blocks = [[0u8; BLOCK as usize]; 2];
-    for (slot, b) in blocks.iter_mut().enumerate() {
-        medium
-            .read_at(b, slot as u64 * BLOCK)
-            .map_err(StoreError::io(format!("reading superblock {slot}")))?;
+    storelayout::read_superblock(&mut Reading(medium)).map_err(opening)
+}
+
+/// A medium read through the one read-at shape of `storelayout`.
+struct Reading<'m, M>(&'m M);
+
+impl<M: Medium> storelayout::ReadAt for Reading<'_, M> {
+    type Error = std::io::Error;
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(buf, at)
     }
-    Ok(committed_superblock(&blocks[0], &blocks[1])?)
+}
+
+/// What opening a store says, in the store's words.
+fn opening(e: storelayout::OpenError<std::io::Error>) -> StoreError {
+    match e {
+        storelayout::OpenError::Read { what, error } => StoreError::Io {
+            context: format!("reading the {what}"),
+            source: error,
+        },
+        storelayout::OpenError::NoStore(n) => n.into(),
+        storelayout::OpenError::Truncated { needed, len } => StoreError::Truncated { needed, len },
+        storelayout::OpenError::Damaged(d) => d.into(),
+    }
 }
 
 /// The label of the store on `medium` (empty: none), reading its superblocks only: what

@@ -7,57 +7,31 @@
 use crate::disk::{Disk, DiskError, SECTOR};
 use alloc::vec;
 use alloc::vec::Vec;
-use storelayout::{
-    committed_superblock, decode_catalog, Catalog, Damage, NoStore, Superblock, BLOCK,
-};
+pub use storelayout::Committed;
 
-/// Why a store's committed state cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenStoreError {
-    /// The disk failed a read.
-    #[error("reading the store: {0}")]
-    Disk(DiskError),
-    /// Neither superblock is valid.
-    #[error(transparent)]
-    NoStore(#[from] NoStore),
-    /// The space given to the store is shorter than the store.
-    #[error("store is truncated: its superblock describes {needed} bytes, the device has {len}")]
-    Truncated {
-        /// Bytes the superblock describes.
-        needed: u64,
-        /// Bytes there are.
-        len: u64,
-    },
-    /// The catalog is damaged.
-    #[error("store is damaged: {0}")]
-    Damaged(#[from] Damage),
+/// Why a store's committed state cannot be read: the store's one opening sequence
+/// (`storelayout::open_committed`) over a disk.
+pub type OpenStoreError = storelayout::OpenError<DiskError>;
+
+/// The store in the `len` bytes at byte `at` of a disk, read through `storelayout`'s read-at
+/// shape (whole sectors around each read).
+struct OnDisk<'d, D> {
+    disk: &'d mut D,
+    at: u64,
 }
 
-/// A store's committed state: the superblock that names it and its catalog.
-#[derive(Debug)]
-pub struct Committed {
-    /// The valid superblock with the highest generation.
-    pub superblock: Superblock,
-    /// The catalog it names, checked against it.
-    pub catalog: Catalog,
+impl<D: Disk> storelayout::ReadAt for OnDisk<'_, D> {
+    type Error = DiskError;
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let b = read_bytes(self.disk, self.at, offset, buf.len())?;
+        buf.copy_from_slice(&b);
+        Ok(())
+    }
 }
 
 /// The committed state of the store in the `len` bytes at byte `at` of `disk`.
 pub fn open_store(disk: &mut impl Disk, at: u64, len: u64) -> Result<Committed, OpenStoreError> {
-    let blocks = read_bytes(disk, at, 0, 2 * BLOCK as usize).map_err(OpenStoreError::Disk)?;
-    let (first, second) = blocks.split_at(BLOCK as usize);
-    let superblock = committed_superblock(first, second)?;
-    let needed = superblock.store_bytes();
-    if needed > len {
-        return Err(OpenStoreError::Truncated { needed, len });
-    }
-    let (offset, n) = superblock.extent_place(superblock.catalog, "catalog")?;
-    let bytes = read_bytes(disk, at, offset, n).map_err(OpenStoreError::Disk)?;
-    let catalog = decode_catalog(&superblock, &bytes)?;
-    Ok(Committed {
-        superblock,
-        catalog,
-    })
+    storelayout::open_committed(&mut OnDisk { disk, at }, len)
 }
 
 /// The `len` bytes at byte `offset` of the store at byte `at` of `disk` (`at` on a sector):
@@ -161,7 +135,10 @@ mod tests {
         let mut out = vec![0u8; c.raw_len()];
         let e = open_chunk(store.catalog.check, &c, &stored.unwrap(), &mut out).unwrap_err();
         assert!(
-            matches!(e, ReadError::Damaged(Damage::ChunkChecksum { .. })),
+            matches!(
+                e,
+                ReadError::Damaged(storelayout::Damage::ChunkChecksum { .. })
+            ),
             "{e}"
         );
         let e = open_store(&mut MemDisk(&[0; 1 << 20]), 0, 1 << 20).unwrap_err();
