@@ -13,6 +13,7 @@
 //!
 //! Resolving an address to a device is the device's business (`devsys::locate`).
 
+use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
@@ -114,12 +115,32 @@ impl StoreAddress {
         }
     }
 
+    /// Whether a partition with these ids (`PARTUUID=` lower case, as the kernel and
+    /// `parttable` give it; `PARTLABEL=`, if it has one) is the one this address names;
+    /// `None` when the address names no partition. The one match the device's lookup and
+    /// the restorer's share.
+    pub fn names_partition(&self, uuid: &str, label: Option<&str>) -> Option<bool> {
+        match self {
+            Self::PartUuid(want) => Some(uuid.eq_ignore_ascii_case(want)),
+            Self::PartLabel(want) => Some(label == Some(want.as_str())),
+            Self::Path(_) | Self::Label(_) => None,
+        }
+    }
+
     /// The device path, when the address is one.
     pub fn as_path(&self) -> Option<&str> {
         match self {
             Self::Path(p) => Some(p),
             _ => None,
         }
+    }
+}
+
+/// What a searched partition has, as every "searched: ..." list names it.
+pub fn partition_ids_text(uuid: &str, label: Option<&str>) -> String {
+    match label {
+        Some(l) => format!("PARTUUID={uuid} PARTLABEL={l}"),
+        None => format!("PARTUUID={uuid}"),
     }
 }
 

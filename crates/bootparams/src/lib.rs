@@ -80,7 +80,7 @@ mod address;
 pub mod config;
 pub mod settings;
 
-pub use address::{StoreAddress, StoreAddressError, LABEL_MAX, STORE_FORMS};
+pub use address::{partition_ids_text, StoreAddress, StoreAddressError, LABEL_MAX, STORE_FORMS};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;

@@ -185,16 +185,12 @@ fn scan(roots: &Roots, address: &StoreAddress) -> Result<(Vec<String>, Vec<Strin
             StoreAddress::Path(_) => None,
             StoreAddress::Label(want) => store_label(roots, &sys, &name)
                 .map(|l| (l.as_deref() == Ok(want), l.map(|l| format!("LABEL={l}")))),
-            StoreAddress::PartUuid(want) | StoreAddress::PartLabel(want) => {
+            StoreAddress::PartUuid(_) | StoreAddress::PartLabel(_) => {
                 partition_ids(roots, &sys, &mut tables).map(|ids| {
-                    let hit = ids.as_ref().is_ok_and(|(u, l)| match address {
-                        StoreAddress::PartUuid(_) => u == want,
-                        _ => l.as_deref() == Some(want.as_str()),
-                    });
-                    let said = ids.map(|(u, l)| match l {
-                        Some(l) => format!("PARTUUID={u} PARTLABEL={l}"),
-                        None => format!("PARTUUID={u}"),
-                    });
+                    let hit = ids
+                        .as_ref()
+                        .is_ok_and(|(u, l)| address.names_partition(u, l.as_deref()) == Some(true));
+                    let said = ids.map(|(u, l)| bootparams::partition_ids_text(&u, l.as_deref()));
                     (hit, said)
                 })
             }

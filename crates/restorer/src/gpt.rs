@@ -13,23 +13,18 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use parttable::{read_table, Table};
 
-/// A partition named by `snapboot.store=`.
+/// A partition named by `snapboot.store=`: an address of a partition form
+/// (`PARTUUID=`, `PARTLABEL=`), matched by [`bootparams::StoreAddress::names_partition`],
+/// the device's own rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartAddress<'a> {
-    /// `PARTUUID=`: a GPT partition's unique GUID, matched in any case.
-    Uuid(&'a str),
-    /// `PARTLABEL=`: a GPT partition's name, exactly.
-    Label(&'a str),
-}
+pub struct PartAddress<'a>(&'a bootparams::StoreAddress);
 
 impl<'a> PartAddress<'a> {
     /// The partition `address` names, if it names one.
     pub fn of(address: &'a bootparams::StoreAddress) -> Option<Self> {
-        match address {
-            bootparams::StoreAddress::PartUuid(u) => Some(PartAddress::Uuid(u)),
-            bootparams::StoreAddress::PartLabel(l) => Some(PartAddress::Label(l)),
-            _ => None,
-        }
+        address
+            .names_partition("", None)
+            .map(|_| PartAddress(address))
     }
 }
 
@@ -72,15 +67,11 @@ pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Resul
             }
         };
         for (number, ids) in parts {
-            let hit = match want {
-                PartAddress::Uuid(u) => ids.uuid.eq_ignore_ascii_case(u),
-                PartAddress::Label(l) => ids.label.as_deref() == Some(l),
-            };
+            let hit = want.0.names_partition(&ids.uuid, ids.label.as_deref()) == Some(true);
             let name = format!("vd{}{number}", vd_letter(i));
             searched.push(format!(
-                "{name}: PARTUUID={} PARTLABEL={}",
-                ids.uuid,
-                ids.label.as_deref().unwrap_or("")
+                "{name}: {}",
+                bootparams::partition_ids_text(&ids.uuid, ids.label.as_deref())
             ));
             if !hit {
                 continue;
@@ -109,13 +100,10 @@ pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Resul
             });
         }
     }
-    let what = match want {
-        PartAddress::Uuid(u) => format!("PARTUUID={u}"),
-        PartAddress::Label(l) => format!("PARTLABEL={l}"),
-    };
+    let what = want.0.to_string();
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 if matches!(want, PartAddress::Uuid(u) if u.len() == 11) => Err(format!(
+        0 if matches!(want.0, bootparams::StoreAddress::PartUuid(u) if u.len() == 11) => Err(format!(
             "{what}: an MBR partition's PARTUUID gives the restorer no place (it finds GPT partitions only)"
         )),
         0 => Err(format!(
@@ -145,6 +133,12 @@ mod tests {
 
     struct Set<'a>(Vec<MemDisk<'a>>);
 
+    /// Finds the partition `address` names.
+    fn find_by<S: DiskSet>(disks: &mut S, count: usize, address: &str) -> Result<Found, String> {
+        let a = bootparams::StoreAddress::parse(address).unwrap();
+        find(disks, count, PartAddress::of(&a).unwrap())
+    }
+
     impl<'a> DiskSet for Set<'a> {
         type Disk = MemDisk<'a>;
         fn disk(&mut self, index: usize) -> Option<&mut MemDisk<'a>> {
@@ -159,7 +153,7 @@ mod tests {
         // Partition 3's sectors (256..=263, `testdisk` makes 8 of them) hold a marker.
         d[256 * 512..264 * 512].fill(0x5a);
         let mut set = Set(vec![MemDisk(&zeros), MemDisk(&d)]);
-        let f = find(&mut set, 2, PartAddress::Label("snapstore")).unwrap();
+        let f = find_by(&mut set, 2, "PARTLABEL=snapstore").unwrap();
         assert_eq!(f.name(), "vdb3");
         assert_eq!(
             f.span,
@@ -191,15 +185,15 @@ mod tests {
         let b = gpt(&[Some((U2, "snapstore", 34))]);
         let zeros = vec![0u8; 1 << 20];
         let mut set = Set(vec![MemDisk(&a), MemDisk(&zeros), MemDisk(&b)]);
-        let e = find(&mut set, 3, PartAddress::Label("snapstore")).unwrap_err();
+        let e = find_by(&mut set, 3, "PARTLABEL=snapstore").unwrap_err();
         assert_eq!(e, "PARTLABEL=snapstore names 2 partitions: vda1, vdc1");
-        let e = find(&mut set, 3, PartAddress::Label("other")).unwrap_err();
+        let e = find_by(&mut set, 3, "PARTLABEL=other").unwrap_err();
         assert!(
             e.starts_with("no GPT partition is PARTLABEL=other (searched: vda1: PARTUUID=5c3a0f6e"),
             "{e}"
         );
         assert!(e.contains("vdb: no GPT or MBR partition table"), "{e}");
-        let e = find(&mut set, 3, PartAddress::Uuid("1234abcd-02")).unwrap_err();
+        let e = find_by(&mut set, 3, "PARTUUID=1234abcd-02").unwrap_err();
         assert!(e.contains("MBR partition's PARTUUID"), "{e}");
         for other in ["LABEL=x", "/dev/vdb"] {
             let a = bootparams::StoreAddress::parse(other).unwrap();
