@@ -9,7 +9,7 @@ use crate::disk::{Disk, Span, SECTOR};
 use crate::image::DiskSet;
 use crate::virtio::vd_letter;
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use parttable::{read_table, Table};
 
