@@ -46,9 +46,52 @@ impl Found {
     }
 }
 
+/// Why no one partition is the store's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FindError {
+    /// The partition lies partly outside its disk.
+    #[error("{name} runs past the end of its disk ({bytes} bytes from byte {offset}, the disk has {disk})")]
+    PastEnd {
+        /// Its kernel name.
+        name: String,
+        /// Its bytes.
+        bytes: u64,
+        /// Where it starts.
+        offset: u64,
+        /// The disk's bytes.
+        disk: u64,
+    },
+    /// An MBR `SSSSSSSS-PP` PARTUUID: the table reader keeps no place for it.
+    #[error("{address}: an MBR partition's PARTUUID gives the restorer no place (it finds GPT partitions only)")]
+    Mbr {
+        /// The address.
+        address: String,
+    },
+    /// No partition has the address.
+    #[error("no GPT partition is {address} (searched: {})", searched.join("; "))]
+    None {
+        /// The address.
+        address: String,
+        /// Each disk and partition looked at, with what it has.
+        searched: Vec<String>,
+    },
+    /// Several have it: either could be the wrong one.
+    #[error("{address} names {} partitions: {}", names.len(), names.join(", "))]
+    Several {
+        /// The address.
+        address: String,
+        /// Their kernel names.
+        names: Vec<String>,
+    },
+}
+
 /// Finds the one partition `want` names on the first `count` disks of `disks`; else says
 /// why, with what each disk's table holds.
-pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Result<Found, String> {
+pub fn find<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    want: PartAddress,
+) -> Result<Found, FindError> {
     let mut found: Vec<Found> = Vec::new();
     let mut searched: Vec<String> = Vec::new();
     for i in 0..count {
@@ -88,10 +131,12 @@ pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Resul
                 .checked_add(span.size)
                 .is_none_or(|end| end > size)
             {
-                return Err(format!(
-                    "{name} runs past the end of its disk ({} bytes from byte {}, the disk has {size})",
-                    span.size, span.offset
-                ));
+                return Err(FindError::PastEnd {
+                    name,
+                    bytes: span.size,
+                    offset: span.offset,
+                    disk: size,
+                });
             }
             found.push(Found {
                 disk: i,
@@ -100,25 +145,17 @@ pub fn find<S: DiskSet>(disks: &mut S, count: usize, want: PartAddress) -> Resul
             });
         }
     }
-    let what = want.0.to_string();
+    let address = want.0.to_string();
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 if matches!(want.0, bootparams::StoreAddress::PartUuid(u) if u.len() == 11) => Err(format!(
-            "{what}: an MBR partition's PARTUUID gives the restorer no place (it finds GPT partitions only)"
-        )),
-        0 => Err(format!(
-            "no GPT partition is {what} (searched: {})",
-            searched.join("; ")
-        )),
-        _ => Err(format!(
-            "{what} names {} partitions: {}",
-            found.len(),
-            found
-                .iter()
-                .map(Found::name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        0 if matches!(want.0, bootparams::StoreAddress::PartUuid(u) if u.len() == 11) => {
+            Err(FindError::Mbr { address })
+        }
+        0 => Err(FindError::None { address, searched }),
+        _ => Err(FindError::Several {
+            address,
+            names: found.iter().map(Found::name).collect(),
+        }),
     }
 }
 
@@ -134,7 +171,7 @@ mod tests {
     struct Set<'a>(Vec<MemDisk<'a>>);
 
     /// Finds the partition `address` names.
-    fn find_by<S: DiskSet>(disks: &mut S, count: usize, address: &str) -> Result<Found, String> {
+    fn find_by<S: DiskSet>(disks: &mut S, count: usize, address: &str) -> Result<Found, FindError> {
         let a = bootparams::StoreAddress::parse(address).unwrap();
         find(disks, count, PartAddress::of(&a).unwrap())
     }
@@ -185,15 +222,21 @@ mod tests {
         let b = gpt(&[Some((U2, "snapstore", 34))]);
         let zeros = vec![0u8; 1 << 20];
         let mut set = Set(vec![MemDisk(&a), MemDisk(&zeros), MemDisk(&b)]);
-        let e = find_by(&mut set, 3, "PARTLABEL=snapstore").unwrap_err();
+        let e = find_by(&mut set, 3, "PARTLABEL=snapstore")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "PARTLABEL=snapstore names 2 partitions: vda1, vdc1");
-        let e = find_by(&mut set, 3, "PARTLABEL=other").unwrap_err();
+        let e = find_by(&mut set, 3, "PARTLABEL=other")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("no GPT partition is PARTLABEL=other (searched: vda1: PARTUUID=5c3a0f6e"),
             "{e}"
         );
         assert!(e.contains("vdb: no GPT or MBR partition table"), "{e}");
-        let e = find_by(&mut set, 3, "PARTUUID=1234abcd-02").unwrap_err();
+        let e = find_by(&mut set, 3, "PARTUUID=1234abcd-02")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("MBR partition's PARTUUID"), "{e}");
         for other in ["LABEL=x", "/dev/vdb"] {
             let a = bootparams::StoreAddress::parse(other).unwrap();

@@ -351,7 +351,7 @@ extern "C" fn restorer_main(start_info: u32) -> ! {
 fn store_disk(disks: &mut hw::virtio::Disks, address: &StoreAddress) -> Result<usize, String> {
     if let Some(want) = restorer::gpt::PartAddress::of(address) {
         let count = disks.len();
-        let found = restorer::gpt::find(disks, count, want)?;
+        let found = restorer::gpt::find(disks, count, want).map_err(|e| e.to_string())?;
         let d = disks.get_mut(found.disk).expect("gpt::find read it");
         d.narrow(found.span);
         say!(
