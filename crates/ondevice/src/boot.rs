@@ -541,7 +541,7 @@ fn start_outcome_target() {
         Outcome::Fallback => devinstall::install::FALLBACK_TARGET_NAME,
         _ => devinstall::install::COLD_TARGET_NAME,
     };
-    match crate::restore::start_target(target) {
+    match crate::after_restore::start_target(target) {
         None => {}
         Some(Ok(child)) => match child.wait_with_output() {
             Ok(out) if out.status.success() => {}

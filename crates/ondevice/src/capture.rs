@@ -6,10 +6,10 @@
 //! system restored from this image it returns `Restored`: capture thaws user space and tells
 //! its caller, so the application knows it was snapshot-booted.
 
+use crate::after_restore::{after_restore, RestoreReport};
 use crate::capture_mounts::{self, MountPlan, RemountError};
 use crate::guest::print_marker;
 use crate::lazy::{self, LazyError, LazyOptions, SwapOffError};
-use crate::restore::{after_restore, RestoreReport};
 use crate::store::StoreUseError;
 use bootparams::StoreAddress;
 use boottrace::{error_chain as chain, Marker};
@@ -388,7 +388,7 @@ fn take_image(
         dev.unfreeze()?;
         drop(dev);
         // The store's cached blocks in this image predate the write of the image itself.
-        crate::restore::flush_block_cache(&at.path);
+        crate::after_restore::flush_block_cache(&at.path);
         return Ok(Taken::Restored);
     }
     // Unlocked only now: the memory the image holds never held the key.

@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod after_restore;
 pub mod binding;
 pub mod boot;
 pub mod capture;
@@ -19,7 +20,6 @@ pub mod lazy;
 pub mod lifecycle;
 pub mod memory;
 pub mod profile;
-pub mod restore;
 pub mod resume;
 pub mod settings;
 pub mod status;

@@ -4,7 +4,7 @@
 //! formats ([`formats`]), the image it chooses and checks ([`image`]) and where its pages
 //! go ([`plan`]); what the kernel pack's initramfs says of images ([`stockinit`]): read as
 //! cpio ([`cpio`]), the trust rule ([`trust`]) and the boot setup they are bound to
-//! ([`bootsetup`]); the store's boot log it keeps as a restoring boot does ([`bootlog`]:
+//! ([`bootsetup`]); the store's boot log it keeps as a restoring boot does ([`bootrecord`]:
 //! the crash-loop guard, the status for the next kernel) and the clock that stamps it
 //! ([`rtc`]); the kernel's e820 checksum ([`e820`]); the PVH start info ([`pvh`]), PCI
 //! configuration ([`pci`]) and the legacy virtio block interface ([`virtio`]); the cold
@@ -17,7 +17,7 @@
 
 extern crate alloc;
 
-pub mod bootlog;
+pub mod bootrecord;
 pub mod bootsetup;
 pub mod bzimage;
 pub mod cpio;

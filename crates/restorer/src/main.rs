@@ -22,7 +22,7 @@ use bootparams::StoreAddress;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
 use hw::port::{inb, outb, outw};
-use restorer::bootlog::BootRecord;
+use restorer::bootrecord::BootRecord;
 use restorer::e820::Table;
 use restorer::image;
 use storelayout::SlotWrite;
@@ -453,7 +453,7 @@ fn keep_fallback(
         .map_err(|e| e.to_string())
         .and_then(|w| {
             let disk = disks.get_mut(at).ok_or("the store's disk is gone")?;
-            restorer::bootlog::write(disk, &w).map_err(|e| e.to_string())
+            restorer::bootrecord::write(disk, &w).map_err(|e| e.to_string())
         });
     if let Err(e) = kept {
         say!("snapboot-restorer: the stock kernel will not know why: {e}");
@@ -760,7 +760,7 @@ fn place(
     // The crash-loop guard's count, as resume records it: after every check, before the
     // image kernel takes over. Written from the buffer encoded before the busy range was
     // fixed: the write allocates nothing.
-    restorer::bootlog::write(disk, attempt).map_err(|e| Refused::Unrecorded(e.to_string()))?;
+    restorer::bootrecord::write(disk, attempt).map_err(|e| Refused::Unrecorded(e.to_string()))?;
     say!(
         "snapboot-restorer: restore attempt recorded in the store's boot log (slot {})",
         attempt.slot

@@ -196,7 +196,7 @@ fn restorer(boot: &Boot) -> Outcome {
     let mut disks = Disks(vec![MemDisk(&boot.root), MemDisk(&boot.store)]);
     let store = image::Store::open(&mut disks.0[1]).unwrap();
     let mut log_bytes = boot.store.clone();
-    let record = restorer::bootlog::BootRecord::read(
+    let record = restorer::bootrecord::BootRecord::read(
         &mut MemDiskMut::new(&mut log_bytes),
         &store,
         bootstatus::DEFAULT_ATTEMPTS,

@@ -68,7 +68,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
             .wait_for(&restored, "restored marker", Duration::from_secs(180))
             .unwrap();
         assert!(
-            line.contains(ondevice::restore::TARGET_STARTING),
+            line.contains(ondevice::after_restore::TARGET_STARTING),
             "boot {boot}: {line}"
         );
         if boot == 1 {
