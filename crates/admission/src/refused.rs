@@ -150,8 +150,8 @@ impl Refused {
     }
 
     /// The record the boot log and the status keep of this refusal of image `name`.
-    pub fn record(&self, name: &str) -> bootstatus::Refused {
-        bootstatus::Refused {
+    pub fn record(&self, name: &str) -> bootstatus::RefusalRecord {
+        bootstatus::RefusalRecord {
             image: name.into(),
             kind: self.kind(),
             why: self.to_string(),

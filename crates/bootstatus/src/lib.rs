@@ -96,9 +96,9 @@ impl Refusal {
     }
 }
 
-/// One refused image.
+/// One refused image, as the status and the boot log record it: its name, kind and reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Refused {
+pub struct RefusalRecord {
     /// The image's name.
     pub image: String,
     /// Its kind.
@@ -153,7 +153,7 @@ pub struct BootStatus {
     /// Why it was not restored (fallback), or why nothing was asked (cold).
     pub reason: Option<String>,
     /// Each image refused on the way, with its kind.
-    pub refused: Vec<Refused>,
+    pub refused: Vec<RefusalRecord>,
     /// The image restored.
     pub image: Option<ImageRef>,
     /// Which unconfirmed restore of that image this is (1: the first since the last
@@ -374,7 +374,11 @@ impl RecapturePolicy {
 /// marked it stale or the device lost the key it was encrypted with, and none of them
 /// because it crash-looped (a new image of the same system would loop too). Damaged and
 /// untrusted images are left for someone to look at; `policy` may forbid it.
-pub fn recapture_after(refused: &[Refused], held: Held, policy: RecapturePolicy) -> Recapture {
+pub fn recapture_after(
+    refused: &[RefusalRecord],
+    held: Held,
+    policy: RecapturePolicy,
+) -> Recapture {
     let changed = held == Held::Nothing
         || refused
             .iter()
@@ -392,8 +396,8 @@ mod tests {
     use super::*;
     use alloc::vec;
 
-    fn refused(kind: Refusal) -> Refused {
-        Refused {
+    fn refused(kind: Refusal) -> RefusalRecord {
+        RefusalRecord {
             image: "current".into(),
             kind,
             why: "x".into(),
@@ -467,7 +471,7 @@ mod tests {
         let mut s = blank(Outcome::Fallback);
         s.reason = Some("é".repeat(3000));
         s.refused = (0..20)
-            .map(|i| Refused {
+            .map(|i| RefusalRecord {
                 image: format!("image{i}"),
                 kind: Refusal::Changed,
                 why: "x".repeat(1000),

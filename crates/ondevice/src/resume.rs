@@ -16,7 +16,7 @@ use crate::binding::{
     observe, observe_this_boot, record_boot_setup, BindingError, BOOT_SETUP_FILE,
 };
 use crate::guest::print_marker;
-use crate::status::{ImageRef, Outcome, Refused as StatusRefused};
+use crate::status::{ImageRef, Outcome, RefusalRecord};
 use crate::store::StoreUseError;
 use admission::{Candidate, Expected, Refused, Rules, Sealing, Trust, Trusted};
 use bootparams::StoreAddress;
@@ -94,7 +94,7 @@ pub enum ResumeError {
         /// The store's address and device.
         store: String,
         /// Each image in the order tried, with why it was refused.
-        refused: Vec<StatusRefused>,
+        refused: Vec<RefusalRecord>,
     },
 }
 
@@ -428,7 +428,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
 }
 
 /// Names a refused image on the console and keeps its reason.
-fn refuse(name: &str, why: &Refused) -> StatusRefused {
+fn refuse(name: &str, why: &Refused) -> RefusalRecord {
     print_marker(Marker::ImageRefused, Some(&format!("{name}: {why}")));
     why.record(name)
 }
@@ -439,7 +439,7 @@ fn record_attempt(
     store: &mut flashstore::Store<std::fs::File>,
     (name, generation): (&str, u64),
     o: &ResumeOptions,
-    refused: &[StatusRefused],
+    refused: &[RefusalRecord],
     load_secs: f64,
 ) -> Result<(), Refused> {
     let started = o.started;

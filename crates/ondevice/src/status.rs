@@ -24,7 +24,7 @@
 use bootparams::BootParams;
 pub use bootstatus::{
     from_boot_log, recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Recapture, Refusal,
-    Refused, Timings,
+    RefusalRecord, Timings,
 };
 use std::path::Path;
 
@@ -139,7 +139,7 @@ mod tests {
         let path = dir.path().join("snapboot/status");
         let mut s = new(Outcome::Fallback, &BootParams::default());
         s.reason = Some("no image on the store can be restored".into());
-        s.refused = vec![Refused {
+        s.refused = vec![RefusalRecord {
             image: "current".into(),
             kind: Refusal::Changed,
             why: "x".into(),

@@ -22,7 +22,8 @@ use crate::image::Store;
 use alloc::string::String;
 use alloc::vec::Vec;
 use bootstatus::{
-    recapture_after, to_boot_log, BootStatus, Held, ImageRef, Outcome, RecapturePolicy, Refused,
+    recapture_after, to_boot_log, BootStatus, Held, ImageRef, Outcome, RecapturePolicy,
+    RefusalRecord,
 };
 use storelayout::{BootLog, BootLogError, ImageRec, NewestLog, SlotWrite};
 
@@ -52,7 +53,7 @@ pub struct BootRecord {
     /// The crash-loop guard's limit (`snapboot.attempts`).
     pub limit: u32,
     /// Each image refused so far, in order.
-    pub refused: Vec<Refused>,
+    pub refused: Vec<RefusalRecord>,
 }
 
 impl BootRecord {

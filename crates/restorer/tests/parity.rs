@@ -136,7 +136,11 @@ struct Outcome {
     recapture: Recapture,
 }
 
-fn outcome(refused: Vec<bootstatus::Refused>, restored: Option<String>, empty: bool) -> Outcome {
+fn outcome(
+    refused: Vec<bootstatus::RefusalRecord>,
+    restored: Option<String>,
+    empty: bool,
+) -> Outcome {
     Outcome {
         recapture: recapture_after(&refused, Held::empty_if(empty), RecapturePolicy::DEFAULT),
         refused: refused
