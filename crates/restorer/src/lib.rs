@@ -9,7 +9,8 @@
 //! ([`rtc`]); the kernel's e820 checksum ([`e820`]); the PVH start info ([`pvh`]), PCI
 //! configuration ([`pci`]) and the legacy virtio block interface ([`virtio`]); the cold
 //! boot of the stock kernel: the boot protocol ([`bzimage`]) and where its parts go in RAM
-//! ([`placement`]); sizes in messages ([`units`]).
+//! ([`placement`]); where pages wait for the last copy ([`safepages`]); sizes in messages
+//! ([`units`]).
 #![cfg_attr(not(test), no_std)]
 // Everything that touches hardware (port I/O, MMIO, raw physical memory) is the program's
 // (src/main.rs, src/hw/, src/fallback.rs); the logic here is safe code.
@@ -31,6 +32,7 @@ pub mod placement;
 pub mod plan;
 pub mod pvh;
 pub mod rtc;
+pub mod safepages;
 pub mod stockinit;
 pub mod trust;
 pub mod units;

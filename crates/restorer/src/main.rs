@@ -25,6 +25,7 @@ use hw::port::{inb, outb, outw};
 use restorer::bootrecord::BootRecord;
 use restorer::e820::Table;
 use restorer::image;
+use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
 use storelayout::SlotWrite;
 
 /// Bytes of a page.
@@ -239,53 +240,18 @@ const MAX_PAGES: usize = 1 << 20;
 /// Image PFNs (bit set: the image has a page there); 4 GiB of RAM at most.
 static mut IN_IMAGE: [u64; MAX_PAGES / 64] = [0; MAX_PAGES / 64];
 
-fn in_image(pfn: u64) -> bool {
-    // SAFETY: one CPU, no interrupts: nothing else touches the bitmap.
-    unsafe { (*core::ptr::addr_of!(IN_IMAGE))[(pfn / 64) as usize] & (1 << (pfn % 64)) != 0 }
-}
+/// Physical memory on the PC, identity mapped by the restorer's page tables.
+struct Identity;
 
-fn mark_in_image(pfn: u64) {
-    // SAFETY: as in `in_image`.
-    unsafe { (*core::ptr::addr_of_mut!(IN_IMAGE))[(pfn / 64) as usize] |= 1 << (pfn % 64) }
-}
-
-fn clear_in_image() {
-    // SAFETY: as in `in_image`.
-    unsafe { (*core::ptr::addr_of_mut!(IN_IMAGE)).fill(0) }
-}
-
-/// The physical range `[start, end)` in use until the last copy: the restorer's image,
-/// its heap and its buffers.
-struct Busy(u64, u64);
-
-impl Busy {
-    fn holds(&self, pfn: u64) -> bool {
-        let a = pfn * PAGE;
-        a + PAGE > self.0 && a < self.1
+impl PhysMem for Identity {
+    fn zero_page(&mut self, addr: u64) {
+        zero_page(addr)
     }
-}
-
-/// Hands out pages the image does not use, outside the busy range, above 1 MiB.
-struct SafePages<'a> {
-    next: u64,
-    table: &'a Table,
-    busy: &'a Busy,
-    used: u64,
-}
-
-impl SafePages<'_> {
-    fn take(&mut self) -> Result<u64, String> {
-        while self.next < MAX_PAGES as u64 {
-            let pfn = self.next;
-            self.next += 1;
-            if self.table.is_ram_page(pfn) && !in_image(pfn) && !self.busy.holds(pfn) {
-                self.used += 1;
-                let a = pfn * PAGE;
-                zero_page(a);
-                return Ok(a);
-            }
-        }
-        Err("no free page left for the restore".into())
+    fn read_u64(&self, addr: u64) -> u64 {
+        rd64(addr)
+    }
+    fn write_u64(&mut self, addr: u64, value: u64) {
+        put(addr, value)
     }
 }
 
@@ -542,14 +508,17 @@ fn restore_from(
                 continue;
             }
         };
-        let busy = Busy(img_start, heap::top().next_multiple_of(PAGE));
+        let busy = Busy {
+            start: img_start,
+            end: heap::top().next_multiple_of(PAGE),
+        };
         let Err(why) = place(
             &chosen,
             store,
             disks,
             at,
             table,
-            &busy,
+            busy,
             (&mut window_buf, &mut scratch),
             &attempt,
         );
@@ -596,12 +565,16 @@ fn place(
     disks: &mut hw::virtio::Disks,
     at: usize,
     table: &Table,
-    busy: &Busy,
+    busy: Busy,
     (window_buf, scratch): (&mut [u8], &mut [u8]),
     attempt: &SlotWrite,
 ) -> Result<core::convert::Infallible, admission::Refused> {
     use admission::Refused;
-    clear_in_image();
+    let placing = |e: PlaceError| Refused::NotPlaced(e.to_string());
+    // SAFETY: one CPU, no interrupts, and `place` is the bitmap's only user: no other
+    // reference to it lives while this one does.
+    let bits = unsafe { &mut *core::ptr::addr_of_mut!(IN_IMAGE) };
+    let mut image = ImagePages::new(bits);
     let plan = &chosen.plan;
     let pfns = plan
         .targets
@@ -609,19 +582,10 @@ fn place(
         .map(|t| t.pfn)
         .chain(plan.zeros.iter().copied());
     for pfn in pfns {
-        if !table.is_ram_page(pfn) || in_image(pfn) {
-            return Err(Refused::NotPlaced(alloc::format!(
-                "PFN {pfn:#x} is not RAM of this machine, or listed twice"
-            )));
-        }
-        mark_in_image(pfn);
+        image.add(pfn, table).map_err(placing)?;
     }
-    let mut safe = SafePages {
-        next: 0x100,
-        table,
-        busy,
-        used: 0,
-    };
+    let mut mem = Identity;
+    let mut safe = SafePages::new(table, busy, &image);
     let lazy = chosen.swap.map(|sw| {
         alloc::format!(
             ", lazy: {} pages in its swap region at byte {} ({} checked)",
@@ -645,11 +609,11 @@ fn place(
 
     // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)
     // and the image kernel's text around jump_address -> jump_address_phys.
-    let pml4 = safe.take().map_err(Refused::NotPlaced)?;
-    let pdpt = safe.take().map_err(Refused::NotPlaced)?;
+    let pml4 = safe.take(&mut mem).map_err(placing)?;
+    let pdpt = safe.take(&mut mem).map_err(placing)?;
     put(pml4, pdpt | 3);
     for g in 0..4u64 {
-        let pd = safe.take().map_err(Refused::NotPlaced)?;
+        let pd = safe.take(&mut mem).map_err(placing)?;
         put(pdpt + 8 * g, pd | 3);
         for i in 0..512u64 {
             put(pd + 8 * i, ((g << 30) | (i << 21)) | 0x83);
@@ -660,12 +624,12 @@ fn place(
     let hi_pdpt = if l4 == 0 {
         pdpt
     } else {
-        safe.take().map_err(Refused::NotPlaced)?
+        safe.take(&mut mem).map_err(placing)?
     };
     if l4 != 0 {
         put(pml4 + 8 * l4, hi_pdpt | 3);
     }
-    let hi_pd = safe.take().map_err(Refused::NotPlaced)?;
+    let hi_pd = safe.take(&mut mem).map_err(placing)?;
     put(hi_pdpt + 8 * l3, hi_pd | 3);
     put(
         hi_pd + 8 * l2,
@@ -673,7 +637,7 @@ fn place(
     );
 
     // The last copy loop, relocated to a safe page.
-    let code = safe.take().map_err(Refused::NotPlaced)?;
+    let code = safe.take(&mut mem).map_err(placing)?;
     // The symbols delimiting `last_copy`, which is shorter than a page.
     let (lc, lc_end) = (
         core::ptr::addr_of!(last_copy) as u64,
@@ -689,9 +653,9 @@ fn place(
     let mut last = LastCopy::default();
     for &pfn in &plan.zeros {
         if busy.holds(pfn) {
-            let page = safe.take().map_err(Refused::NotPlaced)?;
-            last.push(&mut safe, page, pfn * PAGE)
-                .map_err(Refused::NotPlaced)?;
+            let page = safe.take(&mut mem).map_err(placing)?;
+            last.push(&mut safe, &mut mem, page, pfn * PAGE)
+                .map_err(placing)?;
         } else {
             zero_page(pfn * PAGE);
         }
@@ -739,10 +703,9 @@ fn place(
             let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
             let dst = t.pfn * PAGE;
             if busy.holds(t.pfn) {
-                let page = safe.take().map_err(Refused::NotPlaced)?;
+                let page = safe.take(&mut mem).map_err(placing)?;
                 copy_page(src, page);
-                last.push(&mut safe, page, dst)
-                    .map_err(Refused::NotPlaced)?;
+                last.push(&mut safe, &mut mem, page, dst).map_err(placing)?;
             } else {
                 copy_page(src, dst);
             }
@@ -831,33 +794,6 @@ fn cycles() -> u64 {
 
 /// The pages the last copy moves, listed in safe pages: each list page holds its count,
 /// the next list page, then up to 255 (source, destination) pairs.
-#[derive(Default)]
-struct LastCopy {
-    head: u64,
-    cur: u64,
-    count: u64,
-}
-
-impl LastCopy {
-    fn push(&mut self, safe: &mut SafePages, from: u64, to: u64) -> Result<(), String> {
-        if self.cur == 0 || rd64(self.cur) == 255 {
-            let next = safe.take()?;
-            if self.cur == 0 {
-                self.head = next;
-            } else {
-                put(self.cur + 8, next);
-            }
-            self.cur = next;
-        }
-        let k = rd64(self.cur);
-        put(self.cur + 16 + 16 * k, from);
-        put(self.cur + 24 + 16 * k, to);
-        put(self.cur, k + 1);
-        self.count += 1;
-        Ok(())
-    }
-}
-
 /// `memcpy`, `memset`, `memmove` and `memcmp` for the code the compiler emits: no libc
 /// here.
 mod mem {

@@ -1,0 +1,293 @@
+//! Where the restorer keeps what must survive until the last copy. Pages of the image that
+//! land on the restorer's own memory (its program, heap and buffers: the [`Busy`] range)
+//! cannot be written before the restorer stops running; they go to *safe pages* (RAM the
+//! image does not use, outside the busy range, above 1 MiB: [`SafePages`]) and are listed
+//! for the last copy loop ([`LastCopy`]), which moves them to their places after the
+//! restorer's last instruction. The page tables the jump needs are safe pages too.
+//!
+//! ```text
+//! LastCopy list, one safe page a node:
+//!   [count][next][from0][to0][from1][to1] ... (255 pairs at most) ──► next node ──► 0
+//! ```
+//!
+//! Physical memory is reached through [`PhysMem`]: identity mapped on the PC (the
+//! program's), a fake in the tests below.
+
+use crate::e820::Table;
+
+/// Bytes of a page.
+pub const PAGE: u64 = 4096;
+/// The first PFN a safe page may have (1 MiB: below it lie firmware and the PVH data).
+const FIRST_SAFE_PFN: u64 = 0x100;
+/// Pairs a node of the last-copy list holds: (4096 - 16) / 16.
+pub const PAIRS_PER_NODE: u64 = 255;
+
+/// Physical memory as placing pages sees it.
+pub trait PhysMem {
+    /// Fills the page at `addr` with zeros.
+    fn zero_page(&mut self, addr: u64);
+    /// The `u64` at `addr`.
+    fn read_u64(&self, addr: u64) -> u64;
+    /// Writes `value` at `addr`.
+    fn write_u64(&mut self, addr: u64, value: u64);
+}
+
+/// Why a page could not be placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    /// Every page that could be a safe page is taken.
+    #[error("no free page left for the restore")]
+    NoSafePage,
+    /// The image lists a PFN that is not RAM of this machine, or lists it twice.
+    #[error("PFN {0:#x} is not RAM of this machine, or listed twice")]
+    NotRam(u64),
+}
+
+/// The physical range `[start, end)` in use until the last copy: the restorer's program,
+/// its heap and its buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+}
+
+impl Busy {
+    /// Whether page `pfn` overlaps the range.
+    pub fn holds(&self, pfn: u64) -> bool {
+        let a = pfn * PAGE;
+        a + PAGE > self.start && a < self.end
+    }
+}
+
+/// The PFNs the image has a page at, one bit each, over a caller's bitmap.
+pub struct ImagePages<'a> {
+    bits: &'a mut [u64],
+}
+
+impl<'a> ImagePages<'a> {
+    /// An empty set over `bits` (cleared), for PFNs below `64 * bits.len()`.
+    pub fn new(bits: &'a mut [u64]) -> Self {
+        bits.fill(0);
+        ImagePages { bits }
+    }
+
+    /// How many PFNs the set can hold.
+    pub fn pfns(&self) -> u64 {
+        self.bits.len() as u64 * 64
+    }
+
+    /// Whether the image has a page at `pfn`.
+    pub fn holds(&self, pfn: u64) -> bool {
+        self.bits
+            .get((pfn / 64) as usize)
+            .is_some_and(|w| w & (1 << (pfn % 64)) != 0)
+    }
+
+    /// Adds `pfn`, a page of the image: refused when it is not RAM of `table`, beyond the
+    /// set, or already in it.
+    pub fn add(&mut self, pfn: u64, table: &Table) -> Result<(), PlaceError> {
+        if !table.is_ram_page(pfn) || pfn >= self.pfns() || self.holds(pfn) {
+            return Err(PlaceError::NotRam(pfn));
+        }
+        self.bits[(pfn / 64) as usize] |= 1 << (pfn % 64);
+        Ok(())
+    }
+}
+
+/// Hands out safe pages, zeroed, lowest first.
+pub struct SafePages<'a> {
+    next: u64,
+    table: &'a Table,
+    busy: Busy,
+    image: &'a ImagePages<'a>,
+    /// Pages handed out so far.
+    pub used: u64,
+}
+
+impl<'a> SafePages<'a> {
+    /// Safe pages of `table`'s RAM that `image` and `busy` leave.
+    pub fn new(table: &'a Table, busy: Busy, image: &'a ImagePages<'a>) -> Self {
+        SafePages {
+            next: FIRST_SAFE_PFN,
+            table,
+            busy,
+            image,
+            used: 0,
+        }
+    }
+
+    /// The next safe page's address, zeroed through `mem`.
+    pub fn take(&mut self, mem: &mut impl PhysMem) -> Result<u64, PlaceError> {
+        while self.next < self.image.pfns() {
+            let pfn = self.next;
+            self.next += 1;
+            if self.table.is_ram_page(pfn) && !self.image.holds(pfn) && !self.busy.holds(pfn) {
+                self.used += 1;
+                let a = pfn * PAGE;
+                mem.zero_page(a);
+                return Ok(a);
+            }
+        }
+        Err(PlaceError::NoSafePage)
+    }
+}
+
+/// The list of (source, destination) pages the last copy loop moves, in safe pages.
+#[derive(Debug, Default)]
+pub struct LastCopy {
+    /// The first node (0: the list is empty).
+    pub head: u64,
+    cur: u64,
+    /// Pairs listed.
+    pub count: u64,
+}
+
+impl LastCopy {
+    /// Lists the page at `from` (a safe page) for `to`.
+    pub fn push(
+        &mut self,
+        safe: &mut SafePages,
+        mem: &mut impl PhysMem,
+        from: u64,
+        to: u64,
+    ) -> Result<(), PlaceError> {
+        if self.cur == 0 || mem.read_u64(self.cur) == PAIRS_PER_NODE {
+            let next = safe.take(mem)?;
+            if self.cur == 0 {
+                self.head = next;
+            } else {
+                mem.write_u64(self.cur + 8, next);
+            }
+            self.cur = next;
+        }
+        let k = mem.read_u64(self.cur);
+        mem.write_u64(self.cur + 16 + 16 * k, from);
+        mem.write_u64(self.cur + 24 + 16 * k, to);
+        mem.write_u64(self.cur, k + 1);
+        self.count += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::e820::{Entry, RAM, RESERVED};
+    use alloc::collections::BTreeMap;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// Physical memory as a map of the words written; zeroed pages are remembered.
+    #[derive(Default)]
+    struct FakeMem {
+        words: BTreeMap<u64, u64>,
+        zeroed: Vec<u64>,
+    }
+
+    impl PhysMem for FakeMem {
+        fn zero_page(&mut self, addr: u64) {
+            assert_eq!(addr % PAGE, 0, "a page's address");
+            self.words.retain(|a, _| *a < addr || *a >= addr + PAGE);
+            self.zeroed.push(addr);
+        }
+        fn read_u64(&self, addr: u64) -> u64 {
+            self.words.get(&addr).copied().unwrap_or(0)
+        }
+        fn write_u64(&mut self, addr: u64, value: u64) {
+            self.words.insert(addr, value);
+        }
+    }
+
+    /// RAM below 640 KiB and from 1 MiB to 4 MiB, a reserved hole at 2 MiB (one page).
+    fn table() -> Table {
+        let e = |addr, size, kind| Entry { addr, size, kind };
+        Table::from_pvh([
+            e(0, 0x9_f000, RAM),
+            e(0x10_0000, 0x10_0000, RAM),
+            e(0x20_0000, 0x1000, RESERVED),
+            e(0x20_1000, 0x1f_f000, RAM),
+        ])
+    }
+
+    #[test]
+    fn safe_pages_skip_the_image_the_busy_range_and_what_is_not_ram() {
+        let t = table();
+        let mut bits = vec![0u64; 16]; // 1024 PFNs: 4 MiB
+        let mut image = ImagePages::new(&mut bits);
+        image.add(0x100, &t).unwrap();
+        assert_eq!(
+            image.add(0x100, &t),
+            Err(PlaceError::NotRam(0x100)),
+            "twice"
+        );
+        assert_eq!(
+            image.add(0x200, &t),
+            Err(PlaceError::NotRam(0x200)),
+            "reserved"
+        );
+        assert_eq!(
+            image.add(0x400, &t),
+            Err(PlaceError::NotRam(0x400)),
+            "beyond RAM"
+        );
+        let busy = Busy {
+            start: 0x10_1000,
+            end: 0x10_3000,
+        };
+        let mut mem = FakeMem::default();
+        let mut safe = SafePages::new(&t, busy, &image);
+        // 0x100 is the image's, 0x101 and 0x102 are busy.
+        assert_eq!(safe.take(&mut mem), Ok(0x10_3000));
+        assert_eq!(safe.take(&mut mem), Ok(0x10_4000));
+        assert_eq!(mem.zeroed, [0x10_3000, 0x10_4000]);
+        // The reserved page at 2 MiB is never handed out; the pool runs out at 4 MiB.
+        let mut all = Vec::new();
+        while let Ok(a) = safe.take(&mut mem) {
+            all.push(a);
+        }
+        assert!(!all.contains(&0x20_0000));
+        assert_eq!(all.last(), Some(&0x3f_f000));
+        assert_eq!(safe.take(&mut mem), Err(PlaceError::NoSafePage));
+        assert_eq!(safe.used as usize, 2 + all.len());
+    }
+
+    #[test]
+    fn the_last_copy_list_fills_a_node_then_chains_the_next() {
+        let t = table();
+        let mut bits = vec![0u64; 16];
+        let image = ImagePages::new(&mut bits);
+        let busy = Busy { start: 0, end: 0 };
+        let mut mem = FakeMem::default();
+        let mut safe = SafePages::new(&t, busy, &image);
+        let mut last = LastCopy::default();
+        let n = PAIRS_PER_NODE + 2;
+        for i in 0..n {
+            last.push(&mut safe, &mut mem, 0x1000 * i, 0x8000_0000 + 0x1000 * i)
+                .unwrap();
+        }
+        assert_eq!(last.count, n);
+        // Walk the list as the last copy loop does.
+        let mut pairs = Vec::new();
+        let mut node = last.head;
+        let mut nodes = 0;
+        while node != 0 {
+            nodes += 1;
+            let count = mem.read_u64(node);
+            for k in 0..count {
+                pairs.push((
+                    mem.read_u64(node + 16 + 16 * k),
+                    mem.read_u64(node + 24 + 16 * k),
+                ));
+            }
+            node = mem.read_u64(node + 8);
+        }
+        assert_eq!(nodes, 2);
+        assert_eq!(pairs.len() as u64, n);
+        assert!(pairs
+            .iter()
+            .enumerate()
+            .all(|(i, &(f, to))| f == 0x1000 * i as u64 && to == 0x8000_0000 + f));
+    }
+}
