@@ -30,6 +30,8 @@ pub struct Admitted {
     pub description: Description,
     /// Pages its page list holds (the stream's, page 0 and the PFN index included).
     pub pages: u64,
+    /// How many devices it is bound to (checked).
+    pub bound_devices: usize,
 }
 
 /// The rules of one boot every image is admitted under.
@@ -66,5 +68,6 @@ pub fn admit<S: ImageSource>(
         trusted,
         description,
         pages,
+        bound_devices: bound.devices.len(),
     })
 }

@@ -18,7 +18,7 @@ use crate::binding::{
 use crate::guest::print_marker;
 use crate::status::{ImageRef, Outcome, RefusalRecord};
 use crate::store::StoreUseError;
-use admission::{Candidate, Expected, Refused, Rules, Sealing, Trust, Trusted};
+use admission::{Admitted, Candidate, Expected, Refused, Rules, Sealing, Trust};
 use bootparams::StoreAddress;
 use boottrace::error_chain as chain;
 use boottrace::Marker;
@@ -207,11 +207,11 @@ pub fn admit_image<'s, M: Medium>(
     candidate: Candidate<'_>,
     rules: &Rules<'_>,
     observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
-) -> Result<(flashstore::ImageReader<'s, M>, Trusted), Refused> {
+) -> Result<(flashstore::ImageReader<'s, M>, Admitted), Refused> {
     let mut src = FlashSource::new(store, observe);
     let admitted = admission::admit(&mut src, candidate, store.catalog(), rules)?;
     let reader = src.into_reader().expect("admit read the page list");
-    Ok((reader, admitted.trusted))
+    Ok((reader, admitted))
 }
 
 /// Everything resume checks of one image before the kernel takes a page: the one rule
@@ -475,13 +475,13 @@ fn load_flash_image(
     let candidate = Candidate::Image(rec);
     let t = Instant::now();
     let mut observe = |image: &Binding| observe_running(image, o);
-    let (mut reader, trusted) = admit_image(store, candidate, rules, &mut observe)?;
-    let bound = "device(s), command line, boot setup";
+    let (mut reader, admitted) = admit_image(store, candidate, rules, &mut observe)?;
+    let trusted = admitted.trusted;
     print_marker(
         Marker::ResumeBound,
         Some(&format!(
-            "{} {bound} checked in {:.3} s",
-            reader_devices(&reader),
+            "{} device(s), command line, boot setup checked in {:.3} s",
+            admitted.bound_devices,
             t.elapsed().as_secs_f64()
         )),
     );
@@ -504,14 +504,6 @@ fn load_flash_image(
         &format!("image {name} (generation {}{checked}): ", rec.generation),
         |page0| check_page0(page0, pages, rules.expected),
     )
-}
-
-/// How many devices the admitted image behind `reader` is bound to.
-fn reader_devices<M: Medium>(reader: &flashstore::ImageReader<'_, M>) -> usize {
-    snapimg::Description::decode(reader.user())
-        .ok()
-        .and_then(|d| d.binding().ok().flatten())
-        .map_or(0, |b| b.devices.len())
 }
 
 #[cfg(test)]
