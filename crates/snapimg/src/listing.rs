@@ -26,6 +26,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
+use xxhash_rust::xxh3::Xxh3;
 
 /// A filesystem the board's `/init` (and snapboot itself, when it is the first process)
 /// mounts before resume runs. The device's listing of its running root skips each of them
@@ -120,13 +121,17 @@ pub struct FileDigest {
 }
 
 /// Computes one entry's digest: a regular file's from its permission bits and its bytes,
-/// fed in any number of pieces; a symbolic link's from its target.
-pub struct EntryHasher(blake3::Hasher);
+/// fed in any number of pieces; a symbolic link's from its target. XXH3-128, the store's
+/// chunk checksum: it tells a changed file from an unchanged one (the binding says which
+/// system an image belongs to; what may restore is the signature's and the sealing's job),
+/// and it is what makes hashing every file of the initramfs at every boot affordable:
+/// BLAKE3 over Debian's 19.5 MB initramfs took 1.8 s of an emulated CPU (TCG) at resume.
+pub struct EntryHasher(Xxh3);
 
 impl EntryHasher {
     /// A regular file with `mode` (only the permission bits, `0o7777`, count).
     pub fn file(mode: u32) -> EntryHasher {
-        let mut h = blake3::Hasher::new();
+        let mut h = Xxh3::new();
         h.update(b"f");
         h.update(&(mode & 0o7777).to_le_bytes());
         EntryHasher(h)
@@ -139,22 +144,16 @@ impl EntryHasher {
 
     /// The file's digest.
     pub fn finish(&self) -> [u8; ENTRY_DIGEST] {
-        truncate(self.0.finalize().as_bytes())
+        self.0.digest128().to_le_bytes()
     }
 
     /// A symbolic link's digest, from its target.
     pub fn symlink(target: &[u8]) -> [u8; ENTRY_DIGEST] {
-        let mut h = blake3::Hasher::new();
+        let mut h = Xxh3::new();
         h.update(b"l");
         h.update(target);
-        truncate(h.finalize().as_bytes())
+        h.digest128().to_le_bytes()
     }
-}
-
-fn truncate(h: &[u8; 32]) -> [u8; ENTRY_DIGEST] {
-    let mut d = [0; ENTRY_DIGEST];
-    d.copy_from_slice(&h[..ENTRY_DIGEST]);
-    d
 }
 
 /// Sorts `files` by path and returns the manifest's digest: BLAKE3 over each path, a NUL and
