@@ -12,10 +12,9 @@
 //! creates anything else before resume lists differently: its images are refused (the
 //! binding differs), never restored wrongly.
 
-use crate::cpio::{Entry, S_IFDIR, S_IFLNK};
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
+use initramfs::{Entry, Root};
 use snapimg::build_id::build_id;
 use snapimg::listing::{self, Kind};
 use snapimg::BootSetup;
@@ -47,38 +46,40 @@ pub enum SetupError {
 /// The listing's line for a cpio entry.
 fn line(path: &str, e: &Entry) -> String {
     match e.kind() {
-        S_IFDIR => listing::line(path, Kind::Dir),
-        S_IFLNK => listing::line(path, Kind::Symlink(&String::from_utf8_lossy(e.data))),
+        initramfs::Kind::Dir => listing::line(path, Kind::Dir),
+        initramfs::Kind::Symlink => {
+            listing::line(path, Kind::Symlink(&String::from_utf8_lossy(e.data())))
+        }
         _ => listing::line(
             path,
             Kind::File {
-                size: e.data.len() as u64,
+                size: e.data().len() as u64,
                 mode: e.mode,
             },
         ),
     }
 }
 
-/// The boot setup of the initramfs whose entries are `entries` (see the module header).
-pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupError> {
-    let init = entries.get("init").ok_or(SetupError::NoInit)?;
-    let mut lines: Vec<String> = entries
+/// The boot setup of the initramfs whose root is `root` (see the module header).
+pub fn boot_setup(root: &Root) -> Result<BootSetup, SetupError> {
+    let init = root.get("init").ok_or(SetupError::NoInit)?;
+    let mut lines: Vec<String> = root
         .iter()
-        .filter(|(p, _)| !listing::mounted_early(p))
-        .map(|(p, e)| line(p, e))
+        .filter(|e| !listing::mounted_early(e.path))
+        .map(|e| line(e.path, &e))
         .collect();
     for d in KERNEL_BUILTIN_DIRS {
-        if !entries.contains_key(d) {
+        if root.get(d).is_none() {
             lines.push(listing::line(d, Kind::Dir));
         }
     }
     let (path, exe) = SNAPBOOT_PATHS
         .iter()
-        .find_map(|p| entries.get(p).map(|e| (*p, e)))
+        .find_map(|p| root.get(p).map(|e| (*p, e)))
         .ok_or(SetupError::NoSnapboot)?;
-    let id = build_id(exe.data).map_err(|_| SetupError::NoBuildId(path))?;
+    let id = build_id(exe.data()).map_err(|_| SetupError::NoBuildId(path))?;
     Ok(BootSetup {
-        init: *blake3::hash(init.data).as_bytes(),
+        init: *blake3::hash(init.data()).as_bytes(),
         files: listing::digest(&mut lines),
         snapboot_build_id: id,
     })
@@ -87,7 +88,8 @@ pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpio::{entries, tests::archive};
+    use initramfs::testing::archive;
+    use initramfs::unpack;
     use snapimg::build_id::testing::{elf, note};
     use snapimg::build_id::NT_GNU_BUILD_ID;
 
@@ -104,7 +106,7 @@ mod tests {
             ("proc", 0o040755, b""),
             ("tmp", 0o040755, b""),
         ]);
-        let s = boot_setup(&entries(&bytes).unwrap()).unwrap();
+        let s = boot_setup(&unpack(&bytes).unwrap()).unwrap();
         assert_eq!(s.init, *blake3::hash(b"#!/bin/sh\n").as_bytes());
         assert_eq!(s.snapboot_build_id, [7; 20]);
         // What the device lists in that root: the lines ondevice::binding writes.
@@ -115,7 +117,7 @@ mod tests {
         assert_eq!(s.files, *blake3::hash(want.as_bytes()).as_bytes());
         let no_snapboot = archive(&[("init", 0o100755, b"x")]);
         assert_eq!(
-            boot_setup(&entries(&no_snapboot).unwrap()),
+            boot_setup(&unpack(&no_snapboot).unwrap()),
             Err(SetupError::NoSnapboot)
         );
     }
