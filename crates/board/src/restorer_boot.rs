@@ -36,8 +36,9 @@ pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
         )
     } else if bundle.workload.init != bundle::workload::InitKind::Board {
         Some(
-            "the root's initramfs (initramfs-tools or dracut) is zstd, which the restorer does \
-             not read: it would refuse every image for want of the key and the boot setup",
+            "the restorer reads the root's initramfs (initramfs-tools or dracut) but does not \
+             yet list it as that root's resume does: it would refuse every image for its boot \
+             setup (the initramfs's file set differs)",
         )
     } else if opts.firmware == Firmware::Uefi {
         Some(
@@ -178,12 +179,12 @@ mod tests {
         arm.kernel.arch = Arch::Arm64;
         let why = unsupported(&arm, &crate::testutil::opts()).unwrap();
         assert!(why.contains("arm64 board"), "{why}");
-        // A Debian root's initramfs (zstd) cannot give it the key and the boot setup; nor
-        // can it give the restore kernel its command line.
+        // A Debian root's initramfs is read, but its boot setup is not yet listed as its
+        // resume lists it; nor can it give the restore kernel its command line.
         let mut deb = crate::testutil::bundle();
         deb.workload.init = bundle::workload::InitKind::Debian;
         let why = unsupported(&deb, &crate::testutil::opts()).unwrap();
-        assert!(why.contains("zstd"), "{why}");
+        assert!(why.contains("file set differs"), "{why}");
         assert_eq!(b.workload.init.restore_kernel_unsupported(), None);
         let why = deb.workload.init.restore_kernel_unsupported().unwrap();
         assert!(why.contains("cannot read its command line"), "{why}");
