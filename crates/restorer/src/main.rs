@@ -540,11 +540,14 @@ fn stock_init(
 ) -> Result<restorer::stockinit::StockInit, NotRestored> {
     let bytes = fallback::stock_initramfs(disks, cmdline)
         .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
-    let stock = restorer::stockinit::StockInit::read(&bytes)
-        .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
+    use restorer::stockinit::{describe, StockInit, StockInitError, UNPACKED_LIMIT};
+    let not_read = |e: StockInitError| NotRestored::Initramfs(e.to_string());
+    let root =
+        initramfs::unpack_with_limit(&bytes, UNPACKED_LIMIT).map_err(|e| not_read(e.into()))?;
+    let stock = StockInit::of(&root).map_err(not_read)?;
     say!(
-        "snapboot-restorer: the kernel pack's initramfs read ({} MiB): {}",
-        restorer::units::Mib(bytes.len() as u64),
+        "snapboot-restorer: the kernel pack's initramfs read ({}): {}",
+        describe(root.segments()),
         stock.trust.describe()
     );
     Ok(stock)

@@ -10,13 +10,33 @@ use crate::bootsetup::{boot_setup, SetupError};
 use crate::trust::{of_initramfs, KeyFileError};
 use admission::Trust;
 use alloc::string::String;
-use initramfs::{ArchiveError, Root};
+use core::fmt::Write;
+use initramfs::{ArchiveError, Root, Segment};
 use snapimg::BootSetup;
 
 /// The most a compressed initramfs may unpack to here: the restorer's heap (256 MiB, nothing
 /// freed) also holds the restore's catalog, page list, plan and buffers. Debian's
 /// initramfs-tools archive unpacks to about 20 MiB.
 pub const UNPACKED_LIMIT: usize = 128 << 20;
+
+/// The segments of an initramfs for the console: `zstd 7.2 MiB -> 19.4 MiB`, an
+/// uncompressed archive as `cpio 0.1 MiB`, joined by ` + `.
+pub fn describe(segments: &[Segment]) -> String {
+    let mut out = String::new();
+    for (i, s) in segments.iter().enumerate() {
+        let sep = if i == 0 { "" } else { " + " };
+        let len = crate::units::Mib(s.len as u64);
+        let _ = match s.compression {
+            None => write!(out, "{sep}cpio {len} MiB"),
+            Some(c) => write!(
+                out,
+                "{sep}{c} {len} MiB -> {} MiB",
+                crate::units::Mib(s.unpacked as u64)
+            ),
+        };
+    }
+    out
+}
 
 /// Why the initramfs tells nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,6 +120,26 @@ mod tests {
         );
         let init = stock.boot_setup.manifest.iter().any(|f| f.path == "init");
         assert!(init, "the manifest covers /init");
+    }
+
+    #[test]
+    fn the_console_names_each_segment() {
+        let s = |at, len, compression, unpacked| Segment {
+            at,
+            len,
+            compression,
+            unpacked,
+        };
+        let segs = [
+            s(0, 100 << 10, None, 100 << 10),
+            s(
+                100 << 10,
+                7 << 20,
+                Some(initramfs::Compression::Zstd),
+                19 << 20,
+            ),
+        ];
+        assert_eq!(describe(&segs), "cpio 0.1 MiB + zstd 7.0 MiB -> 19.0 MiB");
     }
 
     #[test]
