@@ -5,10 +5,11 @@
 //! plan and the digest, which the restorer shares; here the blocks are read from the file).
 
 pub use snapimg::fingerprint::{sample_plan, END_BYTES, SAMPLES};
-use snapimg::listing::{line, Kind};
+use snapimg::listing::{self, EntryHasher, FileDigest};
 use snapimg::{Binding, BootSetup, BoundDevice};
 use std::fs::{self, File};
-use std::io::{self, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -128,24 +129,25 @@ pub fn build_id(exe: &Path) -> Result<Vec<u8>, BindingError> {
     })
 }
 
-/// The boot setup of the initramfs at `root`: BLAKE3 of `root/init`, BLAKE3 of a listing of
-/// every file below `root` on the same filesystem ([`snapimg::listing`]; mount points such
-/// as /dev, /proc, /sys and /run are skipped: they are other filesystems), and the build id
-/// of `exe`.
+/// The boot setup of the initramfs at `root`: its manifest ([`snapimg::listing`]: every
+/// regular file and symbolic link below `root` on the same filesystem, by content; mount
+/// points such as /dev, /proc, /sys and /run are other filesystems, directories and the
+/// distributions' scratch places are not in it) and the build id of `exe`.
 pub fn boot_setup(root: &Path, exe: &Path) -> Result<BootSetup, BindingError> {
-    let init_path = root.join("init");
-    let init = *blake3::hash(&fs::read(&init_path).map_err(read_err(&init_path))?).as_bytes();
     let dev = fs::metadata(root).map_err(read_err(root))?.dev();
-    let mut listing = Vec::new();
-    list(root, root, dev, &mut listing)?;
-    Ok(BootSetup {
-        init,
-        files: snapimg::listing::digest(&mut listing),
-        snapboot_build_id: build_id(exe)?,
-    })
+    let mut manifest = Vec::new();
+    let mut buf = vec![0u8; 128 << 10];
+    list(root, root, dev, &mut buf, &mut manifest)?;
+    Ok(BootSetup::new(manifest, build_id(exe)?))
 }
 
-fn list(root: &Path, dir: &Path, dev: u64, out: &mut Vec<String>) -> Result<(), BindingError> {
+fn list(
+    root: &Path,
+    dir: &Path,
+    dev: u64,
+    buf: &mut [u8],
+    out: &mut Vec<FileDigest>,
+) -> Result<(), BindingError> {
     for entry in fs::read_dir(dir).map_err(read_err(dir))? {
         let entry = entry.map_err(read_err(dir))?;
         let path = entry.path();
@@ -160,15 +162,32 @@ fn list(root: &Path, dir: &Path, dev: u64, out: &mut Vec<String>) -> Result<(), 
             .to_string();
         let ft = meta.file_type();
         if ft.is_dir() {
-            out.push(line(&rel, Kind::Dir));
-            list(root, &path, dev, out)?;
-        } else if ft.is_symlink() {
-            let to = fs::read_link(&path).map_err(read_err(&path))?;
-            out.push(line(&rel, Kind::Symlink(&to.display().to_string())));
-        } else {
-            let (size, mode) = (meta.len(), meta.mode());
-            out.push(line(&rel, Kind::File { size, mode }));
+            if !listing::in_scratch(&rel) {
+                list(root, &path, dev, buf, out)?;
+            }
+            continue;
         }
+        if !listing::covered(&rel) {
+            continue;
+        }
+        let digest = if ft.is_symlink() {
+            let to = fs::read_link(&path).map_err(read_err(&path))?;
+            EntryHasher::symlink(to.as_os_str().as_bytes())
+        } else if ft.is_file() {
+            let mut h = EntryHasher::file(meta.mode());
+            let mut f = File::open(&path).map_err(read_err(&path))?;
+            loop {
+                let n = f.read(buf).map_err(read_err(&path))?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            h.finish()
+        } else {
+            continue;
+        };
+        out.push(FileDigest { path: rel, digest });
     }
     Ok(())
 }
@@ -182,49 +201,17 @@ pub fn record_boot_setup(setup: &BootSetup, path: &Path) -> Result<(), BindingEr
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(werr)?;
     }
-    let text = format!(
-        "init={}\nfiles={}\nbuild_id={}\n",
-        snapimg::hex(&setup.init),
-        snapimg::hex(&setup.files),
-        snapimg::hex(&setup.snapboot_build_id)
-    );
-    fs::write(path, text).map_err(werr)
+    fs::write(path, setup.to_bytes()?).map_err(werr)
 }
 
 /// Reads the record [`record_boot_setup`] wrote.
 pub fn read_boot_setup(path: &Path) -> Result<BootSetup, BindingError> {
-    let text = match fs::read_to_string(path) {
+    let bytes = match fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(BindingError::NoBootSetup),
         Err(e) => return Err(read_err(path)(e)),
     };
-    let field = |key: &str| -> Result<Vec<u8>, BindingError> {
-        let v = text
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .ok_or_else(|| BindingError::BadBootSetup(format!("no {key}")))?;
-        unhex(v).ok_or_else(|| BindingError::BadBootSetup(format!("{key} is not hex")))
-    };
-    let hash = |key: &str| -> Result<[u8; 32], BindingError> {
-        field(key)?
-            .try_into()
-            .map_err(|_| BindingError::BadBootSetup(format!("{key} is not 32 bytes")))
-    };
-    Ok(BootSetup {
-        init: hash("init")?,
-        files: hash("files")?,
-        snapboot_build_id: field("build_id")?,
-    })
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
+    BootSetup::from_bytes(&bytes).map_err(|e| BindingError::BadBootSetup(e.to_string()))
 }
 
 /// The boot setup of the initramfs this process runs in (`/`, with snapboot itself at
@@ -352,26 +339,46 @@ mod tests {
     }
 
     #[test]
-    fn boot_setup_sees_init_and_file_changes_and_round_trips() {
+    fn boot_setup_names_changed_added_and_removed_files_and_skips_the_rest() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         fs::write(root.join("init"), "#!/bin/sh\nexec app one\n").unwrap();
         fs::create_dir(root.join("lib")).unwrap();
         fs::write(root.join("lib/mod.ko"), [1, 2, 3]).unwrap();
+        symlink("lib", root.join("lib64")).unwrap();
         let exe = std::env::current_exe().unwrap();
         let a = boot_setup(root, &exe).unwrap();
         assert!(
             !a.snapboot_build_id.is_empty(),
             "test binaries carry a build id"
         );
+        let paths: Vec<&str> = a.manifest.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["init", "lib/mod.ko", "lib64"]);
+        // What an /init creates before resume is not the archive's: directories, mount
+        // points, scratch files.
+        for d in ["proc", "sys", "var/lock", "tmp", "etc/cmdline.d"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        fs::write(root.join("tmp/export.orig"), "x").unwrap();
+        fs::write(root.join("etc/cmdline.d/99.conf"), "x").unwrap();
         assert_eq!(boot_setup(root, &exe).unwrap(), a);
-        fs::write(root.join("lib/mod.ko"), [1, 2, 3, 4]).unwrap();
+
+        let same_size = |s: &BootSetup| a.files != s.files;
+        fs::write(root.join("lib/mod.ko"), [1, 2, 4]).unwrap();
         let b = boot_setup(root, &exe).unwrap();
-        assert_eq!(b.init, a.init);
-        assert_ne!(b.files, a.files);
-        fs::write(root.join("init"), "#!/bin/sh\nexec app two\n").unwrap();
+        assert!(same_size(&b), "content counts, not only the size");
+        let d = snapimg::listing::diff(&a.manifest, &b.manifest);
+        assert_eq!(d.describe(), "changed: /lib/mod.ko");
+        fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(root.join("etc/new.conf"), "y").unwrap();
+        fs::remove_file(root.join("lib64")).unwrap();
         let c = boot_setup(root, &exe).unwrap();
-        assert_ne!(c.init, b.init);
+        let d = snapimg::listing::diff(&a.manifest, &c.manifest);
+        assert_eq!(
+            d.describe(),
+            "changed: /init, /lib/mod.ko; only in the image: /lib64; only in this boot: /etc/new.conf"
+        );
 
         let rec = root.join("run/snapboot/boot-setup");
         assert!(matches!(
@@ -400,11 +407,7 @@ mod tests {
         .unwrap();
         fs::create_dir_all(&dev).unwrap();
         fs::write(dev.join("vda"), vec![5u8; 1 << 20]).unwrap();
-        let setup = BootSetup {
-            init: [1; 32],
-            files: [2; 32],
-            snapboot_build_id: vec![3; 20],
-        };
+        let setup = BootSetup::new(Vec::new(), vec![3; 20]);
         let cmd = "console=ttyS0 snapboot.capture snapboot.store=/dev/vdb ro";
         let mi = "22 1 254:0 / / ro - squashfs /dev/vda ro\n";
         let img = at_capture(setup.clone(), cmd, mi, &sys, &dev).unwrap();

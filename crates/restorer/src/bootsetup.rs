@@ -1,27 +1,25 @@
 //! The boot setup an image is bound to ([`snapimg::BootSetup`]), computed from the kernel
-//! pack's initramfs: BLAKE3 of `/init`, BLAKE3 of the file listing ([`snapimg::listing`]),
-//! and the GNU build id of the snapboot binary that runs resume ([`snapimg::build_id`]).
+//! pack's initramfs: its manifest ([`snapimg::listing`]: every regular file and symbolic link
+//! of the archive as the kernel unpacks it, by content, outside what is mounted before resume
+//! and the distributions' scratch places) and the GNU build id of the snapboot binary that
+//! runs resume ([`snapimg::build_id`]).
 //!
-//! The device computes it from its running root, which is not the cpio archive alone: the
-//! kernel unpacks its own built-in initramfs first (a kernel built without
-//! `CONFIG_INITRAMFS_SOURCE`, as Debian's, adds `/dev`, `/dev/console` and `/root`), and the
-//! board's `/init` mounts devtmpfs, proc, sysfs and a tmpfs on `/dev`, `/proc`, `/sys` and
-//! `/run` before resume runs, which the listing skips as other filesystems. The listing
-//! here follows both ([`snapimg::listing::EARLY_MOUNTS`], [`KERNEL_BUILTIN_DIRS`]); on the board's
-//! bundle it matches what the device records exactly. An initramfs whose `/init` mounts or
-//! creates anything else before resume lists differently: its images are refused (the
-//! binding differs), never restored wrongly.
+//! The device computes the same manifest from its running root (`ondevice::binding`), where
+//! the distribution's `/init` may already have created directories, mounted filesystems and
+//! written its scratch files; the manifest leaves all of those out, so the capture boot, the
+//! stock kernel's resume, the restore kernel's and this one agree on an unchanged initramfs,
+//! and a changed file is named in the refusal.
 
-use crate::cpio::{Entry, S_IFDIR, S_IFLNK};
+use crate::cpio::{Entry, S_IFLNK, S_IFMT};
 use alloc::collections::BTreeMap;
-use alloc::string::String;
 use alloc::vec::Vec;
 use snapimg::build_id::build_id;
-use snapimg::listing::{self, Kind};
+use snapimg::listing::{self, EntryHasher, FileDigest};
 use snapimg::BootSetup;
 
-/// Directories of the kernel's built-in initramfs outside those mounts (`/root`, mode 0700).
-pub const KERNEL_BUILTIN_DIRS: &[&str] = &["root"];
+/// A regular file's type bits.
+const S_IFREG: u32 = 0o100000;
+
 /// Where the initramfs may hold the snapboot binary that runs resume, in the order looked.
 pub const SNAPBOOT_PATHS: &[&str] = &[
     "bin/snapboot",
@@ -44,44 +42,41 @@ pub enum SetupError {
     NoBuildId(&'static str),
 }
 
-/// The listing's line for a cpio entry.
-fn line(path: &str, e: &Entry) -> String {
-    match e.kind() {
-        S_IFDIR => listing::line(path, Kind::Dir),
-        S_IFLNK => listing::line(path, Kind::Symlink(&String::from_utf8_lossy(e.data))),
-        _ => listing::line(
-            path,
-            Kind::File {
-                size: e.data.len() as u64,
-                mode: e.mode,
-            },
-        ),
+/// The manifest's digest of a cpio entry, if the manifest covers it.
+fn entry_digest(path: &str, e: &Entry) -> Option<FileDigest> {
+    if !listing::covered(path) {
+        return None;
     }
+    let digest = match e.mode & S_IFMT {
+        S_IFREG => {
+            let mut h = EntryHasher::file(e.mode);
+            h.update(e.data);
+            h.finish()
+        }
+        S_IFLNK => EntryHasher::symlink(e.data),
+        _ => return None,
+    };
+    Some(FileDigest {
+        path: path.into(),
+        digest,
+    })
 }
 
 /// The boot setup of the initramfs whose entries are `entries` (see the module header).
 pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupError> {
-    let init = entries.get("init").ok_or(SetupError::NoInit)?;
-    let mut lines: Vec<String> = entries
-        .iter()
-        .filter(|(p, _)| !listing::mounted_early(p))
-        .map(|(p, e)| line(p, e))
-        .collect();
-    for d in KERNEL_BUILTIN_DIRS {
-        if !entries.contains_key(d) {
-            lines.push(listing::line(d, Kind::Dir));
-        }
+    if !entries.contains_key("init") {
+        return Err(SetupError::NoInit);
     }
+    let manifest: Vec<FileDigest> = entries
+        .iter()
+        .filter_map(|(p, e)| entry_digest(p, e))
+        .collect();
     let (path, exe) = SNAPBOOT_PATHS
         .iter()
         .find_map(|p| entries.get(p).map(|e| (*p, e)))
         .ok_or(SetupError::NoSnapboot)?;
     let id = build_id(exe.data).map_err(|_| SetupError::NoBuildId(path))?;
-    Ok(BootSetup {
-        init: *blake3::hash(init.data).as_bytes(),
-        files: listing::digest(&mut lines),
-        snapboot_build_id: id,
-    })
+    Ok(BootSetup::new(manifest, id.to_vec()))
 }
 
 #[cfg(test)]
@@ -92,7 +87,7 @@ mod tests {
     use snapimg::build_id::NT_GNU_BUILD_ID;
 
     #[test]
-    fn the_listing_skips_what_init_mounts_over_and_adds_the_kernels_root() {
+    fn the_manifest_is_the_archives_files_and_links_outside_mounts_and_scratch() {
         let exe = elf(&note(b"GNU\0", NT_GNU_BUILD_ID, &[7; 20]));
         let bytes = archive(&[
             ("bin", 0o040755, b""),
@@ -102,17 +97,22 @@ mod tests {
             ("dev/console", 0o020600, b""),
             ("init", 0o100755, b"#!/bin/sh\n"),
             ("proc", 0o040755, b""),
+            ("run/x", 0o100644, b"x"),
             ("tmp", 0o040755, b""),
+            ("tmp/scratch", 0o100644, b"s"),
         ]);
         let s = boot_setup(&entries(&bytes).unwrap()).unwrap();
-        assert_eq!(s.init, *blake3::hash(b"#!/bin/sh\n").as_bytes());
         assert_eq!(s.snapboot_build_id, [7; 20]);
-        // What the device lists in that root: the lines ondevice::binding writes.
-        let want = alloc::format!(
-            "d bin\nd root\nd tmp\nf bin/snapboot {} 100755\nf init 10 100755\nl bin/sh busybox\n",
-            exe.len()
-        );
-        assert_eq!(s.files, *blake3::hash(want.as_bytes()).as_bytes());
+        let paths: Vec<&str> = s.manifest.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["bin/sh", "bin/snapboot", "init"]);
+        let mut init = EntryHasher::file(0o755);
+        init.update(b"#!/bin/sh\n");
+        assert_eq!(s.manifest[2].digest, init.finish());
+        assert_eq!(s.manifest[0].digest, EntryHasher::symlink(b"busybox"));
+        // The device lists the same root to the same boot setup (ondevice::binding's test
+        // walks a directory; here the same entries through the same functions).
+        assert_eq!(s, BootSetup::new(s.manifest.clone(), alloc::vec![7; 20]));
+
         let no_snapboot = archive(&[("init", 0o100755, b"x")]);
         assert_eq!(
             boot_setup(&entries(&no_snapboot).unwrap()),

@@ -318,11 +318,7 @@ mod tests {
             memory: MemoryMap::default(),
         };
         let binding = Binding {
-            boot_setup: BootSetup {
-                init: [1; 32],
-                files: [2; 32],
-                snapboot_build_id: vec![3; 20],
-            },
+            boot_setup: BootSetup::new(Vec::new(), vec![3; 20]),
             cmdline: snapimg::bound_cmdline(CMDLINE),
             devices: vec![BoundDevice {
                 mount: "/".into(),
@@ -386,10 +382,14 @@ mod tests {
     fn stock(files: u8) -> crate::stockinit::StockInit {
         crate::stockinit::StockInit {
             trust: Trust::ANY,
-            boot_setup: BootSetup {
-                init: [1; 32],
-                files: [files; 32],
-                snapboot_build_id: vec![3; 20],
+            boot_setup: if files == 2 {
+                BootSetup::new(Vec::new(), vec![3; 20])
+            } else {
+                let init = snapimg::listing::FileDigest {
+                    path: "init".into(),
+                    digest: [files; snapimg::listing::ENTRY_DIGEST],
+                };
+                BootSetup::new(vec![init], vec![3; 20])
             },
             config: None,
         }
@@ -502,7 +502,11 @@ mod tests {
         assert!(why(&r).contains("RAM size differs"), "{}", why(&r));
         let mut r = running(CMDLINE);
         r.boot_setup = stock(4).boot_setup;
-        assert!(why(&r).contains("the initramfs's file set"), "{}", why(&r));
+        assert!(
+            why(&r).contains("the initramfs differs (only in this boot: /init)"),
+            "{}",
+            why(&r)
+        );
         let mut other = ROOT;
         other[0] ^= 1;
         let e = check_with_root(&bytes, &other, &running(CMDLINE))

@@ -22,11 +22,9 @@ const VERSION: &str = "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2";
 const RAM_BYTES: u64 = 1 << 30;
 /// The root disk (`vda`) the images are bound to.
 const ROOT: [u8; 8192] = [0x55; 8192];
-const SETUP: BootSetup = BootSetup {
-    init: [1; 32],
-    files: [2; 32],
-    snapboot_build_id: Vec::new(),
-};
+fn setup() -> BootSetup {
+    BootSetup::new(Vec::new(), Vec::new())
+}
 
 fn root_digest(root: &[u8]) -> [u8; 32] {
     snapimg::fingerprint::device_digest(root.len() as u64, |at, buf: &mut [u8]| {
@@ -37,7 +35,7 @@ fn root_digest(root: &[u8]) -> [u8; 32] {
 }
 
 /// A store holding `names` (oldest first), each a synthetic x86_64 stream bound to
-/// CMDLINE, SETUP and the root `vda`; its boot log changed by `log` (given the newest
+/// CMDLINE, setup() and the root `vda`; its boot log changed by `log` (given the newest
 /// image's generation); its chunks checksummed with BLAKE3 (so images can be signed).
 fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec<u8> {
     let format = FormatOptions {
@@ -54,7 +52,7 @@ fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec
         memory: MemoryMap::default(),
     };
     let binding = Binding {
-        boot_setup: SETUP,
+        boot_setup: setup(),
         cmdline: snapimg::bound_cmdline(CMDLINE),
         devices: vec![BoundDevice {
             mount: "/".into(),
@@ -174,7 +172,7 @@ fn resume(boot: &Boot) -> Outcome {
     let mut refused = Vec::new();
     for c in &candidates {
         let mut observe = |image: &Binding| {
-            ondevice::binding::observe(image, SETUP, CMDLINE, dev.path(), Duration::ZERO)
+            ondevice::binding::observe(image, setup(), CMDLINE, dev.path(), Duration::ZERO)
                 .map_err(|e| Refused::Unobservable(e.to_string()))
         };
         match ondevice::resume::check_image(&store, *c, &rules, &mut observe) {
@@ -214,7 +212,7 @@ fn restorer(boot: &Boot) -> Outcome {
         expected: boot.expected(memory),
         cmdline: CMDLINE,
         trust: boot.trust(),
-        boot_setup: SETUP,
+        boot_setup: setup(),
     };
     let rules = Rules {
         log: record.guard(),

@@ -1,5 +1,5 @@
 //! What an image is bound to besides the kernel and RAM: the boot setup that starts it (the
-//! initramfs's `/init`, its files and the snapboot in it), the kernel command line, and every
+//! initramfs the boot loader hands over, file by file, and the snapboot in it), the kernel command line, and every
 //! block device that was mounted when it was captured (the root filesystem first of all).
 //!
 //! A restored kernel keeps the page cache, open files and mounts of the system it was
@@ -14,9 +14,9 @@
 //!
 //! ```text
 //! +------+---------------------------------------------------------------+
-//! | u8   | encoding version (1)                                          |
-//! | 32   | BLAKE3 of the initramfs's /init                               |
-//! | 32   | BLAKE3 of the initramfs's file listing (path, kind, size)     |
+//! | u8   | encoding version (2)                                          |
+//! | 32   | BLAKE3 of the initramfs's manifest (crate::listing)           |
+//! | u32  | manifest files, each: string path, 16-byte entry digest       |
 //! | u8 n | snapboot build id, n bytes (n <= 64)                          |
 //! | u16  | command-line tokens, each a string                            |
 //! | u8   | bound devices, each:                                          |
@@ -25,6 +25,7 @@
 //! +------+---------------------------------------------------------------+
 //! ```
 
+use crate::listing::{self, FileDigest, ENTRY_DIGEST};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -33,11 +34,14 @@ use core::fmt;
 use serde::Serialize;
 
 /// Encoding version of the binding record.
-pub const BINDING_VERSION: u8 = 1;
+pub const BINDING_VERSION: u8 = 2;
 /// Most block devices one image can be bound to.
 pub const MAX_BOUND_DEVICES: usize = 16;
 /// Longest snapboot build id accepted (GNU build ids are 20 bytes).
 pub const MAX_BUILD_ID: usize = 64;
+/// Most files one manifest may list (Debian's initramfs-tools with `MODULES=most` has a
+/// few thousand).
+pub const MAX_MANIFEST_FILES: usize = 1 << 16;
 
 /// Kernel command-line parameters that do not belong to the binding: they only steer the
 /// boot that restores (console verbosity, snapboot's own `snapboot.*` settings), so an image
@@ -72,15 +76,18 @@ pub fn bound_cmdline(cmdline: &str) -> Vec<String> {
         .collect()
 }
 
-/// The boot setup: what the initramfs is, recorded by `snapboot resume` at every boot.
+/// The boot setup: the initramfs the boot loader handed over, as the kernel unpacked it, file
+/// by file ([`crate::listing`]), and the snapboot that runs resume in it. Observed by
+/// `snapboot resume` at every boot and by the restorer from the kernel pack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BootSetup {
-    /// BLAKE3 of the initramfs's `/init` (on the board it holds the start command).
-    #[serde(serialize_with = "hex32")]
-    pub init: [u8; 32],
-    /// BLAKE3 of the initramfs's file listing: every path, its kind and size.
+    /// BLAKE3 of the manifest ([`crate::listing::of_sorted`]).
     #[serde(serialize_with = "hex32")]
     pub files: [u8; 32],
+    /// Every file and link the manifest covers, sorted by path (the image's JSON gives their
+    /// number).
+    #[serde(serialize_with = "count")]
+    pub manifest: Vec<FileDigest>,
     /// The GNU build id of the snapboot binary in the initramfs.
     #[serde(serialize_with = "hex_vec")]
     pub snapboot_build_id: Vec<u8>,
@@ -179,17 +186,14 @@ impl Binding {
                 ),
             );
         }
-        if a.init != b.init {
-            diff(
-                "the initramfs's /init (start command, boot steps)".into(),
-                format!("{} in the image, {} now", short(&a.init), short(&b.init)),
-            );
-        }
         if a.files != b.files {
-            diff(
-                "the initramfs's file set".into(),
-                format!("{} in the image, {} now", short(&a.files), short(&b.files)),
-            );
+            let d = listing::diff(&a.manifest, &b.manifest);
+            let how = if d.is_empty() {
+                format!("{} in the image, {} now", short(&a.files), short(&b.files))
+            } else {
+                d.describe()
+            };
+            diff("the initramfs".into(), how);
         }
         if self.cmdline != running.cmdline {
             let only = |x: &[String], y: &[String]| {
@@ -248,17 +252,7 @@ impl Binding {
     /// Encodes the record; errors if it exceeds `room` bytes or a field is out of range.
     pub fn encode(&self, room: usize) -> Result<Vec<u8>, BindingError> {
         let mut out = vec![BINDING_VERSION];
-        out.extend_from_slice(&self.boot_setup.init);
-        out.extend_from_slice(&self.boot_setup.files);
-        let id = &self.boot_setup.snapboot_build_id;
-        if id.len() > MAX_BUILD_ID {
-            return Err(BindingError::Invalid(format!(
-                "build id of {} bytes, at most {MAX_BUILD_ID}",
-                id.len()
-            )));
-        }
-        out.push(id.len() as u8);
-        out.extend_from_slice(id);
+        self.boot_setup.encode_into(&mut out)?;
         let tokens = u16::try_from(self.cmdline.len())
             .map_err(|_| BindingError::Invalid("too many command-line tokens".into()))?;
         out.extend_from_slice(&tokens.to_le_bytes());
@@ -290,20 +284,8 @@ impl Binding {
 
     /// Decodes a record written by [`Binding::encode`], checking every length.
     pub fn decode(b: &[u8]) -> Result<Binding, BindingError> {
-        let mut c = Cursor { b, at: 0 };
-        let version = c.u8()?;
-        if version != BINDING_VERSION {
-            return Err(BindingError::Invalid(format!(
-                "encoding version {version}, this build reads {BINDING_VERSION}"
-            )));
-        }
-        let init = c.hash()?;
-        let files = c.hash()?;
-        let id_len = usize::from(c.u8()?);
-        if id_len > MAX_BUILD_ID {
-            return Err(BindingError::Invalid(format!("build id of {id_len} bytes")));
-        }
-        let snapboot_build_id = c.take(id_len)?.to_vec();
+        let mut c = Cursor::versioned(b)?;
+        let boot_setup = BootSetup::decode_from(&mut c)?;
         let tokens = u16::from_le_bytes(c.array()?);
         let cmdline = (0..tokens).map(|_| c.string()).collect::<Result<_, _>>()?;
         let n = usize::from(c.u8()?);
@@ -327,13 +309,99 @@ impl Binding {
             )));
         }
         Ok(Binding {
-            boot_setup: BootSetup {
-                init,
-                files,
-                snapboot_build_id,
-            },
+            boot_setup,
             cmdline,
             devices,
+        })
+    }
+}
+
+impl BootSetup {
+    /// The boot setup of a `manifest` (sorted here) and snapboot's build id.
+    pub fn new(mut manifest: Vec<FileDigest>, snapboot_build_id: Vec<u8>) -> BootSetup {
+        let files = listing::digest(&mut manifest);
+        BootSetup {
+            files,
+            manifest,
+            snapboot_build_id,
+        }
+    }
+
+    /// Its encoding alone (the record `snapboot resume` leaves for a capture later in the
+    /// boot): the version byte, then the fields as in the binding (module header).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, BindingError> {
+        let mut out = vec![BINDING_VERSION];
+        self.encode_into(&mut out)?;
+        Ok(out)
+    }
+
+    /// Reads what [`BootSetup::to_bytes`] wrote, checking every length and the manifest's
+    /// digest.
+    pub fn from_bytes(b: &[u8]) -> Result<BootSetup, BindingError> {
+        let mut c = Cursor::versioned(b)?;
+        let s = BootSetup::decode_from(&mut c)?;
+        if c.at != b.len() {
+            return Err(BindingError::Invalid(format!(
+                "{} bytes after the boot setup",
+                b.len() - c.at
+            )));
+        }
+        Ok(s)
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) -> Result<(), BindingError> {
+        out.extend_from_slice(&self.files);
+        if self.manifest.len() > MAX_MANIFEST_FILES {
+            return Err(BindingError::Invalid(format!(
+                "{} files in the initramfs's manifest, at most {MAX_MANIFEST_FILES}",
+                self.manifest.len()
+            )));
+        }
+        out.extend_from_slice(&(self.manifest.len() as u32).to_le_bytes());
+        for f in &self.manifest {
+            put_str(out, &f.path)?;
+            out.extend_from_slice(&f.digest);
+        }
+        let id = &self.snapboot_build_id;
+        if id.len() > MAX_BUILD_ID {
+            return Err(BindingError::Invalid(format!(
+                "build id of {} bytes, at most {MAX_BUILD_ID}",
+                id.len()
+            )));
+        }
+        out.push(id.len() as u8);
+        out.extend_from_slice(id);
+        Ok(())
+    }
+
+    fn decode_from(c: &mut Cursor<'_>) -> Result<BootSetup, BindingError> {
+        let files = c.hash()?;
+        let n = u32::from_le_bytes(c.array()?) as usize;
+        if n > MAX_MANIFEST_FILES {
+            return Err(BindingError::Invalid(format!("{n} files in the manifest")));
+        }
+        let mut manifest = Vec::with_capacity(n.min(4096));
+        for _ in 0..n {
+            manifest.push(FileDigest {
+                path: c.string()?,
+                digest: c.array::<ENTRY_DIGEST>()?,
+            });
+        }
+        if listing::of_sorted(&manifest) != files
+            || manifest.windows(2).any(|w| w[0].path >= w[1].path)
+        {
+            return Err(BindingError::Invalid(
+                "the initramfs's manifest does not match its digest".into(),
+            ));
+        }
+        let id_len = usize::from(c.u8()?);
+        if id_len > MAX_BUILD_ID {
+            return Err(BindingError::Invalid(format!("build id of {id_len} bytes")));
+        }
+        Ok(BootSetup {
+            files,
+            manifest,
+            snapboot_build_id: c.take(id_len)?.to_vec(),
         })
     }
 }
@@ -360,6 +428,17 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    /// A cursor after the version byte, which must be [`BINDING_VERSION`].
+    fn versioned(b: &'a [u8]) -> Result<Cursor<'a>, BindingError> {
+        let mut c = Cursor { b, at: 0 };
+        let version = c.u8()?;
+        if version != BINDING_VERSION {
+            return Err(BindingError::Invalid(format!(
+                "encoding version {version}, this build reads {BINDING_VERSION}"
+            )));
+        }
+        Ok(c)
+    }
     fn take(&mut self, n: usize) -> Result<&'a [u8], BindingError> {
         let end = self
             .at
@@ -398,6 +477,10 @@ fn hex32<S: serde::Serializer>(h: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex(h))
 }
 
+fn count<S: serde::Serializer>(m: &[FileDigest], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(m.len() as u64)
+}
+
 fn hex_vec<S: serde::Serializer>(h: &[u8], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&hex(h))
 }
@@ -406,13 +489,20 @@ fn hex_vec<S: serde::Serializer>(h: &[u8], s: S) -> Result<S::Ok, S::Error> {
 mod tests {
     use super::*;
 
+    fn setup(files: &[(&str, u8)]) -> BootSetup {
+        let manifest = files
+            .iter()
+            .map(|(p, d)| FileDigest {
+                path: (*p).into(),
+                digest: [*d; ENTRY_DIGEST],
+            })
+            .collect();
+        BootSetup::new(manifest, vec![0xab; 20])
+    }
+
     fn sample() -> Binding {
         Binding {
-            boot_setup: BootSetup {
-                init: [1; 32],
-                files: [2; 32],
-                snapboot_build_id: vec![0xab; 20],
-            },
+            boot_setup: setup(&[("init", 1), ("bin/snapboot", 2)]),
             cmdline: bound_cmdline(
                 "console=ttyS0 quiet snapboot.store=/dev/vdb loglevel=3 root=/dev/vda ro",
             ),
@@ -442,6 +532,11 @@ mod tests {
         let b = sample();
         let enc = b.encode(4096).unwrap();
         assert_eq!(Binding::decode(&enc).unwrap(), b);
+        let s = &b.boot_setup;
+        assert_eq!(BootSetup::from_bytes(&s.to_bytes().unwrap()).unwrap(), *s);
+        let mut more = s.to_bytes().unwrap();
+        more.push(0);
+        assert!(BootSetup::from_bytes(&more).is_err());
     }
 
     #[test]
@@ -459,9 +554,14 @@ mod tests {
         let mut run = img.clone();
         run.devices[0].digest = [4; 32];
         run.cmdline.push("mitigations=off".into());
-        run.boot_setup.init = [9; 32];
+        run.boot_setup = setup(&[("init", 9), ("bin/snapboot", 2), ("etc/new", 3)]);
         let msg = img.check(&run).unwrap_err().to_string();
-        assert!(msg.contains("the initramfs's /init"), "{msg}");
+        assert!(
+            msg.starts_with(
+                "the initramfs differs (changed: /init; only in this boot: /etc/new); "
+            ),
+            "{msg}"
+        );
         assert!(
             msg.contains(
                 "kernel command line differs (image has (order), this boot has mitigations=off)"
@@ -508,6 +608,12 @@ mod tests {
         let mut longer = enc.clone();
         longer.push(0);
         assert!(Binding::decode(&longer).is_err());
+        let mut wrong_digest = enc.clone();
+        wrong_digest[1] ^= 1;
+        assert!(Binding::decode(&wrong_digest)
+            .unwrap_err()
+            .to_string()
+            .contains("does not match its digest"));
         let mut bad = enc;
         bad[0] = 7;
         assert!(Binding::decode(&bad)

@@ -17,9 +17,12 @@ use thiserror::Error;
 /// Version of [`Description`]'s encoding.
 ///
 /// 3: the identity carries the memory layout ([`crate::MemoryMap`]).
-pub const DESCRIPTION_VERSION: u32 = 3;
-/// Room for the binding record (it is bounded far below this).
-const BINDING_ROOM: usize = 64 << 10;
+/// 4: the binding's boot setup is the initramfs's manifest, file by file
+/// ([`crate::listing`]; binding encoding 2).
+pub const DESCRIPTION_VERSION: u32 = 4;
+/// Room for the binding record: a manifest of a few thousand files fits (it is bounded by
+/// [`crate::binding::MAX_MANIFEST_FILES`] too).
+const BINDING_ROOM: usize = 1 << 20;
 
 /// Why a description cannot be made or read.
 #[derive(Debug, Error)]
@@ -162,7 +165,7 @@ mod tests {
         let mut d = Description::new(identity(), 0, None, 1, None).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 3"), "{e}");
+        assert!(e.contains("version 1, this snapboot reads 4"), "{e}");
         // Version 2 had no memory layout: named by its version, not as garbage.
         d.version = 2;
         let e = Description::decode(&d.encode()).unwrap_err();

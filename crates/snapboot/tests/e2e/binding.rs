@@ -108,7 +108,8 @@ fn image_is_refused_on_another_root_filesystem_or_start_command() {
         "two",
     );
 
-    // The same root tree started with another command: the initramfs's /init is named.
+    // The same root tree started with another command: the initramfs's /init is named as the
+    // file that changed.
     build(
         &root_a,
         "/bin/sh -c 'echo other; snapboot ready; exec /bin/sh'",
@@ -117,7 +118,7 @@ fn image_is_refused_on_another_root_filesystem_or_start_command() {
     expect_refused(
         &c,
         &store,
-        &["the initramfs's /init (start command, boot steps) differs"],
+        &["the initramfs differs (changed: /init)"],
         &[],
         "one",
     );
