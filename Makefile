@@ -4,10 +4,13 @@ export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
 APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap swtpm ovmf grub-efi-amd64-bin mtools dosfstools
 # The arm64 board: its emulator and firmware (U-Boot), the tools that make its partitioned
-# boot disk, and the cross build of its device binary (Debian's Rust with the arm64 standard
-# library: rustup here has x86_64 only).
+# boot disk, the cross build of its device binary (Debian's Rust with the arm64 standard
+# library: rustup here has x86_64 only), and qemu-user for the arm64 Debian root's own
+# programs (mmdebstrap's maintainer scripts, apt, mkinitramfs; the build registers it with
+# binfmt_misc itself, crates/bundle/src/emulation.rs).
 ARM64_PACKAGES := qemu-system-arm u-boot-qemu u-boot-tools fdisk e2fsprogs \
-  gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64 \
+  qemu-user-static
 # Building the restore kernel from the distribution's kernel source (gcc-aarch64-linux-gnu:
 # the arm64 one, `snapboot board restore-kernel --arch arm64`).
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu

@@ -319,9 +319,9 @@ pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, base: &str, cold_kerne
         params.cold_kernel = Some(cold_kernel.to_string());
     }
     let mut cmdline = base.to_string();
-    for w in bundle.workload.init.kernel_args() {
+    for w in bundle.workload.init.kernel_args(bundle.kernel.arch) {
         cmdline.push(' ');
-        cmdline.push_str(w);
+        cmdline.push_str(&w);
     }
     if matches!(opts.kernel, KernelImage::Restore(_)) {
         // snapboot itself is the restore kernel's first process: no shell before resume.

@@ -21,9 +21,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The kernel device of the arm64 board's root filesystem: the second partition of its boot
-/// disk (the board's `bootdisk` lays it out; the boot disk is the first virtio disk).
-pub const ARM64_ROOT_PARTITION: &str = "/dev/vda2";
+pub use crate::workload::ARM64_ROOT_PARTITION;
 
 /// Where the initramfs carries the public key of signed images (`ondevice::flash`'s
 /// `PUBLIC_KEY_FILE`, without the leading `/`).
@@ -92,13 +90,6 @@ pub enum BundleError {
         /// The kernel's, and so the board's, architecture.
         arch: Arch,
     },
-    /// The `debian` workload has no arm64 root yet.
-    #[error(
-        "the debian workload is built for x86_64 only: its root is made by mmdebstrap and \
-         initramfs-tools running on the host; an arm64 root needs them under emulation \
-         (not done)"
-    )]
-    DebianArch(Arch),
     /// mksquashfs failed.
     #[error("building the root filesystem failed: {0}")]
     Rootfs(String),
@@ -309,9 +300,6 @@ impl Bundle {
                 arch: opts.kernel.arch,
             });
         }
-        if opts.workload.init.is_debian() && opts.kernel.arch != Arch::X86_64 {
-            return Err(BundleError::DebianArch(opts.kernel.arch));
-        }
         if opts.workload.init.is_debian() {
             return Self::build_debian(opts, &snapboot);
         }
@@ -368,12 +356,7 @@ impl Bundle {
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
             lazy_crypt_modules: lazy_crypt_modules.iter().map(|m| m.name.clone()).collect(),
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
-            root_dev: match opts.kernel.arch {
-                // The x86_64 PC's root is a disk of its own; the arm64 board's is a
-                // partition of its boot disk.
-                Arch::X86_64 => "/dev/vda".into(),
-                Arch::Arm64 => ARM64_ROOT_PARTITION.into(),
-            },
+            root_dev: crate::workload::root_device(opts.kernel.arch).into(),
             root_fs: "squashfs".into(),
             start: opts.workload.start.clone(),
             env: opts.workload.env.clone(),
@@ -481,6 +464,7 @@ impl Bundle {
             cache_dir: &opts.cache_dir,
             stage: &stage,
             initramfs: &out.join("initramfs.cpio"),
+            arch: opts.kernel.arch,
             generator: crate::debian::generator_of(opts.workload.init),
         })?;
         let rootfs_img = out.join("rootfs.img");

@@ -4,6 +4,8 @@
 //!
 //! ```text
 //!   mmdebstrap (host, Debian's mirror) --> SNAPBOOT_HOME/debian/base-<key>.tar  (cached)
+//!        |  (arm64: Debian's arm64 packages, their maintainer scripts run under
+//!        |   qemu-user through binfmt_misc, `crate::emulation`; base-<release>-arm64-<key>.tar)
 //!        |  unpacked into BUNDLE/stage
 //!        v
 //!   stage: + the bundle kernel's modules the board needs (depmod)
@@ -20,9 +22,16 @@
 //!
 //! The board's own `/init` and `snapboot start` take no part: systemd is PID 1, and
 //! initramfs-tools' boot script runs `snapboot resume` before the root is mounted.
+//!
+//! Every `chroot` step runs the root's own programs: on the arm64 board's root that is
+//! arm64 apt, depmod and mkinitramfs under qemu-user, so the root and its initramfs are what
+//! a device running that Debian would make itself. The root device (`root=`) and the console
+//! the application owns are the board's (`workload::root_device`, `Arch::serial_console`).
 
+use crate::emulation::EmulationError;
 use crate::workload::InitKind;
 use devinstall::install::Generator;
+use guestarch::Arch;
 use hostkernel::modules::{ModuleError, ModuleTree};
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -173,6 +182,9 @@ pub enum DebianError {
     /// Module resolution failed.
     #[error(transparent)]
     Module(#[from] ModuleError),
+    /// The host cannot run the root's programs.
+    #[error(transparent)]
+    Emulation(#[from] EmulationError),
     /// snapboot's package could not be built.
     #[error("the snapboot package")]
     Package(#[from] crate::debpkg::DebError),
@@ -228,32 +240,51 @@ pub fn host_codename(os_release: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The cache key of a base root: release and package list.
-pub fn base_key(codename: &str, packages: &[&str]) -> String {
-    let text = format!("{codename} minbase {}", packages.join(","));
+/// The cache key of a base root: release, package list and architecture (the x86_64 PC's
+/// key names none, as before the arm64 root: its cached tarball stays valid).
+pub fn base_key(codename: &str, packages: &[&str], arch: Arch) -> String {
+    let mut text = format!("{codename} minbase {}", packages.join(","));
+    if arch != Arch::X86_64 {
+        text.push_str(&format!(" {}", arch.debian()));
+    }
     blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
 }
 
-/// The base root as a tarball, built with mmdebstrap once and kept in `cache_dir`.
-pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, DebianError> {
+/// The file name of a cached base root (`base-bookworm-KEY.tar`, `base-bookworm-arm64-KEY.tar`).
+pub fn base_name(codename: &str, packages: &[&str], arch: Arch) -> String {
+    let key = base_key(codename, packages, arch);
+    match arch {
+        Arch::X86_64 => format!("base-{codename}-{key}.tar"),
+        _ => format!("base-{codename}-{}-{key}.tar", arch.debian()),
+    }
+}
+
+/// The base root of `arch` as a tarball, built with mmdebstrap once and kept in
+/// `cache_dir`. A foreign architecture's packages are configured by their own maintainer
+/// scripts under qemu-user (`crate::emulation`), as mmdebstrap does on such a host.
+pub fn base_tarball(
+    cache_dir: &Path,
+    packages: &[&str],
+    arch: Arch,
+) -> Result<PathBuf, DebianError> {
     let os = fs::read_to_string("/etc/os-release").unwrap_or_default();
     let codename = host_codename(&os).unwrap_or_else(|| "bookworm".into());
-    let tar = cache_dir.join(format!(
-        "base-{codename}-{}.tar",
-        base_key(&codename, packages)
-    ));
+    let tar = cache_dir.join(base_name(&codename, packages, arch));
     if tar.is_file() {
         return Ok(tar);
     }
     need("mmdebstrap", "mmdebstrap")?;
+    crate::emulation::ensure(arch)?;
     fs::create_dir_all(cache_dir).map_err(io(cache_dir))?;
     // This process's own: two builds at once each write theirs; either result is the same.
     let partial = tar.with_extension(format!("tar.partial.{}", std::process::id()));
     let _ = fs::remove_file(&partial);
     eprintln!(
-        "snapboot: building the Debian {codename} root with mmdebstrap (once; cached in {})",
+        "snapboot: building the Debian {codename} {} root with mmdebstrap (once; cached in {})",
+        arch.debian(),
         cache_dir.display()
     );
+    let started = std::time::Instant::now();
     run(Command::new("mmdebstrap")
         .args([
             "--variant=minbase",
@@ -261,6 +292,7 @@ pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, Debi
             "--format=tar",
             "--quiet",
         ])
+        .arg(format!("--architectures={}", arch.debian()))
         .arg(format!("--include={}", packages.join(",")))
         // No documentation or translations on a device.
         .arg("--dpkgopt=path-exclude=/usr/share/{doc,man,info,locale}/*")
@@ -269,6 +301,11 @@ pub fn base_tarball(cache_dir: &Path, packages: &[&str]) -> Result<PathBuf, Debi
         .arg(&partial)
         .arg("http://deb.debian.org/debian"))?;
     fs::rename(&partial, &tar).map_err(io(&tar))?;
+    eprintln!(
+        "snapboot: the Debian {codename} {} root built in {:.0} s",
+        arch.debian(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(tar)
 }
 
@@ -293,6 +330,8 @@ pub struct DebianBuild<'a> {
     pub stage: &'a Path,
     /// Where the initramfs goes.
     pub initramfs: &'a Path,
+    /// The root's architecture (the kernel's): its packages, its console.
+    pub arch: Arch,
     /// What makes the initramfs.
     pub generator: Generator,
 }
@@ -300,7 +339,9 @@ pub struct DebianBuild<'a> {
 /// Builds the root tree in `stage` and its initramfs.
 pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     need("chroot", "coreutils")?;
-    let tar = base_tarball(b.cache_dir, &packages(b.generator))?;
+    // The chroot steps run the root's programs, a cached root's too.
+    crate::emulation::ensure(b.arch)?;
+    let tar = base_tarball(b.cache_dir, &packages(b.generator), b.arch)?;
     let stage = b.stage;
     let _ = fs::remove_dir_all(stage);
     fs::create_dir_all(stage).map_err(io(stage))?;
@@ -363,14 +404,8 @@ fn make_initramfs(b: &DebianBuild, stage: &Path, inside: &str) -> Result<(), Deb
 /// loads the store's drivers before udev (the store is a virtio disk; on a device
 /// `snapboot install --store /dev/mmcblk0p3` finds these).
 fn install_package(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
-    let head: Vec<u8> = fs::read(b.snapboot_bin)
-        .map_err(io(b.snapboot_bin))?
-        .into_iter()
-        .take(64)
-        .collect();
-    let arch = guestarch::Arch::of_elf(&head).unwrap_or_default();
     let tmp = stage.join("tmp");
-    let deb = crate::debpkg::build(b.snapboot_bin, arch, &tmp)?;
+    let deb = crate::debpkg::build(b.snapboot_bin, b.arch, &tmp)?;
     let inside = Path::new("/tmp").join(deb.file_name().unwrap_or_default());
     run(Command::new("chroot")
         .arg(stage)
@@ -479,9 +514,9 @@ fn esp_mount_point(stage: &Path) -> Result<(), DebianError> {
 pub const NEXT_BOOT_CMD: &str = "mount /boot/efi && /usr/sbin/snapboot capture --next-boot; \
      s=$?; umount /boot/efi; [ $s = 0 ] && systemctl --no-block poweroff; exit $s";
 
-/// The application's unit: it reads queries from the console and answers there (the
-/// board's probe), and tells systemd when its state is built.
-pub fn app_unit() -> String {
+/// The application's unit: it reads queries from the board's console (`console`, e.g.
+/// `ttyS0`) and answers there (the board's probe), and tells systemd when its state is built.
+pub fn app_unit(console: &str) -> String {
     format!(
         "[Unit]\n\
          Description=snapboot's app workload: in-memory state, answers queries on the console\n\
@@ -496,7 +531,7 @@ pub fn app_unit() -> String {
          StandardInput=tty-force\n\
          StandardOutput=tty\n\
          StandardError=journal\n\
-         TTYPath=/dev/ttyS0\n\
+         TTYPath=/dev/{console}\n\
          TTYReset=no\n\
          TTYVHangup=no\n\
          TimeoutStartSec=infinity\n\
@@ -514,7 +549,7 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
     write(
         stage,
         &format!("etc/systemd/system/{APP_UNIT}"),
-        &app_unit(),
+        &app_unit(b.arch.serial_console()),
     )?;
     link(
         stage,
@@ -563,8 +598,9 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
     run(Command::new("chroot")
         .arg(stage)
         .args(["systemctl", "set-default", "multi-user.target"]))?;
+    let console_getty = format!("serial-getty@{}.service", b.arch.serial_console());
     for unit in [
-        "serial-getty@ttyS0.service",
+        console_getty.as_str(),
         "getty@tty1.service",
         "apt-daily.timer",
         "apt-daily-upgrade.timer",
@@ -603,25 +639,34 @@ mod tests {
 
     #[test]
     fn the_cache_key_follows_release_and_packages() {
+        let x86 = Arch::X86_64;
         assert_eq!(
-            base_key("bookworm", PACKAGES),
-            base_key("bookworm", PACKAGES)
+            base_key("bookworm", PACKAGES, x86),
+            base_key("bookworm", PACKAGES, x86)
         );
-        assert_ne!(base_key("bookworm", PACKAGES), base_key("trixie", PACKAGES));
-        assert_eq!(base_key("bookworm", PACKAGES).len(), 16);
+        assert_ne!(
+            base_key("bookworm", PACKAGES, x86),
+            base_key("trixie", PACKAGES, x86)
+        );
+        assert_eq!(base_key("bookworm", PACKAGES, x86).len(), 16);
         let dracut = packages(Generator::Dracut);
         assert_ne!(
-            base_key("bookworm", &dracut),
-            base_key("bookworm", PACKAGES)
+            base_key("bookworm", &dracut, x86),
+            base_key("bookworm", PACKAGES, x86)
         );
+        // The arm64 root is another tarball, named for its architecture.
+        let arm = base_name("bookworm", PACKAGES, Arch::Arm64);
+        assert!(arm.starts_with("base-bookworm-arm64-"), "{arm}");
+        assert_ne!(arm, base_name("bookworm", PACKAGES, x86));
         assert!(dracut.contains(&"dracut") && !dracut.contains(&"initramfs-tools"));
     }
 
     #[test]
     fn the_app_unit_owns_the_console_and_notifies() {
-        let u = app_unit();
+        let u = app_unit("ttyS0");
         assert!(u.contains("Type=notify\n"), "{u}");
         assert!(u.contains("TTYPath=/dev/ttyS0\n"), "{u}");
+        assert!(app_unit("ttyAMA0").contains("TTYPath=/dev/ttyAMA0\n"));
         assert!(u.contains("StandardInput=tty-force\n"), "{u}");
         assert!(u.contains(&format!("APP_SCALE={APP_SCALE}")), "{u}");
         // systemd expands no `$` in Environment=, so the shell gets the command as written.
@@ -662,6 +707,7 @@ mod tests {
             cache_dir: d.path(),
             stage: d.path(),
             initramfs: &d.path().join("initrd"),
+            arch: Arch::X86_64,
             generator: Generator::InitramfsTools,
         };
         // `systemctl set-default` in a chroot needs root and a real tree: expect that step

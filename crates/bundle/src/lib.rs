@@ -5,7 +5,8 @@
 //! filesystem made from a workload (`workload`): the board's own busybox shell (`busybox`),
 //! python with the `app` program (`python`, its libraries found by `dynlink`, arm64 packages
 //! unpacked by `foreign`), or a Debian system built from Debian's packages (`debian`) with
-//! snapboot's own Debian package in it (`debpkg`). `home` keeps kernels and bundles under
+//! snapboot's own Debian package in it (`debpkg`); a Debian root of another architecture than
+//! the host's runs its programs under qemu-user (`emulation`). `home` keeps kernels and bundles under
 //! `$SNAPBOOT_HOME` and turns a name on the command line into a bundle.
 
 pub mod bundle;
@@ -13,6 +14,7 @@ pub mod busybox;
 pub mod debian;
 pub mod debpkg;
 pub mod dynlink;
+pub mod emulation;
 pub mod foreign;
 pub mod home;
 pub mod initramfs;

@@ -54,6 +54,19 @@ pub struct Workload {
     pub recapture: bool,
 }
 
+/// The kernel device of the arm64 board's root filesystem: the second partition of its boot
+/// disk (the board's `bootdisk` lays it out; the boot disk is the first virtio disk).
+pub const ARM64_ROOT_PARTITION: &str = "/dev/vda2";
+
+/// The kernel device of the board's root filesystem: the x86_64 PC's is a disk of its own,
+/// the arm64 board's a partition of its boot disk.
+pub fn root_device(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "/dev/vda",
+        Arch::Arm64 => ARM64_ROOT_PARTITION,
+    }
+}
+
 /// How a workload's system starts.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -72,13 +85,15 @@ pub enum InitKind {
 }
 
 impl InitKind {
-    /// Kernel command-line words the board adds for this kind of system.
-    pub fn kernel_args(self) -> &'static [&'static str] {
+    /// Kernel command-line words the board of `arch` adds for this kind of system.
+    pub fn kernel_args(self, arch: Arch) -> Vec<String> {
         match self {
-            InitKind::Board => &[],
-            InitKind::Debian | InitKind::DebianDracut => {
-                &["root=/dev/vda", "rootfstype=squashfs", "ro"]
-            }
+            InitKind::Board => vec![],
+            InitKind::Debian | InitKind::DebianDracut => vec![
+                format!("root={}", root_device(arch)),
+                "rootfstype=squashfs".into(),
+                "ro".into(),
+            ],
         }
     }
 

@@ -93,6 +93,24 @@ impl Arch {
         }
     }
 
+    /// The board's serial console device (`console=` on the kernel command line): the PC's
+    /// 8250 UART, or `virt`'s PL011.
+    pub fn serial_console(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "ttyS0",
+            Arch::Arm64 => "ttyAMA0",
+        }
+    }
+
+    /// The architecture of the host this program runs on, if it is one of the board's.
+    pub fn host() -> Option<Arch> {
+        match std::env::consts::ARCH {
+            "x86_64" => Some(Arch::X86_64),
+            "aarch64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+
     /// The architecture of an ELF file (`e_machine`), if it is one of the board's.
     pub fn of_elf(data: &[u8]) -> Option<Arch> {
         if data.len() < 20 || &data[..4] != b"\x7fELF" {

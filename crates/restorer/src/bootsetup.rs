@@ -10,15 +10,11 @@
 //! stock kernel's resume, the restore kernel's and this one agree on an unchanged initramfs,
 //! and a changed file is named in the refusal.
 
-use crate::cpio::{Entry, S_IFLNK, S_IFMT};
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use initramfs::{Entry, Kind, Root};
 use snapimg::build_id::build_id;
 use snapimg::listing::{self, EntryHasher, FileDigest};
 use snapimg::BootSetup;
-
-/// A regular file's type bits.
-const S_IFREG: u32 = 0o100000;
 
 /// Where the initramfs may hold the snapboot binary that runs resume, in the order looked.
 pub const SNAPBOOT_PATHS: &[&str] = &[
@@ -42,47 +38,45 @@ pub enum SetupError {
     NoBuildId(&'static str),
 }
 
-/// The manifest's digest of a cpio entry, if the manifest covers it.
-fn entry_digest(path: &str, e: &Entry) -> Option<FileDigest> {
-    if !listing::covered(path) {
+/// The manifest's digest of an entry of the root, if the manifest covers it.
+fn entry_digest(e: &Entry) -> Option<FileDigest> {
+    if !listing::covered(e.path) {
         return None;
     }
-    let digest = match e.mode & S_IFMT {
-        S_IFREG => {
+    let digest = match e.kind() {
+        Kind::Regular => {
             let mut h = EntryHasher::file(e.mode);
-            h.update(e.data);
+            h.update(e.data());
             h.finish()
         }
-        S_IFLNK => EntryHasher::symlink(e.data),
-        _ => return None,
+        Kind::Symlink => EntryHasher::symlink(e.data()),
+        Kind::Dir | Kind::Other => return None,
     };
     Some(FileDigest {
-        path: path.into(),
+        path: e.path.into(),
         digest,
     })
 }
 
-/// The boot setup of the initramfs whose entries are `entries` (see the module header).
-pub fn boot_setup(entries: &BTreeMap<&str, Entry>) -> Result<BootSetup, SetupError> {
-    if !entries.contains_key("init") {
+/// The boot setup of the initramfs whose root is `root` (see the module header).
+pub fn boot_setup(root: &Root) -> Result<BootSetup, SetupError> {
+    if root.get("init").is_none() {
         return Err(SetupError::NoInit);
     }
-    let manifest: Vec<FileDigest> = entries
-        .iter()
-        .filter_map(|(p, e)| entry_digest(p, e))
-        .collect();
+    let manifest: Vec<FileDigest> = root.iter().filter_map(|e| entry_digest(&e)).collect();
     let (path, exe) = SNAPBOOT_PATHS
         .iter()
-        .find_map(|p| entries.get(p).map(|e| (*p, e)))
+        .find_map(|p| root.get(p).map(|e| (*p, e)))
         .ok_or(SetupError::NoSnapboot)?;
-    let id = build_id(exe.data).map_err(|_| SetupError::NoBuildId(path))?;
+    let id = build_id(exe.data()).map_err(|_| SetupError::NoBuildId(path))?;
     Ok(BootSetup::new(manifest, id.to_vec()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpio::{entries, tests::archive};
+    use initramfs::testing::archive;
+    use initramfs::unpack;
     use snapimg::build_id::testing::{elf, note};
     use snapimg::build_id::NT_GNU_BUILD_ID;
 
@@ -101,7 +95,7 @@ mod tests {
             ("tmp", 0o040755, b""),
             ("tmp/scratch", 0o100644, b"s"),
         ]);
-        let s = boot_setup(&entries(&bytes).unwrap()).unwrap();
+        let s = boot_setup(&unpack(&bytes).unwrap()).unwrap();
         assert_eq!(s.snapboot_build_id, [7; 20]);
         let paths: Vec<&str> = s.manifest.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["bin/sh", "bin/snapboot", "init"]);
@@ -115,7 +109,7 @@ mod tests {
 
         let no_snapboot = archive(&[("init", 0o100755, b"x")]);
         assert_eq!(
-            boot_setup(&entries(&no_snapboot).unwrap()),
+            boot_setup(&unpack(&no_snapboot).unwrap()),
             Err(SetupError::NoSnapboot)
         );
     }

@@ -2,8 +2,8 @@
 //! and the host's tests share it: the disk it reads and writes ([`disk`], read through a
 //! [`window`]; a store in a GPT partition is found by [`gpt`]), the store's and image's
 //! formats ([`formats`]), the image it chooses and checks ([`image`]) and where its pages
-//! go ([`plan`]); what the kernel pack's initramfs says of images ([`stockinit`]): read as
-//! cpio ([`cpio`]), the trust rule ([`trust`]) and the boot setup they are bound to
+//! go ([`plan`]); what the kernel pack's initramfs says of images ([`stockinit`]): unpacked as
+//! the kernel would (crate `initramfs`), the trust rule ([`trust`]) and the boot setup they are bound to
 //! ([`bootsetup`]); the store's boot log it keeps as a restoring boot does ([`bootrecord`]:
 //! the crash-loop guard, the status for the next kernel) and the clock that stamps it
 //! ([`rtc`]); the kernel's e820 checksum ([`e820`]); the PVH start info ([`pvh`]), PCI
@@ -21,7 +21,6 @@ extern crate alloc;
 pub mod bootrecord;
 pub mod bootsetup;
 pub mod bzimage;
-pub mod cpio;
 pub mod disk;
 pub mod e820;
 pub mod formats;

@@ -5,11 +5,10 @@
 //! resume would judge the same image ([`of_initramfs`]). The rule itself is
 //! [`admission::Trust`], the one resume checks.
 
-use crate::cpio::{Entry, S_IFMT};
 use admission::{Sealing, Trust};
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use imagekey::PublicKey;
+use initramfs::{Kind, Root};
 
 /// Where the initramfs carries the public key images must be signed with (no leading `/`).
 pub const PUBLIC_KEY_PATH: &str = "etc/snapboot/image.pub";
@@ -25,17 +24,18 @@ pub enum KeyFileError {
     Format(String),
 }
 
-/// The trust rule of the initramfs whose entries are `entries`: images need the signature
+/// The trust rule of the initramfs whose root is `root`: images need the signature
 /// of the key it carries, or none; the restorer holds no device key, so encrypted images
 /// are never trusted by it (they are refused as sealed when read).
-pub fn of_initramfs(entries: &BTreeMap<&str, Entry>) -> Result<Trust, KeyFileError> {
-    let Some(e) = entries.get(PUBLIC_KEY_PATH) else {
+pub fn of_initramfs(root: &Root) -> Result<Trust, KeyFileError> {
+    let Some(e) = root.get(PUBLIC_KEY_PATH) else {
         return Ok(Trust::ANY);
     };
-    if e.mode & S_IFMT != 0o100000 {
+    if e.kind() != Kind::Regular {
         return Err(KeyFileError::NotAFile(e.mode));
     }
-    let text = core::str::from_utf8(e.data).map_err(|_| KeyFileError::Format("not text".into()))?;
+    let text =
+        core::str::from_utf8(e.data()).map_err(|_| KeyFileError::Format("not text".into()))?;
     let key = PublicKey::from_text(text).map_err(KeyFileError::Format)?;
     Ok(Trust {
         key: Some(key),

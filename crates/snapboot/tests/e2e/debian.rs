@@ -34,7 +34,7 @@ fn capture_debian(workload: &str, data: Option<&Path>) -> PathBuf {
 
 /// What systemd and the service say after a boot: the service answers, the system is
 /// `running` with no failed unit, the journal takes and returns a new entry.
-fn check_system(s: &mut board::qemu::Session, boot: &str) {
+pub(crate) fn check_system(s: &mut board::qemu::Session, boot: &str) {
     let sys = ask(s, "system", "^system .*");
     assert_eq!(
         sys, "system running journal=ok",
@@ -54,7 +54,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
     // The writable data disk (ext4, label snapdata): attached at capture and at every
     // restore, mounted only after a restore by a unit of snapboot-restored.target, which
     // appends a line to it.
-    let data = data_disk();
+    let data = data_disk("test-debian-data.img");
     let store = capture_debian("debian", Some(&data));
     let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
@@ -62,7 +62,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
     // A restore on the stock kernel, then one on the restore kernel (it unpacks the same
     // zstd initramfs-tools archive, starts snapboot in it and restores the stock kernel's
     // image).
-    let counted = Regex::new(r"snapboot-data: (\S+) ext4 boots=(\d+) outcome: (\w+)").unwrap();
+    let counted = Regex::new(DATA_LINE).unwrap();
     for boot in 1..=2 {
         let mut s = data_session(&store, &data, boot == 2);
         let (line, _) = s
@@ -167,9 +167,13 @@ fn debian_with_dracut_restores() {
     s.finish(boottrace::Outcome::Answered);
 }
 
-/// A 16 MiB ext4 image labelled `snapdata` under the test home, fresh.
-fn data_disk() -> PathBuf {
-    let path = crate::common::home().join("test-debian-data.img");
+/// What `snapboot-data-log.service` prints on every boot after the capture point: the data
+/// partition's device, its boot count, and `snapboot status`'s outcome.
+pub(crate) const DATA_LINE: &str = r"snapboot-data: (\S+) ext4 boots=(\d+) outcome: (\w+)";
+
+/// A 16 MiB ext4 image labelled `snapdata` under the test home as `name`, fresh.
+pub(crate) fn data_disk(name: &str) -> PathBuf {
+    let path = crate::common::home().join(name);
     let _ = std::fs::remove_file(&path);
     let f = std::fs::File::create(&path).unwrap();
     f.set_len(16 << 20).unwrap();
@@ -187,18 +191,20 @@ fn data_disk() -> PathBuf {
 /// or the restore kernel.
 fn data_session(store: &Path, data: &Path, restore_kernel: bool) -> board::qemu::Session {
     let b = bundle::Bundle::load(&bundle("debian")).unwrap();
-    let mut o = board::RunOptions::for_bundle(&b);
-    o.timeout = Duration::from_secs(300);
-    for (path, readonly) in [(store, false), (data, false)] {
-        o.disks.push(board::run_options::Disk {
-            path: path.to_path_buf(),
-            readonly,
-        });
-    }
-    o.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
+    let mut o = data_options(&b, store, data);
     if restore_kernel {
         o.kernel =
             board::run_options::KernelImage::Restore(crate::restore_kernel::restore_kernel());
     }
     board::qemu::Session::start(&b, &o).unwrap()
+}
+
+/// Run options of a `debian` bundle with `store` as /dev/vdb and `data` as /dev/vdc.
+pub(crate) fn data_options(b: &bundle::Bundle, store: &Path, data: &Path) -> board::RunOptions {
+    let mut o = crate::common::store_options(b, store);
+    o.disks.push(board::run_options::Disk {
+        path: data.to_path_buf(),
+        readonly: false,
+    });
+    o
 }
