@@ -73,7 +73,9 @@ pub const SETTINGS: [Setting; 30] = [
         default: "none",
         meaning: "the store: a device path, a partition's GPT UUID or name, or the store's own \
                   label; snapboot restores and captures only with a store (`none` on the \
-                  kernel command line: this boot uses none, whatever the file names)",
+                  kernel command line: this boot uses none, whatever the file names); one no \
+                  disk has is reported at once when the disks are there and stopped changing, \
+                  and waited for (2 s at most) only while disks are still appearing",
         scope: Scope::Anywhere,
     },
     Setting {

@@ -104,16 +104,17 @@ impl InitKind {
 
     /// Why the restore kernel cannot restore the images of this kind of system, or `None`
     /// when it can. It starts snapboot directly in the root's initramfs
-    /// (`rdinit=/bin/snapboot`); an initramfs-tools or dracut one has no `/proc` to read the
-    /// command line from before its `/init` ran, so it falls back at every boot and the stock
-    /// kernel restores instead (measured 2026-11-27; docs/design.md).
+    /// (`rdinit=/bin/snapboot`), which mounts what it needs itself
+    /// (`ondevice::boot::early_init`). Not yet dracut's: dracut's `/init` links `/var/log`
+    /// before resume at capture, which the restore kernel's first process does not, so the
+    /// boot setup differs and it hands every boot to the stock kernel (measured 2026-11-28).
     pub fn restore_kernel_unsupported(self) -> Option<&'static str> {
         match self {
-            InitKind::Board => None,
-            _ => Some(
-                "the restore kernel starts snapboot in the root's initramfs-tools or dracut \
-                 initramfs before its /init ran, where it cannot read its command line: it falls \
-                 back at every boot (the stock kernel then restores)",
+            InitKind::Board | InitKind::Debian => None,
+            InitKind::DebianDracut => Some(
+                "dracut's /init links /var/log before resume at capture, which the restore \
+                 kernel's first process does not: the boot setup differs and it hands every \
+                 boot to the stock kernel",
             ),
         }
     }

@@ -7,10 +7,13 @@
 //! reads the parent disk's partition table itself ([`parttable`], CRC32-checked GPT or
 //! MBR) and opens the kernel's own node (`/dev/NAME`, devtmpfs). For `LABEL=` it reads the
 //! superblocks of every block device with a size. Disks appear while drivers probe, so it
-//! polls until one device matches or the wait is over; two devices that match are an error
+//! polls until one device matches, or until no device has it while no more are appearing
+//! (the rule is [`crate::settle`]: the devices listed, unchanged, no uevent, udev idle for
+//! [`crate::settle::SETTLED`]), or the wait is over; two devices that match are an error
 //! naming both, none an error naming what was searched. What is found is then opened as a
 //! store by its magic as before: resolving never writes, and never makes a device a store.
 
+use crate::settle::{Absence, Look};
 use bootparams::StoreAddress;
 use parttable::{read_table, Table, TableError};
 use std::collections::BTreeMap;
@@ -22,8 +25,8 @@ use thiserror::Error;
 /// How often a scan is repeated while nothing matches.
 const POLL: Duration = Duration::from_millis(20);
 
-/// How long a restore or a capture waits for the store's (or the swap device's) node to
-/// appear.
+/// How long a restore or a capture waits at most for the store's (or the swap device's)
+/// node to appear, while block devices are still appearing ([`crate::settle`]).
 pub const NODE_WAIT: Duration = Duration::from_secs(2);
 
 /// A store address and the device it resolved to.
@@ -58,13 +61,13 @@ pub enum LocateError {
     },
     /// No block device has the address.
     #[error(
-        "no block device has it after {} ms (searched: {})",
-        waited.as_millis(),
+        "no block device has it {} (searched: {})",
+        absence_text(absence),
         if searched.is_empty() { "no candidates".to_string() } else { searched.join(", ") }
     )]
     NoMatch {
-        /// How long it was searched for.
-        waited: Duration,
+        /// Why the search ended.
+        absence: Absence,
         /// Each device looked at, with what it has.
         searched: Vec<String>,
     },
@@ -87,6 +90,17 @@ pub enum LocateError {
     },
 }
 
+/// When the search ended, for the error's text.
+fn absence_text(a: &Absence) -> String {
+    match a {
+        Absence::Settled { devices, quiet } => format!(
+            "among the {devices} block devices, which stayed as they were for {} ms",
+            quiet.as_millis()
+        ),
+        Absence::Waited { waited } => format!("after {} ms", waited.as_millis()),
+    }
+}
+
 impl LocateError {
     /// Whether the device may yet appear (a later look, after udev, may find it).
     pub fn is_missing(&self) -> bool {
@@ -101,6 +115,10 @@ pub struct Roots {
     pub class_block: PathBuf,
     /// `/dev`.
     pub dev: PathBuf,
+    /// `/sys/kernel/uevent_seqnum`: the kernel's count of device events.
+    pub uevent_seqnum: PathBuf,
+    /// `/run/udev/queue`: there while udev has events to handle.
+    pub udev_queue: PathBuf,
 }
 
 impl Roots {
@@ -109,12 +127,35 @@ impl Roots {
         Roots {
             class_block: "/sys/class/block".into(),
             dev: "/dev".into(),
+            uevent_seqnum: "/sys/kernel/uevent_seqnum".into(),
+            udev_queue: "/run/udev/queue".into(),
+        }
+    }
+
+    /// One look at the block devices, `at` into the search: their names (none when they
+    /// cannot be listed), the uevent count, udev's queue.
+    fn look(&self, at: Duration) -> Look {
+        let mut devices: Vec<String> = std::fs::read_dir(&self.class_block)
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        devices.sort();
+        Look {
+            at,
+            devices,
+            uevents: std::fs::read_to_string(&self.uevent_seqnum)
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            udev_busy: self.udev_queue.exists(),
         }
     }
 }
 
-/// Resolves `address` on this system, waiting up to `wait` for its device to appear (a
-/// path is waited for, then taken as it is).
+/// Resolves `address` on this system, waiting up to `wait` for its device to appear while
+/// block devices are still appearing ([`crate::settle`]; a path is waited for so, then
+/// taken as it is).
 pub fn resolve(address: &StoreAddress, wait: Duration) -> Result<Located, LocateError> {
     resolve_in(&Roots::system(), address, wait)
 }
@@ -136,9 +177,16 @@ pub fn resolve_in(
             false => Err(LocateError::NoNode { path, waited: wait }),
         }
     };
+    let mut looks = Vec::new();
     if let Some(p) = address.as_path() {
         // A path is what it says, there or not: opening it says why it is not.
-        crate::system::wait_for_node(Path::new(p), wait);
+        while !Path::new(p).exists() {
+            looks.push(roots.look(start.elapsed()));
+            if crate::settle::absent(&looks, wait).is_some() {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
         return Ok(Located {
             address: address.clone(),
             path: p.into(),
@@ -154,13 +202,13 @@ pub fn resolve_in(
                     second: roots.dev.join(b),
                 })
             }
-            [] if start.elapsed() >= wait => {
-                return Err(LocateError::NoMatch {
-                    waited: wait,
-                    searched,
-                })
+            [] => {
+                looks.push(roots.look(start.elapsed()));
+                if let Some(absence) = crate::settle::absent(&looks, wait) {
+                    return Err(LocateError::NoMatch { absence, searched });
+                }
+                std::thread::sleep(POLL);
             }
-            [] => std::thread::sleep(POLL),
         }
     }
 }
@@ -305,6 +353,8 @@ mod tests {
             Roots {
                 class_block: self.dir.path().join("sys/class/block"),
                 dev: self.dir.path().join("dev"),
+                uevent_seqnum: self.dir.path().join("sys/kernel/uevent_seqnum"),
+                udev_queue: self.dir.path().join("run/udev/queue"),
             }
         }
 
@@ -388,6 +438,46 @@ mod tests {
                 d.join("vdb1").display(),
                 d.join("vdc1").display()
             )
+        );
+    }
+
+    #[test]
+    fn a_store_the_disks_there_do_not_have_is_absent_at_once_and_a_path_too() {
+        let f = Fake::new();
+        f.gpt_disk("vdb", OTHER_UUID, "decoy");
+        let t = Instant::now();
+        let e = resolve_in(&f.roots(), &addr("PARTLABEL=snapstore"), NODE_WAIT).unwrap_err();
+        assert!(t.elapsed() < NODE_WAIT / 2, "waited {:?}", t.elapsed());
+        assert!(e.is_missing());
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "no block device has it among the 2 block devices, which stayed as they were for 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "(searched: vdb1: PARTUUID=00112233-4455-6677-8899-aabbccddeeff PARTLABEL=decoy)"
+            ),
+            "{text}"
+        );
+        let t = Instant::now();
+        let gone = f.roots().dev.join("vdz");
+        let a = StoreAddress::path(gone.to_str().unwrap());
+        assert_eq!(resolve_in(&f.roots(), &a, NODE_WAIT).unwrap().path, gone);
+        assert!(t.elapsed() < NODE_WAIT / 2, "waited {:?}", t.elapsed());
+        // udev with events queued: the search goes on until the limit.
+        std::fs::create_dir_all(f.roots().udev_queue.parent().unwrap()).unwrap();
+        std::fs::write(f.roots().udev_queue, b"").unwrap();
+        let limit = Duration::from_millis(300);
+        let t = Instant::now();
+        let e = resolve_in(&f.roots(), &addr("PARTLABEL=snapstore"), limit).unwrap_err();
+        assert!(t.elapsed() >= limit);
+        assert!(
+            e.to_string()
+                .starts_with("no block device has it after 300 ms"),
+            "{e}"
         );
     }
 

@@ -150,6 +150,10 @@ pub enum ResumeRequest {
 /// the stock kernel. Returns the exit status: 0 when this boot asked for no restore,
 /// [`EXIT_NOT_RESTORED`], or [`EXIT_AFTER_UDEV`].
 pub fn run_resume(req: ResumeRequest) -> u8 {
+    if matches!(req, ResumeRequest::FromCmdline { .. }) && resumed_as_first_process() {
+        println!("snapboot: resume ran as this boot's first process already (above)");
+        return EXIT_NOT_RESTORED;
+    }
     let started = Instant::now();
     let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
@@ -371,20 +375,29 @@ fn hand_over(pack: &Path, cmdline: &str, why: &str) {
     }
 }
 
-/// snapboot as the kernel's first process (`rdinit=/bin/snapboot`, what the board gives a
-/// restore kernel): mounts what `/init` would, resumes, and when this boot was not restored
-/// (and not handed to another kernel) runs the `/init` script for the rest of the boot,
-/// telling it the first steps are done. Saves starting a shell and four `mount` processes
-/// before the image is read. Never returns: process 1 must not exit.
+/// snapboot as the kernel's first process (`rdinit=/bin/snapboot`: what the board and
+/// `snapboot restore-kernel install` give a restore kernel), in the board's initramfs or a
+/// distribution's (initramfs-tools, dracut): mounts what `/init` would (making the mount
+/// points the archive lacks), resumes with the settings resume reads (the command line over
+/// the initramfs's config file) and the store found as resume finds it; when nothing is
+/// restored, [`run_resume`] hands the cold boot to the stock kernel of the kernel pack.
+/// Only when there is no pack, or the hand-over failed, does it run the initramfs's `/init`
+/// on this kernel, saying why, and telling it the first steps are done ([`bootparams::EARLY_ENV`]).
+/// Never returns: process 1 must not exit.
 pub fn early_init() -> ! {
     for f in crate::guest::early_mounts() {
         eprintln!("snapboot: early init: cannot mount {f}");
     }
     print_marker(Marker::Init, None);
     run_resume(ResumeRequest::FromCmdline { before_udev: false });
+    let why = init_runs_here(
+        &devsys::system::kernel_cmdline(),
+        &devsys::system::running_release(),
+    );
+    eprintln!("snapboot: early init: running /init on this kernel: {why}");
     use std::os::unix::process::CommandExt;
-    let err = std::process::Command::new("/bin/sh")
-        .arg("/init")
+    // `/init` itself: initramfs-tools' and the board's are scripts, dracut's may be systemd.
+    let err = std::process::Command::new("/init")
         .env(bootparams::EARLY_ENV, "1")
         .env("PATH", "/bin")
         .exec();
@@ -394,6 +407,25 @@ pub fn early_init() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
+}
+
+/// Why the first process runs the initramfs's `/init` on this kernel after a resume that
+/// neither restored nor handed the boot to another kernel (`release`: this kernel's).
+pub fn init_runs_here(cmdline: &str, release: &str) -> &'static str {
+    if !release.ends_with(bootparams::RESTORE_KERNEL_SUFFIX) {
+        "it is not a restore kernel: it boots the system itself"
+    } else if hand_over_pack(cmdline, release).is_none() {
+        "no kernel pack to hand the cold boot to (no snapboot.coldkernel=)"
+    } else {
+        "the hand-over to the stock kernel failed (above)"
+    }
+}
+
+/// Whether this `snapboot resume` runs under an initramfs `/init` that snapboot started as
+/// the kernel's first process, which resumed already ([`early_init`]): a distribution's
+/// boot scripts call resume again, and it stands down.
+fn resumed_as_first_process() -> bool {
+    std::env::var_os(bootparams::EARLY_ENV).is_some() && std::process::id() != 1
 }
 
 /// What the application's ready point does on a boot with this command line.
@@ -769,6 +801,21 @@ mod tests {
         assert_eq!(waited.get(), BEFORE_UDEV_WAIT);
         before_udev("snapboot.store=/dev/vdb", false, record);
         assert_eq!(waited.get(), BEFORE_UDEV_WAIT_UNKNOWN);
+    }
+
+    #[test]
+    fn the_first_process_says_why_it_runs_init_on_this_kernel() {
+        let rk = format!("6.1.0{}", bootparams::RESTORE_KERNEL_SUFFIX);
+        let with_pack = "snapboot.store=/dev/vdb snapboot.coldkernel=/dev/vdc";
+        assert_eq!(
+            init_runs_here(with_pack, &rk),
+            "the hand-over to the stock kernel failed (above)"
+        );
+        assert_eq!(
+            init_runs_here("snapboot.store=/dev/vdb", &rk),
+            "no kernel pack to hand the cold boot to (no snapboot.coldkernel=)"
+        );
+        assert!(init_runs_here(with_pack, "6.1.0-56-amd64").starts_with("it is not a restore"));
     }
 
     #[test]

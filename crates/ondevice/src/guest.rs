@@ -124,12 +124,24 @@ fn mount_run_fs() {
 
 /// What the board's `/init` script mounts first, done without a shell: devtmpfs on
 /// `/dev`, proc, sysfs, and a tmpfs on `/run` (the boot setup record goes there and moves
-/// into the root later). A mount that fails is named; the boot goes on (resume then says
-/// what it is missing).
+/// into the root later). A mount point the initramfs lacks is made first (initramfs-tools'
+/// and dracut's archives have no `/proc` or `/sys`: their `/init` makes them). A mount that
+/// fails is named; the boot goes on (resume then says what it is missing).
 pub fn early_mounts() -> Vec<String> {
     use rustix::mount::{mount, MountFlags};
+    use std::os::unix::fs::DirBuilderExt;
     let mut failed = Vec::new();
     for m in snapimg::listing::EARLY_MOUNTS {
+        let dir = std::path::Path::new(m.dir);
+        if !dir.is_dir() {
+            if let Err(e) = std::fs::DirBuilder::new().mode(0o755).create(dir) {
+                failed.push(format!(
+                    "{} on {}: cannot make the directory: {e}",
+                    m.fstype, m.dir
+                ));
+                continue;
+            }
+        }
         if let Err(e) = mount(m.source, m.dir, m.fstype, MountFlags::empty(), m.data) {
             failed.push(format!("{} on {}: {e}", m.fstype, m.dir));
         }

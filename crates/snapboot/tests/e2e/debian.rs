@@ -43,7 +43,7 @@ pub(crate) fn check_system(s: &mut board::qemu::Session, boot: &str) {
 }
 
 /// Captured by the systemd unit, restored once by the stock kernel and once by the restore
-/// kernel: the service's state intact, systemd `running`, the journal working, the clock
+/// kernel (on its first try, snapboot being its first process): the service's state intact, systemd `running`, the journal working, the clock
 /// current and the RNG fresh at each restore; `snapboot-restored.target` started each time,
 /// and with it the mount of a writable ext4 data disk that was attached but not mounted at
 /// capture, whose restore count grows 1, 2 (the writes persist; the image does not
@@ -60,7 +60,8 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     let mut randoms = Vec::new();
     // A restore on the stock kernel, then one on the restore kernel (it unpacks the same
-    // zstd initramfs-tools archive and restores the stock kernel's image).
+    // zstd initramfs-tools archive, starts snapboot in it and restores the stock kernel's
+    // image).
     let counted = Regex::new(DATA_LINE).unwrap();
     for boot in 1..=2 {
         let mut s = data_session(&store, &data, boot == 2);
@@ -71,6 +72,11 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
             line.contains(ondevice::after_restore::TARGET_STARTING),
             "boot {boot}: {line}"
         );
+        if boot == 2 {
+            // snapboot, the restore kernel's first process in initramfs-tools' archive,
+            // mounted what it needs and restored at once: no fallback to a second try.
+            crate::restore_kernel::assert_restored_on_first_try(&s, "restore kernel");
+        }
         if boot == 1 {
             // initramfs-tools' init-top script restored before udev started.
             let lines = &s.timeline().lines;

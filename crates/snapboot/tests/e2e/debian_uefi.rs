@@ -125,11 +125,14 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         "GRUB left next_entry set: {next:?}"
     );
 
-    // 3. The restore kernel's entry again: it restores the capture boot's system.
+    // 3. The restore kernel's entry again: it restores the capture boot's system, on its
+    // first try.
     let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    // On its first try: the config file's PARTLABEL found by the first process itself.
+    crate::restore_kernel::assert_restored_on_first_try(&s, "the restore kernel's entry");
     check_restored_app(&mut s, 1, &expected);
     s.finish(boottrace::Outcome::Answered);
 

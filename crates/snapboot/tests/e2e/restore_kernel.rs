@@ -46,6 +46,29 @@ pub(crate) fn restore_session(
     board::qemu::Session::start(&b, &o).unwrap()
 }
 
+/// The restore kernel restored on its first try: up to `@restored`, its console has no
+/// `@fallback` (nor a hand-over, nor a second `@resume-start` from the initramfs's `/init`):
+/// snapboot, the kernel's first process, found its settings and the store itself.
+pub(crate) fn assert_restored_on_first_try(s: &board::qemu::Session, boot: &str) {
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    let end = lines
+        .iter()
+        .position(|l| l.starts_with("snapboot: @restored"))
+        .unwrap_or_else(|| panic!("{boot}: no @restored in {lines:?}"));
+    let before = &lines[..end];
+    let tries = before
+        .iter()
+        .filter(|l| l.starts_with("snapboot: @resume-start"))
+        .count();
+    let fell_back = before
+        .iter()
+        .any(|l| l.starts_with("snapboot: @fallback") || l.starts_with("snapboot: @handover"));
+    assert!(
+        tries == 1 && !fell_back,
+        "{boot}: not restored on the first try: {before:?}"
+    );
+}
+
 fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str) -> String {
     let re = Regex::new(pattern).unwrap();
     s.wait_for(&re, what, Duration::from_secs(120))
@@ -69,6 +92,7 @@ fn restore_kernel_restores_the_app_repeatedly() {
             "restore kernel banner",
         );
         expect(&mut s, r"snapboot: @restored", "restored marker");
+        assert_restored_on_first_try(&s, &format!("restore {boot}"));
         randoms.push(check_restored_app(&mut s, boot, &expected));
         s.finish(boottrace::Outcome::Answered);
     }
