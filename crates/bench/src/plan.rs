@@ -57,8 +57,6 @@ pub enum RestoreKernelUse {
     NotBuilt(String),
     /// Left out on request (`--no-restore-kernel`).
     Declined,
-    /// It cannot restore this workload (`InitKind::restore_kernel_unsupported` says why).
-    Unsupported(&'static str),
 }
 
 /// Whether `compare` measures the restorer, and if not, why not.
@@ -114,10 +112,6 @@ impl ComparePlan {
             }
             RestoreKernelUse::Declined => {
                 notes.push(left_out("--no-restore-kernel".into()));
-                None
-            }
-            RestoreKernelUse::Unsupported(why) => {
-                notes.push(left_out(why.into()));
                 None
             }
         };

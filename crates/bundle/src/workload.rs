@@ -101,23 +101,6 @@ impl InitKind {
     pub fn is_debian(self) -> bool {
         matches!(self, InitKind::Debian | InitKind::DebianDracut)
     }
-
-    /// Why the restore kernel cannot restore the images of this kind of system, or `None`
-    /// when it can. It starts snapboot directly in the root's initramfs
-    /// (`rdinit=/bin/snapboot`), which mounts what it needs itself
-    /// (`ondevice::boot::early_init`). Not yet dracut's: dracut's `/init` links `/var/log`
-    /// before resume at capture, which the restore kernel's first process does not, so the
-    /// boot setup differs and it hands every boot to the stock kernel (measured 2026-11-28).
-    pub fn restore_kernel_unsupported(self) -> Option<&'static str> {
-        match self {
-            InitKind::Board | InitKind::Debian => None,
-            InitKind::DebianDracut => Some(
-                "dracut's /init links /var/log before resume at capture, which the restore \
-                 kernel's first process does not: the boot setup differs and it hands every \
-                 boot to the stock kernel",
-            ),
-        }
-    }
 }
 
 impl Workload {

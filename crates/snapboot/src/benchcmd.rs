@@ -444,8 +444,6 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     let work = workdir(&a.out.workdir);
     let restore_kernel = if a.no_restore_kernel {
         bench::RestoreKernelUse::Declined
-    } else if let Some(why) = bundle.workload.init.restore_kernel_unsupported() {
-        bench::RestoreKernelUse::Unsupported(why)
     } else {
         let release = &bundle.kernel.release;
         match hostkernel::restore_kernel::cached(

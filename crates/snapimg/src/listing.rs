@@ -75,13 +75,15 @@ pub const EARLY_MOUNTS: [EarlyMount; 4] = [
 
 /// Where a distribution's `/init` writes files before snapboot's resume runs, relative to
 /// the root: dracut's shell `/init` keeps its scratch in `/tmp` (`export.orig`), the kernel
-/// command line's extra words in `/etc/cmdline.d`, and its `wait_for_dev` scripts in the
-/// initqueue and emergency hook directories (under `usr/lib`, with `lib` a link to it on a
-/// merged-`/usr` system, or under `lib`). initramfs-tools' `/init` writes no file outside
+/// command line's extra words in `/etc/cmdline.d`, links `/var/log` to its log in `/run`
+/// (`dracut-lib.sh`: `ln -sfn /run/initramfs/log /var/log`), and puts its `wait_for_dev`
+/// scripts in the initqueue and emergency hook directories (under `usr/lib`, with `lib` a
+/// link to it on a merged-`/usr` system, or under `lib`). initramfs-tools' `/init` writes no file outside
 /// `/run` and the filesystems it mounts. The manifest covers nothing below these.
 pub const SCRATCH: &[&str] = &[
     "tmp",
     "etc/cmdline.d",
+    "var/log",
     "usr/lib/dracut/hooks/initqueue",
     "usr/lib/dracut/hooks/emergency",
     "lib/dracut/hooks/initqueue",
@@ -273,6 +275,7 @@ mod tests {
             "etc/cmdline.d/99-cmdline-ask.conf",
             "usr/lib/dracut/hooks/initqueue/finished/devexists-\\x2fdev\\x2fvda.sh",
             "usr/lib/dracut/hooks/emergency/80-x.sh",
+            "var/log",
         ] {
             assert!(in_scratch(p), "{p}");
             assert!(!covered(p), "{p}");

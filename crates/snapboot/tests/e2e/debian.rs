@@ -144,7 +144,8 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
 /// (from the package): captured by the systemd unit, restored once, before udev, by the
 /// module's pre-udev hook, with the markers the initramfs-tools scripts print (`init` first);
 /// the application's state is intact and it answers, and systemd settles (`running`, on a
-/// board without the optional data disk, which the restored target must not wait for).
+/// board without the optional data disk, which the restored target must not wait for). The
+/// same image then restores on the restore kernel (first try) and by the restorer.
 #[test]
 fn debian_with_dracut_restores() {
     let store = capture_debian("debian-dracut", None);
@@ -161,10 +162,34 @@ fn debian_with_dracut_restores() {
         "dracut's hook prints @init before the resume: {lines:?}"
     );
     assert!(at("snapboot: @resume-after-udev").is_none(), "{lines:?}");
-    check_restored_app(&mut s, 1, &expected);
+    let mut randoms = vec![check_restored_app(&mut s, 1, &expected)];
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "restore from dracut's initramfs");
     s.finish(boottrace::Outcome::Answered);
+
+    // The restore kernel, snapboot its first process in dracut's initramfs, restores on its
+    // first try; the restorer reads the same zstd archive from the kernel pack and restores.
+    let b = bundle::Bundle::load(&bundle("debian-dracut")).unwrap();
+    for (boot, path) in [(2, "restore kernel"), (3, "restorer")] {
+        let o = if path == "restorer" {
+            crate::restorer::restorer_options(&b, &store)
+        } else {
+            let mut o = crate::common::store_options(&b, &store);
+            o.kernel =
+                board::run_options::KernelImage::Restore(crate::restore_kernel::restore_kernel());
+            o
+        };
+        let mut s = board::qemu::Session::start(&b, &o).unwrap();
+        s.wait_for(&restored, path, Duration::from_secs(180))
+            .unwrap();
+        if path == "restore kernel" {
+            crate::restore_kernel::assert_restored_on_first_try(&s, path);
+        }
+        randoms.push(check_restored_app(&mut s, boot, &expected));
+        check_system(&mut s, path);
+        s.finish(boottrace::Outcome::Answered);
+    }
+    assert_all_differ(randoms);
 }
 
 /// What `snapboot-data-log.service` prints on every boot after the capture point: the data
