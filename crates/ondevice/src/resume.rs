@@ -99,7 +99,7 @@ pub enum ResumeError {
 }
 
 /// First step of `snapboot resume` at every boot, restoring or not: observe this boot's
-/// setup (the initramfs's `/init`, its files, snapboot's build id) and record it in
+/// setup (the initramfs's manifest, file by file, and snapboot's build id) and record it in
 /// [`BOOT_SETUP_FILE`] for a capture later in this boot, which binds its image to it.
 pub fn observe_and_record_boot() -> Result<BootSetup, BindingError> {
     let setup = observe_this_boot()?;
