@@ -487,6 +487,18 @@ def system_state():
     return out + (f" failed={failed} jobs={jobs}" if failed else "")
 
 
+def journal_lines(word):
+    """`journal WORD`: this boot's journal lines (`journalctl -b`) holding WORD: how many,
+    and each of them (their text, ` | ` between them), as a device's administrator greps."""
+    try:
+        r = subprocess.run(["journalctl", "-b", "--no-pager", "-o", "cat"], capture_output=True,
+                           text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"error journalctl: {type(e).__name__}"
+    lines = [l.strip() for l in r.stdout.splitlines() if word in l]
+    return f"journal {len(lines)} " + " | ".join(lines)
+
+
 def update_records(st, count, seed):
     """Changes `count` records (deterministic for a given seed): the amount moves by a few
     cents, in the dict, the JSON cache and sqlite alike. A small change to the state, as a
@@ -568,6 +580,8 @@ def serve(st):
                 out = f"next-boot {run_device_cmd('APP_NEXT_BOOT_CMD')}"
             elif cmd == "system" and not arg:
                 out = system_state()
+            elif cmd == "journal" and arg:
+                out = journal_lines(arg)
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

@@ -98,10 +98,10 @@ pub const GRUB_SNIPPET: &str = include_str!("../../../guest/grub/42_snapboot");
 /// Why the UEFI board could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum UefiError {
-    /// Only the `debian` workload names its root on the command line.
+    /// Only the Debian workloads name their root on the command line.
     #[error(
-        "--firmware uefi boots the debian workload only (workload {0}: its /init expects \
-         the root at /dev/vda)"
+        "--firmware uefi boots the Debian workloads only (debian, debian-dracut, \
+         debian-dracut-systemd; workload {0}: its /init expects the root at /dev/vda)"
     )]
     Workload(String),
     /// A file of the firmware or of GRUB is missing.
@@ -542,7 +542,7 @@ pub fn command(
     opts: &RunOptions,
     base_cmdline: &str,
 ) -> Result<Command, UefiError> {
-    if bundle.workload.init != bundle::workload::InitKind::Debian {
+    if !bundle.workload.init.is_debian() {
         return Err(UefiError::Workload(bundle.workload.name.clone()));
     }
     need(OVMF_CODE, "ovmf")?;

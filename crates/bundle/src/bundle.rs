@@ -466,6 +466,7 @@ impl Bundle {
             initramfs: &out.join("initramfs.cpio"),
             arch: opts.kernel.arch,
             generator: crate::debian::generator_of(opts.workload.init),
+            initramfs_systemd: opts.workload.init == crate::workload::InitKind::DebianDracutSystemd,
         })?;
         let rootfs_img = out.join("rootfs.img");
         let squashed = mksquashfs(&stage, &rootfs_img);

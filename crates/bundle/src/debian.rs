@@ -67,9 +67,33 @@ pub fn packages(g: Generator) -> Vec<&'static str> {
 /// The initramfs generator of a Debian workload.
 pub fn generator_of(init: InitKind) -> Generator {
     match init {
-        InitKind::DebianDracut => Generator::Dracut,
+        InitKind::DebianDracut | InitKind::DebianDracutSystemd => Generator::Dracut,
         _ => Generator::InitramfsTools,
     }
+}
+
+/// dracut's modules for the board's initramfs: a generic image with what a block root
+/// needs, and with `systemd`, systemd as the initramfs's init (dracut's `dracut-systemd`
+/// runs the hooks, snapboot's too, as services).
+pub fn dracut_modules(systemd: bool) -> String {
+    let mut m = vec![
+        "base",
+        "fs-lib",
+        "rootfs-block",
+        "udev-rules",
+        "kernel-modules",
+    ];
+    if systemd {
+        m.extend([
+            "systemd",
+            "systemd-initrd",
+            "systemd-udevd",
+            "systemd-journald",
+            "dracut-systemd",
+        ]);
+    }
+    m.push("snapboot");
+    format!(" {} ", m.join(" "))
 }
 
 /// The application's unit (in the root's /etc/systemd/system).
@@ -334,6 +358,8 @@ pub struct DebianBuild<'a> {
     pub arch: Arch,
     /// What makes the initramfs.
     pub generator: Generator,
+    /// dracut: systemd in the initramfs too (its `systemd` and `dracut-systemd` modules).
+    pub initramfs_systemd: bool,
 }
 
 /// Builds the root tree in `stage` and its initramfs.
@@ -384,12 +410,18 @@ fn make_initramfs(b: &DebianBuild, stage: &Path, inside: &str) -> Result<(), Deb
                 "etc/dracut.conf.d/snapboot-board.conf",
                 &format!(
                     "# Written by snapboot for the board: not for the build host, the board's \
-                     drivers, no systemd in the initramfs.\n\
+                     drivers, {}.\n\
                      hostonly=\"no\"\n\
                      drivers=\" {} \"\n\
-                     dracutmodules=\" base fs-lib rootfs-block udev-rules kernel-modules snapboot \"\n\
+                     dracutmodules=\"{}\"\n\
                      compress=\"zstd\"\n",
-                    INITRAMFS_MODULES.join(" ")
+                    if b.initramfs_systemd {
+                        "systemd in the initramfs"
+                    } else {
+                        "no systemd in the initramfs"
+                    },
+                    INITRAMFS_MODULES.join(" "),
+                    dracut_modules(b.initramfs_systemd)
                 ),
             )?;
             cmd.args(["dracut", "--force", "--kver", b.release, inside])
@@ -662,6 +694,24 @@ mod tests {
     }
 
     #[test]
+    fn dracut_puts_systemd_in_only_when_asked() {
+        let plain = dracut_modules(false);
+        let sd = dracut_modules(true);
+        assert!(!plain.contains("systemd"), "{plain}");
+        assert!(
+            sd.contains(" systemd ") && sd.contains(" dracut-systemd "),
+            "{sd}"
+        );
+        for m in [&plain, &sd] {
+            assert!(m.starts_with(' ') && m.ends_with(" snapboot "), "{m}");
+        }
+        assert_eq!(
+            generator_of(InitKind::DebianDracutSystemd),
+            Generator::Dracut
+        );
+    }
+
+    #[test]
     fn the_app_unit_owns_the_console_and_notifies() {
         let u = app_unit("ttyS0");
         assert!(u.contains("Type=notify\n"), "{u}");
@@ -709,6 +759,7 @@ mod tests {
             initramfs: &d.path().join("initrd"),
             arch: Arch::X86_64,
             generator: Generator::InitramfsTools,
+            initramfs_systemd: false,
         };
         // `systemctl set-default` in a chroot needs root and a real tree: expect that step
         // to be the one that fails here, after the files are written.

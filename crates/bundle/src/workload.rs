@@ -82,6 +82,11 @@ pub enum InitKind {
     /// module in it).
     #[serde(rename = "debian-dracut")]
     DebianDracut,
+    /// The same again with systemd in the initramfs as well (dracut's `systemd` and
+    /// `dracut-systemd` modules: Debian's default once systemd is installed), where
+    /// snapboot's hooks run as dracut's services.
+    #[serde(rename = "debian-dracut-systemd")]
+    DebianDracutSystemd,
 }
 
 impl InitKind {
@@ -89,7 +94,7 @@ impl InitKind {
     pub fn kernel_args(self, arch: Arch) -> Vec<String> {
         match self {
             InitKind::Board => vec![],
-            InitKind::Debian | InitKind::DebianDracut => vec![
+            InitKind::Debian | InitKind::DebianDracut | InitKind::DebianDracutSystemd => vec![
                 format!("root={}", root_device(arch)),
                 "rootfstype=squashfs".into(),
                 "ro".into(),
@@ -99,7 +104,10 @@ impl InitKind {
 
     /// Whether the system is a Debian root built by `crate::debian`.
     pub fn is_debian(self) -> bool {
-        matches!(self, InitKind::Debian | InitKind::DebianDracut)
+        matches!(
+            self,
+            InitKind::Debian | InitKind::DebianDracut | InitKind::DebianDracutSystemd
+        )
     }
 }
 
@@ -164,6 +172,16 @@ impl Workload {
         }
     }
 
+    /// The built-in `debian-dracut-systemd` workload: [`Workload::debian_dracut`] with
+    /// systemd in the initramfs too.
+    pub fn debian_dracut_systemd() -> Self {
+        Self {
+            name: "debian-dracut-systemd".into(),
+            init: InitKind::DebianDracutSystemd,
+            ..Self::debian()
+        }
+    }
+
     /// A built-in workload by name.
     pub fn builtin(name: &str) -> Result<Self, WorkloadError> {
         match name {
@@ -171,6 +189,7 @@ impl Workload {
             "app" => Ok(Self::app()),
             "debian" => Ok(Self::debian()),
             "debian-dracut" => Ok(Self::debian_dracut()),
+            "debian-dracut-systemd" => Ok(Self::debian_dracut_systemd()),
             other => Err(WorkloadError::Unknown(other.into())),
         }
     }

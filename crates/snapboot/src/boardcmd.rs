@@ -236,6 +236,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         bundle::workload::InitKind::Board => "the board's, uncompressed cpio",
         bundle::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
         bundle::workload::InitKind::DebianDracut => "dracut, zstd",
+        bundle::workload::InitKind::DebianDracutSystemd => "dracut with systemd, zstd",
     };
     println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(

@@ -78,10 +78,14 @@ pub const EARLY_MOUNTS: [EarlyMount; 4] = [
 /// command line's extra words in `/etc/cmdline.d`, links `/var/log` to its log in `/run`
 /// (`dracut-lib.sh`: `ln -sfn /run/initramfs/log /var/log`), and puts its `wait_for_dev`
 /// scripts in the initqueue and emergency hook directories (under `usr/lib`, with `lib` a
-/// link to it on a merged-`/usr` system, or under `lib`). initramfs-tools' `/init` writes no file outside
-/// `/run` and the filesystems it mounts. The manifest covers nothing below these.
+/// link to it on a merged-`/usr` system, or under `lib`). With systemd as the initramfs's
+/// init (dracut's `systemd` module) systemd writes the boot's transient `/etc/machine-id`
+/// before any hook runs; snapboot as the first process (the restore kernel) finds the
+/// archive's. initramfs-tools' `/init` writes no file outside `/run` and the filesystems it
+/// mounts. The manifest covers nothing below these.
 pub const SCRATCH: &[&str] = &[
     "tmp",
+    "etc/machine-id",
     "etc/cmdline.d",
     "var/log",
     "usr/lib/dracut/hooks/initqueue",
@@ -276,6 +280,7 @@ mod tests {
             "usr/lib/dracut/hooks/initqueue/finished/devexists-\\x2fdev\\x2fvda.sh",
             "usr/lib/dracut/hooks/emergency/80-x.sh",
             "var/log",
+            "etc/machine-id",
         ] {
             assert!(in_scratch(p), "{p}");
             assert!(!covered(p), "{p}");
@@ -283,6 +288,7 @@ mod tests {
         for p in [
             "tmpfiles",
             "etc/cmdline",
+            "etc/machine-info",
             "usr/lib/dracut/hooks/pre-udev/10-snapboot-init.sh",
             "etc/snapboot/snapboot.conf",
         ] {

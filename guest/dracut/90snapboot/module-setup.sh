@@ -39,7 +39,17 @@ install() {
 	local bin f
 	bin=$(snapboot_binary) || return 1
 	inst_simple "$bin" /bin/snapboot
-	for f in /etc/snapboot/image.pub /etc/snapboot/image-kernel /etc/snapboot/store-modules; do
+	# The config file (snapboot.conf(5)): resume reads the store and the policies from it
+	# (a store named only there restores too). One that does not parse is copied all the
+	# same (the boot then says why it restores nothing), and named now.
+	if [ -e "$dracutsysrootdir/etc/snapboot/snapboot.conf" ] && [ -z "$dracutsysrootdir" ] &&
+		! "$bin" config check --cmdline "" /etc/snapboot/snapboot.conf >/dev/null; then
+		dwarn "snapboot: /etc/snapboot/snapboot.conf does not parse (above): the device will restore nothing until it does"
+	fi
+	# device.key: the secret of `encrypt = key` (dracut writes the initramfs readable by
+	# root only).
+	for f in /etc/snapboot/snapboot.conf /etc/snapboot/image.pub /etc/snapboot/image-kernel \
+		/etc/snapboot/store-modules /etc/snapboot/device.key; do
 		[ -e "$dracutsysrootdir$f" ] && inst_simple "$f"
 	done
 	inst_hook pre-udev 10 "$moddir/snapboot-init.sh"

@@ -4,8 +4,9 @@
 //! GRUB boots the capture entry once and clears the request. With the restore kernel
 //! installed its entry is GRUB's default: it restores the image, and hands a boot it cannot
 //! restore to the stock kernel (the pack partition), which boots cold; GRUB's normal entry
-//! (the stock kernel) boots cold on a damaged image. The store is the PC disk's partition
-//! `snapstore`, which the root's config file names: no kernel word.
+//! (the stock kernel) restores the same image before udev, and boots cold on a damaged one.
+//! The store is the PC disk's partition `snapstore`, which the root's config file names: no
+//! kernel word.
 
 use crate::snapshot::{ask, check_restored_app, copy_store, flip, newest_chunk_middle};
 use board::run_options::Firmware;
@@ -17,7 +18,7 @@ use std::time::Duration;
 /// The `debian` board on UEFI booting `disk`, the PC's disk with the store partition (made
 /// from the bundle's disk with an empty store when missing); with `restore_kernel`, what a
 /// device has after `snapboot restore-kernel install`: that kernel as GRUB's default entry.
-fn uefi_session(
+pub(crate) fn uefi_session(
     b: &bundle::Bundle,
     disk: &Path,
     restore_kernel: Option<&Path>,
@@ -44,7 +45,7 @@ fn damage_newest_image_on(disk: &Path) -> u64 {
 }
 
 /// Waits up to `secs` for a console line matching `pattern`; returns it.
-fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) -> String {
+pub(crate) fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) -> String {
     let re = Regex::new(pattern).unwrap();
     s.wait_for(&re, what, Duration::from_secs(secs))
         .unwrap_or_else(|e| panic!("{what}: {e}"))
@@ -52,9 +53,33 @@ fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) ->
 }
 
 /// Waits for GRUB's line naming the entry it boots and checks it is `entry`.
-fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
+pub(crate) fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
     let line = expect(s, r"grub: booting (\S+)", "GRUB's entry", 120);
     assert!(line.ends_with(&format!("booting {entry}")), "{line}");
+}
+
+/// Follows a boot of GRUB's capture entry: the capture, at the store the config file names
+/// (no kernel word names one), then the power-off.
+pub(crate) fn captures_through_grubs_entry(mut s: board::qemu::Session) {
+    expect_grub_entry(&mut s, CAPTURE_ENTRY);
+    let line = expect(
+        &mut s,
+        r"snapboot: @capture-(done|failed)",
+        "the capture",
+        500,
+    );
+    assert!(line.contains("@capture-done"), "{line}");
+    let found = format!("PARTLABEL={} (/dev/vda4)", board::uefi::STORE_NAME);
+    let start = s
+        .timeline()
+        .lines
+        .iter()
+        .find(|l| l.text.contains("@capture-start"))
+        .map(|l| l.text.clone())
+        .unwrap_or_default();
+    assert!(start.contains(&found), "{found} not in {start:?}");
+    s.wait_exit(Duration::from_secs(60)).unwrap();
+    s.finish(boottrace::Outcome::PoweredOff);
 }
 
 /// The device's request, as in the field, on a PC whose default entry is the restore kernel's:
@@ -62,8 +87,9 @@ fn expect_grub_entry(s: &mut board::qemu::Session, entry: &str) {
 /// which boots cold; there the application runs `snapboot capture --next-boot` and powers off.
 /// The next power-on GRUB boots the capture entry once (and clears the request itself),
 /// which captures; the power-on after that is the restore kernel's entry again, which
-/// restores with the service's state intact. A damaged image on GRUB's normal entry (a PC
-/// without the restore kernel) is refused with the reason and boots cold.
+/// restores with the service's state intact. GRUB's normal entry (a PC without the restore
+/// kernel) restores it too, before udev, with the outcome in the journal; a damaged image
+/// there is refused with the reason and boots cold.
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let rk = crate::restore_kernel::restore_kernel();
@@ -108,17 +134,8 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
 
     // 2. GRUB takes the request: the capture entry (the stock kernel), once; it captures and
     // powers off.
-    let mut s = uefi_session(&b, &store, Some(&rk));
-    expect_grub_entry(&mut s, CAPTURE_ENTRY);
-    let line = expect(
-        &mut s,
-        r"snapboot: @capture-(done|failed)",
-        "the capture",
-        400,
-    );
-    assert!(line.contains("@capture-done"), "{line}");
-    s.wait_exit(Duration::from_secs(60)).unwrap();
-    s.finish(boottrace::Outcome::PoweredOff);
+    let s = uefi_session(&b, &store, Some(&rk));
+    captures_through_grubs_entry(s);
     let next = grubenv_var(disk, "next_entry").unwrap();
     assert!(
         next.as_deref().unwrap_or("").is_empty(),
@@ -134,6 +151,17 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // On its first try: the config file's PARTLABEL found by the first process itself.
     crate::restore_kernel::assert_restored_on_first_try(&s, "the restore kernel's entry");
     check_restored_app(&mut s, 1, &expected);
+    s.finish(boottrace::Outcome::Answered);
+
+    // 3b. GRUB's normal entry (the stock kernel and initramfs-tools' initramfs, as on a PC
+    // without the restore kernel): the store named only in the config file is restored by
+    // the init-top script, before udev; the restored system's journal has the outcome.
+    let mut s = uefi_session(&b, &store, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    crate::debian_config::assert_resumed_before_udev(&s, "initramfs-tools");
+    check_restored_app(&mut s, 2, &expected);
+    crate::debian_config::assert_in_journal(&mut s, "snapboot:", "@status restored");
     s.finish(boottrace::Outcome::Answered);
 
     // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,

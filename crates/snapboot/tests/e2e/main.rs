@@ -16,6 +16,7 @@ mod cli;
 mod common;
 mod config;
 mod debian;
+mod debian_config;
 mod debian_paths;
 mod debian_uefi;
 mod encrypted;

@@ -1,0 +1,114 @@
+//! The path the documentation gives a Debian device, on the UEFI PC: the store is named only
+//! in `/etc/snapboot/snapboot.conf` (the package's file with its `store =` line filled in,
+//! `bundle::debian::STORE_ADDRESS`), no `snapboot.*` word on GRUB's lines, and the
+//! distribution's initramfs restores the image **before udev**, with its markers on the
+//! console and in the journal. One test per initramfs generator: initramfs-tools (in
+//! `debian_uefi`'s test, whose capture it shares), dracut's shell init, and dracut with
+//! systemd in the initramfs (Debian's default once systemd is installed), where snapboot's
+//! hooks run as dracut's services.
+
+use crate::debian_uefi::{captures_through_grubs_entry, expect, expect_grub_entry, uefi_session};
+use crate::snapshot::{ask, check_restored_app};
+use board::uefi::{CAPTURE_ENTRY, NORMAL_ENTRY, RESTORE_ENTRY};
+use std::path::PathBuf;
+
+/// Asserts this boot's resume ran before udev: on the console `@resume-start` comes before
+/// any sign of udev's daemon (initramfs-tools' and dracut's `systemd-udevd` starting, or
+/// systemd's `Starting systemd-udevd.service`), and nothing said `@resume-after-udev`.
+pub(crate) fn assert_resumed_before_udev(s: &board::qemu::Session, boot: &str) {
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains("snapboot: @resume-start"))
+        .unwrap_or_else(|| panic!("{boot}: no @resume-start on the console: {lines:?}"));
+    let udev = lines.iter().position(|l| udevd_started(l));
+    assert!(
+        udev.is_none_or(|u| u > start),
+        "{boot}: udev started before the resume: {:?} before {:?}",
+        udev.map(|u| lines[u]),
+        lines[start]
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("@resume-after-udev")),
+        "{boot}: the resume waited for udev: {:?}",
+        lines.iter().find(|l| l.contains("@resume-after-udev"))
+    );
+}
+
+/// Whether a console line says udev's daemon starts: systemd's status line for its unit, or
+/// the daemon's own first line (`systemd-udevd[N]: Starting systemd-udevd version …`, which
+/// initramfs-tools' and dracut's shell init start by hand).
+fn udevd_started(line: &str) -> bool {
+    line.contains("Starting systemd-udevd")
+        || line.contains("Started systemd-udevd")
+        || (line.contains("systemd-udevd[") && line.contains("Starting"))
+}
+
+/// Asks the restored service for this boot's journal lines holding `word`; asserts there
+/// is at least one and that one of them holds `want`. Returns them.
+pub(crate) fn assert_in_journal(s: &mut board::qemu::Session, word: &str, want: &str) -> String {
+    let answer = ask(s, &format!("journal {word}"), r"^journal \d+");
+    let n: usize = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        n > 0 && answer.contains(want),
+        "`journalctl -b` has no line with {want:?}: {answer}"
+    );
+    answer
+}
+
+/// Captures `workload` on the UEFI PC through GRUB's capture entry (the stock kernel, its
+/// initramfs, the store named only in the config file); returns the PC's disk.
+fn capture_on_the_pc(workload: &str) -> (bundle::Bundle, PathBuf) {
+    let b = bundle::Bundle::load(&crate::common::bundle(workload)).unwrap();
+    board::uefi::set_next_entry(&board::uefi::ensure_disk(&b).unwrap(), None).unwrap();
+    let disk = crate::common::home().join(format!("test-uefi-{workload}.img"));
+    let _ = std::fs::remove_file(&disk);
+    let mem = board::RunOptions::for_bundle(&b).mem_mib;
+    board::uefi::ensure_store_disk(&b, &disk, true, board::capture::store_size(mem)).unwrap();
+    board::uefi::set_next_entry(&disk, Some(CAPTURE_ENTRY)).unwrap();
+    captures_through_grubs_entry(uefi_session(&b, &disk, None));
+    (b, disk)
+}
+
+/// GRUB's normal entry (the stock kernel) restores `disk`'s image before udev, and the
+/// restored system's journal has the outcome.
+fn restores_before_udev_on_the_normal_entry(b: &bundle::Bundle, disk: &std::path::Path) {
+    let workload = &b.workload.name;
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
+    let mut s = uefi_session(b, disk, None);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    assert_resumed_before_udev(&s, workload);
+    check_restored_app(&mut s, 1, &expected);
+    assert_in_journal(&mut s, "snapboot:", "@status restored");
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// dracut without systemd in the initramfs: the pre-udev hook restores a store named only
+/// in the config file (module-setup.sh copied the file in).
+#[test]
+fn debian_dracut_restores_a_config_only_store_before_udev() {
+    let (b, disk) = capture_on_the_pc("debian-dracut");
+    restores_before_udev_on_the_normal_entry(&b, &disk);
+}
+
+/// dracut with systemd in the initramfs: snapboot's hooks run as dracut-pre-udev.service
+/// and dracut-pre-mount.service, whose output goes to the journal; the markers reach the
+/// console all the same. The restore kernel restores the same image on its first try
+/// (systemd's transient /etc/machine-id in the capture boot's initramfs is no difference).
+#[test]
+fn debian_dracut_systemd_restores_a_config_only_store_before_udev() {
+    let (b, disk) = capture_on_the_pc("debian-dracut-systemd");
+    restores_before_udev_on_the_normal_entry(&b, &disk);
+    let rk = crate::restore_kernel::restore_kernel();
+    let mut s = uefi_session(&b, &disk, Some(&rk));
+    expect_grub_entry(&mut s, RESTORE_ENTRY);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    crate::restore_kernel::assert_restored_on_first_try(&s, "the restore kernel's entry");
+    ask(&mut s, "ping", r"^pong \d+$");
+    s.finish(boottrace::Outcome::Answered);
+}
