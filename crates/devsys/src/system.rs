@@ -136,6 +136,29 @@ pub fn kernel_cmdline() -> String {
     std::fs::read_to_string("/proc/cmdline").unwrap_or_default()
 }
 
+/// udev's daemon by its process name (`/proc/PID/comm`): systemd's `systemd-udevd`, or
+/// eudev's and older udev's `udevd`.
+pub fn is_udevd(comm: &str) -> bool {
+    matches!(comm.trim_end(), "systemd-udevd" | "udevd")
+}
+
+/// Whether udev's daemon runs now, from the process list under `proc` (`/proc`): what
+/// tells a resume before udev from one after it. Its control socket does not: systemd in
+/// an initramfs listens on it before the daemon starts.
+pub fn udevd_running(proc: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(proc) else {
+        return false;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .any(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| is_udevd(&c)))
+}
+
 /// Waits up to `wait` for `path` to exist (devtmpfs creates nodes asynchronously).
 pub fn wait_for_node(path: &Path, wait: std::time::Duration) -> bool {
     let end = std::time::Instant::now() + wait;
@@ -215,6 +238,27 @@ fn unescape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn udevd_is_found_by_its_process_name() {
+        use super::{is_udevd, udevd_running};
+        assert!(is_udevd("systemd-udevd\n") && is_udevd("udevd\n"));
+        assert!(!is_udevd("udevadm\n") && !is_udevd("snapboot\n"));
+        let d = tempfile::tempdir().unwrap();
+        let proc_ = d.path();
+        for (pid, comm) in [("1", "init\n"), ("42", "snapboot\n")] {
+            std::fs::create_dir(proc_.join(pid)).unwrap();
+            std::fs::write(proc_.join(pid).join("comm"), comm).unwrap();
+        }
+        // Not a process: a directory whose name is not a number.
+        std::fs::create_dir(proc_.join("self-udevd")).unwrap();
+        std::fs::write(proc_.join("self-udevd/comm"), "systemd-udevd\n").unwrap();
+        assert!(!udevd_running(proc_));
+        std::fs::create_dir(proc_.join("77")).unwrap();
+        std::fs::write(proc_.join("77/comm"), "systemd-udevd\n").unwrap();
+        assert!(udevd_running(proc_));
+        assert!(!udevd_running(&proc_.join("missing")));
+    }
+
     use super::*;
 
     #[test]

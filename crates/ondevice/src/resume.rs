@@ -336,7 +336,13 @@ fn observe_expected() -> Result<Expected, ResumeError> {
 }
 
 fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError> {
-    print_marker(Marker::ResumeStart, Some(&o.store.to_string()));
+    // Whether udev already runs: the early path's whole point, said where it is measured.
+    let udev = if devsys::system::udevd_running(std::path::Path::new("/proc")) {
+        "after udev"
+    } else {
+        "before udev"
+    };
+    print_marker(Marker::ResumeStart, Some(&format!("{} ({udev})", o.store)));
     devsys::lockdown::check_running().map_err(ResumeError::Lockdown)?;
     resume_store(o)
 }

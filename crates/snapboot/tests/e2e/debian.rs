@@ -79,13 +79,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
         }
         if boot == 1 {
             // initramfs-tools' init-top script restored before udev started.
-            let lines = &s.timeline().lines;
-            let early = lines
-                .iter()
-                .any(|l| l.text.starts_with("snapboot: @resume-start"))
-                && !lines.iter().any(|l| l.text.contains("systemd-udevd"))
-                && !lines.iter().any(|l| l.text.contains("@resume-after-udev"));
-            assert!(early, "boot {boot}: the restore waited for udev");
+            crate::debian_config::assert_resumed_before_udev(&s, "initramfs-tools");
         }
         let (line, _) = s
             .wait_for(
@@ -161,7 +155,7 @@ fn debian_with_dracut_restores() {
         matches!((init, resume), (Some(i), Some(r)) if i < r),
         "dracut's hook prints @init before the resume: {lines:?}"
     );
-    assert!(at("snapboot: @resume-after-udev").is_none(), "{lines:?}");
+    crate::debian_config::assert_resumed_before_udev(&s, "dracut");
     let mut randoms = vec![check_restored_app(&mut s, 1, &expected)];
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "restore from dracut's initramfs");

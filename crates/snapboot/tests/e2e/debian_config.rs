@@ -12,16 +12,24 @@ use crate::snapshot::{ask, check_restored_app};
 use board::uefi::{CAPTURE_ENTRY, NORMAL_ENTRY, RESTORE_ENTRY};
 use std::path::PathBuf;
 
-/// Asserts this boot's resume ran before udev: on the console `@resume-start` comes before
-/// any sign of udev's daemon (initramfs-tools' and dracut's `systemd-udevd` starting, or
-/// systemd's `Starting systemd-udevd.service`), and nothing said `@resume-after-udev`.
+/// Asserts this boot's resume ran before udev: `@resume-start` says so (the resume looks
+/// for udev's daemon among the processes), on the console no sign of udev's daemon comes
+/// before it (systemd's `Starting systemd-udevd.service` in an initramfs with systemd), and
+/// nothing said `@resume-after-udev`.
 pub(crate) fn assert_resumed_before_udev(s: &board::qemu::Session, boot: &str) {
     let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
     let start = lines
         .iter()
         .position(|l| l.contains("snapboot: @resume-start"))
         .unwrap_or_else(|| panic!("{boot}: no @resume-start on the console: {lines:?}"));
-    let udev = lines.iter().position(|l| udevd_started(l));
+    assert!(
+        lines[start].ends_with("(before udev)"),
+        "{boot}: {}",
+        lines[start]
+    );
+    let udev = lines
+        .iter()
+        .position(|l| l.contains("Starting systemd-udevd") || l.contains("Started systemd-udevd"));
     assert!(
         udev.is_none_or(|u| u > start),
         "{boot}: udev started before the resume: {:?} before {:?}",
@@ -33,15 +41,6 @@ pub(crate) fn assert_resumed_before_udev(s: &board::qemu::Session, boot: &str) {
         "{boot}: the resume waited for udev: {:?}",
         lines.iter().find(|l| l.contains("@resume-after-udev"))
     );
-}
-
-/// Whether a console line says udev's daemon starts: systemd's status line for its unit, or
-/// the daemon's own first line (`systemd-udevd[N]: Starting systemd-udevd version …`, which
-/// initramfs-tools' and dracut's shell init start by hand).
-fn udevd_started(line: &str) -> bool {
-    line.contains("Starting systemd-udevd")
-        || line.contains("Started systemd-udevd")
-        || (line.contains("systemd-udevd[") && line.contains("Starting"))
 }
 
 /// Asks the restored service for this boot's journal lines holding `word`; asserts there
