@@ -14,6 +14,10 @@
 //! ready point ─► a planned re-capture runs (image taken, the system goes on)
 //! ```
 //!
+//! Every boot with a store also adds itself to the history in the store's boot log
+//! ([`remember`]: a boot not restored when resume ends, a restored one in the restored
+//! system's first write), which outlives `/run`: `snapboot status --history`.
+//!
 //! The record itself is crate `bootstatus`'s (re-exported here), which the restorer writes
 //! too; this module files it, reads it back and prints its marker.
 //!

@@ -82,7 +82,7 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
             let lines = &s.timeline().lines;
             let early = lines
                 .iter()
-                .any(|l| l.text.starts_with("snapboot: @resume-start"))
+                .any(|l| l.message().starts_with("snapboot: @resume-start"))
                 && !lines.iter().any(|l| l.text.contains("systemd-udevd"))
                 && !lines.iter().any(|l| l.text.contains("@resume-after-udev"));
             assert!(early, "boot {boot}: the restore waited for udev");
@@ -154,7 +154,8 @@ fn debian_with_dracut_restores() {
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     s.wait_for(&restored, "restored marker", Duration::from_secs(180))
         .unwrap();
-    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    // Without the printk prefix of a marker the kernel echoed from its log.
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.message()).collect();
     let at = |marker: &str| lines.iter().position(|l| l.starts_with(marker));
     let (init, resume) = (at("snapboot: @init"), at("snapboot: @resume-start"));
     assert!(
