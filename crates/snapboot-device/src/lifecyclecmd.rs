@@ -41,24 +41,35 @@ pub struct StoreArg {
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     if let Some(n) = a.history {
         let boots = ondevice::lifecycle::history(a.store.as_ref(), n)?;
-        if a.json {
-            println!("{}", serde_json::to_string(&boots)?);
+        let text = if a.json {
+            serde_json::to_string(&boots)?
         } else if boots.is_empty() {
-            println!("no boot in the store's history yet");
+            "no boot in the store's history yet".into()
         } else {
-            for b in &boots {
-                println!("{}", b.line());
-            }
-        }
+            boots
+                .iter()
+                .map(|b| b.line())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        show(&text);
         return Ok(Exit::Success.into());
     }
     let s = this_boot(ondevice::status::read())?;
-    if a.json {
-        println!("{}", serde_json::to_string(&s)?);
+    show(&if a.json {
+        serde_json::to_string(&s)?
     } else {
-        println!("{}", s.human());
-    }
+        s.human()
+    });
     Ok(exit_of(&s).into())
+}
+
+/// Prints `text` and a newline on stdout; a reader that stops early (`snapboot status |
+/// head -n 1`) changes nothing, the exit status included.
+fn show(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
 /// This boot's status as read: a missing status file is a boot resume did not run on,

@@ -3,7 +3,7 @@
 
 use bootparams::{BootParams, StoreAddress};
 use ondevice::status::{ImageRef, Outcome};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 fn snapboot(args: &[&str]) -> Output {
@@ -31,6 +31,18 @@ fn a_boot_resume_did_not_run_on_is_cold_and_exits_4() {
         text.contains("reason: snapboot resume did not run on this boot (no /run/snapboot/status)"),
         "{text}"
     );
+    // A reader that is gone (`snapboot status | head -n 1` after its line) changes
+    // neither the exit status nor stderr.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_snapboot-device"))
+        .arg("status")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
     let o = snapboot(&["status", "--json"]);
     assert_eq!(o.status.code(), Some(4), "{o:?}");
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
