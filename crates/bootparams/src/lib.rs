@@ -63,6 +63,8 @@
 //!                           encrypted with it restore: tpm (a key sealed to the TPM, kept in
 //!                           the store), tpm:N+N (sealed to those SHA-256 PCRs too) or key
 //!                           (the key file /etc/snapboot/device.key in the initramfs)
+//! noresume                  the kernel's own word: restore nothing this boot (a cold boot
+//!                           that says so), whatever names a store
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
