@@ -390,9 +390,13 @@ pub fn effective(cmdline: &str, file: Option<ConfigFile>) -> Result<Effective, B
         params.apply(&e.word())?;
     }
     let mut kernel_keys = Vec::new();
-    for word in cmdline.split_whitespace().filter(|w| w.starts_with(PREFIX)) {
-        params.apply(word)?;
-        kernel_keys.push(word.split('=').next().unwrap_or(word).to_string());
+    for word in cmdline.split_whitespace() {
+        if word == crate::NORESUME {
+            params.resume = false;
+        } else if word.starts_with(PREFIX) {
+            params.apply(word)?;
+            kernel_keys.push(word.split('=').next().unwrap_or(word).to_string());
+        }
     }
     Ok(Effective {
         params,

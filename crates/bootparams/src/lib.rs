@@ -63,6 +63,8 @@
 //!                           encrypted with it restore: tpm (a key sealed to the TPM, kept in
 //!                           the store), tpm:N+N (sealed to those SHA-256 PCRs too) or key
 //!                           (the key file /etc/snapboot/device.key in the initramfs)
+//! noresume                  the kernel's own word: restore nothing this boot (a cold boot
+//!                           that says so), whatever names a store
 //! ```
 //!
 //! Sizes are `123`, `64K`, `96M` or `1G` (binary units).
@@ -312,6 +314,8 @@ pub struct BootParams {
     pub recapture: bool,
     /// `snapboot.encrypt=E`.
     pub encrypt: Encrypt,
+    /// Not [`NORESUME`] (the kernel's own word): this boot may restore.
+    pub resume: bool,
 }
 
 /// Whether images are encrypted, and where the device key comes from.
@@ -499,6 +503,7 @@ impl Default for BootParams {
             confirm: Confirm::Restored,
             recapture: true,
             encrypt: Encrypt::Off,
+            resume: true,
         }
     }
 }
@@ -659,15 +664,22 @@ pub const PREFIX: &str = "snapboot.";
 /// maintenance boot, or a cold boot measured as the system boots without snapboot).
 pub const NO_STORE: &str = "none";
 
+/// `noresume`, the kernel's word for "do not resume this once" (Debian's initramfs-tools
+/// and the kernel's own resume honour it): snapboot restores nothing on such a boot either,
+/// and says so as the status's reason. Not a `snapboot.*` key, and not in the config file.
+pub const NORESUME: &str = "noresume";
+
 impl BootParams {
-    /// Reads the `snapboot.*` words of a kernel command line; other words are not ours and
-    /// are skipped. A later word overrides an earlier one with the same key, as the kernel's
+    /// Reads the `snapboot.*` words of a kernel command line, and [`NORESUME`]; other words
+    /// are not ours and are skipped. A later word overrides an earlier one with the same key, as the kernel's
     /// own parameters do.
     pub fn parse(cmdline: &str) -> Result<BootParams, BootParamsError> {
         let mut p = BootParams::default();
         for word in cmdline.split_whitespace() {
             if word.starts_with(PREFIX) {
                 p.apply(word)?;
+            } else if word == NORESUME {
+                p.resume = false;
             }
         }
         Ok(p)
@@ -840,6 +852,7 @@ impl BootParams {
             self.encrypt
                 .on()
                 .then(|| with(key::ENCRYPT, &self.encrypt.word())),
+            (!self.resume).then(|| NORESUME.to_string()),
         ];
         words.into_iter().flatten().collect()
     }

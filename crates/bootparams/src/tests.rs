@@ -23,7 +23,7 @@ fn each_word_sets_its_field() {
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
          snapboot.attempts=5 snapboot.confirm=app snapboot.norecapture \
-         snapboot.encrypt=tpm:7+0",
+         snapboot.encrypt=tpm:7+0 noresume",
     )
     .unwrap();
     assert_eq!(
@@ -62,6 +62,7 @@ fn each_word_sets_its_field() {
             confirm: Confirm::App,
             recapture: false,
             encrypt: Encrypt::Tpm { pcrs: vec![0, 7] },
+            resume: false,
         }
     );
 }
@@ -344,6 +345,7 @@ prop_compose! {
         attempts in 1u32..10,
         confirm in prop_oneof![Just(Confirm::Restored), Just(Confirm::App)],
         recapture in any::<bool>(),
+        resume in any::<bool>(),
         encrypt in prop_oneof![
             Just(Encrypt::Off),
             Just(Encrypt::KeyFile),
@@ -382,6 +384,7 @@ prop_compose! {
             confirm,
             recapture,
             encrypt,
+            resume,
         }
     }
 }

@@ -330,6 +330,96 @@ pub fn from_boot_log(bytes: &[u8]) -> Option<BootStatus> {
     serde_json::from_slice(bytes).ok()
 }
 
+/// Most bytes of a reason one boot of the history keeps.
+const HISTORY_REASON_BYTES: usize = 160;
+
+/// One boot as the store's history keeps it across reboots (`snapboot status --history`):
+/// when, what it came to, the image restored, why not. Encoded with postcard (a few dozen
+/// bytes) so that the one block of the boot log holds dozens of boots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastBoot {
+    /// Seconds since the epoch when it was recorded (the boot's clock; 0: none).
+    pub unix: u64,
+    /// What it came to.
+    pub outcome: Outcome,
+    /// The image restored.
+    pub image: Option<ImageRef>,
+    /// A cold boot a restore kernel or the restorer handed over.
+    pub handed_over: bool,
+    /// Why it was not restored, shortened to [`HISTORY_REASON_BYTES`].
+    pub reason: Option<String>,
+}
+
+impl PastBoot {
+    /// The bytes the boot log keeps.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// The boot in `bytes`; `None` when they hold none.
+    pub fn decode(bytes: &[u8]) -> Option<PastBoot> {
+        postcard::from_bytes(bytes).ok()
+    }
+
+    /// One line for `snapboot status --history`: the time (UTC), the outcome, the image or
+    /// the reason.
+    pub fn line(&self) -> String {
+        let when = match self.unix {
+            0 => format!("{:<23}", "(no clock)"),
+            t => utc(t),
+        };
+        let mut line = format!("{when}  {:<8}", self.outcome.word());
+        if let Some(i) = &self.image {
+            line += &format!("  {} generation {}", i.name, i.generation);
+        }
+        if self.handed_over {
+            line += "  (handed over)";
+        }
+        if let Some(r) = self.reason.as_ref().filter(|_| self.image.is_none()) {
+            line += &format!("  {r}");
+        }
+        line
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` of `unix` seconds (the proleptic Gregorian calendar).
+pub fn utc(unix: u64) -> String {
+    let (days, secs) = (unix / 86_400, unix % 86_400);
+    // Howard Hinnant's days-to-civil, for days since 1970-01-01 (never negative here).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        secs / 3_600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+impl BootStatus {
+    /// This boot as the history keeps it.
+    pub fn past(&self) -> PastBoot {
+        let mut reason = self.reason.clone();
+        if let Some(r) = reason.as_mut() {
+            shorten(r, HISTORY_REASON_BYTES);
+        }
+        PastBoot {
+            unix: self.written_unix,
+            outcome: self.outcome,
+            image: self.image.clone(),
+            handed_over: self.handed_over,
+            reason,
+        }
+    }
+}
+
 /// What the store held when nothing was restored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
@@ -579,5 +669,45 @@ mod tests {
             ),
             Recapture::No
         );
+    }
+
+    #[test]
+    fn a_past_boot_is_small_round_trips_and_reads_as_one_line() {
+        let mut s = blank(Outcome::Restored);
+        s.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 4,
+        });
+        s.written_unix = 1_795_857_243;
+        let past = s.past();
+        let bytes = past.encode();
+        assert!(bytes.len() < 24, "{} bytes", bytes.len());
+        assert_eq!(PastBoot::decode(&bytes), Some(past.clone()));
+        assert_eq!(
+            past.line(),
+            "2026-11-28 09:14:03 UTC  restored  current generation 4"
+        );
+        let mut f = blank(Outcome::Fallback);
+        f.reason = Some("no image on the store can be restored: ".to_string() + &"x".repeat(400));
+        f.handed_over = true;
+        let past = f.past();
+        assert!(past.encode().len() < HISTORY_REASON_BYTES + 16);
+        let line = past.line();
+        assert!(
+            line.starts_with(
+                "(no clock)               fallback  (handed over)  no image on the store"
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("x…"), "{line}");
+        assert_eq!(PastBoot::decode(b""), None);
+    }
+
+    #[test]
+    fn utc_dates_fall_on_the_calendar() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(4_107_542_399), "2100-02-28 23:59:59 UTC");
+        assert_eq!(utc(1_709_251_199), "2024-02-29 23:59:59 UTC");
     }
 }

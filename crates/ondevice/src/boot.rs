@@ -35,6 +35,10 @@ pub const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
 pub const BEFORE_UDEV_WAIT_UNKNOWN: Duration = Duration::from_millis(100);
 pub use devsys::locate::NODE_WAIT;
 
+/// The status's reason on a boot with `noresume` on the kernel command line.
+pub const NORESUME_REASON: &str =
+    "noresume on the kernel command line: nothing is restored this boot";
+
 /// What a power-on with this command line does, before any filesystem is mounted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PowerOn {
@@ -44,6 +48,8 @@ pub enum PowerOn {
     HandedOver,
     /// A capture boot: the image is taken at the ready point, nothing is restored.
     CaptureBoot,
+    /// `noresume` on the kernel command line: nothing is restored this once.
+    NoResume,
     /// Boot cold for this reason (a word or a config file that does not parse, a restore
     /// kernel asked to capture).
     Cold(String),
@@ -66,6 +72,11 @@ pub fn power_on(settings: &Settings) -> PowerOn {
         Ok(p) => p.clone(),
         Err(e) => return PowerOn::Cold(refusal(e)),
     };
+    // Before a hand-over: the restore kernel or the restorer did not restore for this word
+    // either, and the stock kernel says so itself.
+    if !p.resume {
+        return PowerOn::NoResume;
+    }
     if p.handed_over {
         return PowerOn::HandedOver;
     }
@@ -103,6 +114,9 @@ pub fn before_udev(
     appears: impl Fn(&StoreAddress, Duration) -> bool,
 ) -> Option<String> {
     let params = settings.as_ref().ok()?;
+    if !params.resume {
+        return None;
+    }
     if params.kresume.is_some() {
         return Some("the kernel's own resume runs where initramfs-tools runs it".into());
     }
@@ -155,6 +169,7 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
         return EXIT_NOT_RESTORED;
     }
     let started = Instant::now();
+    let this_boot = matches!(req, ResumeRequest::FromCmdline { .. });
     let cmdline = devsys::system::kernel_cmdline();
     let settings = crate::settings::load_from(&cmdline, Path::new(bootparams::config::CONFIG_PATH));
     if req == (ResumeRequest::FromCmdline { before_udev: true }) {
@@ -207,6 +222,9 @@ pub fn run_resume(req: ResumeRequest) -> u8 {
         keep_for_the_next_kernel(&params, &status);
         hand_over(Path::new(pack), &cmdline, &why);
     }
+    if this_boot {
+        keep_in_history(&params, &status);
+    }
     crate::status::write(&status);
     crate::status::print_marker(&status);
     match status.outcome {
@@ -241,6 +259,7 @@ fn carry_out(
             Outcome::Cold,
             "a capture boot: the image is taken at the ready point".into(),
         ),
+        PowerOn::NoResume => cold(Outcome::Cold, NORESUME_REASON.into()),
         PowerOn::HandedOver => {
             let (status, by) = handed_over_status(params);
             print_marker(
@@ -309,6 +328,24 @@ fn keep_for_the_next_kernel(params: &BootParams, status: &BootStatus) {
             "snapboot: the stock kernel will not know why: {}",
             chain(&e)
         );
+    }
+}
+
+/// Adds this boot, which was not restored, to the history in the store's boot log (a
+/// restored boot is added by the restored system: [`crate::lifecycle::restored_status`]).
+/// Nothing when no store is named or its device is not there (the status says why); a
+/// store that cannot be written is named, and the boot goes on.
+pub(crate) fn keep_in_history(params: &BootParams, status: &BootStatus) {
+    let Some(store) = &params.store else { return };
+    let kept = crate::store::update_boot_log(store, Duration::ZERO, |log| {
+        crate::status::remember(log, status);
+    });
+    match kept {
+        Ok(()) | Err(crate::store::StoreUseError::Locate { .. }) => {}
+        Err(e) => eprintln!(
+            "snapboot: this boot is not kept in the store's history: {}",
+            chain(&e)
+        ),
     }
 }
 
@@ -738,6 +775,44 @@ mod tests {
         assert_eq!(
             power_on("snapboot.store=/dev/vdb snapboot.handedover"),
             PowerOn::HandedOver
+        );
+    }
+
+    #[test]
+    fn noresume_restores_nothing_whatever_names_a_store_and_waits_for_nothing() {
+        let file = "store = /dev/vdb\n";
+        assert_eq!(
+            super::power_on(&with_file("ro quiet noresume", file)),
+            PowerOn::NoResume
+        );
+        assert_eq!(
+            power_on("noresume snapboot.store=/dev/vdb"),
+            PowerOn::NoResume
+        );
+        assert_eq!(
+            power_on("snapboot.kresume=/dev/vdc noresume"),
+            PowerOn::NoResume
+        );
+        // Only the whole word: not a value, nor another word that contains it.
+        assert_eq!(
+            power_on("snapboot.store=/dev/vdb resume=noresume noresume=1"),
+            restore("/dev/vdb", false, &[])
+        );
+        assert_eq!(
+            power_on("noresume snapboot.store=/dev/vdb snapboot.handedover"),
+            PowerOn::NoResume
+        );
+        let never = |_: &StoreAddress, _: Duration| false;
+        assert_eq!(
+            super::before_udev(&with_file("noresume", file), true, never),
+            None
+        );
+        let params = with_file("noresume", file).unwrap();
+        let s = carry_out(PowerOn::NoResume, None, &params, Instant::now());
+        assert_eq!(s.outcome, Outcome::Cold);
+        assert_eq!(
+            s.reason.as_deref(),
+            Some("noresume on the kernel command line: nothing is restored this boot")
         );
     }
 

@@ -7,7 +7,6 @@
 //! with a marker saying how it ended.
 
 use boottrace::Marker;
-use std::io::Write;
 use std::process::Command;
 
 /// Errors of the guest-side commands.
@@ -27,26 +26,7 @@ pub enum GuestError {
 /// Where the board's initramfs puts the snapboot binary inside the new root.
 pub const RUN_BIN_DIR: &str = "/run/snapboot/bin";
 
-/// Environment variable `snapboot start` sets for the application: markers go straight to
-/// `/dev/console`, because an application may pipe `snapboot ready`'s output and then be
-/// frozen (during capture) before it could pass the marker on.
-pub const MARKERS_ENV: &str = "SNAPBOOT_MARKERS";
-
-/// Prints a timeline marker on the console: `/dev/console` when [`MARKERS_ENV`] says so,
-/// stdout otherwise.
-pub fn print_marker(marker: Marker, detail: Option<&str>) {
-    let line = format!("{}\n", marker.line(detail));
-    if std::env::var(MARKERS_ENV).as_deref() == Ok("console") {
-        if let Ok(mut c) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
-            if c.write_all(line.as_bytes()).is_ok() {
-                return;
-            }
-        }
-    }
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.flush();
-}
+pub use crate::markers::{print_marker, MARKERS_ENV};
 
 /// Runs this binary with `args` in the background, detached from the caller's output: its
 /// markers go straight to the console. For work after ready or restored that must not

@@ -18,6 +18,7 @@ pub mod handover;
 pub mod kernel_native;
 pub mod lazy;
 pub mod lifecycle;
+pub mod markers;
 pub mod memory;
 pub mod profile;
 pub mod resume;

@@ -15,7 +15,7 @@
 //!              go on ─► the power-on after restores the updated system
 //! ```
 
-use crate::status::{BootStatus, ImageRef, Outcome, Recapture};
+use crate::status::{BootStatus, ImageRef, Outcome, PastBoot, Recapture};
 use crate::store::StoreUseError;
 use bootparams::{BootParams, Confirm, StoreAddress};
 use boottrace::error_chain as chain;
@@ -61,46 +61,65 @@ fn store_of(given: Option<&StoreAddress>) -> Result<StoreAddress, LifecycleError
 
 /// Right after a restore (the restored system's command line is its capture's): reads the
 /// status the restoring boot left in the store's boot log, confirms the restore there when
-/// `snapboot.confirm=restored`, and returns the status to write. Never fails the restore:
-/// what cannot be read is the status's reason.
+/// `snapboot.confirm=restored`, adds this boot to the store's history, and returns the
+/// status to write. Never fails the restore: what cannot be read is the status's reason.
 pub fn restored_status(params: &BootParams) -> BootStatus {
     let confirm = params.confirm == Confirm::Restored;
+    let finish = |kept: Option<BootStatus>| {
+        let mut s = kept.unwrap_or_else(|| {
+            let mut s = crate::status::new(Outcome::Restored, params);
+            s.reason = Some("the restoring boot left no status in the store's boot log".into());
+            s
+        });
+        s.outcome = Outcome::Restored;
+        s.confirm_by = params.confirm.word().into();
+        s.confirmed = confirm && s.image.is_some();
+        s.kernel = devsys::system::running_release();
+        s.written_unix = crate::status::now_unix();
+        s
+    };
     let kept = params
         .store
         .clone()
         .ok_or(LifecycleError::NoStore)
         .and_then(|store| {
             Ok(crate::store::update_boot_log(&store, WAIT, |log| {
-                let s = crate::status::from_boot_log(&std::mem::take(&mut log.last_boot));
-                if let (true, Some(ImageRef { name, generation })) =
-                    (confirm, s.as_ref().and_then(|s| s.image.as_ref()))
-                {
+                let s = finish(crate::status::from_boot_log(&std::mem::take(
+                    &mut log.last_boot,
+                )));
+                if let (true, Some(ImageRef { name, generation })) = (confirm, &s.image) {
                     log.confirm(name, *generation);
                 }
+                crate::status::remember(log, &s);
                 s
             })?)
         });
-    let mut s = match kept {
-        Ok(Some(s)) => s,
-        Ok(None) => {
-            let mut s = crate::status::new(Outcome::Restored, params);
-            s.reason = Some("the restoring boot left no status in the store's boot log".into());
-            s
-        }
-        Err(e) => {
-            let mut s = crate::status::new(Outcome::Restored, params);
-            s.reason = Some(format!(
-                "the store's boot log cannot be read, the restore is not confirmed: {}",
-                chain(&e)
-            ));
-            return s;
-        }
-    };
-    s.outcome = Outcome::Restored;
-    s.confirm_by = params.confirm.word().into();
-    s.confirmed = confirm && s.image.is_some();
-    s.kernel = devsys::system::running_release();
-    s
+    kept.unwrap_or_else(|e| {
+        let mut s = crate::status::new(Outcome::Restored, params);
+        s.reason = Some(format!(
+            "the store's boot log cannot be read, the restore is not confirmed: {}",
+            chain(&e)
+        ));
+        s
+    })
+}
+
+/// The last `n` boots the store's history holds, newest first: the store given, or the
+/// one the device's settings name. A record this snapboot cannot read is left out.
+pub fn history(store: Option<&StoreAddress>, n: usize) -> Result<Vec<PastBoot>, LifecycleError> {
+    let address = store_of(store)?;
+    let (s, at) = crate::store::open_address(&address, WAIT, false)?;
+    let log = s.boot_log().map_err(|source| StoreUseError::Store {
+        store: at.to_string(),
+        source,
+    })?;
+    Ok(log
+        .history
+        .iter()
+        .rev()
+        .filter_map(|b| PastBoot::decode(b))
+        .take(n)
+        .collect())
 }
 
 /// `snapboot confirm`: the application's health check passed on a restored system, so
@@ -156,4 +175,77 @@ pub fn record_recapture(mut status: BootStatus, image: &str, result: Result<u64,
         Err(why) => Recapture::Failed(why),
     };
     crate::status::write(&status);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{to_boot_log, ImageRef};
+
+    /// A formatted store in a file under `dir`, and its address.
+    fn store_file(dir: &Path) -> StoreAddress {
+        let path = dir.join("s.store");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(16 << 20).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let fmt = flashstore::FormatOptions {
+            cluster_blocks: 16,
+            ..Default::default()
+        };
+        flashstore::Store::format(f, fmt).unwrap();
+        StoreAddress::path(path.to_str().unwrap())
+    }
+
+    #[test]
+    fn every_boot_with_a_store_is_kept_in_its_history_newest_first() {
+        let d = tempfile::tempdir().unwrap();
+        let store = store_file(d.path());
+        let params = BootParams {
+            store: Some(store.clone()),
+            ..BootParams::default()
+        };
+        assert!(history(Some(&store), 10).unwrap().is_empty());
+        // A boot that fell back keeps itself.
+        let mut fallback = crate::status::new(Outcome::Fallback, &params);
+        fallback.reason = Some("no image on the store can be restored".into());
+        crate::boot::keep_in_history(&params, &fallback);
+        // A restore: the restoring boot leaves its status, the restored system keeps it.
+        let mut restoring = crate::status::new(Outcome::Restored, &params);
+        restoring.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 3,
+        });
+        restoring.attempt = Some(1);
+        crate::store::update_boot_log(&store, WAIT, |log| {
+            log.last_boot = to_boot_log(&restoring);
+        })
+        .unwrap();
+        let restored = restored_status(&params);
+        assert!(restored.confirmed, "{restored:?}");
+        let boots = history(Some(&store), 10).unwrap();
+        let seen: Vec<_> = boots
+            .iter()
+            .map(|b| (b.outcome, b.image.clone(), b.reason.clone()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Outcome::Restored, restoring.image.clone(), None),
+                (
+                    Outcome::Fallback,
+                    None,
+                    Some("no image on the store can be restored".into())
+                ),
+            ]
+        );
+        assert!(boots[0].unix > 1_700_000_000, "{}", boots[0].unix);
+        assert_eq!(history(Some(&store), 1).unwrap().len(), 1);
+        // A boot without a store keeps nothing anywhere.
+        crate::boot::keep_in_history(&BootParams::default(), &fallback);
+        assert_eq!(history(Some(&store), 10).unwrap().len(), 2);
+    }
 }

@@ -14,6 +14,10 @@
 //! ready point ─► a planned re-capture runs (image taken, the system goes on)
 //! ```
 //!
+//! Every boot with a store also adds itself to the history in the store's boot log
+//! ([`remember`]: a boot not restored when resume ends, a restored one in the restored
+//! system's first write), which outlives `/run`: `snapboot status --history`.
+//!
 //! The record itself is crate `bootstatus`'s (re-exported here), which the restorer writes
 //! too; this module files it, reads it back and prints its marker.
 //!
@@ -23,8 +27,8 @@
 
 use bootparams::BootParams;
 pub use bootstatus::{
-    from_boot_log, recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, Recapture, Refusal,
-    RefusalRecord, Timings,
+    from_boot_log, recapture_after, to_boot_log, BootStatus, ImageRef, Outcome, PastBoot,
+    Recapture, Refusal, RefusalRecord, Timings,
 };
 use std::path::Path;
 
@@ -122,6 +126,12 @@ pub fn read_from(path: &Path) -> Result<BootStatus, StatusError> {
 /// Reads [`STATUS_FILE`].
 pub fn read() -> Result<BootStatus, StatusError> {
     read_from(Path::new(STATUS_FILE))
+}
+
+/// Adds the boot `status` tells of to the history in the store's boot log `log` (the
+/// oldest boots go when it is full).
+pub fn remember(log: &mut flashstore::BootLog, status: &BootStatus) {
+    log.remember(status.past().encode());
 }
 
 /// Prints the `status` marker: the outcome, and for a restore the image and its count.

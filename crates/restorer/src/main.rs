@@ -379,6 +379,12 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
     let settings = bootparams::config::from_text(cmdline, stock.config.as_deref())
         .map_err(|e| NotRestored::Settings(admission::chain(&e)))?;
     let params = settings.params;
+    if !params.resume {
+        return Err(NotRestored::Settings(alloc::format!(
+            "{} on the kernel command line: nothing is restored this boot",
+            bootparams::NORESUME
+        )));
+    }
     let address = params.store.as_ref().ok_or_else(|| {
         NotRestored::Store(alloc::format!(
             "no snapboot.store= on the command line, and no store = in {}",

@@ -52,8 +52,10 @@ pub enum DeviceCmd {
     #[command(subcommand)]
     Config(crate::configcmd::ConfigCmd),
     /// (device) What this boot did: restored (which image, which unconfirmed restore), cold
-    /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status).
-    /// Exit status 0 when restored, 4 when not.
+    /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status);
+    /// with --history, the last boots from the store's boot log, which survives reboots.
+    /// Exit status 0 when restored, 4 when not (also when resume did not run on this boot);
+    /// with --history, 0 once shown.
     Status(lifecyclecmd::StatusArgs),
     /// (device, restored) The application works: reset the crash-loop guard's count of the
     /// restored image (for images captured with snapboot.confirm=app).

@@ -6,17 +6,26 @@ use crate::exit::Exit;
 use anyhow::Result;
 use bootparams::StoreAddress;
 use clap::Args;
-use ondevice::status::Outcome;
+use ondevice::status::{BootStatus, Outcome, StatusError};
 use std::process::ExitCode;
 
 /// `snapboot status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Print the status as JSON, on one line (the fields of `/run/snapboot/status`).
+    /// Print the status as JSON, on one line (the fields of `/run/snapboot/status`); with
+    /// --history, a JSON list of the boots.
     #[arg(long)]
     json: bool,
+    /// Show the last N boots instead (default 10), newest first, one line each: when, what
+    /// each came to, the image restored or why not; from the history in the store's boot
+    /// log, which every boot with a store adds to and which survives reboots.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "10")]
+    history: Option<usize>,
+    /// With --history, the store: a path, PARTUUID=, PARTLABEL= or LABEL= (default: the one
+    /// the config file or the kernel command line names).
+    #[arg(long, requires = "history")]
+    store: Option<StoreAddress>,
 }
-
 /// `snapboot confirm` and `snapboot invalidate`.
 #[derive(Args, Debug)]
 pub struct StoreArg {
@@ -26,20 +35,70 @@ pub struct StoreArg {
     store: Option<StoreAddress>,
 }
 
-/// Shows what this boot did; exits 0 when it was restored, with [`Exit::NotRestored`] when
-/// it booted cold or fell back.
+/// Shows what this boot did, or with `--history` the last boots. Exits 0 when this boot was
+/// restored, with [`Exit::NotRestored`] when it booted cold or fell back, or when resume did
+/// not run on it (then nothing was restored); with `--history`, 0 once it is shown.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
-    let s = ondevice::status::read()?;
-    if a.json {
-        println!("{}", serde_json::to_string(&s)?);
-    } else {
-        println!("{}", s.human());
+    if let Some(n) = a.history {
+        let boots = ondevice::lifecycle::history(a.store.as_ref(), n)?;
+        let text = if a.json {
+            serde_json::to_string(&boots)?
+        } else if boots.is_empty() {
+            "no boot in the store's history yet".into()
+        } else {
+            boots
+                .iter()
+                .map(|b| b.line())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        show(&text);
+        return Ok(Exit::Success.into());
     }
-    Ok(match s.outcome {
+    let s = this_boot(ondevice::status::read())?;
+    show(&if a.json {
+        serde_json::to_string(&s)?
+    } else {
+        s.human()
+    });
+    Ok(exit_of(&s).into())
+}
+
+/// Prints `text` and a newline on stdout; a reader that stops early (`snapboot status |
+/// head -n 1`) changes nothing, the exit status included.
+fn show(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// This boot's status as read: a missing status file is a boot resume did not run on,
+/// which restored nothing and booted cold (said as its reason); a file that cannot be read
+/// is an error.
+fn this_boot(read: Result<BootStatus, StatusError>) -> Result<BootStatus, StatusError> {
+    match read {
+        Err(StatusError::Missing(path)) => {
+            let mut s = BootStatus::new(
+                Outcome::Cold,
+                bootparams::DEFAULT_ATTEMPTS,
+                bootparams::Confirm::Restored.word(),
+                devsys::system::running_release(),
+            );
+            s.reason = Some(format!(
+                "snapboot resume did not run on this boot (no {path}): nothing was restored"
+            ));
+            Ok(s)
+        }
+        other => other,
+    }
+}
+
+/// `snapboot status`'s exit status for this boot: 0 restored, 4 not.
+fn exit_of(s: &BootStatus) -> Exit {
+    match s.outcome {
         Outcome::Restored => Exit::Success,
         Outcome::Cold | Outcome::Fallback => Exit::NotRestored,
     }
-    .into())
 }
 
 /// Confirms this boot's restore on the store.
@@ -60,4 +119,40 @@ pub fn invalidate(a: StoreArg) -> Result<ExitCode> {
          captures a new image at its ready point"
     );
     Ok(Exit::Success.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(outcome: Outcome) -> BootStatus {
+        BootStatus::new(outcome, 2, "restored", "6.1.0".into())
+    }
+
+    #[test]
+    fn status_exits_0_only_for_a_restored_boot_and_4_for_any_other_even_without_a_status() {
+        assert_eq!(exit_of(&status(Outcome::Restored)), Exit::Success);
+        assert_eq!(exit_of(&status(Outcome::Cold)), Exit::NotRestored);
+        assert_eq!(exit_of(&status(Outcome::Fallback)), Exit::NotRestored);
+        let missing = this_boot(Err(StatusError::Missing("/run/snapboot/status".into()))).unwrap();
+        assert_eq!(exit_of(&missing), Exit::NotRestored);
+        assert_eq!(missing.outcome, Outcome::Cold);
+        assert_eq!(
+            missing.reason.as_deref(),
+            Some(
+                "snapboot resume did not run on this boot (no /run/snapboot/status): nothing \
+                 was restored"
+            )
+        );
+        // A status that cannot be read fails (exit 1), naming the file.
+        let bad = serde_json::from_str::<BootStatus>("{").unwrap_err();
+        let e = this_boot(Err(StatusError::Parse {
+            path: "/run/snapboot/status".into(),
+            source: bad,
+        }))
+        .unwrap_err();
+        assert_eq!(e.to_string(), "/run/snapboot/status is not a boot status");
+        let read = this_boot(Ok(status(Outcome::Fallback))).unwrap();
+        assert_eq!(read, status(Outcome::Fallback));
+    }
 }

@@ -19,7 +19,15 @@
 //! | magic  | seq    | len    | payload (postcard)     | BLAKE3 of the bytes  |
 //! | 8 B    | u64 LE | u32 LE | len bytes              | before it: 32 B      |
 //! +--------+--------+--------+------------------------+----------------------+
+//!
+//! payload: the log's fields, then (when there is one) the history: the last boots'
+//! records, oldest first, as one postcard list of byte strings
 //! ```
+//!
+//! The history follows the fields rather than being one of them so that a snapboot that
+//! predates it still reads the log (postcard leaves trailing bytes unread), and a log
+//! written before it reads with an empty history. It is bounded: at most [`HISTORY_MAX`]
+//! records, and a write drops the oldest until the slot holds the rest.
 //!
 //! A write goes to the slot the newest valid one is not in, with the next `seq`, and is
 //! synced; a torn write fails its checksum and the other slot still holds the previous log.
@@ -45,6 +53,8 @@ pub const BOOTLOG_HEADER: usize = 20;
 const SUM: usize = 32;
 /// Largest payload a slot holds.
 pub const BOOTLOG_MAX_PAYLOAD: usize = BLOCK as usize - BOOTLOG_HEADER - SUM;
+/// Most boots the history keeps (fewer when their records do not fit the slot).
+pub const HISTORY_MAX: usize = 64;
 
 /// Why the boot log cannot be kept on a store.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +121,10 @@ pub struct BootLog {
     /// The latest boot's own record, opaque to the store (snapboot keeps the outcome of a
     /// boot that another kernel continues: a restore, a restore kernel's hand-over).
     pub last_boot: Vec<u8>,
+    /// The last boots' records, oldest first, opaque to the store (what each boot came to);
+    /// encoded after the other fields (see the module documentation).
+    #[serde(skip)]
+    pub history: Vec<Vec<u8>>,
 }
 
 impl BootLog {
@@ -185,14 +199,36 @@ impl BootLog {
         });
     }
 
-    /// The slot block holding this log with its `seq`.
-    pub fn encode_slot(&self) -> Result<Vec<u8>, BootLogError> {
-        let payload = encode(self, "boot log")?;
+    /// Adds one boot's record to the history, dropping the oldest beyond [`HISTORY_MAX`].
+    pub fn remember(&mut self, record: Vec<u8>) {
+        self.history.push(record);
+        let over = self.history.len().saturating_sub(HISTORY_MAX);
+        self.history.drain(..over);
+    }
+
+    /// The payload: the fields, then the newest records of the history that fit the slot
+    /// with them.
+    fn payload(&self) -> Result<Vec<u8>, BootLogError> {
+        let mut payload = encode(self, "boot log")?;
         if payload.len() > BOOTLOG_MAX_PAYLOAD {
             return Err(BootLogError::TooLarge {
                 bytes: payload.len(),
             });
         }
+        let kept = self.history.len().min(HISTORY_MAX);
+        for skip in self.history.len() - kept..self.history.len() {
+            let history = encode(&&self.history[skip..], "boot history")?;
+            if payload.len() + history.len() <= BOOTLOG_MAX_PAYLOAD {
+                payload.extend_from_slice(&history);
+                break;
+            }
+        }
+        Ok(payload)
+    }
+
+    /// The slot block holding this log with its `seq`.
+    pub fn encode_slot(&self) -> Result<Vec<u8>, BootLogError> {
+        let payload = self.payload()?;
         let mut b = vec![0u8; BLOCK as usize];
         b[0..8].copy_from_slice(BOOTLOG_MAGIC);
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
@@ -218,8 +254,10 @@ impl BootLog {
         if blake3::hash(&b[..end]).as_bytes() != &b[end..end + SUM] {
             return None;
         }
-        let mut log: BootLog = decode(&b[BOOTLOG_HEADER..end], "boot log").ok()?;
+        let (mut log, rest) = postcard::take_from_bytes::<BootLog>(&b[BOOTLOG_HEADER..end]).ok()?;
         log.seq = seq;
+        // A history that does not parse is lost, not the log that guards the images.
+        log.history = decode(rest, "boot history").unwrap_or_default();
         Some(log)
     }
 }
@@ -366,5 +404,65 @@ mod tests {
         assert!(e.contains("a slot holds 4044"), "{e}");
         let e = boot_log_slots(2).unwrap_err().to_string();
         assert!(e.contains("no room for the boot log"), "{e}");
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_boots_that_fit_and_survives_the_slot() {
+        let mut log = BootLog {
+            stale_through: 3,
+            ..BootLog::default()
+        };
+        for i in 0..(HISTORY_MAX as u32 + 5) {
+            log.remember(i.to_le_bytes().to_vec());
+        }
+        assert_eq!(log.history.len(), HISTORY_MAX);
+        assert_eq!(log.history[0], 5u32.to_le_bytes());
+        let back = BootLog::decode_slot(&log.encode_slot().unwrap()).unwrap();
+        assert_eq!(back.history, log.history);
+        // Records too large for the slot together: the oldest go, the log's fields stay.
+        let mut big = log.clone();
+        for i in 0..20u8 {
+            big.remember(vec![i; 300]);
+        }
+        let back = BootLog::decode_slot(&big.encode_slot().unwrap()).unwrap();
+        assert_eq!(back.stale_through, 3);
+        let n = back.history.len();
+        assert!((10..20).contains(&n), "{n} records kept");
+        assert_eq!(back.history[..], big.history[big.history.len() - n..]);
+    }
+
+    /// The log's fields as a snapboot without the history wrote and reads them.
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct OldLog {
+        stale_through: u64,
+        attempts: Vec<Attempts>,
+        last_boot: Vec<u8>,
+    }
+
+    #[test]
+    fn a_log_with_a_history_reads_in_an_older_snapboot_and_an_older_log_reads_here() {
+        let mut log = BootLog {
+            stale_through: 9,
+            last_boot: b"status".to_vec(),
+            ..BootLog::default()
+        };
+        log.attempt("current", 4, 100);
+        log.remember(b"boot one".to_vec());
+        let payload = log.payload().unwrap();
+        let old: OldLog = postcard::from_bytes(&payload).unwrap();
+        assert_eq!(
+            old,
+            OldLog {
+                stale_through: 9,
+                attempts: log.attempts.clone(),
+                last_boot: b"status".to_vec(),
+            }
+        );
+        // Without a history the payload is the older one, byte for byte.
+        let mut none = log.clone();
+        none.history.clear();
+        assert_eq!(none.payload().unwrap(), encode(&old, "old").unwrap());
+        let back = BootLog::decode_slot(&none.encode_slot().unwrap()).unwrap();
+        assert_eq!((back.stale_through, back.history.len()), (9, 0));
     }
 }

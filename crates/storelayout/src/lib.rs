@@ -37,7 +37,7 @@ pub mod versions;
 
 pub use bootlog::{
     boot_log_slots, Attempts, BootLog, BootLogError, Guarded, NewestLog, SlotWrite, BOOTLOG_HEADER,
-    BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD,
+    BOOTLOG_MAGIC, BOOTLOG_MAX_PAYLOAD, HISTORY_MAX,
 };
 pub use catalog::{Catalog, ChunkCheck, ChunkRec, Extent, ImageRec, ImageStats, KeySlot};
 pub use chunk::open_chunk;

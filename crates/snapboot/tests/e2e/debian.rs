@@ -148,7 +148,8 @@ fn debian_with_dracut_restores() {
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     s.wait_for(&restored, "restored marker", Duration::from_secs(180))
         .unwrap();
-    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    // Without the printk prefix of a marker the kernel echoed from its log.
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.message()).collect();
     let at = |marker: &str| lines.iter().position(|l| l.starts_with(marker));
     let (init, resume) = (at("snapboot: @init"), at("snapboot: @resume-start"));
     assert!(

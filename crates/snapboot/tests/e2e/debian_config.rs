@@ -17,7 +17,7 @@ use std::path::PathBuf;
 /// before it (systemd's `Starting systemd-udevd.service` in an initramfs with systemd), and
 /// nothing said `@resume-after-udev`.
 pub(crate) fn assert_resumed_before_udev(s: &board::qemu::Session, boot: &str) {
-    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.message()).collect();
     let start = lines
         .iter()
         .position(|l| l.contains("snapboot: @resume-start"))
@@ -83,7 +83,7 @@ fn restores_before_udev_on_the_normal_entry(b: &bundle::Bundle, disk: &std::path
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     assert_resumed_before_udev(&s, workload);
     check_restored_app(&mut s, 1, &expected);
-    assert_in_journal(&mut s, "snapboot:", "@status restored");
+    assert_in_journal(&mut s, "@status", "@status restored");
     s.finish(boottrace::Outcome::Answered);
 }
 

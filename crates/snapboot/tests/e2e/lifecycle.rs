@@ -1,5 +1,5 @@
 //! A device's life on the real board: every boot leaves its outcome in
-//! `/run/snapboot/status` (`snapboot status`), a restore no one confirms is retried only
+//! `/run/snapboot/status` (`snapboot status`) and the store's history (`--history`), a restore no one confirms is retried only
 //! `snapboot.attempts` times, and after an update the first boot captures the updated
 //! system and goes on, so the second restores it.
 
@@ -21,6 +21,21 @@ fn status(s: &mut board::qemu::Session) -> (serde_json::Value, u8) {
         serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}")),
         code.parse().unwrap(),
     )
+}
+
+/// The outcomes of the boots in the history of the store on /dev/vdb, newest first.
+fn history(s: &mut board::qemu::Session) -> Vec<String> {
+    let line = ask(
+        s,
+        "snapboot status --history --store /dev/vdb --json",
+        r"^\[.*\]$",
+    );
+    let boots: Vec<serde_json::Value> =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    boots
+        .iter()
+        .map(|b| b["outcome"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// A boot of `bundle` on `store` (none: no store named) with `extra` words, after its
@@ -122,6 +137,36 @@ fn an_unconfirmed_image_is_restored_twice_then_skipped_and_every_boot_has_a_stat
         st["recapture"], "no",
         "a crash-looping system is not captured again: {st}"
     );
+    // Every boot so far is in the store's history, newest first, and this one's reason is
+    // in the kernel log.
+    assert_eq!(
+        history(&mut s),
+        ["fallback", "restored", "restored", "restored", "cold"]
+    );
+    ask(
+        &mut s,
+        "dmesg | grep -q 'snapboot: @status fallback:.*crash-loop guard' && echo in-kmsg",
+        "^in-kmsg$",
+    );
+    s.finish(boottrace::Outcome::Answered);
+
+    // `noresume` restores nothing, says why and is kept too.
+    let (mut s, line) = boot_until(
+        &b,
+        Some(&store),
+        &["noresume"],
+        false,
+        r"snapboot: @status .*",
+    );
+    assert!(
+        line.contains(&format!(
+            "@status cold: {}",
+            ondevice::boot::NORESUME_REASON
+        )),
+        "{line}"
+    );
+    wait_ready(&mut s);
+    assert_eq!(history(&mut s)[..2], ["cold", "fallback"]);
     s.finish(boottrace::Outcome::Answered);
 
     // A boot that names no store: cold, and says why.

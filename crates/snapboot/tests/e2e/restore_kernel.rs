@@ -50,7 +50,8 @@ pub(crate) fn restore_session(
 /// `@fallback` (nor a hand-over, nor a second `@resume-start` from the initramfs's `/init`):
 /// snapboot, the kernel's first process, found its settings and the store itself.
 pub(crate) fn assert_restored_on_first_try(s: &board::qemu::Session, boot: &str) {
-    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.text.as_str()).collect();
+    // Without the printk prefix of a marker the kernel echoed from its log.
+    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.message()).collect();
     let end = lines
         .iter()
         .position(|l| l.starts_with("snapboot: @restored"))
