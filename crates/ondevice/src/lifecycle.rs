@@ -16,28 +16,31 @@
 //! ```
 
 use crate::status::{BootStatus, ImageRef, Outcome, Recapture};
+use crate::command_store::{CommandStore, CommandStoreError};
 use crate::store::StoreUseError;
-use bootparams::{BootParams, Confirm, StoreAddress};
+use bootparams::{BootParams, Confirm};
 use boottrace::error_chain as chain;
 use std::path::Path;
 use std::time::Duration;
 
-/// How long a confirmation or an invalidation waits for the store's device.
+/// How long the restored system's status waits for the store's device (it runs right
+/// after the restore, while devices are resuming). `snapboot confirm` and `invalidate` run
+/// on a settled system, or in a chroot at an update, and never wait.
 const WAIT: Duration = Duration::from_secs(2);
 
 /// Why a confirmation or an invalidation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
-    /// No store named and none given.
+    /// The restored system's command line names no store.
     #[error(
-        "no store: give one, write store = in {}, or boot with {}=",
-        bootparams::config::CONFIG_PATH,
-        bootparams::key::STORE
+        "no store: the restored system's command line has no {}= and {} names none",
+        bootparams::key::STORE,
+        bootparams::config::CONFIG_PATH
     )]
     NoStore,
-    /// The device's settings cannot be known (a bad config file or kernel word).
-    #[error("the device's settings")]
-    Settings(#[from] bootparams::config::SettingsError),
+    /// The command's store is not known or not there.
+    #[error(transparent)]
+    Store(#[from] CommandStoreError),
     /// This boot's status cannot be read.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
@@ -46,17 +49,7 @@ pub enum LifecycleError {
     NotRestored(&'static str),
     /// The store or its boot log cannot be used.
     #[error(transparent)]
-    Store(#[from] StoreUseError),
-}
-
-/// The store given, or else the one the device's settings name (the config file's, under
-/// the kernel command line's).
-fn store_of(given: Option<&StoreAddress>) -> Result<StoreAddress, LifecycleError> {
-    if let Some(store) = given {
-        return Ok(store.clone());
-    }
-    let settings = crate::settings::load()?;
-    settings.store.ok_or(LifecycleError::NoStore)
+    Use(#[from] StoreUseError),
 }
 
 /// Right after a restore (the restored system's command line is its capture's): reads the
@@ -105,7 +98,7 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
 
 /// `snapboot confirm`: the application's health check passed on a restored system, so
 /// the crash-loop guard's count of its image starts again. Returns the image confirmed.
-pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError> {
+pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
     let mut status = crate::status::read()?;
     let Some(image) = status
         .image
@@ -114,8 +107,8 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
     else {
         return Err(LifecycleError::NotRestored(status.outcome.word()));
     };
-    let store = store_of(store)?;
-    crate::store::update_boot_log(&store, WAIT, |log| {
+    let at = store.locate()?;
+    crate::store::update_located_boot_log(&at, |log| {
         log.confirm(&image.name, image.generation)
     })?;
     status.confirmed = true;
@@ -125,10 +118,9 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
 
 /// `snapboot invalidate`: marks every image now on the store stale (after an update), so
 /// the next boot does not try them and captures a new one. Returns the generation they
-/// were marked through.
-pub fn invalidate(store: Option<&StoreAddress>) -> Result<u64, LifecycleError> {
-    let address = store_of(store)?;
-    let (mut s, at) = crate::store::open_address(&address, WAIT, true)?;
+/// were marked through. The store is looked for as the disks are now, never waited for.
+pub fn invalidate(store: &CommandStore) -> Result<u64, LifecycleError> {
+    let (mut s, at) = store.open(true)?;
     let through = s.generation();
     s.update_boot_log(|log| log.stale_through = through)
         .map_err(|source| StoreUseError::Store {

@@ -25,8 +25,9 @@ pub enum ThenArg {
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
     /// The store to write the image to: a device (or file) path, PARTUUID=, PARTLABEL= or
-    /// LABEL=.
-    #[arg(long, required_unless_present = "next_boot")]
+    /// LABEL= (default: the configured one, `store =` in /etc/snapboot/snapboot.conf or
+    /// `snapboot.store=` on the kernel command line).
+    #[arg(long)]
     store: Option<StoreAddress>,
     /// Capture on the next boot instead of now: the boot loader boots its capture entry
     /// once (GRUB: `next_entry=snapboot-capture` in grubenv, as `grub-reboot` sets it;
@@ -235,10 +236,12 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
-    let Some(store) = a.store else {
+    if a.next_boot {
         return next_boot_capture(a.boot_directory.as_deref());
-    };
-    let mut o = CaptureOptions::new(store);
+    }
+    let store = ondevice::command_store::from_system(a.store)?;
+    store.locate()?;
+    let mut o = CaptureOptions::new(store.address);
     o.then = match a.then {
         ThenArg::Poweroff => Then::PowerOff,
         ThenArg::Continue => Then::Continue,

@@ -58,10 +58,10 @@ pub enum DeviceCmd {
     /// (device, restored) The application works: reset the crash-loop guard's count of the
     /// restored image (for images captured with snapboot.confirm=app).
     Confirm(lifecyclecmd::StoreArg),
-    /// (device) An update changed the system: mark every stored image stale, so the next
-    /// boot does not try them and captures a new one (the kernel and initramfs hooks that
-    /// `snapboot install` puts in run this).
-    Invalidate(lifecyclecmd::StoreArg),
+    /// An update changed the system: mark every stored image stale, so the next boot does
+    /// not try them and captures a new one (the kernel and initramfs update hooks run
+    /// `snapboot invalidate --if-configured`).
+    Invalidate(lifecyclecmd::InvalidateArgs),
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -190,7 +190,10 @@ mod tests {
     #[test]
     fn capture_takes_a_store_or_the_next_boot_but_not_both() {
         let parse = |w: &[&str]| Cli::try_parse_from(w.iter().copied());
-        assert!(parse(&["snapboot", "capture"]).is_err(), "where to?");
+        assert!(
+            parse(&["snapboot", "capture"]).is_ok(),
+            "the configured store"
+        );
         assert!(parse(&["snapboot", "capture", "--next-boot"]).is_ok());
         assert!(parse(&["snapboot", "capture", "--store", "/dev/vdb"]).is_ok());
         let both = ["snapboot", "capture", "--next-boot", "--store", "/dev/vdb"];
