@@ -336,7 +336,11 @@ fn take_image(
         None => None,
         Some(l) => {
             let page = PAGE_SIZE as u64;
-            let bytes = l.region_bytes.unwrap_or(store.idle_bytes() / 2) / page * page;
+            let bytes = l
+                .region_bytes
+                .unwrap_or(store.idle_bytes() / bootparams::settings::SWAP_REGION_IDLE_DIVISOR)
+                / page
+                * page;
             let e = store.reserve_raw(bytes).map_err(StoreUseError::from)?;
             raw = Some(e);
             let place = lazy::RegionPlace {

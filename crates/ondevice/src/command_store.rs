@@ -131,12 +131,7 @@ pub fn choose(
 pub fn from_system(given: Option<StoreAddress>) -> Result<CommandStore, CommandStoreError> {
     choose(
         given,
-        || {
-            bootparams::config::load(
-                &devsys::system::kernel_cmdline(),
-                Path::new(CONFIG_PATH),
-            )
-        },
+        || bootparams::config::load(&devsys::system::kernel_cmdline(), Path::new(CONFIG_PATH)),
         CONFIG_PATH,
     )
 }

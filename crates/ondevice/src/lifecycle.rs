@@ -15,8 +15,8 @@
 //!              go on ─► the power-on after restores the updated system
 //! ```
 
-use crate::status::{BootStatus, ImageRef, Outcome, Recapture};
 use crate::command_store::{CommandStore, CommandStoreError};
+use crate::status::{BootStatus, ImageRef, Outcome, Recapture};
 use crate::store::StoreUseError;
 use bootparams::{BootParams, Confirm};
 use boottrace::error_chain as chain;
@@ -108,9 +108,7 @@ pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
         return Err(LifecycleError::NotRestored(status.outcome.word()));
     };
     let at = store.locate()?;
-    crate::store::update_located_boot_log(&at, |log| {
-        log.confirm(&image.name, image.generation)
-    })?;
+    crate::store::update_located_boot_log(&at, |log| log.confirm(&image.name, image.generation))?;
     status.confirmed = true;
     crate::status::write_to(&status, Path::new(crate::status::STATUS_FILE))?;
     Ok(image)

@@ -89,7 +89,8 @@ pub enum CheckArg {
 }
 
 /// What a store argument takes, and its default.
-pub(crate) const STORE_HELP: &str = "The store: a file or block device path, PARTUUID=, PARTLABEL= or \
+pub(crate) const STORE_HELP: &str =
+    "The store: a file or block device path, PARTUUID=, PARTLABEL= or \
                           LABEL= (default: the configured one, `store =` in \
                           /etc/snapboot/snapboot.conf or `snapboot.store=` on the kernel \
                           command line)";
