@@ -197,6 +197,8 @@ pub fn root(mounts: &[Mount], is_device: impl Fn(&str) -> bool) -> Vec<Finding> 
 pub enum StoreState {
     /// None given or configured (the error's words).
     NotConfigured(String),
+    /// The config file or the kernel command line does not parse (the error's words).
+    BadSettings(String),
     /// Configured but not usable: not on this device, not a store, a bad config file (the
     /// error's words).
     Unusable {
@@ -231,6 +233,12 @@ pub fn store(state: &StoreState, ram: Option<u64>) -> Finding {
             why.clone(),
             "name it in /etc/snapboot/snapboot.conf (`store = PARTLABEL=NAME`), then \
              `snapboot store init`",
+        ),
+        StoreState::BadSettings(why) => Finding::bad(
+            Area::Store,
+            Verdict::Blocker,
+            why.clone(),
+            "`snapboot config check` names the line",
         ),
         StoreState::Unusable {
             why,

@@ -53,9 +53,14 @@ pub enum DeviceCmd {
     /// (initramfs) Validate the store's image and restore it; on any failure print the
     /// reason and return so the cold boot continues.
     Resume(bootcmd::ResumeArgs),
-    /// (device) Whether the running kernel can snapshot-boot: each requirement (its config,
-    /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
-    /// hibernation) met or not, with what to do.
+    /// Whether this device can snapshot-boot, each requirement met or not with what to do,
+    /// one a line: the running kernel (its config, from /boot/config-RELEASE or
+    /// /proc/config.gz; its lockdown state; whether it offers hibernation), the root
+    /// (read-only, or an overlay whose writes go to tmpfs), the configured store (there, a
+    /// store, its size against the RAM), the initramfs (/bin/snapboot, the root's
+    /// /etc/snapboot files unchanged, the store's drivers, the device key for
+    /// `encrypt = key`), the capture unit (enabled, after the application) and the boot
+    /// loader's capture entry. Exit status 7 when something blocks.
     Check(crate::checkcmd::CheckArgs),
     /// The config file /etc/snapboot/snapboot.conf (snapboot.conf(5)): check it and
     /// show the settings in effect; print its man page, default file or docs table.
