@@ -117,7 +117,8 @@ fn mount_of<'m>(mounts: &'m [Mount], path: &str) -> Option<&'m Mount> {
 /// How to make the root read-only, for the fixes.
 const READ_ONLY_ROOT: &str = "mount it read-only (`ro` on the kernel command line and in \
                               /etc/fstab) with a tmpfs overlay for what the system writes \
-                              (docs/real-boards.md, a read-only root)";
+                              (docs/real-boards.md: read-only root, tmpfs where the \
+                              system writes)";
 
 /// The root and the other mounts (`mounts`: /proc/self/mountinfo; `is_device`: whether a
 /// mount's source is a block device, as capture decides it): capture refuses a writable
@@ -211,7 +212,8 @@ pub enum StoreState {
     },
     /// A store.
     Found {
-        /// Where it is (address and device).
+        /// Which store and where it is (its address, where the address came from, the
+        /// device).
         at: String,
         /// Its bytes (clusters times cluster size).
         bytes: u64,
@@ -257,7 +259,7 @@ pub fn store(state: &StoreState, ram: Option<u64>) -> Finding {
             "fix the address in /etc/snapboot/snapboot.conf (`store =`) or the device",
         ),
         StoreState::Found { at, bytes, images } => {
-            let found = format!("store {at}: {} MiB, {images} image(s)", bytes / MIB);
+            let found = format!("{at}: {} MiB, {images} image(s)", bytes / MIB);
             match ram {
                 Some(ram) if *bytes < ram => Finding::bad(
                     Area::Store,

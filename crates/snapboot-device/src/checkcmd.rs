@@ -271,8 +271,12 @@ fn store_state() -> (StoreState, Option<PathBuf>) {
     match chosen.open(false) {
         Ok((s, at)) => {
             let u = s.usage();
+            let device = at.path.display().to_string();
             let state = StoreState::Found {
-                at: at.to_string(),
+                at: match chosen.address.as_path() {
+                    Some(p) if p == device => chosen.to_string(),
+                    _ => format!("{chosen} on {device}"),
+                },
                 bytes: u.clusters * s.cluster_bytes(),
                 images: s.images().len(),
             };

@@ -96,7 +96,8 @@ fn the_store_is_named_found_a_store_and_large_enough() {
         .unwrap()
         .starts_with("`snapboot store init PARTLABEL=snapstore`"));
     let found = |mib: u64| StoreState::Found {
-        at: "PARTLABEL=snapstore (/dev/vdb2)".into(),
+        at: "the configured store PARTLABEL=snapstore (/etc/snapboot/snapboot.conf) on /dev/vdb2"
+            .into(),
         bytes: mib << 20,
         images: 1,
     };
@@ -104,7 +105,8 @@ fn the_store_is_named_found_a_store_and_large_enough() {
     assert_eq!(small.verdict, Verdict::Warn);
     assert_eq!(
         small.found,
-        "store PARTLABEL=snapstore (/dev/vdb2): 512 MiB, 1 image(s), smaller than the RAM (1024 MiB)"
+        "the configured store PARTLABEL=snapstore (/etc/snapboot/snapboot.conf) on /dev/vdb2: \
+         512 MiB, 1 image(s), smaller than the RAM (1024 MiB)"
     );
     assert_eq!(store(&found(2048), Some(1 << 30)).verdict, Verdict::Ok);
 }
