@@ -137,12 +137,13 @@ pub fn from_system(given: Option<StoreAddress>) -> Result<CommandStore, CommandS
 }
 
 impl CommandStore {
-    /// The device the address names now (no waiting): a missing one, a path included, is
-    /// [`CommandStoreError::NotHere`].
+    /// The device the address names now (no waiting): a missing one is
+    /// [`CommandStoreError::NotHere`], a configured path included (a path given on the
+    /// command line is opened as it is, and opening it says why it cannot be).
     pub fn locate(&self) -> Result<Located, CommandStoreError> {
         self.locate_with(|a| {
             let at = devsys::locate::resolve(a, Duration::ZERO)?;
-            match at.path.exists() {
+            match at.path.exists() || self.origin == Origin::Given {
                 true => Ok(at),
                 false => Err(LocateError::NoNode {
                     path: at.path,
