@@ -444,10 +444,25 @@ pub fn initramfs(i: &InitramfsInputs) -> Vec<Finding> {
     out
 }
 
-/// The units every service is ordered after by default, and snapboot's own: an `After=`
-/// of only these orders the capture after no application.
+/// The units every service is ordered after by default (targets, slices, sockets,
+/// systemd's own services) and the capture unit itself: an `After=` of only these orders
+/// the capture after no application.
 fn is_system_unit(u: &str) -> bool {
-    !u.ends_with(".service") || u.starts_with("systemd-") || u.starts_with("snapboot-")
+    !u.ends_with(".service")
+        || u.starts_with("systemd-")
+        || u == devinstall::install::CAPTURE_UNIT_NAME
+}
+
+/// The `After=` of a unit from its files (the unit, then its drop-ins), for a system whose
+/// manager is not running (a chroot) and cannot be asked: every `After=` line's units.
+pub fn after_from_unit_files(texts: &[String]) -> String {
+    let units: Vec<&str> = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| l.trim().strip_prefix("After="))
+        .flat_map(str::split_whitespace)
+        .collect();
+    units.join(" ")
 }
 
 /// The capture unit: `enabled` is `systemctl is-enabled`'s answer (`None`: no systemctl),

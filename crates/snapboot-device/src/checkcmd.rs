@@ -158,7 +158,9 @@ fn device_findings(initramfs: Option<&Path>) -> Vec<Finding> {
 
     let unit = devinstall::install::CAPTURE_UNIT_NAME;
     let enabled = systemctl(&["is-enabled", unit]);
-    let after = systemctl(&["show", "-p", "After", "--value", unit]).unwrap_or_default();
+    // A manager that is not running (a chroot) cannot be asked: the unit's files then.
+    let after = systemctl(&["show", "-p", "After", "--value", unit])
+        .unwrap_or_else(|| dc::after_from_unit_files(&unit_files(unit)));
     out.extend(dc::capture_unit(enabled.as_deref(), &after, installation));
 
     let first = |paths: &[&str]| {
@@ -298,6 +300,32 @@ fn store_state() -> (StoreState, Option<PathBuf>) {
             (state, None)
         }
     }
+}
+
+/// The texts of a unit's file and its drop-ins, in the order systemd reads them.
+fn unit_files(unit: &str) -> Vec<String> {
+    let dirs = [
+        "/usr/lib/systemd/system",
+        "/lib/systemd/system",
+        "/etc/systemd/system",
+    ];
+    let mut texts: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_to_string(format!("{d}/{unit}")).ok())
+        .collect();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(format!("{d}/{unit}.d")) else {
+            continue;
+        };
+        let mut confs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+            .collect();
+        confs.sort();
+        texts.extend(confs.iter().filter_map(|p| std::fs::read_to_string(p).ok()));
+    }
+    texts
 }
 
 /// `systemctl ARGS`'s first line of output (`None`: no systemctl, or it said nothing).

@@ -269,6 +269,18 @@ fn the_capture_unit_is_enabled_and_after_the_application() {
         f[0].fix.as_deref(),
         Some("`snapboot install --after APP.service`")
     );
+    let files = [
+        "[Unit]\nAfter=multi-user.target\n".to_string(),
+        "[Unit]\nAfter=snapboot-app.service\nRequires=snapboot-app.service\n".to_string(),
+    ];
+    let after = after_from_unit_files(&files);
+    assert_eq!(after, "multi-user.target snapboot-app.service");
+    let f = capture_unit(Some("enabled"), &after, Installation::Neither);
+    assert_eq!(
+        verdicts(&f),
+        [Verdict::Ok],
+        "the board's application is snapboot-app"
+    );
     let with_app = format!("{defaults} myapp.service");
     let f = capture_unit(Some("enabled"), &with_app, Installation::Package);
     assert_eq!(verdicts(&f), [Verdict::Ok]);
