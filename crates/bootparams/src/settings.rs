@@ -12,6 +12,14 @@ use crate::key;
 /// the initramfs, where resume runs.
 pub const CONFIG_PATH: &str = "/etc/snapboot/snapboot.conf";
 
+/// A lazy image's swap region when `swapsize` is not set: the store's idle space at the
+/// capture divided by this.
+pub const SWAP_REGION_IDLE_DIVISOR: u64 = 2;
+
+/// [`SWAP_REGION_IDLE_DIVISOR`] in words: the table's default of `swapsize`, and what
+/// `snapboot capture --swap-size` says it defaults to.
+pub const SWAPSIZE_DEFAULT: &str = "half the store's idle space";
+
 /// Where a setting may be written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -141,7 +149,7 @@ pub const SETTINGS: [Setting; 30] = [
         key: key::SWAPSIZE,
         example: "1G",
         values: "a size such as 1G",
-        default: "what the paged-out memory needs",
+        default: SWAPSIZE_DEFAULT,
         meaning: "a lazy image's swap region size",
         scope: Scope::Anywhere,
     },
@@ -370,5 +378,36 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 20);
+    }
+
+    /// The defaults the table writes as words (`none`, `off`, a sentence) are what nobody
+    /// setting the key means: the default settings carry no word for any of them.
+    #[test]
+    fn each_default_the_table_describes_is_the_unset_value() {
+        let words = crate::BootParams::default().render();
+        let mut checked = 0;
+        for s in &SETTINGS {
+            let described = s.default.contains(' ') || matches!(s.default, "none" | "off");
+            if !described || s.is_flag() {
+                continue;
+            }
+            let key = |w: &String| w.split('=').next() == Some(s.key);
+            assert!(!words.iter().any(key), "{} has a default word", s.key);
+            checked += 1;
+        }
+        assert_eq!(checked, 10);
+    }
+
+    /// `swapsize`'s default is said once, in words that match the divisor the capture uses.
+    #[test]
+    fn the_swapsize_default_says_the_divisor() {
+        let word = match SWAP_REGION_IDLE_DIVISOR {
+            2 => "half",
+            3 => "a third",
+            4 => "a quarter",
+            d => panic!("no word for 1/{d}"),
+        };
+        assert_eq!(SWAPSIZE_DEFAULT, format!("{word} the store's idle space"));
+        assert_eq!(setting("swapsize").unwrap().default, SWAPSIZE_DEFAULT);
     }
 }

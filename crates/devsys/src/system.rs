@@ -188,6 +188,8 @@ pub struct Mount {
     pub fstype: String,
     /// The mount's own options (`rw,nosuid,relatime`); `rw` or `ro` comes first.
     pub options: String,
+    /// The filesystem's options (an overlay's `lowerdir=…,upperdir=…`).
+    pub super_options: String,
 }
 
 impl Mount {
@@ -212,6 +214,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
                 target: unescape(f.get(4)?),
                 fstype: (*f.get(sep + 1)?).to_string(),
                 options: (*f.get(5)?).to_string(),
+                super_options: f.get(sep + 3).map_or(String::new(), |o| unescape(o)),
             })
         })
         .collect()

@@ -134,4 +134,36 @@ mod tests {
         let fish = std::fs::read_to_string(&done[2]).unwrap();
         assert!(fish.contains("-a \"install\""), "{fish}");
     }
+
+    /// The pages are the device's: none names the host tool's commands, its board or its
+    /// builds, and the exit statuses are the device binary's own.
+    #[test]
+    fn the_pages_are_in_device_words() {
+        let d = tempfile::tempdir().unwrap();
+        let pages = write_man_pages(d.path()).unwrap();
+        assert!(pages.len() > 20, "{pages:?}");
+        for page in &pages {
+            let text = std::fs::read_to_string(page).unwrap();
+            let name = page.file_name().unwrap().to_string_lossy();
+            for word in [
+                "guest",
+                "cross\\-build",
+                "cross-build",
+                "board run",
+                "board\\'s",
+                "bench endurance",
+                "snapboot bench",
+                "check\\-kernel",
+                "check-kernel",
+                "(device",
+            ] {
+                assert!(!text.contains(word), "{name} says {word:?}");
+            }
+        }
+        let main = std::fs::read_to_string(d.path().join(MAN_DIR).join("snapboot.8")).unwrap();
+        assert!(
+            main.contains("something snapshot boot needs is missing here"),
+            "exit 7"
+        );
+    }
 }

@@ -199,8 +199,8 @@ pub fn requirements(cfg: &KernelConfig) -> Vec<KernelCheck> {
         ),
         (
             "VIRTIO_MEM",
-            "virtual machines: virtio-mem brings the rest (the board's route; keep it a module \
-             so it loads after ready, not at boot)",
+            "virtual machines: virtio-mem brings the rest (keep it a module so it loads after \
+             ready, not at boot)",
         ),
         (
             "ACPI_HOTPLUG_MEMORY",
@@ -243,7 +243,7 @@ pub fn requirements(cfg: &KernelConfig) -> Vec<KernelCheck> {
         let opt = format!("CRYPTO_{crypto}");
         let (verdict, reason) = match cfg.get(&opt) {
             Some(ConfigValue::Yes) => (Ok, format!("zram's default compressor ({def}) is built in")),
-            Some(ConfigValue::Module) if crypto == "LZO" => (Ok, format!("zram's default compressor ({def}) is a module: the board's initramfs loads lzo-rle for lazy captures, and snapboot picks a compressor the kernel has registered")),
+            Some(ConfigValue::Module) if crypto == "LZO" => (Ok, format!("zram's default compressor ({def}) is a module: the capture unit loads lzo_rle before a lazy capture, and snapboot picks a compressor the kernel has registered")),
             Some(ConfigValue::Module) => (Warn, format!("zram's default compressor ({def}) is a module: load it before a lazy capture (snapboot picks any compressor registered in /proc/crypto, and names what is missing)")),
             _ => (Warn, format!("zram's default compressor ({def}) is missing: a lazy capture needs another one registered in /proc/crypto")),
         };
@@ -280,16 +280,26 @@ pub fn requirements(cfg: &KernelConfig) -> Vec<KernelCheck> {
             "kernel-native images are compressed with this by default (hibernate.compressor=)",
         );
     }
-    for (opt, what) in [
-        ("VIRTIO_BLK", "the board's disks"),
-        ("SQUASHFS", "the board's read-only root"),
+    // Drivers a virtual machine's store and a squashfs root need before the root is
+    // mounted (a device's own store drivers are `snapboot check`'s store-modules finding).
+    for (opt, what, elsewhere) in [
+        (
+            "VIRTIO_BLK",
+            "a virtual machine's virtio disks",
+            "fine on a device whose disks use other drivers",
+        ),
+        (
+            "SQUASHFS",
+            "a squashfs root",
+            "fine with another read-only root",
+        ),
     ] {
         match cfg.get(opt) {
             Some(ConfigValue::Yes) => add(
                 opt,
                 Snapshot,
                 Ok,
-                &format!("built in: {what} are usable before any module loads"),
+                &format!("built in: {what} can be used before any module loads"),
             ),
             Some(ConfigValue::Module) => add(
                 opt,
@@ -301,7 +311,7 @@ pub fn requirements(cfg: &KernelConfig) -> Vec<KernelCheck> {
                 opt,
                 Snapshot,
                 Warn,
-                &format!("missing: {what} are unusable (fine on boards that use other drivers)"),
+                &format!("missing: {what} cannot be used ({elsewhere})"),
             ),
         }
     }

@@ -28,7 +28,7 @@ pub const EXIT_AFTER_UDEV: u8 = 3;
 pub const EXIT_NOT_RESTORED: u8 = 4;
 
 /// How long `--before-udev` waits for the store's device node when the initramfs loaded the
-/// store's drivers (`snapboot install --store`: /etc/snapboot/store-modules): a node that
+/// store's drivers (/etc/snapboot/store-modules, which `snapboot install --store` writes): a node that
 /// takes longer comes from a driver udev loads.
 pub const BEFORE_UDEV_WAIT: Duration = Duration::from_secs(1);
 /// ... and when it did not: only a node a built-in or already loaded driver made is there.
@@ -134,8 +134,9 @@ pub fn before_udev(
     };
     (!appears(store, wait)).then(|| {
         format!(
-            "{store} is not there before udev: restoring after udev (`snapboot install \
-             --store {store}` has the initramfs load its drivers first)"
+            "{store} is not there before udev: restoring after udev (the initramfs loads \
+             its drivers first when /{} lists them; `snapboot check` names them)",
+            devinstall::install::STORE_MODULES_PATH
         )
     })
 }

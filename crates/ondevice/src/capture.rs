@@ -21,7 +21,7 @@ use devsys::system::{
 };
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use bootparams::Then;
@@ -182,9 +182,7 @@ fn enable_pm_times() -> Result<(), String> {
 /// The writable mounts capture deals with, from `/proc/self/mountinfo`.
 fn mount_plan() -> MountPlan {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    capture_mounts::plan(&parse_mountinfo(&text), |s| {
-        s.starts_with("/dev/") && Path::new(s).exists()
-    })
+    capture_mounts::plan(&parse_mountinfo(&text), capture_mounts::is_device_source)
 }
 
 /// Names the mounts of `mounts` for the `remount` marker.
@@ -336,7 +334,11 @@ fn take_image(
         None => None,
         Some(l) => {
             let page = PAGE_SIZE as u64;
-            let bytes = l.region_bytes.unwrap_or(store.idle_bytes() / 2) / page * page;
+            let bytes = l
+                .region_bytes
+                .unwrap_or(store.idle_bytes() / bootparams::settings::SWAP_REGION_IDLE_DIVISOR)
+                / page
+                * page;
             let e = store.reserve_raw(bytes).map_err(StoreUseError::from)?;
             raw = Some(e);
             let place = lazy::RegionPlace {

@@ -18,6 +18,12 @@ use rustix::mount::{mount_remount, MountFlags};
 /// Filesystem types capture remounts read-only instead of refusing.
 pub const REMOUNTED_FSTYPES: &[&str] = &["vfat", "msdos", "exfat"];
 
+/// Whether a mount's source is a block device, as capture decides it: a device node that
+/// is there.
+pub fn is_device_source(source: &str) -> bool {
+    source.starts_with("/dev/") && std::path::Path::new(source).exists()
+}
+
 /// What capture does with the writable block mounts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MountPlan {

@@ -72,7 +72,7 @@ pub use bootparams::{ProfileMode, Reclaim};
 pub struct LazyOptions {
     /// How much to page out.
     pub reclaim: Reclaim,
-    /// Size of the swap region; `None`: half of the store's idle space.
+    /// Size of the swap region; `None`: [`bootparams::settings::SWAPSIZE_DEFAULT`].
     pub region_bytes: Option<u64>,
     /// Build a dm-verity tree so every page-in is checked.
     pub verity: bool,

@@ -12,6 +12,8 @@ pub mod binding;
 pub mod boot;
 pub mod capture;
 pub mod capture_mounts;
+pub mod command_store;
+pub mod device_check;
 pub mod devicekey;
 pub mod guest;
 pub mod handover;

@@ -15,29 +15,32 @@
 //!              go on ─► the power-on after restores the updated system
 //! ```
 
+use crate::command_store::{CommandStore, CommandStoreError};
 use crate::status::{BootStatus, ImageRef, Outcome, PastBoot, Recapture};
 use crate::store::StoreUseError;
-use bootparams::{BootParams, Confirm, StoreAddress};
+use bootparams::{BootParams, Confirm};
 use boottrace::error_chain as chain;
 use std::path::Path;
 use std::time::Duration;
 
-/// How long a confirmation or an invalidation waits for the store's device.
+/// How long the restored system's status waits for the store's device (it runs right
+/// after the restore, while devices are resuming). `snapboot confirm` and `invalidate` run
+/// on a settled system, or in a chroot at an update, and never wait.
 const WAIT: Duration = Duration::from_secs(2);
 
 /// Why a confirmation or an invalidation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
-    /// No store named and none given.
+    /// The restored system's command line names no store.
     #[error(
-        "no store: give one, write store = in {}, or boot with {}=",
-        bootparams::config::CONFIG_PATH,
-        bootparams::key::STORE
+        "no store: the restored system's command line has no {}= and {} names none",
+        bootparams::key::STORE,
+        bootparams::config::CONFIG_PATH
     )]
     NoStore,
-    /// The device's settings cannot be known (a bad config file or kernel word).
-    #[error("the device's settings")]
-    Settings(#[from] bootparams::config::SettingsError),
+    /// The command's store is not known or not there.
+    #[error(transparent)]
+    Store(#[from] CommandStoreError),
     /// This boot's status cannot be read.
     #[error(transparent)]
     Status(#[from] crate::status::StatusError),
@@ -46,17 +49,7 @@ pub enum LifecycleError {
     NotRestored(&'static str),
     /// The store or its boot log cannot be used.
     #[error(transparent)]
-    Store(#[from] StoreUseError),
-}
-
-/// The store given, or else the one the device's settings name (the config file's, under
-/// the kernel command line's).
-fn store_of(given: Option<&StoreAddress>) -> Result<StoreAddress, LifecycleError> {
-    if let Some(store) = given {
-        return Ok(store.clone());
-    }
-    let settings = crate::settings::load()?;
-    settings.store.ok_or(LifecycleError::NoStore)
+    Use(#[from] StoreUseError),
 }
 
 /// Right after a restore (the restored system's command line is its capture's): reads the
@@ -104,11 +97,11 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
     })
 }
 
-/// The last `n` boots the store's history holds, newest first: the store given, or the
-/// one the device's settings name. A record this snapboot cannot read is left out.
-pub fn history(store: Option<&StoreAddress>, n: usize) -> Result<Vec<PastBoot>, LifecycleError> {
-    let address = store_of(store)?;
-    let (s, at) = crate::store::open_address(&address, WAIT, false)?;
+/// The last `n` boots the store's history holds, newest first (the store given, or the
+/// one the device's settings name: [`CommandStore`]). A record this snapboot cannot read
+/// is left out.
+pub fn history(store: &CommandStore, n: usize) -> Result<Vec<PastBoot>, LifecycleError> {
+    let (s, at) = store.open(false)?;
     let log = s.boot_log().map_err(|source| StoreUseError::Store {
         store: at.to_string(),
         source,
@@ -124,7 +117,7 @@ pub fn history(store: Option<&StoreAddress>, n: usize) -> Result<Vec<PastBoot>, 
 
 /// `snapboot confirm`: the application's health check passed on a restored system, so
 /// the crash-loop guard's count of its image starts again. Returns the image confirmed.
-pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError> {
+pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
     let mut status = crate::status::read()?;
     let Some(image) = status
         .image
@@ -133,10 +126,8 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
     else {
         return Err(LifecycleError::NotRestored(status.outcome.word()));
     };
-    let store = store_of(store)?;
-    crate::store::update_boot_log(&store, WAIT, |log| {
-        log.confirm(&image.name, image.generation)
-    })?;
+    let at = store.locate()?;
+    crate::store::update_located_boot_log(&at, |log| log.confirm(&image.name, image.generation))?;
     status.confirmed = true;
     crate::status::write_to(&status, Path::new(crate::status::STATUS_FILE))?;
     Ok(image)
@@ -144,10 +135,9 @@ pub fn confirm(store: Option<&StoreAddress>) -> Result<ImageRef, LifecycleError>
 
 /// `snapboot invalidate`: marks every image now on the store stale (after an update), so
 /// the next boot does not try them and captures a new one. Returns the generation they
-/// were marked through.
-pub fn invalidate(store: Option<&StoreAddress>) -> Result<u64, LifecycleError> {
-    let address = store_of(store)?;
-    let (mut s, at) = crate::store::open_address(&address, WAIT, true)?;
+/// were marked through. The store is looked for as the disks are now, never waited for.
+pub fn invalidate(store: &CommandStore) -> Result<u64, LifecycleError> {
+    let (mut s, at) = store.open(true)?;
     let through = s.generation();
     s.update_boot_log(|log| log.stale_through = through)
         .map_err(|source| StoreUseError::Store {
@@ -181,6 +171,15 @@ pub fn record_recapture(mut status: BootStatus, image: &str, result: Result<u64,
 mod tests {
     use super::*;
     use crate::status::{to_boot_log, ImageRef};
+    use bootparams::StoreAddress;
+
+    /// `store` as a command is given it.
+    fn given(store: &StoreAddress) -> CommandStore {
+        CommandStore {
+            address: store.clone(),
+            origin: crate::command_store::Origin::Given,
+        }
+    }
 
     /// A formatted store in a file under `dir`, and its address.
     fn store_file(dir: &Path) -> StoreAddress {
@@ -208,7 +207,7 @@ mod tests {
             store: Some(store.clone()),
             ..BootParams::default()
         };
-        assert!(history(Some(&store), 10).unwrap().is_empty());
+        assert!(history(&given(&store), 10).unwrap().is_empty());
         // A boot that fell back keeps itself.
         let mut fallback = crate::status::new(Outcome::Fallback, &params);
         fallback.reason = Some("no image on the store can be restored".into());
@@ -226,7 +225,7 @@ mod tests {
         .unwrap();
         let restored = restored_status(&params);
         assert!(restored.confirmed, "{restored:?}");
-        let boots = history(Some(&store), 10).unwrap();
+        let boots = history(&given(&store), 10).unwrap();
         let seen: Vec<_> = boots
             .iter()
             .map(|b| (b.outcome, b.image.clone(), b.reason.clone()))
@@ -243,9 +242,9 @@ mod tests {
             ]
         );
         assert!(boots[0].unix > 1_700_000_000, "{}", boots[0].unix);
-        assert_eq!(history(Some(&store), 1).unwrap().len(), 1);
+        assert_eq!(history(&given(&store), 1).unwrap().len(), 1);
         // A boot without a store keeps nothing anywhere.
         crate::boot::keep_in_history(&BootParams::default(), &fallback);
-        assert_eq!(history(Some(&store), 10).unwrap().len(), 2);
+        assert_eq!(history(&given(&store), 10).unwrap().len(), 2);
     }
 }

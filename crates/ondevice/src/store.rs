@@ -89,8 +89,14 @@ pub fn open_address(
         address: address.clone(),
         source,
     })?;
-    let store = open_named(&at.path, at.to_string(), rw)?;
+    let store = open_located(&at, rw)?;
     Ok((store, at))
+}
+
+/// Opens the store at `at`, found already, as [`open_store`] does; every error names the
+/// address and what it resolved to.
+pub fn open_located(at: &Located, rw: bool) -> Result<Store<File>, StoreUseError> {
+    open_named(&at.path, at.to_string(), rw)
 }
 
 fn open_named(path: &Path, store: String, rw: bool) -> Result<Store<File>, StoreUseError> {
@@ -114,6 +120,14 @@ pub fn update_boot_log<T>(
         address: address.clone(),
         source,
     })?;
+    update_located_boot_log(&at, change)
+}
+
+/// [`update_boot_log`] of the store found at `at` already.
+pub fn update_located_boot_log<T>(
+    at: &Located,
+    change: impl FnOnce(&mut flashstore::BootLog) -> T,
+) -> Result<T, StoreUseError> {
     let store = at.to_string();
     let mut file = match OpenOptions::new().read(true).write(true).open(&at.path) {
         Ok(f) => f,

@@ -25,8 +25,9 @@ pub enum ThenArg {
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
     /// The store to write the image to: a device (or file) path, PARTUUID=, PARTLABEL= or
-    /// LABEL=.
-    #[arg(long, required_unless_present = "next_boot")]
+    /// LABEL= (default: the configured one, `store =` in /etc/snapboot/snapboot.conf or
+    /// `snapboot.store=` on the kernel command line).
+    #[arg(long)]
     store: Option<StoreAddress>,
     /// Capture on the next boot instead of now: the boot loader boots its capture entry
     /// once (GRUB: `next_entry=snapboot-capture` in grubenv, as `grub-reboot` sets it;
@@ -55,8 +56,7 @@ pub struct CaptureArgs {
     /// holds only what stays resident (max, or how much to page out, e.g. 96M).
     #[arg(long, num_args = 0..=1, default_missing_value = "max", value_name = "HOW_MUCH")]
     lazy: Option<String>,
-    /// Size of the lazy image's swap region (default: half the store's idle space).
-    #[arg(long, value_name = "SIZE", requires = "lazy")]
+    #[arg(long, value_name = "SIZE", requires = "lazy", help = swap_size_help())]
     swap_size: Option<String>,
     /// Lazy image without a dm-verity tree: page-ins are not verified.
     #[arg(long, requires = "lazy")]
@@ -70,8 +70,8 @@ pub struct CaptureArgs {
     #[arg(long, default_value = ondevice::store::DEFAULT_IMAGE)]
     image: String,
     /// Storage dedupe against the store's other images: off, full, selective,
-    /// selective:USE or selective:USE:RUN (default: selective, which references an old chunk
-    /// only when the image uses 90 % of it).
+    /// selective:USE or selective:USE:RUN (default: selective:90, which references an old
+    /// chunk only when the image uses 90 % of it).
     #[arg(long, value_parser = bootparams::dedupe_value)]
     dedupe: Option<flashstore::Dedupe>,
     /// Pin the image (captures and gc leave it alone until unpinned).
@@ -90,6 +90,14 @@ pub struct CaptureArgs {
     /// pm_print_times), for `snapboot analyze`.
     #[arg(long)]
     pm_times: bool,
+}
+
+/// `--swap-size`'s help: its default is the setting's (`snapboot.swapsize`), from the table.
+fn swap_size_help() -> String {
+    format!(
+        "Size of the lazy image's swap region (default: {})",
+        bootparams::settings::SWAPSIZE_DEFAULT
+    )
 }
 
 /// What a lazy re-capture does with the pages touched since the restore
@@ -235,10 +243,12 @@ fn run_capture(o: &CaptureOptions) -> Result<ExitCode> {
 
 /// `snapboot capture`.
 pub fn capture_cmd(a: CaptureArgs) -> Result<ExitCode> {
-    let Some(store) = a.store else {
+    if a.next_boot {
         return next_boot_capture(a.boot_directory.as_deref());
-    };
-    let mut o = CaptureOptions::new(store);
+    }
+    let store = ondevice::command_store::from_system(a.store)?;
+    store.locate()?;
+    let mut o = CaptureOptions::new(store.address);
     o.then = match a.then {
         ThenArg::Poweroff => Then::PowerOff,
         ThenArg::Continue => Then::Continue,
@@ -284,4 +294,66 @@ fn next_boot_capture(boot_dir: Option<&std::path::Path>) -> Result<ExitCode> {
 /// ([`ondevice::boot::run_resume`] says what it does), with its exit status.
 pub fn resume_cmd(a: ResumeArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(ondevice::boot::run_resume(a.request())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every `capture` flag that is also a setting states the setting's default, as the
+    /// settings table (snapboot.conf(5)) writes it: clap's default value, or the help's
+    /// `(default: …)`.
+    #[test]
+    fn capture_flags_state_the_settings_defaults() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            a: CaptureArgs,
+        }
+        let cmd = Cli::command();
+        let mut checked = Vec::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let Some(s) = bootparams::settings::setting(&long.replace('-', "")) else {
+                continue;
+            };
+            // A command's store defaults to the configured one, which is the setting.
+            if s.is_flag() || long == "store" {
+                continue;
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            // The table's default up to its first `;` or parenthesis: the value itself.
+            let value = s
+                .default
+                .split([';', '('])
+                .next()
+                .unwrap_or_default()
+                .trim();
+            match arg.get_default_values() {
+                [d] => assert_eq!(d.to_str(), Some(value), "--{long}"),
+                [] if help.contains("default: ") => assert!(
+                    help.contains(&format!("default: {}", s.default))
+                        || help.contains(&format!("default: {value},")),
+                    "--{long}: {help:?} does not say the table's default {:?}",
+                    s.default
+                ),
+                [] => continue,
+                more => panic!("--{long}: defaults {more:?}"),
+            }
+            checked.push(long);
+        }
+        checked.sort_unstable();
+        assert_eq!(
+            checked,
+            [
+                "compress",
+                "dedupe",
+                "image",
+                "profile",
+                "swap-size",
+                "then"
+            ]
+        );
+    }
 }

@@ -16,17 +16,26 @@ use crate::systemcmd::{self, InstallArgs, MemoryCmd, ProfileCmd};
 // completions of the Debian package are generated from it (crates/docgen).
 /// Snapshot boot for Linux, the device's commands.
 #[derive(clap::Parser, Debug)]
-#[command(name = "snapboot", version, about, after_help = crate::EXIT_HELP)]
+#[command(
+    name = "snapboot",
+    version,
+    about = "Snapshot boot for Linux: capture the running system once it is ready, and \
+             restore it at power-on instead of booting it",
+    after_help = crate::DEVICE_EXIT_HELP
+)]
 pub struct DeviceCli {
     /// The command.
     #[command(subcommand)]
     pub cmd: DeviceCmd,
 }
 
-/// Commands that run on the device (and, for `image` and `store`, on the host too).
+/// Commands that run on the device (and, for `image` and `store`, on a store file anywhere).
+/// Their help is the device's: the host tool lists them too, so nothing here names the
+/// host's board, benches or builds.
 #[derive(Subcommand, Debug)]
 pub enum DeviceCmd {
-    /// (guest) Second-stage init: start the application as PID 1's child.
+    /// For a system whose init is snapboot (`rdinit=/bin/snapboot`): start the application
+    /// as the child of PID 1.
     Start {
         /// Environment for the application, KEY=VALUE.
         #[arg(long)]
@@ -35,35 +44,41 @@ pub enum DeviceCmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
-    /// (guest) The application is ready: print the ready marker, capture if the kernel
-    /// command line asks for it (snapboot.capture snapboot.store=DEV).
+    /// The application is ready (its ready point): print the ready marker; capture to the
+    /// configured store when this boot asks for it (snapboot.capture), or when an update
+    /// made the images stale.
     Ready,
-    /// (device) Freeze, create the hibernation image and write it to the store.
+    /// Freeze, create the hibernation image and write it to the store.
     Capture(bootcmd::CaptureArgs),
-    /// (device, initramfs) Validate the store's image and restore it; on any failure print
-    /// the reason and return so the cold boot continues.
+    /// (initramfs) Validate the store's image and restore it; on any failure print the
+    /// reason and return so the cold boot continues.
     Resume(bootcmd::ResumeArgs),
-    /// (device) Whether the running kernel can snapshot-boot: each requirement (its config,
-    /// from /boot/config-RELEASE or /proc/config.gz; its lockdown state; whether it offers
-    /// hibernation) met or not, with what to do.
+    /// Whether this device can snapshot-boot, each requirement met or not with what to do,
+    /// one a line: the running kernel (its config, from /boot/config-RELEASE or
+    /// /proc/config.gz; its lockdown state; whether it offers hibernation), the root
+    /// (read-only, or an overlay whose writes go to tmpfs), the configured store (there, a
+    /// store, its size against the RAM), the initramfs (/bin/snapboot, the root's
+    /// /etc/snapboot files unchanged, the store's drivers, the device key for
+    /// `encrypt = key`), the capture unit (enabled, after the application) and the boot
+    /// loader's capture entry. Exit status 7 when something blocks.
     Check(crate::checkcmd::CheckArgs),
-    /// (device) The config file /etc/snapboot/snapboot.conf (snapboot.conf(5)): check it and
+    /// The config file /etc/snapboot/snapboot.conf (snapboot.conf(5)): check it and
     /// show the settings in effect; print its man page, default file or docs table.
     #[command(subcommand)]
     Config(crate::configcmd::ConfigCmd),
-    /// (device) What this boot did: restored (which image, which unconfirmed restore), cold
+    /// What this boot did: restored (which image, which unconfirmed restore), cold
     /// or fallback (why), the re-capture after an update, timings (/run/snapboot/status);
     /// with --history, the last boots from the store's boot log, which survives reboots.
     /// Exit status 0 when restored, 4 when not (also when resume did not run on this boot);
     /// with --history, 0 once shown.
     Status(lifecyclecmd::StatusArgs),
-    /// (device, restored) The application works: reset the crash-loop guard's count of the
+    /// (restored) The application works: reset the crash-loop guard's count of the
     /// restored image (for images captured with snapboot.confirm=app).
     Confirm(lifecyclecmd::StoreArg),
-    /// (device) An update changed the system: mark every stored image stale, so the next
-    /// boot does not try them and captures a new one (the kernel and initramfs hooks that
-    /// `snapboot install` puts in run this).
-    Invalidate(lifecyclecmd::StoreArg),
+    /// An update changed the system: mark every stored image stale, so the next boot does
+    /// not try them and captures a new one (the kernel and initramfs update hooks run
+    /// `snapboot invalidate --if-configured`).
+    Invalidate(lifecyclecmd::InvalidateArgs),
     /// Images on a store.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -73,19 +88,19 @@ pub enum DeviceCmd {
     /// The kernel pack a restore kernel hands cold boots to (`snapboot.coldkernel=`).
     #[command(subcommand)]
     KernelPack(crate::packcmd::KernelPackCmd),
-    /// (device, GRUB) The restore kernel as GRUB's default entry: install it (with the
+    /// (GRUB) The restore kernel as GRUB's default entry: install it (with the
     /// records it reads and the stock kernel's pack for refusals) or remove it.
     #[command(subcommand)]
     RestoreKernel(crate::restorecmd::RestoreKernelCmd),
-    /// (device, restored from a lazy image) The application's working set: record which
+    /// (restored from a lazy image) The application's working set: record which
     /// swapped-out pages it touched since the restore, for the next capture.
     #[command(subcommand)]
     Profile(ProfileCmd),
-    /// (device) Deferred memory (`snapboot.defermem`): add the RAM the system did not boot
+    /// Deferred memory (`snapboot.defermem`): add the RAM the system did not boot
     /// with, and show what is online.
     #[command(subcommand)]
     Memory(MemoryCmd),
-    /// (device) Put snapboot into a system without the snapboot package, at the
+    /// Put snapboot into a system without the snapboot package, at the
     /// administrator's paths (/usr/local/sbin, /etc): the binary, the initramfs-tools hook
     /// and scripts or the dracut module (resume before the root is mounted), the systemd
     /// units (snapboot-capture.service, enabled) and the update hooks, listed with their
@@ -192,7 +207,10 @@ mod tests {
     #[test]
     fn capture_takes_a_store_or_the_next_boot_but_not_both() {
         let parse = |w: &[&str]| Cli::try_parse_from(w.iter().copied());
-        assert!(parse(&["snapboot", "capture"]).is_err(), "where to?");
+        assert!(
+            parse(&["snapboot", "capture"]).is_ok(),
+            "the configured store"
+        );
         assert!(parse(&["snapboot", "capture", "--next-boot"]).is_ok());
         assert!(parse(&["snapboot", "capture", "--store", "/dev/vdb"]).is_ok());
         let both = ["snapboot", "capture", "--next-boot", "--store", "/dev/vdb"];

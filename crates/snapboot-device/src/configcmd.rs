@@ -29,8 +29,8 @@ pub enum ConfigCmd {
     /// Print the markdown table of every setting (docs/config.md).
     Table,
     /// Print this boot's settings in effect as kernel words on one line (what a boot script
-    /// tests: the board's /init loads the lazy image's modules by them). Exit 1 when the
-    /// config file or the command line does not parse.
+    /// tests, e.g. to load the lazy image's modules). Exit 1 when the config file or the
+    /// command line does not parse.
     Words,
 }
 

@@ -1,5 +1,6 @@
 //! Exit statuses of every snapboot command, host and device, in one table so that no two
-//! mean different things. `--help` lists them ([`EXIT_HELP`]).
+//! mean different things. `--help` lists them: the device binary's ([`DEVICE_EXIT_HELP`])
+//! only the statuses of its own commands, the host tool's ([`HOST_EXIT_HELP`]) all.
 
 use std::process::ExitCode;
 
@@ -20,12 +21,21 @@ pub enum Exit {
     NotRestored,
     /// `image inspect`, `store fsck`: damage found; `memory add`: not all memory came online.
     Damaged,
-    /// `board run`, `trace`: the board ran but did not come up usable; `bench endurance`: a
-    /// restore failed (fell back, hung, or answered wrong).
+    /// Host: `board run`, `trace`: the board ran but did not come up usable; `bench
+    /// endurance`: a restore failed (fell back, hung, or answered wrong).
     NotUsable,
-    /// `check`, `check-kernel`: the kernel lacks something snapshot boot needs, or (`check`)
-    /// its lockdown or the command line disables hibernation.
+    /// `check`: something this device needs for snapshot boot is missing; host
+    /// `check-kernel`: the kernel config lacks something.
     Blocked,
+}
+
+/// Which binary's `--help` a status is listed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// The device binary (`snapboot` on the device, the package's /usr/sbin/snapboot).
+    Device,
+    /// The host tool, which has the device's commands and the board's, benches, analysis.
+    Host,
 }
 
 impl Exit {
@@ -55,25 +65,32 @@ impl Exit {
         }
     }
 
-    /// One line for `--help`.
-    pub fn meaning(self) -> &'static str {
-        match self {
-            Exit::Success => "done",
-            Exit::Failed => "failed; the reason is on stderr",
-            Exit::Usage => "bad arguments",
-            Exit::AfterUdev => "resume --before-udev: restore after udev instead",
-            Exit::NotRestored => {
+    /// One line for `tool`'s `--help`, or `None` when none of its commands exits so.
+    pub fn meaning(self, tool: Tool) -> Option<&'static str> {
+        Some(match (self, tool) {
+            (Exit::Success, _) => "done",
+            (Exit::Failed, _) => "failed; the reason is on stderr",
+            (Exit::Usage, _) => "bad arguments",
+            (Exit::AfterUdev, _) => "resume --before-udev: restore after udev instead",
+            (Exit::NotRestored, _) => {
                 "resume, status: nothing restored, the boot is cold (see the fallback marker)"
             }
-            Exit::Damaged => "image inspect, store fsck: damage found; memory add: memory missing",
-            Exit::NotUsable => {
+            (Exit::Damaged, _) => {
+                "image inspect, store fsck: damage found; memory add: memory missing"
+            }
+            (Exit::NotUsable, Tool::Device) => return None,
+            (Exit::NotUsable, Tool::Host) => {
                 "board run, trace: the board did not come up usable; bench endurance: a \
                  restore failed"
             }
-            Exit::Blocked => {
-                "check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)"
+            (Exit::Blocked, Tool::Device) => {
+                "check: something snapshot boot needs is missing here (see the BLOCKER lines)"
             }
-        }
+            (Exit::Blocked, Tool::Host) => {
+                "check: something snapshot boot needs is missing on the device; check-kernel: \
+                 the kernel cannot snapshot-boot (see the BLOCKER lines)"
+            }
+        })
     }
 }
 
@@ -83,8 +100,19 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// The exit statuses as `--help` lists them.
-pub const EXIT_HELP: &str = "\
+/// The exit statuses as the device binary's `--help` lists them.
+pub const DEVICE_EXIT_HELP: &str = "\
+Exit status:
+  0  done
+  1  failed; the reason is on stderr
+  2  bad arguments
+  3  resume --before-udev: restore after udev instead
+  4  resume, status: nothing restored, the boot is cold (see the fallback marker)
+  5  image inspect, store fsck: damage found; memory add: memory missing
+  7  check: something snapshot boot needs is missing here (see the BLOCKER lines)";
+
+/// The exit statuses as the host tool's `--help` lists them.
+pub const HOST_EXIT_HELP: &str = "\
 Exit status:
   0  done
   1  failed; the reason is on stderr
@@ -93,22 +121,37 @@ Exit status:
   4  resume, status: nothing restored, the boot is cold (see the fallback marker)
   5  image inspect, store fsck: damage found; memory add: memory missing
   6  board run, trace: the board did not come up usable; bench endurance: a restore failed
-  7  check, check-kernel: the kernel cannot snapshot-boot (see BLOCKER lines)";
+  7  check: something snapshot boot needs is missing on the device; check-kernel: the kernel cannot snapshot-boot (see the BLOCKER lines)";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_status_has_its_own_number_and_help_lists_each() {
+    fn every_status_has_its_own_number_and_each_help_lists_its_own() {
         let mut codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
         codes.sort_unstable();
         codes.dedup();
         assert_eq!(codes.len(), Exit::ALL.len(), "two statuses share a number");
-        let lines: Vec<&str> = EXIT_HELP.lines().skip(1).collect();
-        assert_eq!(lines.len(), Exit::ALL.len());
-        for (e, line) in Exit::ALL.iter().zip(lines) {
-            assert_eq!(line, format!("  {}  {}", e.code(), e.meaning()), "{e:?}");
+        for (tool, help) in [
+            (Tool::Device, DEVICE_EXIT_HELP),
+            (Tool::Host, HOST_EXIT_HELP),
+        ] {
+            let want: Vec<String> = Exit::ALL
+                .iter()
+                .filter_map(|e| Some(format!("  {}  {}", e.code(), e.meaning(tool)?)))
+                .collect();
+            let lines: Vec<&str> = help.lines().skip(1).collect();
+            assert_eq!(lines, want, "{tool:?}");
+        }
+        assert_eq!(HOST_EXIT_HELP.lines().count(), Exit::ALL.len() + 1);
+    }
+
+    /// The device binary has none of the host's commands, so its help names none.
+    #[test]
+    fn the_device_help_names_no_host_command() {
+        for host_only in ["board", "bench", "trace", "check-kernel", "analyze"] {
+            assert!(!DEVICE_EXIT_HELP.contains(host_only), "{host_only}");
         }
     }
 

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 /// `snapboot image inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// Store: a file or device path, PARTUUID=, PARTLABEL= or LABEL=.
-    store: StoreAddress,
+    #[arg(value_name = "STORE", help = crate::storecmd::STORE_HELP)]
+    store: Option<StoreAddress>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -37,7 +37,7 @@ struct Inspected {
 /// `snapboot image inspect`: every image of the store, each read whole unless `--no-verify`;
 /// exit status 5 ([`Exit::Damaged`]) when a chunk fails its check.
 pub fn inspect(a: InspectArgs) -> Result<ExitCode> {
-    let (s, at) = crate::storecmd::open(&a.store, false)?;
+    let (s, at) = crate::storecmd::open(a.store, false)?;
     let mut all_ok = true;
     let mut out = Vec::new();
     let mut images: Vec<_> = s.images().iter().collect();

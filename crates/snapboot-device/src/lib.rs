@@ -20,6 +20,6 @@ pub use bootcmd::{CaptureArgs, ResumeArgs};
 pub use checkcmd::{print_checks, status as check_status, CheckArgs};
 pub use commands::{dispatch, exit, fast_path, DeviceCli, DeviceCmd, ImageCmd};
 pub use configcmd::ConfigCmd;
-pub use exit::{Exit, EXIT_HELP};
+pub use exit::{Exit, Tool, DEVICE_EXIT_HELP, HOST_EXIT_HELP};
 pub use storecmd::{key, KeyCmd, StoreCmd};
 pub use systemcmd::{InstallArgs, MemoryCmd, ProfileCmd};

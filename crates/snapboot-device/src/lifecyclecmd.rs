@@ -3,7 +3,7 @@
 //! (an update made the images stale). [`ondevice::lifecycle`] and [`ondevice::status`] act.
 
 use crate::exit::Exit;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bootparams::StoreAddress;
 use clap::Args;
 use ondevice::status::{BootStatus, Outcome, StatusError};
@@ -26,13 +26,27 @@ pub struct StatusArgs {
     #[arg(long, requires = "history")]
     store: Option<StoreAddress>,
 }
-/// `snapboot confirm` and `snapboot invalidate`.
+
+/// `snapboot confirm`.
 #[derive(Args, Debug)]
 pub struct StoreArg {
-    /// The store: a path, PARTUUID=, PARTLABEL= or LABEL= (default: the one
-    /// `snapboot.store=` names on the kernel command line).
+    /// The store: a path, PARTUUID=, PARTLABEL= or LABEL= (default: the configured one,
+    /// `store =` in /etc/snapboot/snapboot.conf or `snapboot.store=` on the kernel command
+    /// line).
     #[arg(long)]
     store: Option<StoreAddress>,
+}
+
+/// `snapboot invalidate`.
+#[derive(Args, Debug)]
+pub struct InvalidateArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// For the kernel and initramfs update hooks: with no store given or configured, do
+    /// nothing and exit 0 without a word; a configured store that is not on this system
+    /// (an image build, a chroot) is one line on stderr, and exit 1.
+    #[arg(long, conflicts_with = "store")]
+    if_configured: bool,
 }
 
 /// Shows what this boot did, or with `--history` the last boots. Exits 0 when this boot was
@@ -40,7 +54,8 @@ pub struct StoreArg {
 /// not run on it (then nothing was restored); with `--history`, 0 once it is shown.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     if let Some(n) = a.history {
-        let boots = ondevice::lifecycle::history(a.store.as_ref(), n)?;
+        let store = ondevice::command_store::from_system(a.store)?;
+        let boots = ondevice::lifecycle::history(&store, n)?;
         let text = if a.json {
             serde_json::to_string(&boots)?
         } else if boots.is_empty() {
@@ -103,20 +118,27 @@ fn exit_of(s: &BootStatus) -> Exit {
 
 /// Confirms this boot's restore on the store.
 pub fn confirm(a: StoreArg) -> Result<ExitCode> {
-    let image = ondevice::lifecycle::confirm(a.store.as_ref())?;
+    let store = ondevice::command_store::from_system(a.store)?;
+    let image = ondevice::lifecycle::confirm(&store)?;
     println!(
-        "confirmed the restore of {} (generation {}): the crash-loop guard's count starts again",
+        "confirmed the restore of {} (generation {}) on {store}: the crash-loop guard's count \
+         starts again",
         image.name, image.generation
     );
     Ok(Exit::Success.into())
 }
 
-/// Marks every image of the store stale.
-pub fn invalidate(a: StoreArg) -> Result<ExitCode> {
-    let through = ondevice::lifecycle::invalidate(a.store.as_ref())?;
+/// Marks every image of the store stale; with `--if-configured`, exits 0 silently when no
+/// store is configured.
+pub fn invalidate(a: InvalidateArgs) -> Result<ExitCode> {
+    let store = match ondevice::command_store::from_system(a.store.store) {
+        Err(e) if a.if_configured && e.is_unconfigured() => return Ok(Exit::Success.into()),
+        chosen => chosen.context("images not marked stale")?,
+    };
+    let through = ondevice::lifecycle::invalidate(&store).context("images not marked stale")?;
     println!(
-        "images up to store generation {through} are stale: the next boot boots cold and \
-         captures a new image at its ready point"
+        "images on {store} up to store generation {through} are stale: the next boot boots \
+         cold and captures a new image at its ready point"
     );
     Ok(Exit::Success.into())
 }

@@ -30,7 +30,9 @@ pub enum RestoreKernelCmd {
 /// `snapboot restore-kernel install`.
 #[derive(Args, Debug)]
 pub struct InstallArgs {
-    /// The restore kernel (`snapboot board restore-kernel` on a build host makes it).
+    /// The restore kernel: a small kernel built from the stock kernel's source to restore
+    /// its images (its release ends in -snapboot-restore; docs/real-boards.md, "A restore
+    /// kernel on a real board").
     kernel: PathBuf,
     /// The raw partition for the kernel pack, what a refusal boots (cold): a device path,
     /// PARTUUID=, PARTLABEL= or LABEL=; the entry names it by its kernel name.

@@ -8,11 +8,11 @@ use clap::{Args, Subcommand};
 use devsys::locate::Located;
 use flashstore::{ChunkCheck, FormatOptions, ImageRec, Label, Store, BLOCK};
 use imagekey::SecretKey;
-use ondevice::store::{open_address, sign_image, StoreUseError};
+use ondevice::command_store::{self, CommandStore};
+use ondevice::store::sign_image;
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// `snapboot store`.
 #[derive(Subcommand, Debug)]
@@ -21,8 +21,9 @@ pub enum StoreCmd {
     /// command that writes to a device without the store's magic.
     Init {
         /// File or block device (a path, PARTUUID=, PARTLABEL=; not LABEL=, which only a
-        /// store has).
-        dev: StoreAddress,
+        /// store has; default: the configured store).
+        #[arg(value_name = "STORE")]
+        dev: Option<StoreAddress>,
         /// Size of a new file, e.g. 2G (block devices use their whole size).
         #[arg(long)]
         size: Option<String>,
@@ -42,16 +43,20 @@ pub enum StoreCmd {
     /// List the images.
     Ls(DevArgs),
     /// Remove an image (not a pinned one); its chunks no other image uses are freed.
-    Rm { dev: StoreAddress, name: String },
+    #[command(override_usage = "snapboot store rm [STORE] NAME")]
+    Rm(Named),
     /// Pin an image: captures do not replace it, rm and gc leave it alone.
-    Pin { dev: StoreAddress, name: String },
+    #[command(override_usage = "snapboot store pin [STORE] NAME")]
+    Pin(Named),
     /// Unpin an image.
-    Unpin { dev: StoreAddress, name: String },
+    #[command(override_usage = "snapboot store unpin [STORE] NAME")]
+    Unpin(Named),
     /// Space: clusters used and idle, and per image what dedupe and compression saved.
     Stats(DevArgs),
     /// Compact partly dead clusters, then discard every idle cluster (punch holes in a file).
     Gc {
-        dev: StoreAddress,
+        #[arg(value_name = "STORE", help = STORE_HELP)]
+        dev: Option<StoreAddress>,
         /// Compact clusters whose live chunks fill less than this percentage (0: do not
         /// compact, only discard).
         #[arg(long, default_value_t = ondevice::store::RECLAIM_BELOW_PERCENT,
@@ -59,11 +64,15 @@ pub enum StoreCmd {
         compact_below: u8,
     },
     /// Check every structure and checksum; find leaked or doubly used clusters.
-    Fsck { dev: StoreAddress },
+    Fsck {
+        #[arg(value_name = "STORE", help = STORE_HELP)]
+        dev: Option<StoreAddress>,
+    },
     /// Sign an image (read whole and checked first) with a secret key.
+    #[command(override_usage = "snapboot store sign [STORE] NAME --key SECRET_KEY")]
     Sign {
-        dev: StoreAddress,
-        name: String,
+        #[command(flatten)]
+        image: Named,
         /// The secret key (`snapboot key gen`).
         #[arg(long)]
         key: PathBuf,
@@ -79,11 +88,46 @@ pub enum CheckArg {
     Blake3,
 }
 
+/// What a store argument takes, and its default.
+pub(crate) const STORE_HELP: &str =
+    "The store: a file or block device path, PARTUUID=, PARTLABEL= or \
+                          LABEL= (default: the configured one, `store =` in \
+                          /etc/snapboot/snapboot.conf or `snapboot.store=` on the kernel \
+                          command line)";
+
+/// An image, on a store given before its name or the configured one.
+#[derive(Args, Debug)]
+pub struct Named {
+    /// The image's name; or, when a name follows, the store (a path, PARTUUID=, PARTLABEL=
+    /// or LABEL=; without it, the configured store: `store =` in
+    /// /etc/snapboot/snapboot.conf or `snapboot.store=` on the kernel command line).
+    #[arg(value_name = "STORE|NAME")]
+    first: String,
+    /// The image's name, after the store.
+    #[arg(value_name = "NAME")]
+    second: Option<String>,
+}
+
+impl Named {
+    /// The store (default: the configured one) and the image's name.
+    fn split(self) -> Result<(CommandStore, String)> {
+        let (store, name) = match self.second {
+            Some(name) => {
+                let store = StoreAddress::parse(&self.first)
+                    .with_context(|| format!("store {}", self.first))?;
+                (Some(store), name)
+            }
+            None => (None, self.first),
+        };
+        Ok((command_store::from_system(store)?, name))
+    }
+}
+
 /// A store, and whether to print JSON.
 #[derive(Args, Debug)]
 pub struct DevArgs {
-    /// File or block device path, PARTUUID=, PARTLABEL= or LABEL=.
-    dev: StoreAddress,
+    #[arg(value_name = "STORE", help = STORE_HELP)]
+    dev: Option<StoreAddress>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -149,29 +193,33 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
             force,
             checksum,
             label,
-        } => init(&dev, size, cluster_kib, force, checksum, label.as_deref()),
+        } => init(dev, size, cluster_kib, force, checksum, label.as_deref()),
         StoreCmd::Ls(a) => ls(a),
-        StoreCmd::Rm { dev, name } => {
-            open(&dev, true)?.0.remove(&name)?;
+        StoreCmd::Rm(image) => {
+            let (store, name) = image.split()?;
+            store.open(true)?.0.remove(&name)?;
             println!("removed {name} (its space is idle; `snapboot store gc` discards it)");
             Ok(ExitCode::SUCCESS)
         }
-        StoreCmd::Pin { dev, name } => {
-            open(&dev, true)?.0.pin(&name, true)?;
+        StoreCmd::Pin(image) => {
+            let (store, name) = image.split()?;
+            store.open(true)?.0.pin(&name, true)?;
             println!("pinned {name}");
             Ok(ExitCode::SUCCESS)
         }
-        StoreCmd::Unpin { dev, name } => {
-            open(&dev, true)?.0.pin(&name, false)?;
+        StoreCmd::Unpin(image) => {
+            let (store, name) = image.split()?;
+            store.open(true)?.0.pin(&name, false)?;
             println!("unpinned {name}");
             Ok(ExitCode::SUCCESS)
         }
         StoreCmd::Stats(a) => stats(a),
-        StoreCmd::Gc { dev, compact_below } => gc(&dev, compact_below),
-        StoreCmd::Fsck { dev } => fsck(&dev),
-        StoreCmd::Sign { dev, name, key } => {
+        StoreCmd::Gc { dev, compact_below } => gc(dev, compact_below),
+        StoreCmd::Fsck { dev } => fsck(dev),
+        StoreCmd::Sign { image, key } => {
             let k = SecretKey::load(&key)?;
-            let at = resolve(&dev)?;
+            let (store, name) = image.split()?;
+            let at = store.locate()?;
             let rec = sign_image(&at.path, &name, &k)?;
             println!(
                 "signed {name} (generation {}) with key {}",
@@ -183,32 +231,32 @@ pub fn store(cmd: StoreCmd) -> Result<ExitCode> {
     }
 }
 
-/// Where a command's store is: `dev` resolved now (a command does not wait for devices).
-fn resolve(dev: &StoreAddress) -> Result<Located> {
-    devsys::locate::resolve(dev, Duration::ZERO).with_context(|| format!("store {dev}"))
-}
-
-/// Opens a command's store: `dev` resolved now, then opened by its magic.
-pub(crate) fn open(dev: &StoreAddress, rw: bool) -> Result<(Store<File>, Located), StoreUseError> {
-    open_address(dev, Duration::ZERO, rw)
+/// Opens a command's store (`dev`, or else the configured one): found as the disks are
+/// now (a command does not wait for devices), then opened by its magic.
+pub(crate) fn open(dev: Option<StoreAddress>, rw: bool) -> Result<(Store<File>, Located)> {
+    Ok(command_store::from_system(dev)?.open(rw)?)
 }
 
 /// `snapboot store init`.
 fn init(
-    dev: &StoreAddress,
+    dev: Option<StoreAddress>,
     size: Option<String>,
     cluster_kib: u32,
     force: bool,
     checksum: CheckArg,
     label: Option<&str>,
 ) -> Result<ExitCode> {
-    if let StoreAddress::Label(_) = dev {
-        bail!("store init {dev}: LABEL= names a store that exists; name the device to make one on");
+    let store = command_store::from_system(dev)?;
+    if let StoreAddress::Label(_) = store.address {
+        bail!(
+            "store init: {store}: LABEL= names a store that exists; name the device to make \
+             one on"
+        );
     }
     let label = Label::new(label.unwrap_or_default())?;
-    let dev = match dev.as_path() {
+    let dev = match store.address.as_path() {
         Some(p) => PathBuf::from(p),
-        None => resolve(dev)?.path,
+        None => store.locate()?.path,
     };
     if !force && ondevice::store::open_store(&dev, false).is_ok() {
         bail!(
@@ -271,7 +319,7 @@ fn label_words(label: &str) -> String {
 
 /// `snapboot store ls`.
 fn ls(a: DevArgs) -> Result<ExitCode> {
-    let (s, at) = open(&a.dev, false)?;
+    let (s, at) = open(a.dev, false)?;
     let mut images: Vec<&ImageRec> = s.images().iter().collect();
     images.sort_by_key(|i| std::cmp::Reverse(i.generation));
     let images: Vec<_> = images
@@ -323,7 +371,7 @@ fn ls(a: DevArgs) -> Result<ExitCode> {
 
 /// `snapboot store stats`.
 fn stats(a: DevArgs) -> Result<ExitCode> {
-    let (s, at) = open(&a.dev, false)?;
+    let (s, at) = open(a.dev, false)?;
     let u = s.usage();
     let cb = s.cluster_bytes();
     let fill = s.cluster_fill();
@@ -414,7 +462,7 @@ fn stats(a: DevArgs) -> Result<ExitCode> {
 }
 
 /// `snapboot store gc`.
-fn gc(dev: &StoreAddress, compact_below: u8) -> Result<ExitCode> {
+fn gc(dev: Option<StoreAddress>, compact_below: u8) -> Result<ExitCode> {
     let (mut s, _) = open(dev, true)?;
     if compact_below > 0 {
         let c = s.compact(compact_below)?;
@@ -433,7 +481,7 @@ fn gc(dev: &StoreAddress, compact_below: u8) -> Result<ExitCode> {
 }
 
 /// `snapboot store fsck`: exit status 5 ([`crate::Exit::Damaged`]) when it finds a problem.
-fn fsck(dev: &StoreAddress) -> Result<ExitCode> {
+fn fsck(dev: Option<StoreAddress>) -> Result<ExitCode> {
     let (s, at) = open(dev, false)?;
     let r = s.fsck();
     for p in &r.problems {

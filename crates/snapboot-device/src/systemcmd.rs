@@ -16,9 +16,10 @@ pub struct InstallArgs {
     /// with Type=notify that is its READY=1). Repeatable.
     #[arg(long, value_name = "UNIT")]
     pub after: Vec<String>,
-    /// The store (`PARTUUID=…`, `PARTLABEL=…`, `LABEL=…` or `/dev/mmcblk0p3`): its
-    /// device's drivers' modules, read from /sys, are loaded by the initramfs before udev,
-    /// so the image is restored before udev starts.
+    /// The store (`PARTUUID=…`, `PARTLABEL=…`, `LABEL=…` or `/dev/mmcblk0p3`; default, on
+    /// the running system without --store-module: the configured one): its device's
+    /// drivers' modules, read from /sys, are loaded by the initramfs before udev, so the
+    /// image is restored before udev starts.
     #[arg(long, value_name = "STORE")]
     pub store: Option<bootparams::StoreAddress>,
     /// A module the store's device needs (repeatable; for a root built elsewhere, where
@@ -169,9 +170,39 @@ pub fn install(a: InstallArgs) -> Result<ExitCode> {
     }
     let binary = std::env::current_exe().context("cannot find the running snapboot binary")?;
     let mut store_modules = a.store_module.clone();
-    if let Some(address) = &a.store {
-        let at = devsys::locate::resolve(address, std::time::Duration::ZERO)
-            .with_context(|| format!("store {address}"))?;
+    // The configured store stands for --store on the running system (a root built
+    // elsewhere has other devices); one that is not here is said, and nothing recorded.
+    let store = match a.store.clone() {
+        Some(given) => Some(ondevice::command_store::from_system(Some(given))?),
+        None if running && a.store_module.is_empty() => {
+            match ondevice::command_store::from_system(None) {
+                Ok(configured) => Some(configured),
+                Err(e) if e.is_unconfigured() => None,
+                Err(e) => {
+                    eprintln!(
+                        "snapboot: {}: no store drivers recorded (--store or --store-module \
+                         names them)",
+                        boottrace::error_chain(&e)
+                    );
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let located = match store.map(|s| s.locate()) {
+        None => None,
+        Some(Ok(at)) => Some(at),
+        Some(Err(e)) if a.store.is_some() => return Err(e.into()),
+        Some(Err(e)) => {
+            eprintln!(
+                "snapboot: {}: no store drivers recorded (--store or --store-module names them)",
+                boottrace::error_chain(&e)
+            );
+            None
+        }
+    };
+    if let Some(at) = located {
         let found = install::store_driver_modules(std::path::Path::new("/sys"), &at.path)?;
         println!(
             "{at}: drivers {}",

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 /// Snapshot boot for Linux.
 #[derive(Parser, Debug)]
-#[command(name = "snapboot", version, about, after_help = snapboot_device::EXIT_HELP)]
+#[command(name = "snapboot", version, about, after_help = snapboot_device::HOST_EXIT_HELP)]
 pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -36,8 +36,11 @@ pub enum InstallError {
     NotStatic(PathBuf),
     /// The snapboot package is installed: it owns snapboot's files.
     #[error(
-        "the snapboot package is installed (dpkg): it has put snapboot in already; \
-         `snapboot install` is for systems without it, and does nothing here"
+        "the snapboot package is installed (dpkg): it has put snapboot in already, and \
+         `snapboot install` is for systems without it, so it does nothing here; the store's \
+         drivers go in /{STORE_MODULES_PATH} (then `update-initramfs -u`), the application \
+         the capture waits for in `systemctl edit snapboot-capture.service` \
+         (`snapboot check` says what is missing)"
     )]
     PackageInstalled,
     /// Neither initramfs-tools nor dracut makes this system's initramfs.

@@ -4,6 +4,7 @@
 //! `var/lib/dpkg`), so a root tree being built answers as the running system does.
 
 use super::files::Generator;
+use super::STORE_MODULES_PATH;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,61 @@ pub fn package_installed(root: &Path, package: &str) -> bool {
     })
 }
 
+/// How snapboot came into the system at a root: what its hints tell the administrator to
+/// run depends on it (the package's files are dpkg's; `snapboot install` keeps a manifest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Installation {
+    /// The Debian package (/usr/sbin/snapboot, the hook in /usr/share/initramfs-tools).
+    Package,
+    /// `snapboot install` (/etc/snapboot/installed.manifest).
+    Command,
+    /// Neither: a root built another way (the board's), or snapboot not installed.
+    Neither,
+}
+
+impl Installation {
+    /// How snapboot came into the system at `root`.
+    pub fn of(root: &Path) -> Self {
+        if package_installed(root, PACKAGE) {
+            Self::Package
+        } else if root.join(super::manifest::MANIFEST_PATH).is_file() {
+            Self::Command
+        } else {
+            Self::Neither
+        }
+    }
+
+    /// What to run so the initramfs loads the store's drivers `modules` (before udev) for
+    /// `store`, as this installation does it; `rebuild` is the generator's rebuild command.
+    pub fn store_modules_fix(self, store: &str, modules: &[String], rebuild: &str) -> String {
+        let listed = match modules {
+            [] => "the store's drivers".to_string(),
+            m => m.join(" "),
+        };
+        match self {
+            Self::Command => format!(
+                "`snapboot install --store {store}` lists its drivers in \
+                 /{STORE_MODULES_PATH} and rebuilds the initramfs"
+            ),
+            Self::Package | Self::Neither => {
+                format!("list {listed} in /{STORE_MODULES_PATH}, one a line, and run `{rebuild}`")
+            }
+        }
+    }
+
+    /// What to run so the capture unit starts after the application `app` (a unit name, or
+    /// a placeholder) is ready.
+    pub fn capture_after_fix(self, app: &str) -> String {
+        match self {
+            Self::Command => format!("`snapboot install --after {app}`"),
+            Self::Package | Self::Neither => format!(
+                "`systemctl edit {}` with `[Unit]` `After={app}` `Wants={app}`",
+                super::files::CAPTURE_UNIT_NAME
+            ),
+        }
+    }
+}
+
 /// The packages owning each of `paths` (absolute in the installed system), as `dpkg -S`
 /// says it, from the file lists in `root/var/lib/dpkg/info`. Paths no package owns are
 /// left out.
@@ -81,6 +137,39 @@ pub fn owners(root: &Path, paths: &[PathBuf]) -> HashMap<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_installation_is_the_package_the_manifest_or_neither_and_its_fixes_match() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(Installation::of(d.path()), Installation::Neither);
+        let manifest = d.path().join(super::super::manifest::MANIFEST_PATH);
+        fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+        fs::write(&manifest, "").unwrap();
+        assert_eq!(Installation::of(d.path()), Installation::Command);
+        let command = Installation::Command.store_modules_fix("PARTLABEL=s", &[], "x");
+        assert!(
+            command.starts_with("`snapboot install --store PARTLABEL=s`"),
+            "{command}"
+        );
+        let status = d.path().join("var/lib/dpkg/status");
+        fs::create_dir_all(status.parent().unwrap()).unwrap();
+        fs::write(&status, "Package: snapboot\nStatus: install ok installed\n").unwrap();
+        assert_eq!(Installation::of(d.path()), Installation::Package);
+        let modules = ["virtio_pci".to_string(), "virtio_blk".to_string()];
+        let package =
+            Installation::Package.store_modules_fix("PARTLABEL=s", &modules, "update-initramfs -u");
+        assert_eq!(
+            package,
+            "list virtio_pci virtio_blk in /etc/snapboot/store-modules, one a line, and run \
+             `update-initramfs -u`"
+        );
+        assert!(!Installation::Package
+            .capture_after_fix("app.service")
+            .contains("snapboot install"));
+        assert!(Installation::Command
+            .capture_after_fix("app.service")
+            .contains("--after app.service"));
+    }
 
     #[test]
     fn dpkg_s_and_dpkg_status_are_read_from_the_root() {
