@@ -299,6 +299,30 @@ mod tests {
         );
     }
 
+    /// Every command line README.Debian shows (an indented line starting `snapboot `, up to
+    /// two spaces or a `#`) is one the device binary takes.
+    #[test]
+    fn the_readme_debian_commands_are_the_binarys() {
+        use clap::Parser;
+        let commands: Vec<&str> = README_DEBIAN
+            .lines()
+            .filter(|l| l.starts_with(' '))
+            .map(|l| l.trim_start())
+            .filter(|l| l.starts_with("snapboot "))
+            .map(|l| l.split("  ").next().unwrap_or(l))
+            .map(|l| l.split('#').next().unwrap_or(l).trim_end())
+            .collect();
+        assert!(commands.len() >= 4, "{commands:?}");
+        for c in commands {
+            let parsed = snapboot_device::DeviceCli::try_parse_from(c.split_whitespace());
+            assert!(
+                parsed.is_ok(),
+                "README.Debian: `{c}`: {}",
+                parsed.unwrap_err()
+            );
+        }
+    }
+
     #[test]
     fn the_tree_has_every_file_at_its_package_path_and_compressed_pages() {
         let d = tempfile::tempdir().unwrap();
