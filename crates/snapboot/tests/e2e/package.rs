@@ -2,8 +2,9 @@
 //! the board's cached bookworm root (initramfs-tools), with the fetched kernel put where its
 //! package puts it; then the updates a device goes through, unconfigured, with a store
 //! named but absent, after `apt remove` and after `apt purge`. Needs root (chroot), as
-//! the Debian workload's build does. 39 s on 2 cores shared with other builds (the base
-//! tarball cached; 17 s of it unpacking the root), each step's time on stderr.
+//! the Debian workload's build does. 28-64 s on 2 cores shared with other builds (the base
+//! tarball cached; 25 s of steps, the rest unpacking and removing the root, which a busy
+//! disk slows), each step's time on stderr.
 
 use crate::common::{device_binary_built, home, kernel_fetched, run, snapboot};
 use guestarch::Arch;
@@ -94,8 +95,13 @@ fn install_kernel(root: &Path, k: &hostkernel::KernelInfo) {
 /// script do nothing; `apt purge` takes them and /etc/snapboot away.
 #[test]
 fn package_installs_updates_removes_and_purges_without_an_error_line() {
+    let started = std::time::Instant::now();
     device_binary_built();
     kernel_fetched("x86_64", "kernel.json");
+    eprintln!(
+        "{:5.1} s  the device binary built, the kernel fetched",
+        started.elapsed().as_secs_f64()
+    );
     let k = bundle::home::fetched_kernel(Arch::X86_64).unwrap();
     let tar = bundle::debian::base_tarball(
         &bundle::home::debian_cache(),
@@ -103,6 +109,10 @@ fn package_installs_updates_removes_and_purges_without_an_error_line() {
         Arch::X86_64,
     )
     .unwrap();
+    eprintln!(
+        "{:5.1} s  the base root found",
+        started.elapsed().as_secs_f64()
+    );
     let dir = tempfile::tempdir_in(home()).unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
@@ -117,10 +127,12 @@ fn package_installs_updates_removes_and_purges_without_an_error_line() {
     assert!(out.status.success(), "tar: {so}{se}");
     install_kernel(&root, &k);
 
+    let started = std::time::Instant::now();
     let mut c = snapboot();
     c.args(["board", "deb", "--out"]).arg(root.join("tmp"));
     let (out, so, se) = run(c);
     assert!(out.status.success(), "board deb: {so}{se}");
+    eprintln!("{:5.1} s  board deb", started.elapsed().as_secs_f64());
     let deb = bundle::debpkg::file_name(Arch::X86_64);
     // Use-Pty=0: dpkg's progress pseudo-terminal needs a /dev/pts the chroot has not.
     let apt = "apt-get -y -q -o Dpkg::Use-Pty=0";
@@ -177,4 +189,10 @@ fn package_installs_updates_removes_and_purges_without_an_error_line() {
     assert!(!root.join("etc/snapboot").exists(), "{purged}");
     assert!(!root.join("etc/kernel/postinst.d/zz-snapboot").exists());
     assert!(!root.join("etc/grub.d/42_snapboot").exists());
+    let started = std::time::Instant::now();
+    drop(dir);
+    eprintln!(
+        "{:5.1} s  the root removed",
+        started.elapsed().as_secs_f64()
+    );
 }
