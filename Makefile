@@ -11,6 +11,8 @@ APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-ut
 ARM64_PACKAGES := qemu-system-arm u-boot-qemu u-boot-tools fdisk e2fsprogs \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64 \
   qemu-user-static
+# `make deb`'s check of the packages (dpkg-deb, which builds them, comes with dpkg).
+DEB_PACKAGES := lintian
 # Building the restore kernel from the distribution's kernel source (gcc-aarch64-linux-gnu:
 # the arm64 one, `snapboot board restore-kernel --arch arm64`).
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu

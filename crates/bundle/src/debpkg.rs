@@ -14,6 +14,7 @@
 //!   /usr/share/man/man5/snapboot.conf.5.gz         the settings table (bootparams::config)
 //!   /usr/share/{bash-completion,zsh,fish}/...      crates/docgen (clap_complete)
 //!   /usr/share/doc/snapboot/{copyright,changelog.gz}
+//!   /usr/share/doc/snapboot/README.Debian          the steps to a restoring device
 //!   /usr/share/lintian/overrides/snapboot          each with its reason
 //!   DEBIAN/ control conffiles md5sums postinst postrm triggers
 //! ```
@@ -40,6 +41,9 @@ const TRIGGERS: &str = include_str!("../../../packaging/deb/triggers");
 const COPYRIGHT: &str = include_str!("../../../packaging/deb/copyright");
 const CHANGELOG: &str = include_str!("../../../packaging/deb/changelog");
 const LINTIAN_OVERRIDES: &str = include_str!("../../../packaging/deb/lintian-overrides");
+/// What the package installed and the steps from there to a restoring device (postinst
+/// points at it while no store is named).
+const README_DEBIAN: &str = include_str!("../../../packaging/deb/README.Debian");
 
 /// Why the package could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -193,6 +197,12 @@ pub fn stage(binary: &Path, arch: Arch, stage: &Path) -> Result<(), DebError> {
     )?;
     put(
         stage,
+        &format!("{doc}/README.Debian"),
+        README_DEBIAN.as_bytes(),
+        0o644,
+    )?;
+    put(
+        stage,
         "usr/share/lintian/overrides/snapboot",
         LINTIAN_OVERRIDES.as_bytes(),
         0o644,
@@ -280,11 +290,37 @@ mod tests {
             file_name(Arch::X86_64),
             format!("snapboot_{VERSION}_amd64.deb")
         );
+        // postinst points at the README.Debian the package ships.
+        assert!(POSTINST.contains("/usr/share/doc/snapboot/README.Debian"));
         // The changelog's version is the package's.
         assert!(
             CHANGELOG.starts_with(&format!("snapboot ({VERSION}) ")),
             "{CHANGELOG}"
         );
+    }
+
+    /// Every command line README.Debian shows (an indented line starting `snapboot `, up to
+    /// two spaces or a `#`) is one the device binary takes.
+    #[test]
+    fn the_readme_debian_commands_are_the_binarys() {
+        use clap::Parser;
+        let commands: Vec<&str> = README_DEBIAN
+            .lines()
+            .filter(|l| l.starts_with(' '))
+            .map(|l| l.trim_start())
+            .filter(|l| l.starts_with("snapboot "))
+            .map(|l| l.split("  ").next().unwrap_or(l))
+            .map(|l| l.split('#').next().unwrap_or(l).trim_end())
+            .collect();
+        assert!(commands.len() >= 4, "{commands:?}");
+        for c in commands {
+            let parsed = snapboot_device::DeviceCli::try_parse_from(c.split_whitespace());
+            assert!(
+                parsed.is_ok(),
+                "README.Debian: `{c}`: {}",
+                parsed.unwrap_err()
+            );
+        }
     }
 
     #[test]
@@ -300,6 +336,8 @@ mod tests {
         assert!(man.join("snapboot.8.gz").is_file());
         assert!(man.join("snapboot-install.8.gz").is_file());
         assert!(!man.join("snapboot.8").exists());
+        let readme = fs::read_to_string(stage_dir.join("usr/share/doc/snapboot/README.Debian"));
+        assert!(readme.unwrap().contains("update-initramfs -u"));
         assert!(stage_dir
             .join("usr/share/man/man5/snapboot.conf.5.gz")
             .is_file());

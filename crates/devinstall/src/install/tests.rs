@@ -345,3 +345,50 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// The capture unit's ExecStartPre loads lazy capture's modules when `lazy` is in effect,
+/// whether the config file or the kernel command line set it: it reads the settings in
+/// effect from `snapboot config words`, not /proc/cmdline (a `lazy = max` line in the file
+/// was ignored). Run here with stand-ins for the binary and modprobe.
+#[test]
+fn the_capture_unit_loads_lazy_modules_by_the_settings_in_effect() {
+    let line = CAPTURE_UNIT
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStartPre=-/bin/sh -c '"))
+        .and_then(|l| l.strip_suffix('\''))
+        .expect("the capture unit's modprobe line");
+    let d = tempfile::tempdir().unwrap();
+    let loaded = d.path().join("loaded");
+    let run = |words: &str| -> String {
+        let _ = fs::remove_file(&loaded);
+        let bin = d.path().join("snapboot");
+        let modprobe = d.path().join("modprobe");
+        fs::write(&bin, format!("#!/bin/sh\necho '{words}'\n")).unwrap();
+        fs::write(
+            &modprobe,
+            format!("#!/bin/sh\necho \"$@\" > {}\n", loaded.display()),
+        )
+        .unwrap();
+        for f in [&bin, &modprobe] {
+            fs::set_permissions(f, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let script = line
+            .replace("/usr/sbin/snapboot", &bin.display().to_string())
+            .replace("/sbin/modprobe", &modprobe.display().to_string());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+        fs::read_to_string(&loaded).unwrap_or_default()
+    };
+    // `lazy = max` in the file renders as the bare word; a size as `=SIZE`.
+    let file_max = run("snapboot.store=PARTLABEL=snapstore snapboot.lazy");
+    assert!(
+        file_max.contains("dm_mod") && file_max.contains("zram"),
+        "{file_max}"
+    );
+    assert!(run("snapboot.lazy=96M").contains("dm_snapshot"));
+    assert_eq!(run("snapboot.store=PARTLABEL=snapstore"), "");
+    assert_eq!(run(""), "");
+}

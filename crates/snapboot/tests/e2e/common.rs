@@ -83,7 +83,7 @@ pub fn kernel_fetched(arch: &str, record: &str) {
 /// Builds `snapboot-device` (the binary the board puts on the device, another package) in
 /// this test binary's profile, once: `cargo test` builds only the tested package's binaries,
 /// and a stale device binary would test old device code.
-fn device_binary_built() {
+pub fn device_binary_built() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));

@@ -23,6 +23,7 @@ mod encrypted;
 mod flash;
 mod guards;
 mod lifecycle;
+mod package;
 mod restore_kernel;
 mod restorer;
 mod snapshot;
