@@ -499,6 +499,18 @@ def journal_lines(word):
     return f"journal {len(lines)} " + " | ".join(lines)
 
 
+def boot_history():
+    """`history`: `snapboot status --history 5` (the last boots from the store's boot log),
+    its exit status and its lines, ` | ` between them."""
+    try:
+        r = subprocess.run(["snapboot", "status", "--history", "5"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"error snapboot: {type(e).__name__}"
+    lines = [l.strip() for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    return f"history exit={r.returncode} " + " | ".join(lines)
+
+
 def update_records(st, count, seed):
     """Changes `count` records (deterministic for a given seed): the amount moves by a few
     cents, in the dict, the JSON cache and sqlite alike. A small change to the state, as a
@@ -582,6 +594,8 @@ def serve(st):
                 out = system_state()
             elif cmd == "journal" and arg:
                 out = journal_lines(arg)
+            elif cmd == "history" and not arg:
+                out = boot_history()
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

@@ -56,6 +56,23 @@ pub(crate) fn assert_in_journal(s: &mut board::qemu::Session, word: &str, want: 
         n > 0 && answer.contains(want),
         "`journalctl -b` has no line with {want:?}: {answer}"
     );
+    eprintln!("journalctl -b, lines with {word}: {answer}");
+    answer
+}
+
+/// Asks the restored service for `snapboot status --history 5`; asserts it exits 0 and
+/// its newest line is this restore of `image`. Returns the answer.
+pub(crate) fn assert_history_restored(s: &mut board::qemu::Session, image: &str) -> String {
+    let answer = ask(s, "history", r"^history exit=");
+    eprintln!("snapboot status --history 5: {answer}");
+    let newest = answer
+        .strip_prefix("history exit=0 ")
+        .and_then(|rest| rest.split(" | ").next())
+        .unwrap_or_else(|| panic!("status --history failed: {answer}"));
+    assert!(
+        newest.contains("restored") && newest.contains(image),
+        "the newest boot in the history is not this restore: {answer}"
+    );
     answer
 }
 
@@ -84,6 +101,7 @@ fn restores_before_udev_on_the_normal_entry(b: &bundle::Bundle, disk: &std::path
     assert_resumed_before_udev(&s, workload);
     check_restored_app(&mut s, 1, &expected);
     assert_in_journal(&mut s, "@status", "@status restored");
+    assert_history_restored(&mut s, "current");
     s.finish(boottrace::Outcome::Answered);
 }
 

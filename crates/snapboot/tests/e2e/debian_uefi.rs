@@ -162,6 +162,7 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     crate::debian_config::assert_resumed_before_udev(&s, "initramfs-tools");
     check_restored_app(&mut s, 2, &expected);
     crate::debian_config::assert_in_journal(&mut s, "@status", "@status restored");
+    crate::debian_config::assert_history_restored(&mut s, "current");
     s.finish(boottrace::Outcome::Answered);
 
     // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,
