@@ -159,10 +159,10 @@ fn package_installs_updates_removes_and_purges_without_an_error_line() {
     let named = kernel_update(&root, &k.release);
     let lines: Vec<&str> = named.lines().filter(|l| l.contains("snapboot")).collect();
     assert_eq!(lines.len(), 1, "{named}");
+    // The reason: the store is not found (this chroot has no /sys: an image build).
     assert!(
-        lines[0].starts_with(
-            "snapboot: images not marked stale: the configured store PARTLABEL=absent-store"
-        ),
+        lines[0].starts_with("snapboot: images not marked stale: ")
+            && lines[0].contains("PARTLABEL=absent-store"),
         "{named}"
     );
     assert!(!lines[0].contains("see above"), "{named}");
