@@ -499,6 +499,20 @@ def journal_lines(word):
     return f"journal {len(lines)} " + " | ".join(lines)
 
 
+def mount_of(path):
+    """`mount PATH`: the filesystem mounted at PATH as /proc/self/mounts has it (the last
+    mount there wins): its type and options."""
+    found = None
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 4 and fields[1] == path:
+                found = fields
+    if not found:
+        return f"mount {path} none"
+    return f"mount {path} {found[2]} {found[3]}"
+
+
 def boot_history():
     """`history`: `snapboot status --history 5` (the last boots from the store's boot log),
     its exit status and its lines, ` | ` between them."""
@@ -596,6 +610,8 @@ def serve(st):
                 out = journal_lines(arg)
             elif cmd == "history" and not arg:
                 out = boot_history()
+            elif cmd == "mount" and arg:
+                out = mount_of(arg)
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

@@ -101,7 +101,7 @@ pub enum UefiError {
     /// Only the Debian workloads name their root on the command line.
     #[error(
         "--firmware uefi boots the Debian workloads only (debian, debian-dracut, \
-         debian-dracut-systemd; workload {0}: its /init expects the root at /dev/vda)"
+         debian-dracut-systemd, debian-overlayroot; workload {0}: its /init expects the root at /dev/vda)"
     )]
     Workload(String),
     /// A file of the firmware or of GRUB is missing.

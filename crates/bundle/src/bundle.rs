@@ -434,7 +434,7 @@ impl Bundle {
             kernel: opts.kernel.clone(),
             workload: opts.workload.clone(),
             modules,
-            rootfs_type: "squashfs".into(),
+            rootfs_type: opts.workload.init.root_fstype().into(),
             initramfs_bytes: size(&out.join("initramfs.cpio")),
             rootfs_bytes: size(&out.join("rootfs.img")),
             snapboot_blake3,
@@ -467,11 +467,15 @@ impl Bundle {
             arch: opts.kernel.arch,
             generator: crate::debian::generator_of(opts.workload.init),
             initramfs_systemd: opts.workload.init == crate::workload::InitKind::DebianDracutSystemd,
+            overlayroot: opts.workload.init == crate::workload::InitKind::DebianOverlayroot,
         })?;
         let rootfs_img = out.join("rootfs.img");
-        let squashed = mksquashfs(&stage, &rootfs_img);
+        let made = match opts.workload.init.root_fstype() {
+            "ext4" => mkext4(&stage, &rootfs_img),
+            _ => mksquashfs(&stage, &rootfs_img),
+        };
         let _ = fs::remove_dir_all(&stage);
-        squashed?;
+        made?;
         let modules = crate::debian::INITRAMFS_MODULES
             .iter()
             .map(|m| m.to_string())
@@ -525,6 +529,36 @@ fn kernel_image_in(dir: &Path, arch: Arch) -> PathBuf {
         Arch::X86_64 => dir.join("vmlinux"),
         Arch::Arm64 => dir.join("Image"),
     }
+}
+
+/// Makes an installed system's root filesystem image of the tree `src`: ext4, with room
+/// to spare (a quarter more than the tree, at least 64 MiB), as an installer leaves it.
+pub fn mkext4(src: &Path, img: &Path) -> Result<(), BundleError> {
+    let _ = fs::remove_file(img);
+    let du = Command::new("du")
+        .args(["-s", "-B1M"])
+        .arg(src)
+        .output()
+        .map_err(|e| BundleError::Rootfs(format!("du: {e}")))?;
+    let used: u64 = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| BundleError::Rootfs(format!("du -s {}: no size", src.display())))?;
+    let mib = used + (used / 4).max(64);
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "root", "-E", "root_owner=0:0", "-d"])
+        .arg(src)
+        .arg(img)
+        .arg(format!("{mib}M"))
+        .output()
+        .map_err(|e| BundleError::Rootfs(format!("mkfs.ext4 (package e2fsprogs): {e}")))?;
+    if !out.status.success() {
+        return Err(BundleError::Rootfs(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).

@@ -360,7 +360,25 @@ pub struct DebianBuild<'a> {
     pub generator: Generator,
     /// dracut: systemd in the initramfs too (its `systemd` and `dracut-systemd` modules).
     pub initramfs_systemd: bool,
+    /// An installed system's root: ext4, kept read-only by Debian's `overlayroot`
+    /// ([`OVERLAYROOT_CONF`]), instead of the board's squashfs with tmpfs mounts.
+    pub overlayroot: bool,
 }
+
+/// `/etc/overlayroot.conf` of a root `overlayroot` keeps read-only: the root filesystem
+/// mounted read-only at `/media/root-ro`, a tmpfs at `/media/root-rw` for every write, the
+/// overlay of the two as `/` (overlayroot's init-bottom script, initramfs-tools).
+pub const OVERLAYROOT_CONF: &str = "overlayroot=\"tmpfs\"\n";
+
+/// The kernel modules an `overlayroot` root needs besides [`ROOT_MODULES`]: the overlay
+/// filesystem (its hook puts it into the initramfs).
+pub const OVERLAYROOT_MODULES: &[&str] = &["overlay"];
+
+/// The fstab of an installed system whose root is the board's ext4 disk: nothing but the
+/// root, as the installer writes it (overlayroot rewrites it in the overlay).
+pub const INSTALLED_FSTAB: &str =
+    "# Written by snapboot for the board: an installed system's root.\n\
+/dev/vda / ext4 errors=remount-ro 0 1\n";
 
 /// Builds the root tree in `stage` and its initramfs.
 pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
@@ -389,6 +407,9 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     configure(b, stage)?;
     esp_mount_point(stage)?;
     install_package(b, stage)?;
+    if b.overlayroot {
+        install_overlayroot(stage)?;
+    }
     let inside = format!("/boot/initrd.img-{}", b.release);
     make_initramfs(b, stage, &inside)?;
     let made = stage.join(inside.trim_start_matches('/'));
@@ -428,6 +449,65 @@ fn make_initramfs(b: &DebianBuild, stage: &Path, inside: &str) -> Result<(), Deb
         }
     };
     run(&mut cmd)
+}
+
+/// Debian's `overlayroot`, installed with apt from Debian's mirror (the root's own
+/// sources; the host's resolver for the while) and switched on, as README.Debian tells an
+/// administrator: the root stays an ext4 filesystem that is never written, and the
+/// initramfs (its hook, rebuilt next) mounts the overlay. The board's squashfs roots need
+/// none of it.
+fn install_overlayroot(stage: &Path) -> Result<(), DebianError> {
+    let resolv = stage.join("etc/resolv.conf");
+    let kept = fs::read(&resolv).ok();
+    let _ = fs::remove_file(&resolv);
+    fs::copy("/etc/resolv.conf", &resolv).map_err(io(Path::new("/etc/resolv.conf")))?;
+    let installed = run(Command::new("chroot")
+        .arg(stage)
+        .args(["apt-get", "-q", "update"]))
+    .and_then(|()| {
+        run(Command::new("chroot")
+            .arg(stage)
+            .args([
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "overlayroot",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"))
+    });
+    let _ = fs::remove_file(&resolv);
+    if let Some(k) = kept {
+        fs::write(&resolv, k).map_err(io(&resolv))?;
+    }
+    installed?;
+    run(Command::new("chroot").arg(stage).args(["apt-get", "clean"]))?;
+    let lists = stage.join("var/lib/apt/lists");
+    if lists.is_dir() {
+        for e in fs::read_dir(&lists).map_err(io(&lists))?.flatten() {
+            if e.path().is_file() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    write(stage, "etc/overlayroot.conf", OVERLAYROOT_CONF)?;
+    write(stage, "etc/fstab", INSTALLED_FSTAB)?;
+    esp_mount_point(stage)?;
+    // initramfs-tools' module list: the ext4 root's driver too.
+    write(
+        stage,
+        "etc/initramfs-tools/modules",
+        &format!(
+            "{}\n",
+            INITRAMFS_MODULES
+                .iter()
+                .chain(&["ext4", "crc32c_generic"])
+                .copied()
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    )
 }
 
 /// snapboot goes in the way the documentation tells a user to put it in: its Debian package
@@ -489,7 +569,11 @@ fn name_the_store(text: &str, address: &str) -> Option<String> {
 fn add_modules(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
     let tree = ModuleTree::open(b.modules_dir)?;
     let dest = stage.join("lib/modules").join(b.release);
-    for m in tree.resolve(ROOT_MODULES)? {
+    let mut wanted = ROOT_MODULES.to_vec();
+    if b.overlayroot {
+        wanted.extend(OVERLAYROOT_MODULES);
+    }
+    for m in tree.resolve(&wanted)? {
         let rel = m.path.strip_prefix(b.modules_dir).unwrap_or(&m.path);
         let to = dest.join(rel);
         if let Some(p) = to.parent() {
@@ -760,6 +844,7 @@ mod tests {
             arch: Arch::X86_64,
             generator: Generator::InitramfsTools,
             initramfs_systemd: false,
+            overlayroot: false,
         };
         // `systemctl set-default` in a chroot needs root and a real tree: expect that step
         // to be the one that fails here, after the files are written.

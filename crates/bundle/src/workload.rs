@@ -87,6 +87,11 @@ pub enum InitKind {
     /// snapboot's hooks run as dracut's services.
     #[serde(rename = "debian-dracut-systemd")]
     DebianDracutSystemd,
+    /// [`InitKind::Debian`] as an installed system has it: its root a writable ext4
+    /// filesystem, made read-only by Debian's `overlayroot` (the root mounted read-only
+    /// under an overlay whose upper layer is a tmpfs), not by a squashfs image.
+    #[serde(rename = "debian-overlayroot")]
+    DebianOverlayroot,
 }
 
 impl InitKind {
@@ -94,9 +99,12 @@ impl InitKind {
     pub fn kernel_args(self, arch: Arch) -> Vec<String> {
         match self {
             InitKind::Board => vec![],
-            InitKind::Debian | InitKind::DebianDracut | InitKind::DebianDracutSystemd => vec![
+            InitKind::Debian
+            | InitKind::DebianDracut
+            | InitKind::DebianDracutSystemd
+            | InitKind::DebianOverlayroot => vec![
                 format!("root={}", root_device(arch)),
-                "rootfstype=squashfs".into(),
+                format!("rootfstype={}", self.root_fstype()),
                 "ro".into(),
             ],
         }
@@ -106,8 +114,20 @@ impl InitKind {
     pub fn is_debian(self) -> bool {
         matches!(
             self,
-            InitKind::Debian | InitKind::DebianDracut | InitKind::DebianDracutSystemd
+            InitKind::Debian
+                | InitKind::DebianDracut
+                | InitKind::DebianDracutSystemd
+                | InitKind::DebianOverlayroot
         )
+    }
+
+    /// The root filesystem's type: the board's squashfs image, or an installed system's
+    /// ext4 ([`InitKind::DebianOverlayroot`]).
+    pub fn root_fstype(self) -> &'static str {
+        match self {
+            InitKind::DebianOverlayroot => "ext4",
+            _ => "squashfs",
+        }
     }
 }
 
@@ -182,6 +202,16 @@ impl Workload {
         }
     }
 
+    /// The built-in `debian-overlayroot` workload: [`Workload::debian`] on an ext4 root that
+    /// Debian's `overlayroot` keeps read-only.
+    pub fn debian_overlayroot() -> Self {
+        Self {
+            name: "debian-overlayroot".into(),
+            init: InitKind::DebianOverlayroot,
+            ..Self::debian()
+        }
+    }
+
     /// A built-in workload by name.
     pub fn builtin(name: &str) -> Result<Self, WorkloadError> {
         match name {
@@ -190,6 +220,7 @@ impl Workload {
             "debian" => Ok(Self::debian()),
             "debian-dracut" => Ok(Self::debian_dracut()),
             "debian-dracut-systemd" => Ok(Self::debian_dracut_systemd()),
+            "debian-overlayroot" => Ok(Self::debian_overlayroot()),
             other => Err(WorkloadError::Unknown(other.into())),
         }
     }

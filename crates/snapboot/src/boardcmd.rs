@@ -237,6 +237,9 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
         bundle::workload::InitKind::Debian => "initramfs-tools' mkinitramfs, zstd",
         bundle::workload::InitKind::DebianDracut => "dracut, zstd",
         bundle::workload::InitKind::DebianDracutSystemd => "dracut with systemd, zstd",
+        bundle::workload::InitKind::DebianOverlayroot => {
+            "initramfs-tools' mkinitramfs with overlayroot, zstd"
+        }
     };
     println!("  initramfs {:.1} MiB ({made_by})", mib(b.initramfs_bytes));
     println!(

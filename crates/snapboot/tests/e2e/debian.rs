@@ -15,7 +15,7 @@ use std::time::Duration;
 /// Captures `workload` (`debian` or `debian-dracut`) by its systemd unit, with `data`
 /// attached as /dev/vdc but not mounted (the board's devices, and so its memory map, must be
 /// the same at restore).
-fn capture_debian(workload: &str, data: Option<&Path>) -> PathBuf {
+pub(crate) fn capture_debian(workload: &str, data: Option<&Path>) -> PathBuf {
     let store = crate::common::home().join(format!("test-{workload}.store"));
     let _ = std::fs::remove_file(&store);
     let mut c = snapboot();

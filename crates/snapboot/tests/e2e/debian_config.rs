@@ -5,7 +5,8 @@
 //! console and in the journal. One test per initramfs generator: initramfs-tools (in
 //! `debian_uefi`'s test, whose capture it shares), dracut's shell init, and dracut with
 //! systemd in the initramfs (Debian's default once systemd is installed), where snapboot's
-//! hooks run as dracut's services.
+//! hooks run as dracut's services. And the read-only root README.Debian gives an installed
+//! system: an ext4 root kept read-only by Debian's `overlayroot`.
 
 use crate::debian_uefi::{captures_through_grubs_entry, expect, expect_grub_entry, uefi_session};
 use crate::snapshot::{ask, check_restored_app};
@@ -127,5 +128,30 @@ fn debian_dracut_systemd_restores_a_config_only_store_before_udev() {
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     crate::restore_kernel::assert_restored_on_first_try(&s, "the restore kernel's entry");
     ask(&mut s, "ping", r"^pong \d+$");
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// An installed Debian system made read-only the way README.Debian tells its administrator:
+/// its root an ext4 filesystem, Debian's `overlayroot` with `overlayroot="tmpfs"` (the root
+/// mounted read-only under an overlay whose writes go to a tmpfs). The capture unit captures
+/// it (the only block filesystem is mounted read-only), the stock kernel restores it before
+/// udev, and the restored system's root is the overlay over the untouched ext4.
+#[test]
+fn debian_overlayroot_captures_and_restores_an_installed_root_kept_read_only() {
+    let store = crate::debian::capture_debian("debian-overlayroot", None);
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
+    let mut s =
+        crate::common::store_session(&crate::common::bundle("debian-overlayroot"), &store, &[]);
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    assert_resumed_before_udev(&s, "overlayroot");
+    check_restored_app(&mut s, 1, &expected);
+    let root = ask(&mut s, "mount /", r"^mount / ");
+    assert!(root.starts_with("mount / overlay "), "{root}");
+    let lower = ask(&mut s, "mount /media/root-ro", r"^mount /media/root-ro ");
+    assert!(
+        lower.starts_with("mount /media/root-ro ext4 ro,"),
+        "the root's ext4 is not read-only under the overlay: {lower}"
+    );
+    assert_history_restored(&mut s, "current");
     s.finish(boottrace::Outcome::Answered);
 }
