@@ -76,7 +76,7 @@ fn zram_compressor_and_lzo_kernels_are_reported() {
     let find = |o: &str| checks.iter().find(|c| c.option == o).unwrap();
     let z = find("CONFIG_CRYPTO_LZO");
     assert_eq!((z.verdict, z.value.as_str()), (Verdict::Ok, "m"));
-    assert!(z.reason.contains("loads lzo-rle"), "{}", z.reason);
+    assert!(z.reason.contains("loads lzo_rle"), "{}", z.reason);
     let k = find("CONFIG_KERNEL_LZO");
     assert_eq!(k.verdict, Verdict::Warn);
     assert!(k.reason.contains("extract-vmlinux"), "{}", k.reason);
