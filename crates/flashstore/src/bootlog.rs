@@ -47,12 +47,21 @@ fn write_slots<M: Medium>(
 
 /// Reads and changes the boot log of the store on `medium` without reading its catalog
 /// (what a restored system does to confirm its restore: four blocks read, one written).
-/// The medium must hold a store (a valid superblock): nothing else is ever written.
+/// The medium must hold a whole store (a valid superblock, and as many bytes as it
+/// describes): nothing else is ever written, a truncated store included.
 pub fn update_boot_log<M: Medium, T>(
     medium: &mut M,
     change: impl FnOnce(&mut BootLog) -> T,
 ) -> Result<T, StoreError> {
-    let cluster_blocks = newest_superblock(medium)?.cluster_blocks;
+    let sb = newest_superblock(medium)?;
+    let len = medium
+        .size()
+        .map_err(StoreError::io("reading the store's size"))?;
+    let needed = sb.store_bytes();
+    if needed > len {
+        return Err(StoreError::Truncated { needed, len });
+    }
+    let cluster_blocks = sb.cluster_blocks;
     let mut log = read_slots(medium, cluster_blocks)?.log;
     let out = change(&mut log);
     write_slots(medium, cluster_blocks, &log)?;
@@ -95,6 +104,21 @@ mod tests {
 
     fn store() -> Store<MemMedium> {
         Store::format(MemMedium::new(64 << 20), FormatOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn a_truncated_store_is_refused_and_left_as_it_is() {
+        let s = store();
+        let mut cut = MemMedium {
+            bytes: s.medium.bytes[..32 << 20].to_vec(),
+        };
+        let before = cut.bytes.clone();
+        let e = update_boot_log(&mut cut, |l| l.stale_through = 9).unwrap_err();
+        assert!(matches!(e, StoreError::Truncated { .. }), "{e}");
+        assert!(cut.bytes == before, "a truncated store was written");
+        // The whole store takes the change.
+        let mut whole = s.medium.clone();
+        update_boot_log(&mut whole, |l| l.stale_through = 9).unwrap();
     }
 
     #[test]

@@ -327,8 +327,20 @@ fn store_commands_manage_images_on_a_file() {
     let (ok, text) = st(&["stats", "--json"]);
     assert!(ok && text.contains("\"label\": \"lab-1\""), "{text}");
 
+    // `store pin [STORE] NAME`: nothing is no name; one word is the name, on the
+    // configured store (this host names none).
+    let mut c = snapboot();
+    c.args(["store", "pin"]);
+    let (out, so, se) = run(c);
+    assert!(
+        !out.status.success() && format!("{so}{se}").contains("[STORE] NAME"),
+        "pin needs a name: {so}{se}"
+    );
     let (ok, text) = st(&["pin"]);
-    assert!(!ok && text.contains("<NAME>"), "pin needs a name: {text}");
+    assert!(
+        !ok && text.contains("no store given and none in /etc/snapboot/snapboot.conf"),
+        "one word is the image's name, on the configured store: {text}"
+    );
     let run_named = |args: &[&str]| {
         let mut c = snapboot();
         c.arg("store").arg(args[0]).arg(&store).args(&args[1..]);
