@@ -184,18 +184,7 @@ mod tests {
     /// A formatted store in a file under `dir`, and its address.
     fn store_file(dir: &Path) -> StoreAddress {
         let path = dir.join("s.store");
-        let f = std::fs::File::create(&path).unwrap();
-        f.set_len(16 << 20).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let fmt = flashstore::FormatOptions {
-            cluster_blocks: 16,
-            ..Default::default()
-        };
-        flashstore::Store::format(f, fmt).unwrap();
+        drop(crate::store::tests::file_store(dir));
         StoreAddress::path(path.to_str().unwrap())
     }
 

@@ -356,11 +356,11 @@ pub fn configured_key(path: &Path) -> Result<Option<PublicKey>, KeyError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An empty 16 MiB store in file `s.store` of `dir`.
-    fn file_store(dir: &Path) -> Store<File> {
+    pub(crate) fn file_store(dir: &Path) -> Store<File> {
         let path = dir.join("s.store");
         let f = File::create(&path).unwrap();
         f.set_len(16 << 20).unwrap();
