@@ -36,6 +36,7 @@ build:
 	cargo build --release -p snapboot -p snapboot-device
 	scripts/device-arm64.sh
 	scripts/restorer.sh
+	scripts/restorer.sh efi
 
 ## The Debian packages snapboot_VERSION_amd64.deb and _arm64.deb (from the static device
 ## binaries) in DEB_OUT, checked by lintian (packaging/deb/lintian-overrides says why for

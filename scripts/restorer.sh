@@ -1,13 +1,44 @@
 #!/bin/sh
-# Builds the restorer (crates/restorer, a workspace member): a freestanding x86_64 ELF with a
-# PVH entry, linked at 1 MiB by crates/restorer/link.ld with no C library, static, with the
-# workspace's `restorer` profile (panic=abort). A target directory and RUSTFLAGS of its
-# own, so the other crates' builds never share (or rebuild) its artifacts. Prints the
-# binary's path. `make build` and the e2e tests call this.
+# Builds the restorer (crates/restorer, a workspace member), freestanding, static, with no C
+# library, with the workspace's `restorer` profile (panic=abort), in a target directory and
+# with RUSTFLAGS of its own, so the other crates' builds never share (or rebuild) its
+# artifacts. Prints the binary's path. `make build` and the e2e tests call this.
+#
+#   scripts/restorer.sh        the PVH program: an x86_64 ELF with a PVH note, linked at
+#                              1 MiB by crates/restorer/link.ld
+#   scripts/restorer.sh efi    the EFI application: the same program with the `efi` feature,
+#                              linked at its fixed address by crates/restorer/link-efi.ld,
+#                              then made a PE32+ EFI application by objcopy (restorer.efi)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-out=${SNAPBOOT_RESTORER_TARGET_DIR:-$top/target/restorer}
+kind=${1:-pvh}
 cd "$top"
-RUSTFLAGS="-C linker-features=-lld -C relocation-model=static -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static -C link-arg=-no-pie -C link-arg=-Wl,-T,$top/crates/restorer/link.ld -C link-arg=-Wl,--build-id=none" \
-  CARGO_TARGET_DIR="$out" cargo build --profile restorer --quiet -p restorer --features pvh --bin restorer --target x86_64-unknown-linux-gnu >&2
-echo "$out/x86_64-unknown-linux-gnu/restorer/restorer"
+case "$kind" in
+pvh)
+  out=${SNAPBOOT_RESTORER_TARGET_DIR:-$top/target/restorer}
+  script=$top/crates/restorer/link.ld
+  features=program
+  ;;
+efi)
+  out=${SNAPBOOT_RESTORER_EFI_TARGET_DIR:-$top/target/restorer-efi}
+  script=$top/crates/restorer/link-efi.ld
+  features=program,efi
+  ;;
+*)
+  echo "restorer.sh: unknown kind $kind (pvh or efi)" >&2
+  exit 2
+  ;;
+esac
+RUSTFLAGS="-C linker-features=-lld -C relocation-model=static -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static -C link-arg=-no-pie -C link-arg=-Wl,-T,$script -C link-arg=-Wl,--build-id=none" \
+  CARGO_TARGET_DIR="$out" cargo build --profile restorer --quiet -p restorer --features "$features" --bin restorer --target x86_64-unknown-linux-gnu >&2
+elf=$out/x86_64-unknown-linux-gnu/restorer/restorer
+if [ "$kind" = pvh ]; then
+  echo "$elf"
+  exit 0
+fi
+# The PE file: its image base is the link address (the program is not relocatable: it
+# checks at its entry that the firmware loaded it there), subsystem EFI application.
+base=$(nm "$elf" | sed -n 's/^\([0-9a-f]*\) [A-Za-z] __image_start$/\1/p')
+objcopy -O pei-x86-64 --subsystem efi-app --image-base "0x$base" \
+  -j .text -j .rodata -j .data -j .bss -j .reloc "$elf" "$elf.efi"
+echo "$elf.efi"

@@ -26,6 +26,10 @@ pub enum Memory {
     E820 {
         /// The kernel's checksum of the e820 map.
         checksum: u32,
+        /// The checksum of the same firmware map as another boot loader turns it into e820
+        /// (the EFI restorer: the image kernel's table came from its EFI stub or from
+        /// GRUB's own Linux loader, which types runtime code apart): either may match.
+        also: Option<u32>,
         /// Pages of RAM in it.
         ram_pages: u64,
     },
@@ -107,13 +111,15 @@ pub fn check_header(h: &StreamHeader, listed: u64, e: &Expected) -> Result<(), R
         .map_err(Refused::Incompatible)?;
     if let Memory::E820 {
         checksum,
+        also,
         ram_pages,
     } = e.memory
     {
         let ArchRecord::X86_64 { e820_checksum, .. } = h.arch else {
             return Err(Refused::OtherArch { expected: "x86_64" });
         };
-        if e820_checksum != u64::from(checksum) {
+        let matches = |c: u32| e820_checksum == u64::from(c);
+        if !matches(checksum) && !also.is_some_and(matches) {
             return Err(Refused::Incompatible(Incompat::E820Mismatch {
                 image: e820_checksum,
                 running: checksum.into(),
@@ -210,9 +216,17 @@ mod tests {
         };
         let fw = |checksum: u64, ram_pages| Memory::E820 {
             checksum: checksum as u32,
+            also: None,
             ram_pages,
         };
         e.memory = fw(e820_checksum, 1 << 20);
+        assert!(check_header(&x86, pages, &e).is_ok());
+        // Another loader's table of the same map matches too.
+        e.memory = Memory::E820 {
+            checksum: e820_checksum as u32 ^ 1,
+            also: Some(e820_checksum as u32),
+            ram_pages: 1 << 20,
+        };
         assert!(check_header(&x86, pages, &e).is_ok());
         e.memory = fw(e820_checksum ^ 1, 1 << 20);
         let r = check_header(&x86, pages, &e).unwrap_err().to_string();

@@ -4,7 +4,10 @@
 //! the same devices and firmware memory map; the command line of a restore kernel's boot),
 //! and the firmware starts the restorer's ELF through its PVH entry in place of a kernel,
 //! with no initramfs. The restorer reads the image from the store on the board's disks
-//! itself, and boots the stock kernel from the kernel pack when it refuses.
+//! itself, and boots the stock kernel from the kernel pack when it refuses. On the UEFI PC
+//! (`--firmware uefi`) the restorer is the EFI application instead, on the ESP, which GRUB's
+//! default entry chainloads (`crate::uefi`); a refusal returns to GRUB, which boots the
+//! stock kernel's entry.
 
 use std::path::Path;
 use thiserror::Error;
@@ -26,25 +29,20 @@ pub enum RestorerBootError {
 }
 
 /// Why the bundle's board with these options cannot start the restorer, or `None` when it
-/// can: it enters x86_64 kernels through the PC's PVH entry, which QEMU's direct kernel
-/// load uses; the arm64 board boots through U-Boot and the UEFI PC through GRUB.
+/// can: it enters x86_64 kernels, through the PC's PVH entry (QEMU's direct kernel load) or
+/// as an EFI application GRUB chainloads; the arm64 board boots through U-Boot.
 pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
     if bundle.kernel.arch != Arch::X86_64 {
         Some(
-            "the restorer enters x86_64 images through the PC's PVH entry; this is the arm64 \
-             board",
-        )
-    } else if opts.firmware == Firmware::Uefi {
-        Some(
-            "--firmware uefi boots GRUB, which has no PVH entry to start the restorer with \
-             (docs/design.md: what a UEFI device needs)",
+            "the restorer enters x86_64 images (through the PC's PVH entry, or from GRUB on \
+             the UEFI PC); this is the arm64 board",
         )
     } else {
         None
     }
 }
 
-/// The options that boot the restorer `elf` to restore an image of `store` (the one the
+/// The options that boot the restorer `elf` (the EFI application with `--firmware uefi`) to restore an image of `store` (the one the
 /// restorer chooses, as resume does), from a snapshot boot's `opts` on the bundle's board:
 /// ready to power on as often as wanted.
 pub fn restorer_options(
@@ -157,18 +155,21 @@ mod tests {
         }
     }
 
-    /// The arm64 board, the UEFI PC and a Debian root cannot start it: refused with the
-    /// reason.
+    /// The arm64 board cannot start it: refused with the reason; the UEFI PC starts the
+    /// EFI application from its disk.
     #[test]
-    fn the_arm64_board_and_the_uefi_pc_are_refused_with_the_reason() {
+    fn the_arm64_board_is_refused_with_the_reason() {
         let b = crate::testutil::bundle();
         let mut o = crate::testutil::opts();
         assert_eq!(unsupported(&b, &o), None);
         o.firmware = Firmware::Uefi;
+        assert_eq!(unsupported(&b, &o), None);
         let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("none.store");
-        let e = restorer_options(&b, &o, Path::new("/r/restorer"), &store).unwrap_err();
-        assert!(e.to_string().contains("--firmware uefi"), "{e}");
+        let disk = dir.path().join("pc.img");
+        std::fs::write(&disk, b"").unwrap();
+        let u = restorer_options(&b, &o, Path::new("/r/restorer.efi"), &disk).unwrap();
+        assert_eq!(u.boot_disk.as_deref(), Some(disk.as_path()));
+        assert!(matches!(u.kernel, KernelImage::Restorer { .. }));
         let mut arm = crate::testutil::bundle();
         arm.kernel.arch = Arch::Arm64;
         let why = unsupported(&arm, &crate::testutil::opts()).unwrap();

@@ -68,14 +68,16 @@ const STORE_LABEL: &str = "uefi-pc";
 const BUNDLE_ID: &str = "::/bundle.id";
 /// GPT's type of an EFI system partition.
 const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
-/// The modules built into GRUB's image: it reads the ESP, its environment and grub.cfg, and
-/// boots Linux through the EFI handover.
+/// The modules built into GRUB's image: it reads the ESP, its environment and grub.cfg,
+/// boots Linux through the EFI handover and chainloads the EFI restorer. Part of the
+/// bundle's build id: another list makes the disk anew.
 const GRUB_MODULES: &[&str] = &[
     "part_gpt",
     "fat",
     "normal",
     "configfile",
     "linux",
+    "chain",
     "loadenv",
     "echo",
     "test",
@@ -84,6 +86,12 @@ const GRUB_MODULES: &[&str] = &[
 pub const PACK_PARTITION: &str = "/dev/vda3";
 /// The kernel pack partition's name.
 pub const PACK_NAME: &str = "snapboot-pack";
+/// The kernel pack's partition as the EFI restorer finds it (`snapboot.coldkernel=`).
+pub const PACK_ADDRESS: &str = "PARTLABEL=snapboot-pack";
+/// The EFI restorer's directory on the ESP.
+pub const RESTORER_DIR_ON_ESP: &str = "::/EFI/snapboot";
+/// The EFI restorer on the ESP, as GRUB sees it.
+pub const RESTORER_ON_ESP: &str = "/EFI/snapboot/restorer.efi";
 /// The restore kernel on the ESP, as GRUB sees it.
 pub const RESTORE_KERNEL_ON_ESP: &str = "/snapboot-restore-kernel";
 /// The restore kernel's entry id (42_snapboot writes it, the default).
@@ -216,6 +224,7 @@ fn bundle_id(bundle: &Bundle) -> Result<String, UefiError> {
         let mut f = fs::File::open(&p).map_err(io(&p))?;
         std::io::copy(&mut f, &mut h).map_err(io(&p))?;
     }
+    h.update(GRUB_MODULES.join(" ").as_bytes());
     Ok(format!("blake3:{}", &h.finalize().to_hex()[..32]))
 }
 
@@ -455,14 +464,23 @@ pub fn grub_header() -> String {
 /// The last line of the board's grub.cfg: which entry GRUB boots, on the console.
 const GRUB_TAIL: &str = "echo \"grub: booting ${default}\"\n";
 
-/// The restore kernel's entry of a run: the restore kernel as GRUB sees it, and the kernel
-/// pack's device.
+/// The restoring entry of a run besides the normal one, the default.
 #[derive(Debug, Clone, Copy)]
-pub struct RestoreEntry<'a> {
-    /// The restore kernel on the ESP.
-    pub linux: &'a str,
-    /// `snapboot.coldkernel=`.
-    pub pack: &'a str,
+pub enum RestoreEntry<'a> {
+    /// The restore kernel as GRUB sees it, and the kernel pack's device.
+    Kernel {
+        /// The restore kernel on the ESP.
+        linux: &'a str,
+        /// `snapboot.coldkernel=`.
+        pack: &'a str,
+    },
+    /// The EFI restorer as GRUB sees it, and the kernel pack's address.
+    Restorer {
+        /// The EFI application on the ESP.
+        efi: &'a str,
+        /// `snapboot.coldkernel=`.
+        pack: &'a str,
+    },
 }
 
 /// The run's grub.cfg: [`grub_header`], then the entries `42_snapboot` writes for `words`
@@ -478,10 +496,18 @@ pub fn grub_cfg(words: &str, restore: Option<RestoreEntry>) -> Result<String, Ue
         .env_remove("GRUB_DEVICE")
         .env_remove("GRUB_DEVICE_UUID")
         .env_remove("SNAPBOOT_GRUB_RESTORE_LINUX")
+        .env_remove("SNAPBOOT_GRUB_RESTORER")
         .env_remove("SNAPBOOT_GRUB_COLDKERNEL");
-    if let Some(r) = restore {
-        sh.env("SNAPBOOT_GRUB_RESTORE_LINUX", r.linux)
-            .env("SNAPBOOT_GRUB_COLDKERNEL", r.pack);
+    match restore {
+        Some(RestoreEntry::Kernel { linux, pack }) => {
+            sh.env("SNAPBOOT_GRUB_RESTORE_LINUX", linux)
+                .env("SNAPBOOT_GRUB_COLDKERNEL", pack);
+        }
+        Some(RestoreEntry::Restorer { efi, pack }) => {
+            sh.env("SNAPBOOT_GRUB_RESTORER", efi)
+                .env("SNAPBOOT_GRUB_COLDKERNEL", pack);
+        }
+        None => {}
     }
     let out = tool(&mut sh)?;
     Ok(format!(
@@ -571,9 +597,18 @@ pub fn command(
                 return Err(UefiError::NoRestoreBzImage(bz));
             }
             put(&disk, &bz, &format!("::{RESTORE_KERNEL_ON_ESP}"))?;
-            Some(RestoreEntry {
+            Some(RestoreEntry::Kernel {
                 linux: RESTORE_KERNEL_ON_ESP,
                 pack: PACK_PARTITION,
+            })
+        }
+        crate::run_options::KernelImage::Restorer { elf } => {
+            // `mmd` fails when the directory is there: its result does not matter.
+            let _ = tool(mtools("mmd", &disk).arg(RESTORER_DIR_ON_ESP));
+            put(&disk, elf, &format!("::{RESTORER_ON_ESP}"))?;
+            Some(RestoreEntry::Restorer {
+                efi: RESTORER_ON_ESP,
+                pack: PACK_ADDRESS,
             })
         }
         _ => None,
@@ -708,11 +743,40 @@ mod tests {
     }
 
     #[test]
+    fn the_efi_restorers_entry_chainloads_it_with_the_normal_words_and_falls_back() {
+        let words = "console=ttyS0 root=/dev/vda2";
+        let cfg = grub_cfg(
+            words,
+            Some(RestoreEntry::Restorer {
+                efi: RESTORER_ON_ESP,
+                pack: PACK_ADDRESS,
+            }),
+        )
+        .unwrap();
+        assert!(
+            cfg.contains(&format!(
+                "\tchainloader\t{RESTORER_ON_ESP} {words} snapboot.coldkernel={PACK_ADDRESS}\n"
+            )),
+            "{cfg}"
+        );
+        let choose = format!(
+            "if [ -z \"${{boot_once}}\" ]; then\n\tset default=\"snapboot-restorer\"\n\tset fallback=\"0\"\nfi\n"
+        );
+        assert!(cfg.contains(&choose), "{cfg}");
+        // The normal entry, the fallback, is still there, with the same words.
+        assert!(cfg.contains(&format!("--id {NORMAL_ENTRY} {{")), "{cfg}");
+        assert!(
+            cfg.contains(&format!("\tlinux\t/vmlinuz {words}\n")),
+            "{cfg}"
+        );
+    }
+
+    #[test]
     fn the_restore_kernels_entry_is_the_default_unless_an_entry_was_chosen_once() {
         let words = "console=ttyS0 root=/dev/vda2 snapboot.store=/dev/vdb";
         let cfg = grub_cfg(
             words,
-            Some(RestoreEntry {
+            Some(RestoreEntry::Kernel {
                 linux: RESTORE_KERNEL_ON_ESP,
                 pack: PACK_PARTITION,
             }),

@@ -46,11 +46,20 @@ pub enum HomeError {
         path.display()
     )]
     NoRestorer { path: PathBuf },
+    /// The EFI restorer is not built where it is looked for.
+    #[error(
+        "no EFI restorer at {} (a PE32+ EFI application): build it with `make build` or \
+         `scripts/restorer.sh efi`, or name it with ${RESTORER_EFI_ENV}",
+        path.display()
+    )]
+    NoEfiRestorer { path: PathBuf },
 }
 
 /// The environment variable that names the restorer's ELF, when it is not where
 /// `scripts/restorer.sh` builds it beside the running binary.
 pub const RESTORER_ENV: &str = "SNAPBOOT_RESTORER";
+/// The environment variable that names the EFI restorer (`scripts/restorer.sh efi`).
+pub const RESTORER_EFI_ENV: &str = "SNAPBOOT_RESTORER_EFI";
 
 /// The home directory, absolute (kernel.json and bundle.json record paths below it).
 pub fn home() -> PathBuf {
@@ -152,6 +161,30 @@ pub fn restorer_elf() -> Result<PathBuf, HomeError> {
         .map(PathBuf::from)
         .unwrap_or_else(|| restorer_beside(&exe));
     restorer_at(path)
+}
+
+/// The restorer as an EFI application (`scripts/restorer.sh efi`, the UEFI PC's):
+/// `$SNAPBOOT_RESTORER_EFI`, else `target/restorer-efi/x86_64-unknown-linux-gnu/restorer/
+/// restorer.efi` in the workspace of the running binary. An error naming the path and how
+/// to build it when no PE file (`MZ`) is there.
+pub fn restorer_efi() -> Result<PathBuf, HomeError> {
+    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
+    let path = std::env::var_os(RESTORER_EFI_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            target_dir_of(&exe)
+                .join("restorer-efi")
+                .join(Arch::X86_64.rust_target())
+                .join("restorer")
+                .join("restorer.efi")
+        });
+    let head = std::fs::read(&path)
+        .map(|b| b.into_iter().take(2).collect::<Vec<u8>>())
+        .unwrap_or_default();
+    if head != b"MZ" {
+        return Err(HomeError::NoEfiRestorer { path });
+    }
+    Ok(path)
 }
 
 /// `path` when it is an x86_64 ELF.

@@ -39,6 +39,10 @@ pub enum DiskError {
     },
     /// A write to a disk the device offers read-only.
     ReadOnly,
+    /// The firmware's disk services are gone (the EFI restorer left boot services).
+    Closed,
+    /// The disk's blocks are not 512 bytes (the firmware's Block I/O reads whole blocks).
+    BlockSize(u32),
 }
 
 impl core::fmt::Display for DiskError {
@@ -62,6 +66,13 @@ impl core::fmt::Display for DiskError {
                 write!(f, "the disk did not answer the request at sector {sector}")
             }
             DiskError::ReadOnly => f.write_str("the disk is read-only"),
+            DiskError::Closed => {
+                f.write_str("the firmware's disk services are closed (boot services were left)")
+            }
+            DiskError::BlockSize(n) => write!(
+                f,
+                "the disk's blocks are {n} bytes; the restorer reads disks of {SECTOR}-byte blocks"
+            ),
         }
     }
 }
@@ -73,6 +84,16 @@ pub trait Disk {
 
     /// Fills `buf` from byte `offset`; both `offset` and `buf.len()` must be whole sectors.
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+}
+
+impl<D: Disk + ?Sized> Disk for &mut D {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        (**self).read(offset, buf)
+    }
 }
 
 /// A disk the restorer also writes: the store's, for its boot log.

@@ -70,6 +70,24 @@ impl Table {
         t
     }
 
+    /// The table an x86_64 kernel's EFI stub and `e820__memory_setup` make of the UEFI
+    /// memory map (`crate::efimap`): `memmap`'s entries, already converted and merged by
+    /// the stub's rules, then sanitized as above; no ISA hole is added (the UEFI map says
+    /// what lies there). `None` when the stub would need more than [`MAX_ENTRIES`] (it
+    /// then passes the rest in setup data, which the restorer does not follow).
+    pub fn from_efi(memmap: impl IntoIterator<Item = Entry>) -> Option<Self> {
+        let mut t = Table {
+            len: 0,
+            entries: [Entry::default(); MAX_ENTRIES],
+        };
+        for e in memmap {
+            *t.entries.get_mut(t.len)? = e;
+            t.len += 1;
+        }
+        t.sanitize();
+        Some(t)
+    }
+
     /// The entries.
     pub fn entries(&self) -> &[Entry] {
         &self.entries[..self.len]

@@ -8,15 +8,16 @@
 //! restore kernel would give it (`kernelpack::cmdline`): without the pack's word and
 //! `rdinit=`, with `snapboot.handedover`, so its own resume does not try the image again.
 
-use crate::hw::virtio::{self, vd_letter, Disks, VirtioDisk, VirtioError};
+use crate::hw::virtio::{self, Disks, VirtioError};
 use core::convert::Infallible;
 use core::fmt::Write;
-use kernelpack::{cmdline, Header, PackError, Payload};
+use kernelpack::{cmdline, Header, Payload};
 use restorer::bzimage::{self, fill_zero_page, BootArgs, BootError, ENTRY_64, HEAD, ZERO_PAGE};
-use restorer::disk::{Disk, DiskError, SECTOR};
+use restorer::disk::SECTOR;
 use restorer::e820::{Entry, Table, MAX_ENTRIES};
 use restorer::placement::{place, Placement, Sizes};
 use restorer::pvh::{self, StartInfo, StartInfoError};
+use restorer::stockpack::{self, PackReadError};
 use restorer::units::Mib;
 
 /// The longest command line read from the start info.
@@ -35,51 +36,15 @@ pub enum ColdBootError {
     /// The disks could not be set up.
     #[error("{0}")]
     Virtio(#[from] VirtioError),
-    /// `snapboot.coldkernel=` names a disk that is not there.
-    #[error("snapboot.coldkernel names /dev/vd{letter}, but there are {disks} virtio disks")]
-    NoSuchDisk {
-        /// The disk's letter.
-        letter: char,
-        /// Virtio disks found.
-        disks: usize,
-    },
-    /// The pack's kernel has no version string naming the header's release.
-    #[error(
-        "the kernel in the pack on /dev/vd{letter} has no version string of release {release}"
-    )]
-    Version {
-        /// The disk's letter.
-        letter: char,
-        /// The release the pack's header names.
-        release: kernelpack::Release,
-    },
-    /// No disk starts with the pack's magic.
-    #[error("no kernel pack on any of the {0} virtio disks")]
-    NoPack(usize),
+    /// The kernel pack could not be found or read.
+    #[error("{0}")]
+    Read(#[from] PackReadError),
     /// The first pages from `free_from` are not RAM.
     #[error("free memory from {0:#x} is not RAM")]
     Scratch(u64),
-    /// A read failed.
-    #[error("reading the {what} from /dev/vd{letter}: {error}")]
-    Disk {
-        /// What was read.
-        what: &'static str,
-        /// The disk's letter.
-        letter: char,
-        /// Why it failed.
-        error: DiskError,
-    },
-    /// The pack is damaged or not one.
-    #[error("kernel pack on /dev/vd{letter}: {error}")]
-    Pack {
-        /// The disk's letter.
-        letter: char,
-        /// What is wrong.
-        error: PackError,
-    },
     /// The kernel's setup header read differently the second time.
-    #[error("the kernel's setup header on /dev/vd{0} changed between two reads")]
-    Changed(char),
+    #[error("the kernel's setup header on {0} changed between two reads")]
+    Changed(alloc::string::String),
     /// The kernel cannot be booted here.
     #[error("{0}")]
     Boot(#[from] BootError),
@@ -168,116 +133,6 @@ pub fn read_start_info(at: u64) -> Result<Handed, ColdBootError> {
     })
 }
 
-/// The disk holding the pack: the one `snapboot.coldkernel=/dev/vdX` names, else the first
-/// whose first sector starts with the pack's magic (read into `scratch`).
-fn pack_disk(disks: &mut Disks, cmd: &str, scratch: &mut [u8]) -> Result<usize, ColdBootError> {
-    if let Some(i) =
-        cmdline::value_of(cmd, cmdline::COLDKERNEL).and_then(restorer::virtio::vd_index)
-    {
-        return match disks.get_mut(i) {
-            Some(_) => Ok(i),
-            None => Err(ColdBootError::NoSuchDisk {
-                letter: vd_letter(i),
-                disks: disks.len(),
-            }),
-        };
-    }
-    let sector = &mut scratch[..SECTOR as usize];
-    for i in 0..disks.len() {
-        let found = disks
-            .get_mut(i)
-            .is_some_and(|d| d.read(0, sector).is_ok() && sector[..8] == kernelpack::MAGIC);
-        if found {
-            return Ok(i);
-        }
-    }
-    Err(ColdBootError::NoPack(disks.len()))
-}
-
-/// The kernel this PC boots cold: the kernel pack's, by `uname -r` and `uname -v`, which an
-/// image must have been captured on.
-pub struct StockKernel {
-    /// `uname -r`.
-    pub release: alloc::string::String,
-    /// `uname -v`.
-    pub version: alloc::string::String,
-}
-
-/// Reads the kernel pack's header and its kernel's version string (checked against the
-/// header's release); the payloads are checked only when the cold boot reads them.
-pub fn stock_kernel(disks: &mut Disks, cmd: &str) -> Result<StockKernel, ColdBootError> {
-    let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
-    let index = pack_disk(disks, cmd, &mut buf)?;
-    let letter = vd_letter(index);
-    let d = disks.get_mut(index).ok_or(ColdBootError::NoPack(index))?;
-    let pack_err = |error| ColdBootError::Pack { letter, error };
-    read(
-        d,
-        letter,
-        "kernel pack header",
-        0,
-        &mut buf[..kernelpack::HEADER_LEN],
-    )?;
-    let h = Header::decode(&buf[..kernelpack::HEADER_LEN]).map_err(pack_err)?;
-    let n = (kernelpack::VERSION_HEAD as u64).min(h.kernel_len.next_multiple_of(SECTOR));
-    read(
-        d,
-        letter,
-        "kernel's version",
-        h.kernel_offset,
-        &mut buf[..n as usize],
-    )?;
-    let version = kernelpack::bzimage_version(&buf[..n as usize]).ok();
-    match version.and_then(kernelpack::uname_of) {
-        Some((release, version)) if release == h.release.as_str() => Ok(StockKernel {
-            release: release.into(),
-            version: version.into(),
-        }),
-        _ => Err(ColdBootError::Version {
-            letter,
-            release: h.release,
-        }),
-    }
-}
-
-/// Reads the kernel pack's initramfs whole: what the restorer takes its trust rule and boot
-/// setup from (`restorer::stockinit`). Not checked against the pack's BLAKE3 here (some
-/// 0.12 s for the board's 8 MiB under TCG, at every restore): damage cannot make an image
-/// trusted that should not be. The boot setup every image must match covers `/init`'s
-/// bytes and every entry's name, kind, size and mode, the key file's among them; a key file
-/// whose text is damaged is no key (every image refused) or another key (no signature
-/// verifies). The cold boot checks the BLAKE3 before it runs the initramfs.
-pub fn stock_initramfs(disks: &mut Disks, cmd: &str) -> Result<alloc::vec::Vec<u8>, ColdBootError> {
-    let mut head = alloc::vec![0u8; kernelpack::HEADER_LEN];
-    let index = pack_disk(disks, cmd, &mut head)?;
-    let letter = vd_letter(index);
-    let d = disks.get_mut(index).ok_or(ColdBootError::NoPack(index))?;
-    let pack_err = |error| ColdBootError::Pack { letter, error };
-    read(d, letter, "kernel pack header", 0, &mut head)?;
-    let h = Header::decode(&head).map_err(pack_err)?;
-    let mut initrd = alloc::vec![0u8; h.initrd_len.next_multiple_of(SECTOR) as usize];
-    read(d, letter, "initramfs", h.initrd_offset, &mut initrd)?;
-    initrd.truncate(h.initrd_len as usize);
-    h.check(Payload::Initramfs, [&initrd[..]])
-        .map_err(pack_err)?;
-    Ok(initrd)
-}
-
-/// Reads `buf.len()` bytes (whole sectors) of `what` at `offset` of disk `letter`.
-fn read(
-    d: &mut VirtioDisk,
-    letter: char,
-    what: &'static str,
-    offset: u64,
-    buf: &mut [u8],
-) -> Result<(), ColdBootError> {
-    d.read(offset, buf).map_err(|error| ColdBootError::Disk {
-        what,
-        letter,
-        error,
-    })
-}
-
 /// Boots the stock kernel of the kernel pack cold (see the module header). `start_info` is
 /// the PVH start info's address, `free_from` the lowest address it may use: below it may
 /// be the restorer's own memory; `console` gets the `cold boot:` line before the jump.
@@ -307,17 +162,21 @@ pub fn cold_boot_on(
     // SAFETY: free RAM (checked above) that nothing uses before the placement, which may
     // hand it out again once the header and the setup header are copied out of it.
     let scratch = unsafe { ram(free_from, scratch_pages * PAGE) };
-    let index = pack_disk(&mut disks, handed.cmdline(), scratch)?;
-    let letter = vd_letter(index);
-    let Some(d) = disks.get_mut(index) else {
-        return Err(ColdBootError::NoPack(index));
+    let count = disks.len();
+    let at = stockpack::locate(&mut disks, count, handed.cmdline(), scratch)?;
+    let d = &mut stockpack::part(&mut disks, &at)?;
+    let name = at.name.as_str();
+    let pack_err = |error| {
+        ColdBootError::from(PackReadError::Pack {
+            name: name.into(),
+            error,
+        })
     };
-    let pack_err = |error| ColdBootError::Pack { letter, error };
     let block = &mut scratch[..kernelpack::HEADER_LEN];
-    read(d, letter, "kernel pack header", 0, block)?;
+    stockpack::read(d, name, "kernel pack header", 0, block)?;
     let h = Header::decode(block).map_err(pack_err)?;
     let head = &mut scratch[PAGE as usize..PAGE as usize + HEAD];
-    read(d, letter, "kernel's setup header", h.kernel_offset, head)?;
+    stockpack::read(d, name, "kernel's setup header", h.kernel_offset, head)?;
     let hdr = bzimage::parse(head)?;
     let setup = hdr.setup_bytes();
     if setup >= h.kernel_len {
@@ -353,9 +212,9 @@ pub fn cold_boot_on(
             ram(p.initrd, sizes.initrd),
         )
     };
-    read(d, letter, "kernel's setup", h.kernel_offset, setup_at)?;
-    read(d, letter, "kernel", h.kernel_offset + setup, kernel_at)?;
-    read(d, letter, "initramfs", h.initrd_offset, initrd_at)?;
+    stockpack::read(d, name, "kernel's setup", h.kernel_offset, setup_at)?;
+    stockpack::read(d, name, "kernel", h.kernel_offset + setup, kernel_at)?;
+    stockpack::read(d, name, "initramfs", h.initrd_offset, initrd_at)?;
     h.check(
         Payload::Kernel,
         [&setup_at[..], &kernel_at[..body as usize]],
@@ -366,7 +225,7 @@ pub fn cold_boot_on(
     // The placement followed the header of the first read; the checked copy must say the
     // same.
     if bzimage::parse(setup_at)? != hdr {
-        return Err(ColdBootError::Changed(letter));
+        return Err(ColdBootError::Changed(at.name.clone()));
     }
 
     // SAFETY: as above: the command line's and the zero page's places.
@@ -403,7 +262,7 @@ pub fn cold_boot_on(
     fill_zero_page(zp, setup_at, &hdr, &args)?;
     let _ = writeln!(
         console,
-        "snapboot-restorer: cold boot: {} from /dev/vd{letter} (kernel {} MiB, initramfs {} MiB)",
+        "snapboot-restorer: cold boot: {} from {name} (kernel {} MiB, initramfs {} MiB)",
         h.release,
         Mib(h.kernel_len),
         Mib(h.initrd_len)

@@ -85,6 +85,21 @@ pub enum FindError {
     },
 }
 
+/// The bytes of partition `number` in the GPT of `disk` (none: no GPT, no such entry, or
+/// one that runs past the disk's end).
+pub fn numbered<D: Disk>(disk: &mut D, number: u32) -> Option<Span> {
+    let size = disk.size();
+    let Ok(Table::Gpt(parts)) = read_table(SECTOR, |buf, at| disk.read(at, buf)) else {
+        return None;
+    };
+    let (_, ids) = parts.into_iter().find(|(n, _)| *n == number)?;
+    let span = Span {
+        offset: ids.start_sector? * SECTOR,
+        size: ids.sectors? * SECTOR,
+    };
+    (span.offset.checked_add(span.size)? <= size).then_some(span)
+}
+
 /// Finds the one partition `want` names on the first `count` disks of `disks`; else says
 /// why, with what each disk's table holds.
 pub fn find<S: DiskSet>(

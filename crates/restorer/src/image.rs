@@ -62,6 +62,16 @@ impl Store {
         })
     }
 
+    /// The largest unpacked chunk's bytes: what a chunk buffer must hold.
+    pub fn most_raw(&self) -> usize {
+        self.catalog
+            .chunks
+            .iter()
+            .map(|c| c.raw_len())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Byte offset of chunk `c`'s stored bytes.
     pub fn chunk_at(&self, c: &ChunkRec) -> Result<u64, Refused> {
         Ok(self.sb.chunk_place(c)?)
@@ -113,16 +123,31 @@ pub trait DiskSet {
     fn disk(&mut self, index: usize) -> Option<&mut Self::Disk>;
 }
 
-/// Size and binding fingerprint of the device the kernel named `name` (`vda`): a virtio
-/// disk; anything else reads as missing (size 0), so an image bound to it is refused.
+/// Size and binding fingerprint of the device the kernel named `name`: a whole disk (`vda`)
+/// or a GPT partition of one (`vda2`, found by its number in the disk's table); anything
+/// else reads as missing (size 0), so an image bound to it is refused.
 fn fingerprint<S: DiskSet>(disks: &mut S, name: &str) -> (u64, [u8; 32]) {
-    let Some(d) = crate::virtio::vd_index(name).and_then(|i| disks.disk(i)) else {
-        return (0, [0; 32]);
+    let missing = (0, [0; 32]);
+    let Some((index, number)) = crate::virtio::vd_part(name) else {
+        return missing;
     };
-    let size = d.size();
-    match snapimg::fingerprint::device_digest(size, |at, buf| d.read(at, buf)) {
-        Ok(digest) => (size, digest),
-        Err(_) => (0, [0; 32]),
+    let Some(d) = disks.disk(index) else {
+        return missing;
+    };
+    let span = match number {
+        None => crate::disk::Span {
+            offset: 0,
+            size: d.size(),
+        },
+        Some(n) => match crate::gpt::numbered(d, n) {
+            Some(span) => span,
+            None => return missing,
+        },
+    };
+    let mut part = crate::disk::Part { disk: d, span };
+    match snapimg::fingerprint::device_digest(span.size, |at, buf| part.read(at, buf)) {
+        Ok(digest) => (span.size, digest),
+        Err(_) => missing,
     }
 }
 
@@ -362,6 +387,7 @@ mod tests {
                 machine: "x86_64".into(),
                 memory: admission::Memory::E820 {
                     checksum: (SEED & 0xffff_ffff) as u32,
+                    also: None,
                     ram_pages: 1 << 18,
                 },
                 cpus: Vec::new(),
@@ -491,12 +517,14 @@ mod tests {
         let mut r = running(CMDLINE);
         r.expected.memory = admission::Memory::E820 {
             checksum: (SEED & 0xffff_ffff) as u32 ^ 1,
+            also: None,
             ram_pages: 1 << 18,
         };
         assert!(why(&r).contains("memory map differs"), "{}", why(&r));
         let mut r = running(CMDLINE);
         r.expected.memory = admission::Memory::E820 {
             checksum: (SEED & 0xffff_ffff) as u32,
+            also: None,
             ram_pages: 100,
         };
         assert!(why(&r).contains("RAM size differs"), "{}", why(&r));

@@ -1,16 +1,23 @@
-//! The restorer: started by the PC's firmware through the PVH entry (32-bit protected mode,
-//! paging off, `%ebx` = `hvm_start_info`) in place of a kernel, with the command line a
-//! stock boot would get. It finds the snapboot store on the PC's virtio disks
-//! (`snapboot.store=/dev/vdX`, `LABEL=`, `PARTUUID=` or `PARTLABEL=`), chooses and checks
-//! an image as resume does (`restorer::image`: its signature when the kernel pack's initramfs carries a public key,
-//! page list, description, the kernel of the kernel pack, the initramfs, command line and
-//! disks it is bound to, the stream header, the e820 checksum, RAM), reads its
-//! chunks in disk order (each checked before it is unpacked) and writes every page to its
-//! PFN (pages whose PFN the restorer's own memory holds go to free "safe" pages and are
-//! copied last by a relocated loop), then jumps to the image kernel's `restore_registers`
-//! with `%r9` = its CR3. Any refusal is printed on COM1, then the stock kernel boots cold
-//! from the kernel pack ([`fallback`]); if that fails too, the machine powers off. See
-//! docs/design.md.
+//! The restorer: a freestanding program started in place of a kernel, with the command
+//! line a stock boot would get, that restores a snapboot image without any kernel before
+//! it. Two ways in, one program:
+//!
+//! * **PVH** (`src/pvhboot.rs`, the default build): the PC's firmware (QEMU's `-kernel`) enters
+//!   it in 32-bit protected mode with the PVH start info; it finds the store on the PC's
+//!   virtio disks and its fallback is a cold boot of the stock kernel from the kernel pack
+//!   ([`fallback`]).
+//! * **EFI** (`src/efiboot.rs`, the `efi` feature): an EFI application that GRUB chainloads (or
+//!   the firmware starts from a boot entry); it reads through the firmware's Block I/O,
+//!   checks everything while boot services run, and a refusal returns to the loader, which
+//!   boots its fallback entry.
+//!
+//! Both choose and check an image as resume does (`restorer::image`: its signature when the
+//! kernel pack's initramfs carries a public key, page list, description, the kernel of the
+//! kernel pack, the initramfs, command line and disks it is bound to, the stream header,
+//! the e820 checksum, RAM), read its chunks in disk order (each checked before it is
+//! unpacked) and write every page to its PFN (pages whose PFN the restorer's own memory
+//! holds go to free "safe" pages and are copied last by a relocated loop), then jump to the
+//! image kernel's `restore_registers` with `%r9` = its CR3. See docs/design.md.
 #![no_std]
 #![no_main]
 
@@ -21,18 +28,18 @@ use alloc::vec::Vec;
 use bootparams::StoreAddress;
 use core::arch::{asm, global_asm};
 use core::fmt::Write;
-use hw::port::{inb, outb, outw};
+use hw::port::{inb, outb};
 use restorer::bootrecord::BootRecord;
+use restorer::disk::{DiskMut, Span};
 use restorer::e820::Table;
-use restorer::image;
+use restorer::image::{self, DiskSet};
 use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
 use storelayout::SlotWrite;
 
 /// Bytes of a page.
 const PAGE: u64 = 4096;
 
-// The PVH entry (asm/pvh_entry.s) and the relocatable last copy loop (asm/last_copy.s).
-global_asm!(include_str!("asm/pvh_entry.s"), options(att_syntax));
+// The relocatable last copy loop (asm/last_copy.s); each entry has its own.
 global_asm!(include_str!("asm/last_copy.s"), options(att_syntax));
 
 extern "C" {
@@ -60,6 +67,8 @@ impl Write for Serial {
 }
 
 impl Serial {
+    /// Sets COM1 to 115200 8N1 (the EFI program keeps the firmware's setting).
+    #[cfg(not(feature = "efi"))]
     fn init() {
         for (off, v) in [
             (1, 0x00),
@@ -80,21 +89,25 @@ impl Serial {
 }
 
 macro_rules! say {
-    ($($t:tt)*) => {{ let _ = writeln!(Serial, $($t)*); }};
+    ($($t:tt)*) => {{
+        let _ = core::fmt::Write::write_fmt(
+            &mut $crate::Serial,
+            format_args!("{}\n", format_args!($($t)*)),
+        );
+    }};
 }
 
+#[cfg(not(feature = "efi"))]
 mod fallback;
 mod hw;
-
-/// Powers the PC off (q35: ACPI PM1a control at 0x604, sleep type 5 is 0) and halts if
-/// that did not work.
-fn power_off() -> ! {
-    outw(0x604, 0x2000);
-    loop {
-        // SAFETY: halting with interrupts off stops the CPU; nothing else runs.
-        unsafe { asm!("cli; hlt", options(nomem, nostack)) }
-    }
-}
+#[cfg(not(feature = "efi"))]
+mod pvhboot;
+#[cfg(not(feature = "efi"))]
+use pvhboot as platform;
+#[cfg(feature = "efi")]
+mod efiboot;
+#[cfg(feature = "efi")]
+use efiboot as platform;
 
 /// The restorer's heap: a bump allocator over the RAM right after its own image, growing
 /// up to [`heap::LIMIT`]. Nothing is freed; the high-water mark is where the restorer's
@@ -104,7 +117,8 @@ mod heap {
     use core::alloc::{GlobalAlloc, Layout};
     use core::sync::atomic::{AtomicU64, Ordering};
 
-    /// Most bytes the heap may take.
+    /// Most bytes the heap may take (PVH: it grows from the image's end).
+    #[cfg(not(feature = "efi"))]
     pub const LIMIT: u64 = 256 << 20;
 
     /// The next free byte (0: not yet set up).
@@ -119,6 +133,7 @@ mod heap {
     }
 
     /// The first byte after everything handed out so far.
+    #[cfg(not(feature = "efi"))]
     pub fn top() -> u64 {
         NEXT.load(Ordering::Relaxed)
     }
@@ -155,48 +170,14 @@ extern "C" fn rust_eh_personality() {}
 /// panics abort, so nothing unwinds.
 #[no_mangle]
 extern "C" fn _Unwind_Resume() -> ! {
-    power_off()
+    platform::give_up()
 }
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     say!("snapboot-restorer: refused: bug: {info}");
-    // A bug in the restore is a refusal like any other: boot cold, once.
-    if !FALLING_BACK.swap(true, core::sync::atomic::Ordering::Relaxed) {
-        cold_boot();
-    }
-    power_off()
-}
-
-/// What the firmware handed over, copied before anything else (`HANDED_SET` once it is): a
-/// refused image may have overwritten the RAM the firmware put it in (its pages hold the
-/// capture boot's command line there), so the cold boot uses this copy.
-static mut HANDED: core::mem::MaybeUninit<fallback::Handed> = core::mem::MaybeUninit::uninit();
-static HANDED_SET: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// The copy of what the firmware handed over, once taken.
-fn handed() -> Option<&'static fallback::Handed> {
-    // SAFETY: written once in `restorer_main` before HANDED_SET is set, never again; one
-    // CPU, no interrupts.
-    HANDED_SET
-        .load(core::sync::atomic::Ordering::Acquire)
-        .then(|| unsafe { (*core::ptr::addr_of!(HANDED)).assume_init_ref() })
-}
-/// Set once the cold boot started: a panic in it powers off.
-static FALLING_BACK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
-/// The fallback after a refusal: the stock kernel, booted cold from the kernel pack; prints
-/// why and returns only if that failed.
-fn cold_boot() {
-    // Nothing the refused restore used is needed any more: all RAM above the restorer's
-    // image is free for the cold boot (its heap included).
-    let image_end = core::ptr::addr_of!(__image_end) as u64;
-    let Some(handed) = handed() else {
-        say!("snapboot-restorer: cold boot failed: no start info");
-        return;
-    };
-    let Err(e) = fallback::cold_boot(handed, image_end, &mut Serial);
-    say!("snapboot-restorer: cold boot failed: {e}");
+    // A bug in the restore is a refusal like any other: the platform's fallback, once.
+    platform::after_panic()
 }
 
 /// Reads the `u64` at physical address `a` (identity mapped).
@@ -214,6 +195,9 @@ enum NotRestored {
     Images(Vec<(String, String)>),
     Initramfs(String),
     Settings(String),
+    /// The firmware or the machine cannot take the restorer (the EFI program).
+    #[cfg_attr(not(feature = "efi"), allow(dead_code))]
+    Firmware(String),
 }
 
 impl core::fmt::Display for NotRestored {
@@ -224,6 +208,7 @@ impl core::fmt::Display for NotRestored {
             NotRestored::NoImage(store) => write!(f, "store {store} holds no image"),
             NotRestored::Initramfs(why) => write!(f, "the kernel pack's initramfs: {why}"),
             NotRestored::Settings(why) => write!(f, "snapboot's settings: {why}"),
+            NotRestored::Firmware(why) => write!(f, "the firmware: {why}"),
             NotRestored::Images(all) => {
                 f.write_str("no image restores: ")?;
                 for (i, (name, why)) in all.iter().enumerate() {
@@ -289,93 +274,36 @@ fn put(a: u64, v: u64) {
     unsafe { core::ptr::write(a as *mut u64, v) }
 }
 
-#[no_mangle]
-extern "C" fn restorer_main(start_info: u32) -> ! {
-    Serial::init();
-    say!("snapboot-restorer: started");
-    match fallback::read_start_info(u64::from(start_info)) {
-        Ok(h) => {
-            // SAFETY: the only write, before HANDED_SET is set; one CPU, no interrupts.
-            unsafe { (*core::ptr::addr_of_mut!(HANDED)).write(h) };
-            HANDED_SET.store(true, core::sync::atomic::Ordering::Release);
-        }
-        Err(e) => {
-            say!("snapboot-restorer: refused: start info: {e}");
-            power_off()
-        }
-    }
-    let Err(why) = restore(handed().expect("just copied"));
-    say!("snapboot-restorer: refused: {why}");
-    FALLING_BACK.store(true, core::sync::atomic::Ordering::Relaxed);
-    cold_boot();
-    power_off()
+/// The disks a program reads: the [`DiskSet`] the image checks use, whose whole disks are
+/// numbered as the kernel names them (`vda` is 0), and which can be narrowed to a partition.
+trait Disks: DiskSet<Disk: DiskMut> {
+    /// How many whole disks there are.
+    fn count(&self) -> usize;
+    /// A disk that reads and writes only `span` of disk `index` (the store's partition):
+    /// its index (the PVH program narrows the virtio disk itself, which then reads as
+    /// the partition alone; the EFI program adds a view and leaves the disk whole).
+    fn part(&mut self, index: usize, span: Span) -> usize;
 }
 
-/// The disk `/dev/vdX` names (the PC names its virtio disks in PCI order), the one whose
-/// store carries `LABEL=`, or the disk of the GPT partition `PARTUUID=` or `PARTLABEL=`
-/// names (that disk then reads as the partition alone: `restorer::gpt`).
-fn store_disk(disks: &mut hw::virtio::Disks, address: &StoreAddress) -> Result<usize, String> {
-    if let Some(want) = restorer::gpt::PartAddress::of(address) {
-        let count = disks.len();
-        let found = restorer::gpt::find(disks, count, want).map_err(|e| e.to_string())?;
-        let d = disks.get_mut(found.disk).expect("gpt::find read it");
-        d.narrow(found.span);
-        say!(
-            "snapboot-restorer: store {address} is /dev/{} ({} MiB from byte {})",
-            found.name(),
-            found.span.size >> 20,
-            found.span.offset
-        );
-        return Ok(found.disk);
-    }
-    match address {
-        StoreAddress::Label(label) => {
-            let mut found = None;
-            for i in 0..disks.len() {
-                let Some(d) = disks.get_mut(i) else { continue };
-                if let Ok(s) = image::Store::open(d) {
-                    if s.sb.label.as_str() == label {
-                        if found.is_some() {
-                            return Err(alloc::format!("two disks hold a store labelled {label}"));
-                        }
-                        found = Some(i);
-                    }
-                }
-            }
-            found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"))
-        }
-        StoreAddress::Path(name) => match restorer::virtio::vd_index(name) {
-            Some(i) if i < disks.len() => Ok(i),
-            Some(_) => Err(alloc::format!(
-                "{address}: the PC has {} virtio disks",
-                disks.len()
-            )),
-            None => Err(alloc::format!(
-                "{address}: the restorer finds a store on a virtio disk (/dev/vdX), by LABEL=, PARTUUID= or PARTLABEL="
-            )),
-        },
-        // The partition forms were found above.
-        StoreAddress::PartUuid(_) | StoreAddress::PartLabel(_) => {
-            unreachable!("gpt::PartAddress::of takes every partition form")
-        }
-    }
+/// What a boot decided before its first image (besides the store, on disk `at`): its boot log, the
+/// kernel pack's initramfs's trust rule and boot setup, its kernel, and what was asked for.
+struct Decided {
+    at: usize,
+    record: BootRecord,
+    stock: restorer::stockinit::StockInit,
+    kernel: restorer::stockpack::StockKernel,
+    params: bootparams::BootParams,
 }
 
-fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRestored> {
-    let cmdline = handed.cmdline();
-    let table = &Table::from_pvh(handed.map[..handed.entries].iter().copied());
-    if table.ram_end() > (MAX_PAGES as u64) * PAGE {
-        return Err(NotRestored::RamAbove4G(table.ram_end()));
-    }
-    // A linker-script symbol; only its address is used.
-    let img_end = core::ptr::addr_of!(__image_end) as u64;
-    heap::init(
-        img_end,
-        table.ram_run_end(img_end).min(img_end + heap::LIMIT),
-    );
-    let mut disks = hw::virtio::disks().map_err(|e| NotRestored::Store(e.to_string()))?;
-    // The stock initramfs first: its snapboot.conf may name the store.
-    let stock = stock_init(&mut disks, cmdline)?;
+/// Reads what every restore needs before its first image: the stock initramfs (its
+/// snapboot.conf may name the store), the settings (the command line over that file), the
+/// store and its boot log.
+fn decide<S: Disks>(disks: &mut S, cmdline: &str) -> Result<(image::Store, Decided), NotRestored> {
+    let stock = stock_init(disks, cmdline)?;
+    // Before the store's disk is narrowed to its partition: the pack may be on that disk.
+    let count = disks.count();
+    let kernel = restorer::stockpack::stock_kernel(disks, count, cmdline)
+        .map_err(|e| NotRestored::Store(alloc::format!("the kernel this PC boots: {e}")))?;
     let settings = bootparams::config::from_text(cmdline, stock.config.as_deref())
         .map_err(|e| NotRestored::Settings(admission::chain(&e)))?;
     let params = settings.params;
@@ -391,29 +319,80 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
             bootparams::config::CONFIG_PATH
         ))
     })?;
-    let at = store_disk(&mut disks, address).map_err(NotRestored::Store)?;
-    let store = image::Store::open(disks.get_mut(at).expect("store_disk checked it"))
+    let at = store_disk(disks, address).map_err(NotRestored::Store)?;
+    let store = image::Store::open(disks.disk(at).expect("store_disk checked it"))
         .map_err(|e| NotRestored::Store(alloc::format!("store {address}: {e}")))?;
-    let mut record = BootRecord::read(
-        disks.get_mut(at).expect("store_disk checked it"),
+    let record = BootRecord::read(
+        disks.disk(at).expect("store_disk checked it"),
         &store,
         params.attempts,
     )
     .map_err(|e| NotRestored::Store(alloc::format!("store {address}: the boot log: {e}")))?;
-    let asked = Asked {
-        address,
-        images: &params.images,
-        cmdline,
-    };
-    let Err(why) = restore_from(&mut disks, at, &store, &mut record, &stock, table, &asked);
-    keep_fallback(&mut disks, at, &store, &record, &why);
-    Err(why)
+    Ok((
+        store,
+        Decided {
+            at,
+            record,
+            stock,
+            kernel,
+            params,
+        },
+    ))
+}
+
+/// The disk `/dev/vdX` names (the PC names its virtio disks in PCI order), the one whose
+/// store carries `LABEL=`, or the disk of the GPT partition `PARTUUID=` or `PARTLABEL=`
+/// names (that disk then reads as the partition alone: `restorer::gpt`).
+fn store_disk<S: Disks>(disks: &mut S, address: &StoreAddress) -> Result<usize, String> {
+    if let Some(want) = restorer::gpt::PartAddress::of(address) {
+        let count = disks.count();
+        let found = restorer::gpt::find(disks, count, want).map_err(|e| e.to_string())?;
+        let at = disks.part(found.disk, found.span);
+        say!(
+            "snapboot-restorer: store {address} is /dev/{} ({} MiB from byte {})",
+            found.name(),
+            found.span.size >> 20,
+            found.span.offset
+        );
+        return Ok(at);
+    }
+    match address {
+        StoreAddress::Label(label) => {
+            let mut found = None;
+            for i in 0..disks.count() {
+                let Some(d) = disks.disk(i) else { continue };
+                if let Ok(s) = image::Store::open(d) {
+                    if s.sb.label.as_str() == label {
+                        if found.is_some() {
+                            return Err(alloc::format!("two disks hold a store labelled {label}"));
+                        }
+                        found = Some(i);
+                    }
+                }
+            }
+            found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"))
+        }
+        StoreAddress::Path(name) => match restorer::virtio::vd_index(name) {
+            Some(i) if i < disks.count() => Ok(i),
+            Some(_) => Err(alloc::format!(
+                "{address}: the PC has {} disks",
+                disks.count()
+            )),
+            None => Err(alloc::format!(
+                "{address}: the restorer finds a store on a whole disk (/dev/vdX), by LABEL=, PARTUUID= or PARTLABEL="
+            )),
+        },
+        // The partition forms were found above.
+        StoreAddress::PartUuid(_) | StoreAddress::PartLabel(_) => {
+            unreachable!("gpt::PartAddress::of takes every partition form")
+        }
+    }
 }
 
 /// Leaves the stock kernel the status of this fallback in the store's boot log, as a
-/// restore kernel does before it hands over; a failure is printed and the cold boot goes on.
-fn keep_fallback(
-    disks: &mut hw::virtio::Disks,
+/// restore kernel does before it hands over; a failure is printed and the fallback goes on.
+fn keep_fallback<S: Disks>(
+    disks: &mut S,
     at: usize,
     store: &image::Store,
     record: &BootRecord,
@@ -424,7 +403,7 @@ fn keep_fallback(
         .fallback(store, why.to_string(), empty)
         .map_err(|e| e.to_string())
         .and_then(|w| {
-            let disk = disks.get_mut(at).ok_or("the store's disk is gone")?;
+            let disk = disks.disk(at).ok_or("the store's disk is gone")?;
             restorer::bootrecord::write(disk, &w).map_err(|e| e.to_string())
         });
     if let Err(e) = kept {
@@ -441,30 +420,35 @@ struct Asked<'a> {
     cmdline: &'a str,
 }
 
-/// Chooses, checks and restores an image of `store` (on disk `at`), keeping the boot log as
+/// Chooses, checks and restores an image of the decided store, keeping the boot log as
 /// resume does: each candidate is refused by the crash-loop guard or its checks, and the
 /// attempt of the one entered is counted first. Returns only why nothing was restored.
-fn restore_from(
-    disks: &mut hw::virtio::Disks,
-    at: usize,
+///
+/// `enter` is the platform's: it places the pages of the image that passed and enters it,
+/// returning only why it could not (with the disks still usable).
+fn restore_from<S: Disks>(
+    disks: &mut S,
     store: &image::Store,
-    record: &mut BootRecord,
-    stock: &restorer::stockinit::StockInit,
-    table: &Table,
+    decided: &mut Decided,
+    memory: &admission::Memory,
     asked: &Asked,
+    enter: &mut dyn FnMut(&mut S, &image::Chosen, &SlotWrite) -> admission::Refused,
 ) -> Result<core::convert::Infallible, NotRestored> {
+    let Decided {
+        at,
+        record,
+        stock,
+        kernel,
+        ..
+    } = decided;
+    let at = *at;
     let cmdline = asked.cmdline;
-    let kernel = fallback::stock_kernel(disks, cmdline)
-        .map_err(|e| NotRestored::Store(alloc::format!("the kernel this PC boots: {e}")))?;
     let run = image::Running {
         expected: admission::Expected {
             release: kernel.release.clone(),
             version: kernel.version.clone(),
             machine: "x86_64".into(),
-            memory: admission::Memory::E820 {
-                checksum: table.checksum(),
-                ram_pages: table.ram_pages(),
-            },
+            memory: memory.clone(),
             cpus: Vec::new(),
         },
         cmdline,
@@ -475,17 +459,6 @@ fn restore_from(
     if candidates.is_empty() {
         return Err(NotRestored::NoImage(asked.address.to_string()));
     }
-    // Buffers for the chunks, taken before the busy range is fixed.
-    let mut window_buf = alloc::vec![0u8; WINDOW];
-    let most = store
-        .catalog
-        .chunks
-        .iter()
-        .map(|c| c.raw_len())
-        .max()
-        .unwrap_or(0);
-    let mut scratch = alloc::vec![0u8; most];
-    let img_start = core::ptr::addr_of!(__image_start) as u64;
     for candidate in candidates {
         let name = candidate.name();
         let refuse = |record: &mut BootRecord, why: admission::Refused| {
@@ -514,20 +487,7 @@ fn restore_from(
                 continue;
             }
         };
-        let busy = Busy {
-            start: img_start,
-            end: heap::top().next_multiple_of(PAGE),
-        };
-        let Err(why) = place(
-            &chosen,
-            store,
-            disks,
-            at,
-            table,
-            busy,
-            (&mut window_buf, &mut scratch),
-            &attempt,
-        );
+        let why = enter(disks, &chosen, &attempt);
         refuse(record, why);
     }
     Err(NotRestored::Images(
@@ -540,11 +500,12 @@ fn restore_from(
 }
 
 /// The trust rule and boot setup of the kernel pack's initramfs ([`restorer::stockinit`]).
-fn stock_init(
-    disks: &mut hw::virtio::Disks,
+fn stock_init<S: Disks>(
+    disks: &mut S,
     cmdline: &str,
 ) -> Result<restorer::stockinit::StockInit, NotRestored> {
-    let bytes = fallback::stock_initramfs(disks, cmdline)
+    let count = disks.count();
+    let bytes = restorer::stockpack::stock_initramfs(disks, count, cmdline)
         .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
     use restorer::stockinit::{describe, StockInit, StockInitError, UNPACKED_LIMIT};
     let not_read = |e: StockInitError| NotRestored::Initramfs(e.to_string());
@@ -560,23 +521,27 @@ fn stock_init(
 }
 
 /// Bytes the store is read in at a time.
+#[cfg(not(feature = "efi"))]
 const WINDOW: usize = 4 << 20;
 
 /// Puts every page of `chosen` at its place, counts the attempt in the store's boot log
 /// (`attempt`, encoded beforehand) and enters the image kernel; returns only why it could
 /// not (a chunk that fails its checksum, a PFN that is not RAM, no safe page left, the
-/// boot log not written), having written only pages nothing else uses. `buffers`: the
-/// read window's and the chunk scratch buffer.
+/// boot log not written), having written only pages nothing else uses. `window`: where the
+/// store is read through (the EFI program's holds every chunk already); `scratch`: the
+/// chunk buffer; `finish`: the platform's last step before the jump (the PVH program
+/// counts the attempt and resets its disks, the EFI program switches the firmware's
+/// runtime services to the image kernel's virtual map).
 #[allow(clippy::too_many_arguments)]
-fn place(
+fn place<S: Disks>(
     chosen: &image::Chosen,
     store: &image::Store,
-    disks: &mut hw::virtio::Disks,
+    disks: &mut S,
     at: usize,
     table: &Table,
     busy: Busy,
-    (window_buf, scratch): (&mut [u8], &mut [u8]),
-    attempt: &SlotWrite,
+    (window, scratch): (&mut restorer::window::Window, &mut [u8]),
+    finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
 ) -> Result<core::convert::Infallible, admission::Refused> {
     use admission::Refused;
     let placing = |e: PlaceError| Refused::NotPlaced(e.to_string());
@@ -669,9 +634,8 @@ fn place(
             zero_page(pfn * PAGE);
         }
     }
-    let mut window = restorer::window::Window::new(window_buf);
     let disk = disks
-        .get_mut(at)
+        .disk(at)
         .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
     let mut in_place = 0u64;
     let mut spent = Spent::default();
@@ -729,15 +693,7 @@ fn place(
         last.count,
         safe.used
     );
-    // The crash-loop guard's count, as resume records it: after every check, before the
-    // image kernel takes over. Written from the buffer encoded before the busy range was
-    // fixed: the write allocates nothing.
-    restorer::bootrecord::write(disk, attempt).map_err(|e| Refused::Unrecorded(e.to_string()))?;
-    say!(
-        "snapboot-restorer: restore attempt recorded in the store's boot log (slot {})",
-        attempt.slot
-    );
-    disks.reset_all();
+    finish(disks)?;
     // SAFETY: the temporary tables map this code, its stack and the loop identity; the
     // loop then overwrites this program's pages and enters the image kernel with its CR3,
     // never returning. Interrupts are off since the PVH entry.
@@ -798,7 +754,7 @@ impl core::fmt::Display for Spent {
 }
 
 fn cycles() -> u64 {
-    hw::virtio::rdtsc()
+    hw::rdtsc()
 }
 
 /// The pages the last copy moves, listed in safe pages: each list page holds its count,

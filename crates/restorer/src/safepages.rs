@@ -43,21 +43,48 @@ pub enum PlaceError {
     NotRam(u64),
 }
 
-/// The physical range `[start, end)` in use until the last copy: the restorer's program,
-/// its heap and its buffers.
+/// Most ranges a [`Busy`] holds.
+pub const MAX_BUSY: usize = 4;
+
+/// The physical ranges `[start, end)` in use until the last copy: the restorer's program,
+/// its heap and its buffers (one range under PVH, where they follow each other; the EFI
+/// program's image, heap and read buffer lie where the firmware allocated them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Busy {
-    /// First byte.
-    pub start: u64,
-    /// One past the last byte.
-    pub end: u64,
+    ranges: [(u64, u64); MAX_BUSY],
+    len: usize,
 }
 
 impl Busy {
-    /// Whether page `pfn` overlaps the range.
+    /// The one range `[start, end)`.
+    pub fn one(start: u64, end: u64) -> Self {
+        let mut b = Busy {
+            ranges: [(0, 0); MAX_BUSY],
+            len: 0,
+        };
+        b.ranges[0] = (start, end);
+        b.len = 1;
+        b
+    }
+
+    /// Adds `[start, end)`; `false` (and nothing added) when [`MAX_BUSY`] are held.
+    pub fn add(&mut self, start: u64, end: u64) -> bool {
+        match self.ranges.get_mut(self.len) {
+            Some(r) => {
+                *r = (start, end);
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether page `pfn` overlaps a range.
     pub fn holds(&self, pfn: u64) -> bool {
         let a = pfn * PAGE;
-        a + PAGE > self.start && a < self.end
+        self.ranges[..self.len]
+            .iter()
+            .any(|&(start, end)| a + PAGE > start && a < end)
     }
 }
 
@@ -232,10 +259,7 @@ mod tests {
             Err(PlaceError::NotRam(0x400)),
             "beyond RAM"
         );
-        let busy = Busy {
-            start: 0x10_1000,
-            end: 0x10_3000,
-        };
+        let busy = Busy::one(0x10_1000, 0x10_3000);
         let mut mem = FakeMem::default();
         let mut safe = SafePages::new(&t, busy, &image);
         // 0x100 is the image's, 0x101 and 0x102 are busy.
@@ -258,7 +282,7 @@ mod tests {
         let t = table();
         let mut bits = vec![0u64; 16];
         let image = ImagePages::new(&mut bits);
-        let busy = Busy { start: 0, end: 0 };
+        let busy = Busy::one(0, 0);
         let mut mem = FakeMem::default();
         let mut safe = SafePages::new(&t, busy, &image);
         let mut last = LastCopy::default();

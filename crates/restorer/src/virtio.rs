@@ -224,6 +224,25 @@ pub fn vd_index(name: &str) -> Option<usize> {
     }
 }
 
+/// The disk and partition number a Linux name (`/dev/vdb`, `vda2`) gives: `(1, None)`,
+/// `(0, Some(2))`.
+pub fn vd_part(name: &str) -> Option<(usize, Option<u32>)> {
+    let rest = name.strip_prefix("/dev/").unwrap_or(name);
+    let rest = rest.strip_prefix("vd")?;
+    let letter = *rest.as_bytes().first()?;
+    if !letter.is_ascii_lowercase() {
+        return None;
+    }
+    let index = usize::from(letter - b'a');
+    match &rest[1..] {
+        "" => Some((index, None)),
+        n if n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0') => {
+            Some((index, Some(n.parse().ok()?)))
+        }
+        _ => None,
+    }
+}
+
 /// The letter of disk `index` in its Linux name (`/dev/vd` + letter).
 pub fn vd_letter(index: usize) -> char {
     char::from(b'a' + (index % 26) as u8)
@@ -232,6 +251,16 @@ pub fn vd_letter(index: usize) -> char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_give_the_disk_and_the_partition() {
+        assert_eq!(vd_part("/dev/vdb"), Some((1, None)));
+        assert_eq!(vd_part("vda2"), Some((0, Some(2))));
+        assert_eq!(vd_part("vda12"), Some((0, Some(12))));
+        assert_eq!(vd_part("vda0"), None);
+        assert_eq!(vd_part("sda1"), None);
+        assert_eq!(vd_part("vdA"), None);
+    }
 
     /// The sizes the virtio spec's legacy formula gives (QEMU's default queue: 256).
     #[test]

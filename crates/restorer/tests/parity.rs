@@ -206,6 +206,7 @@ fn restorer(boot: &Boot) -> Outcome {
     .unwrap();
     let memory = Memory::E820 {
         checksum: (SEED & 0xffff_ffff) as u32,
+        also: None,
         ram_pages: boot.ram_bytes / PAGE_SIZE as u64,
     };
     let run = Running {

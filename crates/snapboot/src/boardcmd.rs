@@ -263,7 +263,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         .to_run_options_for(&bundle, choice, a.store.is_some())?;
     match &a.store {
         Some(store) if a.restorer => {
-            let elf = bundle::home::restorer_elf()?;
+            let elf = if opts.firmware == board::run_options::Firmware::Uefi {
+                bundle::home::restorer_efi()?
+            } else {
+                bundle::home::restorer_elf()?
+            };
             opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
         }
         Some(store) => attach_store(&mut opts, store, false)?,

@@ -10,10 +10,10 @@
 
 use super::pci as config;
 use super::port::{inb, inl, inw, outb, outl, outw};
+use super::rdtsc;
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 use restorer::disk::{check_read, Disk, DiskError, DiskMut, Span};
 use restorer::pci::{self, Bar, Bdf};
-pub use restorer::virtio::vd_letter;
 use restorer::virtio::{
     blk, descriptor, queue_size_ok, reg, request_header, status, Layout, Limits, DESC_NEXT,
     DESC_WRITE, QUEUE_BYTES, SECTOR,
@@ -279,12 +279,6 @@ impl VirtioDisk {
         }
         Ok(())
     }
-}
-
-/// The time-stamp counter.
-pub fn rdtsc() -> u64 {
-    // SAFETY: reading the time-stamp counter has no side effect.
-    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 impl VirtioDisk {

@@ -1,0 +1,311 @@
+//! The EFI application: GRUB chainloads it (`chainloader /EFI/snapboot/restorer.efi WORDS`,
+//! the words the stock kernel's entry has) or the firmware starts it from a boot entry.
+//! Everything that can refuse an image happens while boot services run, through the
+//! firmware's Block I/O (whole disks in the firmware's order, named as the kernel names
+//! them: `vda` first), so a refusal returns to the loader (`EFI_LOAD_ERROR`), whose next
+//! entry boots the stock kernel, and the stock kernel finds the reason in the store's boot
+//! log:
+//!
+//! 1. the memory map, as the image kernel's EFI stub turns it into e820 (`restorer::efimap`:
+//!    its checksum is what the image's header carries), and a heap of loader pages below
+//!    4 GiB;
+//! 2. the kernel pack's initramfs, the settings, the store and its boot log, and the image
+//!    chosen and checked, all as the PVH program does (`crate::decide`,
+//!    `crate::restore_from`);
+//! 3. every chunk the image needs, read in one sequential request into loader pages, and
+//!    the attempt counted in the boot log;
+//! 4. `ExitBootServices`, then the CPU taken over (`hw::efi`), the pages placed
+//!    (`crate::place`, with the program, its heap and its read buffer as busy ranges) and,
+//!    last, the runtime services switched to the image kernel's virtual map
+//!    (`SetVirtualAddressMap`) before the jump. A failure after step 4 resets the PC (the
+//!    attempt is counted: the crash-loop guard ends a loop).
+
+use crate::hw::efi::{self, BlockDisk, Firmware};
+use crate::{
+    __image_start, decide, heap, keep_fallback, place, restore_from, Asked, Disks, NotRestored,
+    MAX_PAGES, PAGE,
+};
+use admission::Refused;
+use alloc::string::ToString;
+use alloc::vec::Vec;
+use r_efi::efi as uefi;
+use restorer::disk::Span;
+use restorer::e820::Table;
+use restorer::efimap::Loader;
+use restorer::image::{self, DiskSet};
+use restorer::safepages::Busy;
+use restorer::window::Window;
+use storelayout::SlotWrite;
+
+/// The heap's bytes: the kernel pack's initramfs and its unpacked files, the catalog, the
+/// page plan and the chunk buffer.
+const HEAP_BYTES: u64 = 192 << 20;
+/// The image kernel's EFI stub as Debian builds it (`CONFIG_EFI_SOFT_RESERVE=y`).
+const STUB: Loader = Loader::Stub { soft_reserve: true };
+
+/// The firmware's whole disks, then views of partitions of them (the store's).
+struct EfiDisks {
+    list: Vec<BlockDisk>,
+    whole: usize,
+}
+
+impl DiskSet for EfiDisks {
+    type Disk = BlockDisk;
+
+    fn disk(&mut self, index: usize) -> Option<&mut BlockDisk> {
+        self.list.get_mut(index)
+    }
+}
+
+impl Disks for EfiDisks {
+    fn count(&self) -> usize {
+        self.whole
+    }
+
+    fn part(&mut self, index: usize, span: Span) -> usize {
+        match self.list.get(index) {
+            Some(d) => {
+                let mut view = d.clone();
+                view.narrow(span);
+                self.list.push(view);
+                self.list.len() - 1
+            }
+            None => index,
+        }
+    }
+}
+
+/// After a failure with nowhere to go: reset.
+pub fn give_up() -> ! {
+    efi::reset()
+}
+
+/// After a panic: back to the loader while boot services run (its next entry boots), else
+/// a reset.
+pub fn after_panic() -> ! {
+    if efi::boot_services_running() {
+        say!("snapboot-restorer: back to the boot loader: its next entry boots");
+        efi::return_to_loader(uefi::Status::ABORTED)
+    }
+    efi::reset()
+}
+
+/// The Rust entry, on the restorer's own stack (`hw::efi`'s `efi_main` moved there).
+#[no_mangle]
+extern "efiapi" fn efi_start(image: uefi::Handle, st: *mut uefi::SystemTable) -> uefi::Status {
+    say!("snapboot-restorer: started (EFI)");
+    // SAFETY: the handle and system table the firmware passed to `efi_main`; boot services
+    // run.
+    let fw = unsafe { Firmware::new(image, st) };
+    let Err(why) = restore(fw);
+    say!("snapboot-restorer: refused: {why}");
+    say!("snapboot-restorer: back to the boot loader: its next entry boots");
+    uefi::Status::LOAD_ERROR
+}
+
+fn firmware(e: impl core::fmt::Display) -> NotRestored {
+    NotRestored::Firmware(e.to_string())
+}
+
+fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
+    // The heap first: everything after it allocates.
+    let heap_pages = (HEAP_BYTES / PAGE) as usize;
+    let heap_at = fw.allocate_below_4g(heap_pages).map_err(firmware)?;
+    heap::init(heap_at, heap_at + HEAP_BYTES);
+    let me = fw.loaded_image().map_err(firmware)?;
+    // A linker-script symbol; only its address is used.
+    let linked = core::ptr::addr_of!(__image_start) as u64;
+    if me.base != linked {
+        return Err(NotRestored::Firmware(alloc::format!(
+            "the restorer was loaded at {:#x}, but it runs only where it is linked, {linked:#x} (that memory was taken)",
+            me.base
+        )));
+    }
+    let map = fw.memory_map().map_err(firmware)?;
+    // The table as the image kernel's stub makes it, and the checksum of GRUB's own: the
+    // same RAM either way (runtime code is not RAM to either).
+    let table = restorer::efimap::table(&map.descriptors, STUB).map_err(firmware)?;
+    let grub = restorer::efimap::table(&map.descriptors, Loader::Grub).map_err(firmware)?;
+    let memory = admission::Memory::E820 {
+        checksum: table.checksum(),
+        also: Some(grub.checksum()),
+        ram_pages: table.ram_pages(),
+    };
+    if table.ram_end() > (MAX_PAGES as u64) * PAGE {
+        return Err(NotRestored::RamAbove4G(table.ram_end()));
+    }
+    let cmdline = me.options.trim().to_string();
+    let list = fw.disks().map_err(firmware)?;
+    let mut disks = EfiDisks {
+        whole: list.len(),
+        list,
+    };
+    say!(
+        "snapboot-restorer: loaded at {:#x}, {} firmware disks, memory map of {} descriptors ({} e820 entries)",
+        me.base,
+        disks.count(),
+        map.descriptors.len(),
+        table.entries().len()
+    );
+    let (store, mut decided) = decide(&mut disks, &cmdline)?;
+    let params = decided.params.clone();
+    let address = params.store.as_ref().expect("decide found the store");
+    let asked = Asked {
+        address,
+        images: &params.images,
+        cmdline: &cmdline,
+    };
+    let at = decided.at;
+    let mut scratch = alloc::vec![0u8; store.most_raw()];
+    let mut fw = Some(fw);
+    let busy_image = (me.base, me.base + me.size.next_multiple_of(PAGE));
+    let mut enter = |disks: &mut EfiDisks, chosen: &image::Chosen, attempt: &SlotWrite| {
+        let f = fw.take().expect("the firmware is back after every refusal");
+        let (f, why) = enter(
+            f,
+            disks,
+            &store,
+            at,
+            &table,
+            chosen,
+            attempt,
+            (busy_image, (heap_at, heap_at + HEAP_BYTES)),
+            &mut scratch,
+        );
+        fw = Some(f);
+        why
+    };
+    let Err(why) = restore_from(
+        &mut disks,
+        &store,
+        &mut decided,
+        &memory,
+        &asked,
+        &mut enter,
+    );
+    keep_fallback(&mut disks, at, &store, &decided.record, &why);
+    Err(why)
+}
+
+/// The bytes of the store every chunk of `chosen` lies in: from the first chunk's first
+/// sector to the last chunk's end.
+fn extent(store: &image::Store, chosen: &image::Chosen) -> Result<(u64, u64), Refused> {
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    for group in chosen.plan.by_chunk() {
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
+        let at = store.chunk_at(c)?;
+        lo = lo.min(at);
+        hi = hi.max(at + u64::from(c.stored_len));
+    }
+    if lo > hi {
+        return Ok((0, 0));
+    }
+    let lo = lo - lo % restorer::disk::SECTOR;
+    Ok((lo, hi.next_multiple_of(restorer::disk::SECTOR)))
+}
+
+/// Reads, counts and enters `chosen` (steps 3 and 4 of the module docs); returns the
+/// firmware and why not only while boot services run.
+#[allow(clippy::too_many_arguments)]
+fn enter(
+    fw: Firmware,
+    disks: &mut EfiDisks,
+    store: &image::Store,
+    at: usize,
+    table: &Table,
+    chosen: &image::Chosen,
+    attempt: &SlotWrite,
+    (program, heap): ((u64, u64), (u64, u64)),
+    scratch: &mut [u8],
+) -> (Firmware, Refused) {
+    let (lo, hi) = match extent(store, chosen) {
+        Ok(x) => x,
+        Err(why) => return (fw, why),
+    };
+    let bytes = hi - lo;
+    let pages = (bytes / PAGE + 1) as usize;
+    let buf_at = match fw.allocate_below_4g(pages) {
+        Ok(a) => a,
+        Err(e) => {
+            let why = Refused::NotPlaced(alloc::format!(
+                "its chunks span {} MiB of the store, and the firmware has no room to read them: {e}",
+                bytes >> 20
+            ));
+            return (fw, why);
+        }
+    };
+    // SAFETY: `pages` pages of loader data the firmware just handed this program, below
+    // 4 GiB (identity mapped before and after the exit), used by nothing else.
+    let buf = unsafe { core::slice::from_raw_parts_mut(buf_at as *mut u8, pages * PAGE as usize) };
+    let mut window = Window::new(buf);
+    let t = crate::cycles();
+    let Some(disk) = disks.disk(at) else {
+        fw.free(buf_at, pages);
+        return (fw, Refused::Unreadable("the store's disk is gone".into()));
+    };
+    if bytes > 0 {
+        if let Err(e) = window.get(disk, lo, bytes as usize) {
+            fw.free(buf_at, pages);
+            return (
+                fw,
+                Refused::Unreadable(alloc::format!(
+                    "reading its {} MiB from byte {lo}: {e}",
+                    bytes >> 20
+                )),
+            );
+        }
+    }
+    say!(
+        "snapboot-restorer: read {} MiB of chunks in one request ({} Mcycles)",
+        bytes >> 20,
+        crate::cycles().wrapping_sub(t) / 1_000_000
+    );
+    // The crash-loop guard's count, as resume records it: after every check, before the
+    // image kernel takes over.
+    if let Err(e) = restorer::bootrecord::write(disk, attempt) {
+        fw.free(buf_at, pages);
+        return (fw, Refused::Unrecorded(e.to_string()));
+    }
+    say!(
+        "snapboot-restorer: restore attempt recorded in the store's boot log (slot {})",
+        attempt.slot
+    );
+    let map = match fw.memory_map() {
+        Ok(m) => m,
+        Err(e) => return (fw, Refused::NotPlaced(e.to_string())),
+    };
+    // The image kernel's runtime mappings: none recorded yet (capture records them once
+    // snapimg has the field), so the firmware stays in physical mode.
+    let virtual_map: Vec<(restorer::efimap::Descriptor, u64)> = Vec::new();
+    let (size, version) = (map.descriptor_size, map.version);
+    say!("snapboot-restorer: leaving boot services");
+    let runtime = match fw.exit(map.key) {
+        Ok(r) => r,
+        Err((fw, e)) => return (fw, Refused::NotPlaced(e.to_string())),
+    };
+    let mut busy = Busy::one(program.0, program.1);
+    busy.add(heap.0, heap.1);
+    busy.add(buf_at, buf_at + pages as u64 * PAGE);
+    let Err(why) = place(
+        chosen,
+        store,
+        disks,
+        at,
+        table,
+        busy,
+        (&mut window, scratch),
+        |_: &mut EfiDisks| {
+            if virtual_map.is_empty() {
+                return Ok(());
+            }
+            runtime
+                .set_virtual_map(&virtual_map, size, version)
+                .map_err(|e| Refused::NotPlaced(e.to_string()))
+        },
+    );
+    say!("snapboot-restorer: refused after leaving boot services: {why}; resetting");
+    efi::reset()
+}

@@ -1,0 +1,236 @@
+//! Where the kernel pack is (the stock kernel and its initramfs, `kernelpack`'s format) and
+//! what the restorer reads of it before any image: the kernel's `uname -r` and `uname -v`
+//! (an image must have been captured on that kernel) and the initramfs whole (its trust
+//! rule and boot setup, `crate::stockinit`). Both programs use it: the PVH one over its
+//! virtio disks, the EFI one over the firmware's Block I/O disks.
+//!
+//! `snapboot.coldkernel=` names the pack: a whole disk (`/dev/vdX`), or a GPT partition
+//! (`PARTLABEL=`, `PARTUUID=`, as `snapboot.store=` names one); without it, the first whole
+//! disk whose first sector starts with the pack's magic.
+
+use crate::disk::{Disk, DiskError, Part, Span, SECTOR};
+use crate::gpt::{self, PartAddress};
+use crate::image::DiskSet;
+use crate::virtio::{vd_index, vd_letter};
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use bootparams::StoreAddress;
+use kernelpack::{cmdline, Header, PackError, Payload};
+
+/// Why the pack could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PackReadError {
+    /// `snapboot.coldkernel=` names a disk that is not there.
+    #[error("snapboot.coldkernel names /dev/vd{letter}, but there are {disks} disks")]
+    NoSuchDisk {
+        /// The disk's letter.
+        letter: char,
+        /// Disks found.
+        disks: usize,
+    },
+    /// `snapboot.coldkernel=` names a partition that is not there (or not one).
+    #[error("snapboot.coldkernel={address}: {why}")]
+    NoPartition {
+        /// The address as written.
+        address: String,
+        /// Why it names none.
+        why: String,
+    },
+    /// The pack's kernel has no version string naming the header's release.
+    #[error("the kernel in the pack on {name} has no version string of release {release}")]
+    Version {
+        /// Where the pack is.
+        name: String,
+        /// The release the pack's header names.
+        release: kernelpack::Release,
+    },
+    /// No disk starts with the pack's magic.
+    #[error("no kernel pack on any of the {0} disks")]
+    NoPack(usize),
+    /// A read failed.
+    #[error("reading the {what} from {name}: {error}")]
+    Disk {
+        /// What was read.
+        what: &'static str,
+        /// Where the pack is.
+        name: String,
+        /// Why it failed.
+        error: DiskError,
+    },
+    /// The pack is damaged or not one.
+    #[error("kernel pack on {name}: {error}")]
+    Pack {
+        /// Where the pack is.
+        name: String,
+        /// What is wrong.
+        error: PackError,
+    },
+}
+
+/// Where the pack lies: bytes `span` of disk `disk`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackAt {
+    /// The disk (`vda` is 0).
+    pub disk: usize,
+    /// The pack's bytes on it.
+    pub span: Span,
+    /// Its name in messages (`/dev/vdb`, `vda3`).
+    pub name: String,
+}
+
+/// Finds the pack among the first `count` disks of `disks` (see the module docs); reads
+/// first sectors into `scratch` (at least one sector).
+pub fn locate<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    cmd: &str,
+    scratch: &mut [u8],
+) -> Result<PackAt, PackReadError> {
+    let whole = |disks: &mut S, i: usize| {
+        disks.disk(i).map(|d| PackAt {
+            disk: i,
+            span: Span {
+                offset: 0,
+                size: d.size(),
+            },
+            name: alloc::format!("/dev/vd{}", vd_letter(i)),
+        })
+    };
+    if let Some(value) = cmdline::value_of(cmd, cmdline::COLDKERNEL) {
+        if let Some(i) = vd_index(value) {
+            return whole(disks, i).ok_or(PackReadError::NoSuchDisk {
+                letter: vd_letter(i),
+                disks: count,
+            });
+        }
+        if let Ok(address) = StoreAddress::parse(value) {
+            if let Some(want) = PartAddress::of(&address) {
+                let found =
+                    gpt::find(disks, count, want).map_err(|e| PackReadError::NoPartition {
+                        address: value.to_string(),
+                        why: e.to_string(),
+                    })?;
+                return Ok(PackAt {
+                    disk: found.disk,
+                    span: found.span,
+                    name: found.name(),
+                });
+            }
+        }
+    }
+    let sector = &mut scratch[..SECTOR as usize];
+    for i in 0..count {
+        let found = disks
+            .disk(i)
+            .is_some_and(|d| d.read(0, sector).is_ok() && sector[..8] == kernelpack::MAGIC);
+        if found {
+            return whole(disks, i).ok_or(PackReadError::NoPack(count));
+        }
+    }
+    Err(PackReadError::NoPack(count))
+}
+
+/// The pack's bytes as a disk of their own.
+pub fn part<'d, S: DiskSet>(
+    disks: &'d mut S,
+    at: &PackAt,
+) -> Result<Part<&'d mut S::Disk>, PackReadError> {
+    let disk = disks.disk(at.disk).ok_or(PackReadError::NoPack(at.disk))?;
+    Ok(Part {
+        disk,
+        span: at.span,
+    })
+}
+
+/// Reads `buf.len()` bytes (whole sectors) of `what` at `offset` of the pack at `name`.
+pub fn read<D: Disk>(
+    d: &mut D,
+    name: &str,
+    what: &'static str,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<(), PackReadError> {
+    d.read(offset, buf).map_err(|error| PackReadError::Disk {
+        what,
+        name: name.to_string(),
+        error,
+    })
+}
+
+/// The kernel this PC boots cold: the kernel pack's, by `uname -r` and `uname -v`, which an
+/// image must have been captured on.
+pub struct StockKernel {
+    /// `uname -r`.
+    pub release: String,
+    /// `uname -v`.
+    pub version: String,
+}
+
+/// Reads the kernel pack's header and its kernel's version string (checked against the
+/// header's release); the payloads are checked only when the cold boot reads them.
+pub fn stock_kernel<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    cmd: &str,
+) -> Result<StockKernel, PackReadError> {
+    let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
+    let at = locate(disks, count, cmd, &mut buf)?;
+    let mut d = part(disks, &at)?;
+    let name = at.name.as_str();
+    let pack_err = |error| PackReadError::Pack {
+        name: name.to_string(),
+        error,
+    };
+    let head = &mut buf[..kernelpack::HEADER_LEN];
+    read(&mut d, name, "kernel pack header", 0, head)?;
+    let h = Header::decode(head).map_err(pack_err)?;
+    let n = (kernelpack::VERSION_HEAD as u64).min(h.kernel_len.next_multiple_of(SECTOR));
+    read(
+        &mut d,
+        name,
+        "kernel's version",
+        h.kernel_offset,
+        &mut buf[..n as usize],
+    )?;
+    let version = kernelpack::bzimage_version(&buf[..n as usize]).ok();
+    match version.and_then(kernelpack::uname_of) {
+        Some((release, version)) if release == h.release.as_str() => Ok(StockKernel {
+            release: release.into(),
+            version: version.into(),
+        }),
+        _ => Err(PackReadError::Version {
+            name: at.name.clone(),
+            release: h.release,
+        }),
+    }
+}
+
+/// Reads the kernel pack's initramfs whole: what the restorer takes its trust rule and boot
+/// setup from (`crate::stockinit`). Not checked against the pack's BLAKE3 here (some
+/// 0.12 s for the board's 8 MiB under TCG, at every restore): damage cannot make an image
+/// trusted that should not be. The boot setup every image must match covers `/init`'s
+/// bytes and every entry's name, kind, size and mode, the key file's among them; a key file
+/// whose text is damaged is no key (every image refused) or another key (no signature
+/// verifies). The cold boot checks the BLAKE3 before it runs the initramfs.
+pub fn stock_initramfs<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    cmd: &str,
+) -> Result<Vec<u8>, PackReadError> {
+    let mut head = alloc::vec![0u8; kernelpack::HEADER_LEN];
+    let at = locate(disks, count, cmd, &mut head)?;
+    let mut d = part(disks, &at)?;
+    let name = at.name.as_str();
+    let pack_err = |error| PackReadError::Pack {
+        name: name.to_string(),
+        error,
+    };
+    read(&mut d, name, "kernel pack header", 0, &mut head)?;
+    let h = Header::decode(&head).map_err(pack_err)?;
+    let mut initrd = alloc::vec![0u8; h.initrd_len.next_multiple_of(SECTOR) as usize];
+    read(&mut d, name, "initramfs", h.initrd_offset, &mut initrd)?;
+    initrd.truncate(h.initrd_len as usize);
+    h.check(Payload::Initramfs, [&initrd[..]])
+        .map_err(pack_err)?;
+    Ok(initrd)
+}
