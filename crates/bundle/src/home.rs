@@ -163,6 +163,16 @@ pub fn restorer_elf() -> Result<PathBuf, HomeError> {
     restorer_at(path)
 }
 
+/// The restorer a board starts: the EFI application on the UEFI PC (`uefi`), else the PVH
+/// ELF.
+pub fn restorer_program(uefi: bool) -> Result<PathBuf, HomeError> {
+    if uefi {
+        restorer_efi()
+    } else {
+        restorer_elf()
+    }
+}
+
 /// The restorer as an EFI application (`scripts/restorer.sh efi`, the UEFI PC's):
 /// `$SNAPBOOT_RESTORER_EFI`, else `target/restorer-efi/x86_64-unknown-linux-gnu/restorer/
 /// restorer.efi` in the workspace of the running binary. An error naming the path and how

@@ -37,9 +37,14 @@ use restorer::safepages::Busy;
 use restorer::window::Window;
 use storelayout::SlotWrite;
 
-/// The heap's bytes: the kernel pack's initramfs and its unpacked files, the catalog, the
-/// page plan and the chunk buffer.
-const HEAP_BYTES: u64 = 192 << 20;
+/// The heap's bytes, the most first: the kernel pack's initramfs and its unpacked files,
+/// the catalog, the page plan and the chunk buffer. What the checks left unused is given
+/// back before the image is read ([`HEAP_SLACK`] kept), so fewer image pages land on it.
+const HEAP_TRIES: [u64; 3] = [256 << 20, 128 << 20, 64 << 20];
+/// Heap kept beyond its top once an image passed its checks, for what is allocated after
+/// (the memory map, the virtual address map, the checks of another image if this one
+/// cannot be read).
+const HEAP_SLACK: u64 = 16 << 20;
 /// The image kernel's EFI stub as Debian builds it (`CONFIG_EFI_SOFT_RESERVE=y`).
 const STUB: Loader = Loader::Stub { soft_reserve: true };
 
@@ -108,10 +113,27 @@ fn firmware(e: impl core::fmt::Display) -> NotRestored {
 }
 
 fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
-    // The heap first: everything after it allocates.
-    let heap_pages = (HEAP_BYTES / PAGE) as usize;
-    let heap_at = fw.allocate_below_4g(heap_pages).map_err(firmware)?;
-    heap::init(heap_at, heap_at + HEAP_BYTES);
+    // The heap first: everything after it allocates (so nothing here may).
+    let mut heap_got = None;
+    let mut last_error = None;
+    for bytes in HEAP_TRIES {
+        match fw.allocate_below_4g((bytes / PAGE) as usize) {
+            Ok(at) => {
+                heap_got = Some((at, bytes));
+                break;
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    let Some((heap_at, heap_bytes)) = heap_got else {
+        say!(
+            "snapboot-restorer: refused: no heap of {} MiB below 4 GiB: {}",
+            HEAP_TRIES[HEAP_TRIES.len() - 1] >> 20,
+            last_error.expect("every size was tried")
+        );
+        efi::return_to_loader(uefi::Status::OUT_OF_RESOURCES)
+    };
+    heap::init(heap_at, heap_at + heap_bytes);
     let me = fw.loaded_image().map_err(firmware)?;
     // A linker-script symbol; only its address is used.
     let linked = core::ptr::addr_of!(__image_start) as u64;
@@ -169,7 +191,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
             &table,
             chosen,
             attempt,
-            (busy_image, (heap_at, heap_at + HEAP_BYTES)),
+            (busy_image, (heap_at, heap_at + heap_bytes)),
             &mut scratch,
         );
         fw = Some(f);
@@ -221,6 +243,16 @@ fn enter(
     (program, heap): ((u64, u64), (u64, u64)),
     scratch: &mut [u8],
 ) -> (Firmware, Refused) {
+    // The image passed its checks: give back the heap they left unused, so fewer of its
+    // pages land on the heap and wait for the last copy.
+    let heap_end = (heap::top() + HEAP_SLACK)
+        .next_multiple_of(PAGE)
+        .min(heap.1);
+    if heap_end < heap.1 {
+        heap::shrink_to(heap_end);
+        fw.free(heap_end, ((heap.1 - heap_end) / PAGE) as usize);
+    }
+    let heap = (heap.0, heap_end);
     let (lo, hi) = match extent(store, chosen) {
         Ok(x) => x,
         Err(why) => return (fw, why),

@@ -133,9 +133,15 @@ mod heap {
     }
 
     /// The first byte after everything handed out so far.
-    #[cfg(not(feature = "efi"))]
     pub fn top() -> u64 {
         NEXT.load(Ordering::Relaxed)
+    }
+
+    /// Ends the heap at `end` (at or above its top): the EFI program gives the rest back to
+    /// the firmware.
+    #[cfg(feature = "efi")]
+    pub fn shrink_to(end: u64) {
+        END.store(end.max(top()), Ordering::Relaxed);
     }
 
     struct Bump;

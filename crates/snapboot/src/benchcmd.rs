@@ -459,7 +459,8 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     } else if let Some(why) = board::restorer_boot::unsupported(&bundle, &opts) {
         bench::RestorerUse::Unsupported(why)
     } else {
-        let elf = bundle::home::restorer_elf().context(
+        let uefi = opts.firmware == board::run_options::Firmware::Uefi;
+        let elf = bundle::home::restorer_program(uefi).context(
             "bench compare measures the restorer on this board (--no-restorer leaves it out)",
         )?;
         bench::RestorerUse::Measured(elf)

@@ -145,9 +145,12 @@ pub struct RunArgs {
     /// Snapshot boot: restore with the stock kernel even when a restore kernel is built.
     #[arg(long, conflicts_with = "restore_kernel")]
     stock_kernel: bool,
-    /// Snapshot boot from the restorer (`scripts/restorer.sh`, or $SNAPBOOT_RESTORER): the
-    /// firmware starts it in place of a kernel, it restores the store's image itself, and
-    /// boots the stock kernel cold when it refuses (the x86_64 board with --firmware direct).
+    /// Snapshot boot from the restorer, which restores the store's image itself with no
+    /// kernel before it. With --firmware direct the firmware starts it in place of a kernel
+    /// (`scripts/restorer.sh`, or $SNAPBOOT_RESTORER) and it boots the stock kernel cold
+    /// when it refuses; with --firmware uefi GRUB chainloads the EFI application
+    /// (`scripts/restorer.sh efi`, or $SNAPBOOT_RESTORER_EFI) from the ESP, and a refusal
+    /// returns to GRUB, which boots the stock kernel's entry. x86_64 only.
     #[arg(long, requires = "store", conflicts_with_all = ["restore_kernel", "stock_kernel"])]
     restorer: bool,
     /// The images to try first, in order (NAME[,NAME...]); then the others,
@@ -263,11 +266,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         .to_run_options_for(&bundle, choice, a.store.is_some())?;
     match &a.store {
         Some(store) if a.restorer => {
-            let elf = if opts.firmware == board::run_options::Firmware::Uefi {
-                bundle::home::restorer_efi()?
-            } else {
-                bundle::home::restorer_elf()?
-            };
+            let uefi = opts.firmware == board::run_options::Firmware::Uefi;
+            let elf = bundle::home::restorer_program(uefi)?;
             opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
         }
         Some(store) => attach_store(&mut opts, store, false)?,
