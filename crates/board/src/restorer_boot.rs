@@ -13,7 +13,7 @@ use std::path::Path;
 use thiserror::Error;
 
 use crate::capture::{attach_store, CaptureBootError};
-use crate::run_options::{Firmware, KernelImage, RunOptions};
+use crate::run_options::{KernelImage, RunOptions};
 use bundle::bundle::Bundle;
 use guestarch::Arch;
 
@@ -28,10 +28,10 @@ pub enum RestorerBootError {
     Store(#[from] CaptureBootError),
 }
 
-/// Why the bundle's board with these options cannot start the restorer, or `None` when it
+/// Why the bundle's board cannot start the restorer, or `None` when it
 /// can: it enters x86_64 kernels, through the PC's PVH entry (QEMU's direct kernel load) or
 /// as an EFI application GRUB chainloads; the arm64 board boots through U-Boot.
-pub fn unsupported(bundle: &Bundle, opts: &RunOptions) -> Option<&'static str> {
+pub fn unsupported(bundle: &Bundle) -> Option<&'static str> {
     if bundle.kernel.arch != Arch::X86_64 {
         Some(
             "the restorer enters x86_64 images (through the PC's PVH entry, or from GRUB on \
@@ -51,7 +51,7 @@ pub fn restorer_options(
     elf: &Path,
     store: &Path,
 ) -> Result<RunOptions, RestorerBootError> {
-    if let Some(why) = unsupported(bundle, opts) {
+    if let Some(why) = unsupported(bundle) {
         return Err(RestorerBootError::Unsupported(why));
     }
     let mut o = opts.clone();
@@ -66,6 +66,7 @@ pub fn restorer_options(
 mod tests {
     use super::*;
     use crate::qemu::qemu_command;
+    use crate::run_options::Firmware;
 
     fn args(c: &std::process::Command) -> Vec<String> {
         c.get_args()
@@ -161,9 +162,9 @@ mod tests {
     fn the_arm64_board_is_refused_with_the_reason() {
         let b = crate::testutil::bundle();
         let mut o = crate::testutil::opts();
-        assert_eq!(unsupported(&b, &o), None);
+        assert_eq!(unsupported(&b), None);
         o.firmware = Firmware::Uefi;
-        assert_eq!(unsupported(&b, &o), None);
+        assert_eq!(unsupported(&b), None);
         let dir = tempfile::tempdir().unwrap();
         let disk = dir.path().join("pc.img");
         std::fs::write(&disk, b"").unwrap();
@@ -172,12 +173,12 @@ mod tests {
         assert!(matches!(u.kernel, KernelImage::Restorer { .. }));
         let mut arm = crate::testutil::bundle();
         arm.kernel.arch = Arch::Arm64;
-        let why = unsupported(&arm, &crate::testutil::opts()).unwrap();
+        let why = unsupported(&arm).unwrap();
         assert!(why.contains("arm64 board"), "{why}");
         // A Debian root's initramfs (initramfs-tools or dracut, zstd) is read as the kernel
         // unpacks it (crate initramfs): the restorer restores those roots too.
         let mut deb = crate::testutil::bundle();
         deb.workload.init = bundle::workload::InitKind::DebianDracut;
-        assert_eq!(unsupported(&deb, &crate::testutil::opts()), None);
+        assert_eq!(unsupported(&deb), None);
     }
 }

@@ -759,10 +759,8 @@ mod tests {
             )),
             "{cfg}"
         );
-        let choose = format!(
-            "if [ -z \"${{boot_once}}\" ]; then\n\tset default=\"snapboot-restorer\"\n\tset fallback=\"0\"\nfi\n"
-        );
-        assert!(cfg.contains(&choose), "{cfg}");
+        let choose = "if [ -z \"${boot_once}\" ]; then\n\tset default=\"snapboot-restorer\"\n\tset fallback=\"0\"\nfi\n";
+        assert!(cfg.contains(choose), "{cfg}");
         // The normal entry, the fallback, is still there, with the same words.
         assert!(cfg.contains(&format!("--id {NORMAL_ENTRY} {{")), "{cfg}");
         assert!(

@@ -290,10 +290,16 @@ fn enter(
             );
         }
     }
+    let read = crate::cycles().wrapping_sub(t);
+    // Every chunk checked while a refusal can still go back to the loader.
+    if let Err(why) = crate::check_chunks(chosen, store, disk, &mut window) {
+        fw.free(buf_at, pages);
+        return (fw, why);
+    }
     say!(
-        "snapboot-restorer: read {} MiB of chunks in one request ({} Mcycles)",
+        "snapboot-restorer: read {} MiB of chunks in one request, checked them ({}% of the time reading)",
         bytes >> 20,
-        crate::cycles().wrapping_sub(t) / 1_000_000
+        read * 100 / crate::cycles().wrapping_sub(t).max(1)
     );
     // The crash-loop guard's count, as resume records it: after every check, before the
     // image kernel takes over.
@@ -328,7 +334,7 @@ fn enter(
         at,
         table,
         busy,
-        (&mut window, scratch),
+        (&mut window, scratch, true),
         |_: &mut EfiDisks| {
             if virtual_map.is_empty() {
                 return Ok(());

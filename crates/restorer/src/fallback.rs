@@ -165,7 +165,11 @@ pub fn cold_boot_on(
     let count = disks.len();
     let at = stockpack::locate(&mut disks, count, handed.cmdline(), scratch)?;
     let d = &mut stockpack::part(&mut disks, &at)?;
-    let name = at.name.as_str();
+    // The pack's name, on the stack: the placement below hands out the heap it is on.
+    let mut name_buf = [0u8; 32];
+    let n = at.name.len().min(name_buf.len());
+    name_buf[..n].copy_from_slice(&at.name.as_bytes()[..n]);
+    let name = core::str::from_utf8(&name_buf[..n]).unwrap_or("the kernel pack");
     let pack_err = |error| {
         ColdBootError::from(PackReadError::Pack {
             name: name.into(),
@@ -225,7 +229,7 @@ pub fn cold_boot_on(
     // The placement followed the header of the first read; the checked copy must say the
     // same.
     if bzimage::parse(setup_at)? != hdr {
-        return Err(ColdBootError::Changed(at.name.clone()));
+        return Err(ColdBootError::Changed(name.into()));
     }
 
     // SAFETY: as above: the command line's and the zero page's places.

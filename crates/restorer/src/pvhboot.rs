@@ -143,7 +143,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
             at,
             table,
             busy,
-            (&mut window, &mut scratch),
+            (&mut window, &mut scratch, false),
             |disks: &mut virtio::Disks| {
                 // The crash-loop guard's count, as resume records it: after every check,
                 // before the image kernel takes over. Written from the buffer encoded

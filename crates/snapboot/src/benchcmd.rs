@@ -456,7 +456,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     };
     let restorer = if a.no_restorer {
         bench::RestorerUse::Declined
-    } else if let Some(why) = board::restorer_boot::unsupported(&bundle, &opts) {
+    } else if let Some(why) = board::restorer_boot::unsupported(&bundle) {
         bench::RestorerUse::Unsupported(why)
     } else {
         let uefi = opts.firmware == board::run_options::Firmware::Uefi;

@@ -23,14 +23,67 @@ pub(crate) fn uefi_session(
     disk: &Path,
     restore_kernel: Option<&Path>,
 ) -> board::qemu::Session {
-    let mut o = board::RunOptions::for_bundle(b);
-    o.timeout = Duration::from_secs(300);
-    o.firmware = Firmware::Uefi;
-    board::capture::attach_store(&mut o, disk, false).unwrap();
+    let mut o = uefi_options(b, disk);
     if let Some(k) = restore_kernel {
         o.kernel = board::run_options::KernelImage::Restore(k.to_path_buf());
     }
     board::qemu::Session::start(b, &o).unwrap()
+}
+
+fn uefi_options(b: &bundle::Bundle, disk: &Path) -> board::RunOptions {
+    let mut o = board::RunOptions::for_bundle(b);
+    o.timeout = Duration::from_secs(300);
+    o.firmware = Firmware::Uefi;
+    board::capture::attach_store(&mut o, disk, false).unwrap();
+    o
+}
+
+/// The UEFI PC booting `disk` with the EFI restorer as GRUB's default entry (the stock
+/// kernel's entry the fallback), with `mem_mib` of RAM when given.
+fn restorer_session(b: &bundle::Bundle, disk: &Path, mem_mib: Option<u32>) -> board::qemu::Session {
+    let o = uefi_options(b, disk);
+    let mut o =
+        board::restorer_boot::restorer_options(b, &o, &crate::restorer::restorer_efi(), disk)
+            .unwrap();
+    if let Some(m) = mem_mib {
+        o.mem_mib = m;
+    }
+    board::qemu::Session::start(b, &o).unwrap()
+}
+
+/// Follows a boot of the EFI restorer that refuses: the reason (matching `why`) on the
+/// console before it leaves boot services, then GRUB's fallback, the stock kernel, whose
+/// own resume refuses too (`stock_why`) or is not waited for (`None`).
+fn restorer_refuses(mut s: board::qemu::Session, why: &str, stock_why: Option<&str>) {
+    expect_grub_entry(&mut s, "snapboot-restorer");
+    let line = expect(
+        &mut s,
+        r"snapboot-restorer: (refused|image-refused|leaving boot services)",
+        "the EFI restorer's verdict",
+        120,
+    );
+    assert!(
+        line.contains("refused") && line.contains(why),
+        "{why} not in {line}"
+    );
+    expect(&mut s, r"Falling back to", "GRUB's fallback entry", 60);
+    expect(
+        &mut s,
+        r"Linux version 6\.1\.\S+-amd64 ",
+        "the stock kernel",
+        120,
+    );
+    if let Some(w) = stock_why {
+        let line = expect(
+            &mut s,
+            r"snapboot: @fallback ",
+            "the stock kernel's fallback",
+            300,
+        );
+        assert!(line.contains(w), "{w} not in {line}");
+    }
+    // Dropping the session powers the PC off: the cold boot is not waited for.
+    drop(s);
 }
 
 /// Damages the newest image in the store partition of the PC's disk `disk` (one byte in
@@ -165,6 +218,28 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     crate::debian_config::assert_history_restored(&mut s, "current");
     s.finish(boottrace::Outcome::Answered);
 
+    // 3c. The EFI restorer as GRUB's default entry: no kernel before the image, the store
+    // found through the firmware's Block I/O by the config file's PARTLABEL, every chunk
+    // read and checked before it leaves boot services; the system comes back as it was.
+    let mut s = restorer_session(&b, &store, None);
+    expect_grub_entry(&mut s, "snapboot-restorer");
+    expect(
+        &mut s,
+        r"snapboot-restorer: image checked: current",
+        "the EFI restorer's check",
+        120,
+    );
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    check_restored_app(&mut s, 3, &expected);
+    s.finish(boottrace::Outcome::Answered);
+
+    // 3d. The same disk on a PC with another RAM size: the firmware's memory map is not the
+    // image kernel's; the restorer refuses before it leaves the firmware, and GRUB boots
+    // the stock kernel's entry.
+    let mem = board::RunOptions::for_bundle(&b).mem_mib;
+    let s = restorer_session(&b, &store, Some(mem + 256));
+    restorer_refuses(s, "the memory map differs", None);
+
     // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,
     // cold.
     let bad = copy_store(&store, "test-uefi-debian-bad.img");
@@ -188,4 +263,11 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         &format!("checksum mismatch in chunk {chunk}"),
     );
     s.finish(boottrace::Outcome::Answered);
+
+    // 4b. The damaged image from the EFI restorer: the chunk fails its checksum while the
+    // firmware still runs, so the refusal goes back to GRUB, whose fallback entry (the
+    // stock kernel) refuses it too.
+    let s = restorer_session(&b, &bad, None);
+    let mismatch = format!("checksum mismatch in chunk {chunk}");
+    restorer_refuses(s, &mismatch, Some(&mismatch));
 }

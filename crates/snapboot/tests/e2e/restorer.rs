@@ -32,6 +32,23 @@ fn restorer_elf() -> PathBuf {
     .clone()
 }
 
+/// Builds the EFI restorer once (`scripts/restorer.sh efi`) and returns its PE file.
+pub(crate) fn restorer_efi() -> PathBuf {
+    static EFI: OnceLock<PathBuf> = OnceLock::new();
+    EFI.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restorer.sh");
+        let mut c = Command::new(script);
+        c.arg("efi");
+        let (out, so, se) = run(c);
+        assert!(
+            out.status.success(),
+            "EFI restorer build failed:\n{so}\n{se}"
+        );
+        PathBuf::from(so.trim())
+    })
+    .clone()
+}
+
 /// Run options booting the restorer on `store`: the disks and command line of a snapshot
 /// boot, the restorer in place of the kernel (`board::restorer_boot`, what `bench compare`
 /// boots too).
