@@ -315,9 +315,23 @@ fn enter(
         Ok(m) => m,
         Err(e) => return (fw, Refused::NotPlaced(e.to_string())),
     };
-    // The image kernel's runtime mappings: none recorded yet (capture records them once
-    // snapimg has the field), so the firmware stays in physical mode.
-    let virtual_map: Vec<(restorer::efimap::Descriptor, u64)> = Vec::new();
+    // The image kernel's runtime mappings, as capture recorded them: this boot's runtime
+    // regions must be the same, each gets the image kernel's virtual address. An image
+    // whose kernel ran without runtime services records none: the firmware stays in
+    // physical mode, which that kernel never calls.
+    let virtual_map = if chosen.efi_runtime.is_empty() {
+        Vec::new()
+    } else {
+        match restorer::efimap::virtual_map(&map.descriptors, &chosen.efi_runtime) {
+            Ok(v) => v,
+            Err(e) => {
+                return (
+                    fw,
+                    Refused::NotPlaced(alloc::format!("image does not fit this system: {e}")),
+                )
+            }
+        }
+    };
     let (size, version) = (map.descriptor_size, map.version);
     say!("snapboot-restorer: leaving boot services");
     let runtime = match fw.exit(map.key) {
@@ -341,7 +355,12 @@ fn enter(
             }
             runtime
                 .set_virtual_map(&virtual_map, size, version)
-                .map_err(|e| Refused::NotPlaced(e.to_string()))
+                .map_err(|e| Refused::NotPlaced(e.to_string()))?;
+            say!(
+                "snapboot-restorer: runtime services in virtual mode: {} regions at the image kernel's addresses",
+                virtual_map.len()
+            );
+            Ok(())
         },
     );
     say!("snapboot-restorer: refused after leaving boot services: {why}; resetting");

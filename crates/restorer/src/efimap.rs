@@ -22,6 +22,7 @@
 
 use crate::e820::{Entry, Table, MAX_ENTRIES, RAM, RESERVED};
 use alloc::vec::Vec;
+use snapimg::EfiRuntimeRegion as Recorded;
 
 /// `EFI_MEMORY_RUNTIME`: the region is used by runtime services.
 pub const ATTR_RUNTIME: u64 = 1 << 63;
@@ -165,21 +166,6 @@ pub fn table(map: &[Descriptor], loader: Loader) -> Result<Table, MapError> {
     let entries = e820_entries(map, loader);
     let n = entries.len();
     Table::from_efi(entries).ok_or(MapError::TooMany(n))
-}
-
-/// A runtime region as capture recorded it: where the image kernel mapped it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    /// First byte.
-    pub phys: u64,
-    /// The image kernel's virtual address of it.
-    pub virt: u64,
-    /// 4 KiB pages.
-    pub pages: u64,
-    /// `EFI_MEMORY_TYPE`.
-    pub kind: u32,
-    /// `EFI_MEMORY_*` attribute bits.
-    pub attribute: u64,
 }
 
 /// Why this boot's runtime regions are not the image kernel's.

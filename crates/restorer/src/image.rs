@@ -113,6 +113,9 @@ pub struct Chosen {
     pub plan: Plan,
     /// A lazy image's swap region (checked): where the image kernel pages the rest in from.
     pub swap: Option<SwapRegion>,
+    /// The firmware's runtime regions at the image kernel's virtual addresses, as capture
+    /// recorded them (empty: the image kernel did not use runtime services).
+    pub efi_runtime: Vec<snapimg::EfiRuntimeRegion>,
 }
 
 /// The PC's disks, `vda` first: the store's and the ones an image is bound to.
@@ -294,6 +297,7 @@ pub fn check<S: DiskSet>(
         stream_pages: header.pages.get(),
         plan,
         swap: admitted.description.swap,
+        efi_runtime: admitted.description.identity.memory.efi_runtime,
     })
 }
 
