@@ -19,7 +19,8 @@ use thiserror::Error;
 /// 3: the identity carries the memory layout ([`crate::MemoryMap`]).
 /// 4: the binding's boot setup is the initramfs's manifest, file by file
 /// ([`crate::listing`]; binding encoding 2).
-pub const DESCRIPTION_VERSION: u32 = 4;
+/// 5: the memory layout carries the EFI runtime map ([`crate::EfiRuntimeRegion`]).
+pub const DESCRIPTION_VERSION: u32 = 5;
 /// Room for the binding record: a manifest of a few thousand files fits (it is bounded by
 /// [`crate::binding::MAX_MANIFEST_FILES`] too).
 const BINDING_ROOM: usize = 1 << 20;
@@ -133,7 +134,14 @@ mod tests {
             memory: crate::MemoryMap::new(
                 vec![crate::PhysRange::inclusive(0x4000_0000, 0x7fff_ffff)],
                 vec![crate::PhysRange::inclusive(0x4800_0000, 0x4800_0fff)],
-            ),
+            )
+            .with_efi_runtime(vec![crate::EfiRuntimeRegion {
+                phys: 0x7f5e_c000,
+                virt: 0xffff_fffe_ff5e_c000,
+                pages: 0x4c,
+                kind: 6,
+                attribute: 0x8000_0000_0000_000f,
+            }]),
         }
     }
 
@@ -165,11 +173,17 @@ mod tests {
         let mut d = Description::new(identity(), 0, None, 1, None).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 4"), "{e}");
-        // Version 2 had no memory layout: named by its version, not as garbage.
-        d.version = 2;
-        let e = Description::decode(&d.encode()).unwrap_err();
-        assert!(matches!(e, DescriptionError::Version { found: 2 }), "{e}");
+        assert!(e.contains("version 1, this snapboot reads 5"), "{e}");
+        // Version 2 had no memory layout, version 4 no EFI runtime map: named by their
+        // version, not as garbage.
+        for old in [2, 4] {
+            d.version = old;
+            let e = Description::decode(&d.encode()).unwrap_err();
+            assert!(
+                matches!(e, DescriptionError::Version { found } if found == old),
+                "{e}"
+            );
+        }
         let bad = SwapRegion {
             used_pages: 40,
             ..swap()

@@ -41,7 +41,7 @@ pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,
     Phase, SliceStream, StreamError, StreamHeader, StreamParser, SyntheticStream, PAGE_SIZE,
 };
-pub use memory_map::{MemoryMap, MemoryMapMismatch, PhysRange};
+pub use memory_map::{EfiRuntimeRegion, MemoryMap, MemoryMapMismatch, PhysRange};
 pub use swap::{
     check_region, swap_header, BadSwapRegion, RegionMismatch, SwapRegion, MIN_SWAP_PAGES,
     SWAP_MAGIC, UUID_LEN,

@@ -10,9 +10,14 @@
 //! * `ram`: the top-level "System RAM" ranges of `/proc/iomem` (the RAM the firmware or
 //!   device tree describes, before the kernel's own reservations of this boot);
 //! * `reserved`: what the boot device tree reserves: its `/memreserve/` entries and the
-//!   `reg` of each `/reserved-memory` child (empty without a device tree, as on x86).
+//!   `reg` of each `/reserved-memory` child (empty without a device tree, as on x86);
+//! * `efi_runtime`: the firmware regions UEFI runtime services use, at the virtual addresses
+//!   the kernel gave them (x86_64: `/sys/firmware/efi/runtime-map/N`; empty on a boot without
+//!   EFI runtime services). The kernel hands the firmware that map once per boot
+//!   (`SetVirtualAddressMap`) and an image kernel calls the firmware through it after a
+//!   restore, so a boot whose firmware was given another map must not restore the image.
 //!
-//! Both lists are kept sorted, so equal layouts compare equal whatever order they were read in.
+//! The lists are kept sorted, so equal layouts compare equal whatever order they were read in.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -49,6 +54,33 @@ impl fmt::Display for PhysRange {
     }
 }
 
+/// A firmware region UEFI runtime services use, as the kernel mapped it (x86_64: /sys/firmware/efi/runtime-map/N).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EfiRuntimeRegion {
+    /// Physical address of its first byte (`phys_addr`).
+    pub phys: u64,
+    /// The virtual address the kernel gave it in `SetVirtualAddressMap` (`virt_addr`).
+    pub virt: u64,
+    /// 4 KiB pages (`num_pages`).
+    pub pages: u64,
+    /// The UEFI memory type (`type`: 5 runtime services code, 6 runtime services data,
+    /// 11 memory-mapped I/O, ...).
+    pub kind: u32,
+    /// The UEFI attribute bits (`attribute`; bit 63 is `EFI_MEMORY_RUNTIME`).
+    pub attribute: u64,
+}
+
+impl fmt::Display for EfiRuntimeRegion {
+    /// `phys 0x… virt 0x… pages N`: what the firmware is told about the region.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "phys {:#x} virt {:#x} pages {}",
+            self.phys, self.virt, self.pages
+        )
+    }
+}
+
 /// The physical memory layout of a boot (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryMap {
@@ -56,56 +88,121 @@ pub struct MemoryMap {
     pub ram: Vec<PhysRange>,
     /// The boot device tree's `/memreserve/` entries and `/reserved-memory` ranges, ascending.
     pub reserved: Vec<PhysRange>,
+    /// The EFI runtime regions as the kernel mapped them, ascending by `phys` (empty: this
+    /// boot has no EFI runtime services).
+    pub efi_runtime: Vec<EfiRuntimeRegion>,
 }
 
-/// The first range in which the layout at resume differs from the capture's.
+/// The first range or region in which the layout at resume differs from the capture's.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error(
-    "memory layout differs from the capture's: {kind} range {index} was {} at capture, is {} on this boot",
-    show(.image),
-    show(.running)
-)]
-pub struct MemoryMapMismatch {
-    /// `System RAM` or `reserved`.
-    pub kind: &'static str,
-    /// Position of the range in its sorted list.
-    pub index: usize,
-    /// The image's range (`None`: the image has fewer ranges).
-    pub image: Option<PhysRange>,
-    /// This boot's range (`None`: this boot has fewer ranges).
-    pub running: Option<PhysRange>,
+pub enum MemoryMapMismatch {
+    /// A RAM or reserved range differs.
+    #[error(
+        "memory layout differs from the capture's: {kind} range {index} was {} at capture, is {} on this boot",
+        show(.image),
+        show(.running)
+    )]
+    Range {
+        /// `System RAM` or `reserved`.
+        kind: &'static str,
+        /// Position of the range in its sorted list.
+        index: usize,
+        /// The image's range (`None`: the image has fewer ranges).
+        image: Option<PhysRange>,
+        /// This boot's range (`None`: this boot has fewer ranges).
+        running: Option<PhysRange>,
+    },
+    /// The firmware's runtime services were given another map on this boot than the image
+    /// kernel gave them (or have none here, or had none then).
+    #[error(
+        "EFI runtime map differs from the capture's: region {index} was {} at capture, is {} on this boot",
+        show(.image),
+        show(.running)
+    )]
+    EfiRuntime {
+        /// Position of the region in its sorted list.
+        index: usize,
+        /// The image's region (`None`: the image kernel had fewer regions).
+        image: Option<EfiRuntimeRegion>,
+        /// This boot's region (`None`: this boot has fewer).
+        running: Option<EfiRuntimeRegion>,
+    },
+    /// The image kernel called the firmware's runtime services in virtual mode, and this
+    /// boot's kernel has none (built with `CONFIG_EFI_DISABLE_RUNTIME`, booted with
+    /// `efi=noruntime`): the firmware was never given the image kernel's map.
+    #[error(
+        "EFI runtime map differs from the capture's: the image kernel mapped {regions} firmware regions for EFI runtime services, this boot's kernel runs without them (the firmware is not in the virtual mode the image expects)"
+    )]
+    EfiRuntimeOff {
+        /// Regions in the image's map.
+        regions: usize,
+    },
 }
 
-fn show(range: &Option<PhysRange>) -> String {
-    range.map_or_else(|| "absent".into(), |r| r.to_string())
+fn show<T: fmt::Display>(item: &Option<T>) -> String {
+    item.as_ref()
+        .map_or_else(|| "absent".into(), |r| r.to_string())
+}
+
+/// The first position at which two sorted lists differ, with both items there.
+fn first_difference<T: Copy + PartialEq>(
+    image: &[T],
+    running: &[T],
+) -> Option<(usize, Option<T>, Option<T>)> {
+    let longest = image.len().max(running.len());
+    (0..longest)
+        .find(|&i| image.get(i) != running.get(i))
+        .map(|i| (i, image.get(i).copied(), running.get(i).copied()))
 }
 
 impl MemoryMap {
-    /// The layout of `ram` and `reserved` ranges, in any order.
+    /// The layout of `ram` and `reserved` ranges, in any order, without EFI runtime regions.
     pub fn new(mut ram: Vec<PhysRange>, mut reserved: Vec<PhysRange>) -> Self {
         ram.sort_unstable();
         reserved.sort_unstable();
-        MemoryMap { ram, reserved }
+        MemoryMap {
+            ram,
+            reserved,
+            efi_runtime: Vec::new(),
+        }
+    }
+
+    /// The same layout with the EFI runtime regions `regions`, in any order.
+    pub fn with_efi_runtime(mut self, mut regions: Vec<EfiRuntimeRegion>) -> Self {
+        regions.sort_unstable();
+        self.efi_runtime = regions;
+        self
     }
 
     /// Compares the layout an image records (`self`) with this boot's, naming the first
-    /// range that differs (RAM before reserved ranges).
+    /// range that differs (RAM, then reserved ranges, then EFI runtime regions).
     pub fn check_against(&self, running: &MemoryMap) -> Result<(), MemoryMapMismatch> {
         for (kind, image, now) in [
             ("System RAM", &self.ram, &running.ram),
             ("reserved", &self.reserved, &running.reserved),
         ] {
-            let longest = image.len().max(now.len());
-            if let Some(index) = (0..longest).find(|&i| image.get(i) != now.get(i)) {
-                return Err(MemoryMapMismatch {
+            if let Some((index, image, running)) = first_difference(image, now) {
+                return Err(MemoryMapMismatch::Range {
                     kind,
                     index,
-                    image: image.get(index).copied(),
-                    running: now.get(index).copied(),
+                    image,
+                    running,
                 });
             }
         }
-        Ok(())
+        if running.efi_runtime.is_empty() && !self.efi_runtime.is_empty() {
+            return Err(MemoryMapMismatch::EfiRuntimeOff {
+                regions: self.efi_runtime.len(),
+            });
+        }
+        match first_difference(&self.efi_runtime, &running.efi_runtime) {
+            Some((index, image, running)) => Err(MemoryMapMismatch::EfiRuntime {
+                index,
+                image,
+                running,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -155,7 +252,123 @@ mod tests {
         let mut fewer = virt();
         fewer.reserved.pop();
         let e = virt().check_against(&fewer).unwrap_err();
-        assert_eq!((e.index, e.running), (1, None));
+        let MemoryMapMismatch::Range { index, running, .. } = e else {
+            panic!("{e}");
+        };
+        assert_eq!((index, running), (1, None));
         assert!(e.to_string().contains("is absent on this boot"), "{e}");
+    }
+
+    /// Two regions of OVMF's runtime map as x86_64 Linux maps them (code, then data).
+    fn efi(phys: u64, virt: u64, pages: u64, kind: u32) -> EfiRuntimeRegion {
+        EfiRuntimeRegion {
+            phys,
+            virt,
+            pages,
+            kind,
+            attribute: 0x8000_0000_0000_000f,
+        }
+    }
+
+    fn uefi_pc() -> MemoryMap {
+        MemoryMap::new(vec![r(0x10_0000, 0x3f00_0000)], vec![]).with_efi_runtime(vec![
+            efi(0x3f5e_c000, 0xffff_fffe_ff5e_c000, 0x4c, 6),
+            efi(0x3f4e_0000, 0xffff_fffe_ff4e_0000, 0x20, 5),
+        ])
+    }
+
+    #[test]
+    fn the_efi_runtime_map_is_kept_sorted_by_physical_address() {
+        let m = uefi_pc();
+        assert_eq!(m.efi_runtime[0].phys, 0x3f4e_0000);
+        assert_eq!(m.efi_runtime[1].phys, 0x3f5e_c000);
+        assert_eq!(m.check_against(&uefi_pc()), Ok(()));
+        // No runtime regions on either side (a PVH boot, arm64 without EFI): equal.
+        assert_eq!(virt().check_against(&virt()), Ok(()));
+    }
+
+    #[test]
+    fn an_efi_region_at_another_virtual_address_is_named_with_both_values() {
+        let mut moved = uefi_pc();
+        moved.efi_runtime[1].virt -= 0x20_0000;
+        let e = uefi_pc().check_against(&moved).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "EFI runtime map differs from the capture's: region 1 was phys 0x3f5ec000 virt \
+             0xfffffffeff5ec000 pages 76 at capture, is phys 0x3f5ec000 virt 0xfffffffeff3ec000 \
+             pages 76 on this boot"
+        );
+        // This boot has one region less: the image's last is named, this boot's is absent.
+        let mut fewer = uefi_pc();
+        fewer.efi_runtime.pop();
+        let e = uefi_pc().check_against(&fewer).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryMapMismatch::EfiRuntime {
+                    index: 1,
+                    running: None,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("was phys 0x3f5ec000 virt 0xfffffffeff5ec000 pages 76 at capture, is absent on this boot"),
+            "{e}"
+        );
+        // A boot whose kernel runs without EFI runtime services (a restore kernel built
+        // with them off): said as such.
+        let mut none = uefi_pc();
+        none.efi_runtime.clear();
+        let e = uefi_pc().check_against(&none).unwrap_err();
+        assert_eq!(e, MemoryMapMismatch::EfiRuntimeOff { regions: 2 });
+        assert!(
+            e.to_string().contains("mapped 2 firmware regions for EFI runtime services, this boot's kernel runs without them"),
+            "{e}"
+        );
+        // An image kernel without runtime services restored where they run: a difference.
+        let e = none.check_against(&uefi_pc()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryMapMismatch::EfiRuntime {
+                    index: 0,
+                    image: None,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A region of another size with the same addresses is a difference too.
+        let mut bigger = uefi_pc();
+        bigger.efi_runtime[0].pages += 1;
+        let e = uefi_pc().check_against(&bigger).unwrap_err();
+        assert!(
+            matches!(e, MemoryMapMismatch::EfiRuntime { index: 0, .. }),
+            "{e}"
+        );
+        // A RAM difference is named before the runtime map's.
+        let mut both = moved.clone();
+        both.ram[0].size /= 2;
+        let e = uefi_pc().check_against(&both).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryMapMismatch::Range {
+                    kind: "System RAM",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_memory_map_with_efi_regions_round_trips() {
+        let m = uefi_pc();
+        let bytes = postcard::to_allocvec(&m).unwrap();
+        assert_eq!(postcard::from_bytes::<MemoryMap>(&bytes).unwrap(), m);
     }
 }
