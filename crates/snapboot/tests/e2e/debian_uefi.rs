@@ -23,7 +23,18 @@ pub(crate) fn uefi_session(
     disk: &Path,
     restore_kernel: Option<&Path>,
 ) -> board::qemu::Session {
+    uefi_session_with_words(b, disk, restore_kernel, &[])
+}
+
+/// [`uefi_session`] with kernel `words` added to GRUB's entries.
+fn uefi_session_with_words(
+    b: &bundle::Bundle,
+    disk: &Path,
+    restore_kernel: Option<&Path>,
+    words: &[&str],
+) -> board::qemu::Session {
     let mut o = board::RunOptions::for_bundle(b);
+    o.cmdline.extend(words.iter().map(|w| w.to_string()));
     o.timeout = Duration::from_secs(300);
     o.firmware = Firmware::Uefi;
     board::capture::attach_store(&mut o, disk, false).unwrap();
@@ -138,7 +149,9 @@ pub(crate) fn captures_through_grubs_entry(mut s: board::qemu::Session) {
 /// which captures; the power-on after that is the restore kernel's entry again, which
 /// restores with the service's state intact. GRUB's normal entry (a PC without the restore
 /// kernel) restores it too, before udev, with the outcome in the journal; a damaged image
-/// there is refused with the reason and boots cold.
+/// there is refused with the reason and boots cold, and so is the good one when the stock
+/// kernel runs without EFI runtime services. After the hand-over and after each kind of
+/// restore the running system reads, writes and deletes EFI variables.
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let rk = crate::restore_kernel::restore_kernel();
@@ -244,4 +257,19 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         &format!("checksum mismatch in chunk {chunk}"),
     );
     s.finish(boottrace::Outcome::Answered);
+
+    // 5. The good image on GRUB's normal entry with the stock kernel's EFI runtime services
+    // off (`efi=noruntime`): the firmware is not in the virtual mode the image kernel set,
+    // so the image is refused with that reason, before any page, and the PC boots cold.
+    let regions = recorded_efi_runtime_map(disk).len();
+    let mut s = uefi_session_with_words(&b, &store, None, &["efi=noruntime"]);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    let line = expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
+    let reason = format!(
+        "EFI runtime map differs from the capture's: the image kernel mapped {regions} firmware \
+         regions for EFI runtime services, this boot's kernel runs without them"
+    );
+    assert!(line.contains(&reason), "{reason:?} not in {line}");
+    eprintln!("efi=noruntime: {line}");
+    s.finish(boottrace::Outcome::Incomplete);
 }
