@@ -525,6 +525,46 @@ def boot_history():
     return f"history exit={r.returncode} " + " | ".join(lines)
 
 
+EFIVARS = "/sys/firmware/efi/efivars"
+# BootOrder, under the UEFI specification's global variable GUID: every UEFI firmware has it.
+BOOT_ORDER = "BootOrder-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+# snapboot's own variable, under a vendor GUID of its own (its first 4 bytes spell "Snap").
+OWN_VARIABLE = "SnapbootCheck-536e6170-626f-4f74-8e46-31a4c0de0046"
+FS_IOC_GETFLAGS = 0x80086601
+FS_IOC_SETFLAGS = 0x40086602
+FS_IMMUTABLE_FL = 0x10
+
+
+def efi_variables(value_hex):
+    """`efivar HEX`: UEFI runtime services through efivarfs, each step a firmware call: reads
+    BootOrder (GetVariable), writes snapboot's own variable with the bytes HEX as non-volatile,
+    boot-service and runtime-accessible (SetVariable), reads it back (GetVariable) and deletes
+    it (SetVariable of no data; efivarfs makes the file immutable, so that flag goes first)."""
+    import fcntl
+    value = bytes.fromhex(value_hex)
+    try:
+        with open(os.path.join(EFIVARS, BOOT_ORDER), "rb") as f:
+            boot = f.read()[4:]
+    except FileNotFoundError:
+        names = sorted(os.listdir(EFIVARS)) if os.path.isdir(EFIVARS) else ["(no directory)"]
+        return f"efivar error no BootOrder among {len(names)} variables: {' '.join(names[:12])}"
+    order = ",".join(f"{n:04X}" for (n,) in struct.iter_unpack("<H", boot[: len(boot) // 2 * 2]))
+    path = os.path.join(EFIVARS, OWN_VARIABLE)
+    with open(path, "wb", buffering=0) as f:
+        f.write(struct.pack("<I", 0x7) + value)  # one write: attributes, then the data
+    with open(path, "rb") as f:
+        got = f.read()[4:]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = struct.unpack("<i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("<i", 0)))[0]
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("<i", flags & ~FS_IMMUTABLE_FL))
+    finally:
+        os.close(fd)
+    os.unlink(path)
+    gone = "yes" if not os.path.exists(path) else "no"
+    return f"efivar BootOrder={order} wrote={value.hex()} read={got.hex()} deleted={gone}"
+
+
 def update_records(st, count, seed):
     """Changes `count` records (deterministic for a given seed): the amount moves by a few
     cents, in the dict, the JSON cache and sqlite alike. A small change to the state, as a
@@ -612,6 +652,8 @@ def serve(st):
                 out = boot_history()
             elif cmd == "mount" and arg:
                 out = mount_of(arg)
+            elif cmd == "efivar" and arg:
+                out = efi_variables(arg)
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

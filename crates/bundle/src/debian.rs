@@ -107,8 +107,8 @@ const CAPTURE_UNIT: &str = "snapboot-capture.service";
 pub const INITRAMFS_MODULES: &[&str] = &["virtio_pci", "virtio_blk", "squashfs"];
 
 /// Modules the running system needs: the initramfs' ones, the RNG, lazy capture's
-/// device-mapper stack (dm-crypt too) and zram, deferred memory's virtio-mem, and ext4 for the data disk
-/// (a module in Debian's kernel).
+/// device-mapper stack (dm-crypt too) and zram, deferred memory's virtio-mem, ext4 for the data disk
+/// (a module in Debian's kernel), the ESP's FAT and efivarfs.
 pub const ROOT_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_blk",
@@ -133,6 +133,9 @@ pub const ROOT_MODULES: &[&str] = &[
     "nls_cp437",
     "nls_ascii",
     "nls_utf8",
+    // The UEFI board's EFI variables (/sys/firmware/efi/efivars, which systemd mounts): a
+    // module in Debian's kernel; the `efivar` query calls the firmware through it.
+    "efivarfs",
 ];
 
 /// Scale of the application's state: a quarter of `app`'s, so a cold boot under TCG stays

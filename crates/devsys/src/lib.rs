@@ -1,6 +1,6 @@
 //! The device's kernel interfaces: every `unsafe` block and every raw ioctl or syscall of
 //! snapboot's device side lives in [`sys`]; the modules beside it are the safe layer over
-//! `/dev/snapshot`, device-mapper, lockdown, the boot device tree, the block devices a store
+//! `/dev/snapshot`, device-mapper, lockdown, the boot device tree, the EFI runtime map, the block devices a store
 //! address names (and whether more are still appearing), and what `/proc` and `/sys` say
 //! about the running system.
 //!
@@ -10,6 +10,7 @@
 
 pub mod devicetree;
 pub mod dm;
+pub mod efi_runtime;
 pub mod locate;
 pub mod lockdown;
 pub mod settle;

@@ -2,13 +2,14 @@
 //! the RAM size, the kernel command line and the mounted filesystems.
 
 use crate::devicetree::BootDeviceTree;
-use snapimg::{Identity, MemoryMap, PhysRange, PAGE_SIZE};
+use snapimg::{EfiRuntimeRegion, Identity, MemoryMap, PhysRange, PAGE_SIZE};
 use std::path::Path;
 
 /// The running kernel and machine. RAM is the sum of the firmware's "System RAM" ranges in
 /// `/proc/iomem`, which does not depend on what the kernel reserved during this boot; the
-/// memory layout is those ranges and what the boot device tree `dt` reserves.
-pub fn running_identity(dt: &BootDeviceTree) -> Identity {
+/// memory layout is those ranges, what the boot device tree `dt` reserves and the EFI
+/// runtime map `efi_runtime` ([`crate::efi_runtime::read_runtime_map`]).
+pub fn running_identity(dt: &BootDeviceTree, efi_runtime: Vec<EfiRuntimeRegion>) -> Identity {
     let u = rustix::system::uname();
     let s = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
     let iomem = std::fs::read_to_string("/proc/iomem").unwrap_or_default();
@@ -22,7 +23,7 @@ pub fn running_identity(dt: &BootDeviceTree) -> Identity {
         version: s(u.version()),
         machine: s(u.machine()),
         ram_bytes,
-        memory: MemoryMap::new(ram, dt.reserved.clone()),
+        memory: MemoryMap::new(ram, dt.reserved.clone()).with_efi_runtime(efi_runtime),
     }
 }
 

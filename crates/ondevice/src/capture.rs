@@ -14,6 +14,7 @@ use crate::store::StoreUseError;
 use bootparams::StoreAddress;
 use boottrace::{error_chain as chain, Marker};
 use devsys::devicetree::{boot_device_tree, DeviceTreeError};
+use devsys::efi_runtime::{read_runtime_map, RUNTIME_MAP};
 use devsys::lockdown::LockedDown;
 use devsys::snapshot::{CreateResult, SnapshotDev, SnapshotError};
 use devsys::system::{
@@ -21,7 +22,7 @@ use devsys::system::{
 };
 use flashstore::Compression;
 use snapimg::{Description, PAGE_SIZE};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub use bootparams::Then;
@@ -91,6 +92,9 @@ pub enum CaptureError {
     /// The boot device tree, whose reserved memory the image records, cannot be read.
     #[error("cannot record the memory layout")]
     DeviceTree(#[source] DeviceTreeError),
+    /// The EFI runtime map, which the image records, cannot be read.
+    #[error("cannot record the memory layout")]
+    EfiRuntime(#[source] devsys::efi_runtime::BadRegion),
     /// Deferred memory is online.
     #[error("refusing to capture")]
     Memory(#[source] crate::memory::MemoryError),
@@ -215,7 +219,10 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
     // Observed while the FAT-family mounts are still writable, which leaves them out of the
     // binding: they are written again after the capture.
     let binding = observe_binding().map_err(CaptureError::Binding)?;
-    let identity = running_identity(&boot_device_tree().map_err(CaptureError::DeviceTree)?);
+    let identity = running_identity(
+        &boot_device_tree().map_err(CaptureError::DeviceTree)?,
+        read_runtime_map(Path::new(RUNTIME_MAP)).map_err(CaptureError::EfiRuntime)?,
+    );
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
     let (store, at) = crate::store::open_address(&o.store, devsys::locate::NODE_WAIT, true)?;

@@ -70,6 +70,9 @@ pub enum ResumeError {
     /// This machine's boot device tree (its reserved memory and CPUs) cannot be read.
     #[error("cannot read this machine's memory layout")]
     DeviceTree(#[source] DeviceTreeError),
+    /// This boot's EFI runtime map cannot be read.
+    #[error("cannot read this machine's memory layout")]
+    EfiRuntime(#[source] devsys::efi_runtime::BadRegion),
     /// The kernel is locked down, which disables hibernation.
     #[error("refusing to resume")]
     Lockdown(#[source] devsys::lockdown::LockedDown),
@@ -328,9 +331,11 @@ fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
 /// machine's RAM and memory layout, and its CPUs.
 fn observe_expected() -> Result<Expected, ResumeError> {
     let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
+    let efi = devsys::efi_runtime::read_runtime_map(Path::new(devsys::efi_runtime::RUNTIME_MAP))
+        .map_err(ResumeError::EfiRuntime)?;
     let record = std::fs::read_to_string(devsys::system::IMAGE_KERNEL_RECORD).ok();
     Ok(Expected::observed(
-        devsys::system::image_kernel(running_identity(&dt), record.as_deref()),
+        devsys::system::image_kernel(running_identity(&dt, efi), record.as_deref()),
         dt.cpus,
     ))
 }

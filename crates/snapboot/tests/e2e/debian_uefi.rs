@@ -23,7 +23,18 @@ pub(crate) fn uefi_session(
     disk: &Path,
     restore_kernel: Option<&Path>,
 ) -> board::qemu::Session {
+    uefi_session_with_words(b, disk, restore_kernel, &[])
+}
+
+/// [`uefi_session`] with kernel `words` added to GRUB's entries.
+fn uefi_session_with_words(
+    b: &bundle::Bundle,
+    disk: &Path,
+    restore_kernel: Option<&Path>,
+    words: &[&str],
+) -> board::qemu::Session {
     let mut o = uefi_options(b, disk);
+    o.cmdline.extend(words.iter().map(|w| w.to_string()));
     if let Some(k) = restore_kernel {
         o.kernel = board::run_options::KernelImage::Restore(k.to_path_buf());
     }
@@ -97,6 +108,55 @@ fn damage_newest_image_on(disk: &Path) -> u64 {
     id
 }
 
+/// The EFI runtime map the newest image on the PC's disk `disk` recorded (the capture's
+/// kernel's `/sys/firmware/efi/runtime-map`), printed; asserts it has regions, so the check
+/// every restore makes of it is not of two empty maps.
+pub(crate) fn recorded_efi_runtime_map(disk: &Path) -> Vec<snapimg::EfiRuntimeRegion> {
+    let s = board::uefi::open_store(disk, false).unwrap();
+    let rec = s.newest().unwrap().clone();
+    let meta = s.image_meta(&rec).unwrap();
+    let d = snapimg::Description::decode(&meta.user).unwrap();
+    let map = d.identity.memory.efi_runtime;
+    for r in &map {
+        eprintln!(
+            "capture's EFI runtime region: {r} type {} attribute {:#x}",
+            r.kind, r.attribute
+        );
+    }
+    assert!(!map.is_empty(), "the capture recorded no EFI runtime map");
+    map
+}
+
+/// Asks the running system for UEFI runtime services (`efivar`): it reads the firmware's
+/// `BootOrder`, writes, reads back and deletes snapboot's own variable; asserts each step.
+/// After a restore this is the image kernel calling the firmware through the virtual map
+/// it set at capture, which the boot that restored it must have given the firmware.
+pub(crate) fn assert_efi_variables(s: &mut board::qemu::Session, boot: &str) {
+    let value = "736e6170626f6f74"; // "snapboot"
+    let answer = ask(
+        s,
+        &format!("efivar {value}"),
+        r"^(efivar BootOrder=|efivar error |error )",
+    );
+    eprintln!("{boot}: {answer}");
+    let order = Regex::new(r"^efivar BootOrder=[0-9A-F]{4}(,[0-9A-F]{4})* ").unwrap();
+    if !order.is_match(&answer) {
+        // What the kernel said about EFI this boot, and whether efivarfs is mounted.
+        let log = ask(s, "journal efi", r"^journal \d+");
+        let mount = ask(
+            s,
+            "mount /sys/firmware/efi/efivars",
+            r"^mount /sys/firmware/efi/efivars \S",
+        );
+        panic!("{boot}: BootOrder not read: {answer}\n{mount}\n{log}");
+    }
+    let own = format!(" wrote={value} read={value} deleted=yes");
+    assert!(
+        answer.ends_with(&own),
+        "{boot}: snapboot's variable not written, read back and deleted: {answer}"
+    );
+}
+
 /// Waits up to `secs` for a console line matching `pattern`; returns it.
 pub(crate) fn expect(s: &mut board::qemu::Session, pattern: &str, what: &str, secs: u64) -> String {
     let re = Regex::new(pattern).unwrap();
@@ -142,7 +202,9 @@ pub(crate) fn captures_through_grubs_entry(mut s: board::qemu::Session) {
 /// which captures; the power-on after that is the restore kernel's entry again, which
 /// restores with the service's state intact. GRUB's normal entry (a PC without the restore
 /// kernel) restores it too, before udev, with the outcome in the journal; a damaged image
-/// there is refused with the reason and boots cold.
+/// there is refused with the reason and boots cold, and so is the good one when the stock
+/// kernel runs without EFI runtime services. After the hand-over and after each kind of
+/// restore the running system reads, writes and deletes EFI variables.
 #[test]
 fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let rk = crate::restore_kernel::restore_kernel();
@@ -178,6 +240,9 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
         120,
     );
     expect(&mut s, ready, "the cold boot's ready", 400);
+    // The stock kernel kexec'd by the restore kernel calls the firmware through the map the
+    // restore kernel set (kexec_file handed it over).
+    assert_efi_variables(&mut s, "the stock kernel after the hand-over");
     let answer = ask(&mut s, "nextboot", r"^next-boot \S+$");
     assert_eq!(answer, "next-boot 0", "snapboot capture --next-boot failed");
     s.wait_exit(Duration::from_secs(120)).unwrap();
@@ -196,7 +261,9 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     );
 
     // 3. The restore kernel's entry again: it restores the capture boot's system, on its
-    // first try.
+    // first try: it gave the firmware the EFI runtime map the capture recorded (resume
+    // checks it), and the restored system reads and writes EFI variables through it.
+    recorded_efi_runtime_map(disk);
     let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let mut s = uefi_session(&b, &store, Some(&rk));
     expect_grub_entry(&mut s, RESTORE_ENTRY);
@@ -204,6 +271,7 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // On its first try: the config file's PARTLABEL found by the first process itself.
     crate::restore_kernel::assert_restored_on_first_try(&s, "the restore kernel's entry");
     check_restored_app(&mut s, 1, &expected);
+    assert_efi_variables(&mut s, "restored by the restore kernel");
     s.finish(boottrace::Outcome::Answered);
 
     // 3b. GRUB's normal entry (the stock kernel and initramfs-tools' initramfs, as on a PC
@@ -214,6 +282,7 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     crate::debian_config::assert_resumed_before_udev(&s, "initramfs-tools");
     check_restored_app(&mut s, 2, &expected);
+    assert_efi_variables(&mut s, "restored by the stock kernel");
     crate::debian_config::assert_in_journal(&mut s, "@status", "@status restored");
     crate::debian_config::assert_history_restored(&mut s, "current");
     s.finish(boottrace::Outcome::Answered);
@@ -274,4 +343,19 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let s = restorer_session(&b, &bad, None);
     let mismatch = format!("checksum mismatch in chunk {chunk}");
     restorer_refuses(s, &mismatch, Some(&mismatch));
+
+    // 5. The good image on GRUB's normal entry with the stock kernel's EFI runtime services
+    // off (`efi=noruntime`): the firmware is not in the virtual mode the image kernel set,
+    // so the image is refused with that reason, before any page, and the PC boots cold.
+    let regions = recorded_efi_runtime_map(disk).len();
+    let mut s = uefi_session_with_words(&b, &store, None, &["efi=noruntime"]);
+    expect_grub_entry(&mut s, NORMAL_ENTRY);
+    let line = expect(&mut s, r"snapboot: @fallback ", "fallback", 300);
+    let reason = format!(
+        "EFI runtime map differs from the capture's: the image kernel mapped {regions} firmware \
+         regions for EFI runtime services, this boot's kernel runs without them"
+    );
+    assert!(line.contains(&reason), "{reason:?} not in {line}");
+    eprintln!("efi=noruntime: {line}");
+    s.finish(boottrace::Outcome::Incomplete);
 }
