@@ -333,6 +333,19 @@ fn enter(
         }
     };
     let (size, version) = (map.descriptor_size, map.version);
+    // The firmware's runtime data the kernel counts as RAM: busy until the last copy (no
+    // safe page there; the image's pages for it are written after SetVirtualAddressMap).
+    let runtime_ram = restorer::efimap::runtime_in_ram(&map.descriptors);
+    if runtime_ram.len() > restorer::safepages::MAX_BUSY - 3 {
+        return (
+            fw,
+            Refused::NotPlaced(alloc::format!(
+                "the firmware keeps runtime data in {} regions of RAM; the restorer keeps at most {} apart",
+                runtime_ram.len(),
+                restorer::safepages::MAX_BUSY - 3
+            )),
+        );
+    }
     say!("snapboot-restorer: leaving boot services");
     let runtime = match fw.exit(map.key) {
         Ok(r) => r,
@@ -341,6 +354,9 @@ fn enter(
     let mut busy = Busy::one(program.0, program.1);
     busy.add(heap.0, heap.1);
     busy.add(buf_at, buf_at + pages as u64 * PAGE);
+    for (start, end) in runtime_ram {
+        busy.add(start, end);
+    }
     let Err(why) = place(
         chosen,
         store,

@@ -168,6 +168,17 @@ pub fn table(map: &[Descriptor], loader: Loader) -> Result<Table, MapError> {
     Table::from_efi(entries).ok_or(MapError::TooMany(n))
 }
 
+/// The runtime regions the kernel counts as RAM (boot-services or loader memory that the
+/// firmware marked `EFI_MEMORY_RUNTIME`): nothing may be written there before the runtime
+/// services have their virtual map. `[start, end)` each.
+pub fn runtime_in_ram(map: &[Descriptor]) -> Vec<(u64, u64)> {
+    map.iter()
+        .filter(|d| d.is_runtime())
+        .filter(|d| e820_type(d, Loader::Grub) == Some(RAM))
+        .map(|d| (d.phys, d.phys + d.bytes()))
+        .collect()
+}
+
 /// Why this boot's runtime regions are not the image kernel's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeMismatch {
@@ -207,41 +218,79 @@ fn show_now(d: &Option<Descriptor>) -> alloc::string::String {
     }
 }
 
-/// This boot's runtime regions, each with the virtual address the image kernel gave it:
-/// the map to pass to `SetVirtualAddressMap`. Every runtime region of `map` must be a
-/// recorded one (same start, pages, type and attributes) and the other way round; both
-/// lists are compared in ascending order of physical address.
+/// The map to pass to `SetVirtualAddressMap`: the image kernel's runtime regions, each
+/// with the virtual address it gave it, as that kernel passed them at capture. Each must
+/// be this boot's:
+///
+/// * a region the firmware marks `EFI_MEMORY_RUNTIME` now must be a recorded one with the
+///   same start, pages, type and attributes, and each such recorded region must be there;
+/// * the kernel also marks runtime what it keeps of boot-services or loader memory
+///   (`efi_mem_reserve`: the ESRT, the TPM event log, ...): a recorded region the firmware
+///   does not mark now must lie inside one of its descriptors of the same type.
+///
+/// The index in a mismatch counts the regions in ascending order of physical address.
 pub fn virtual_map(
     map: &[Descriptor],
     recorded: &[Recorded],
 ) -> Result<Vec<(Descriptor, u64)>, RuntimeMismatch> {
-    let mut now: Vec<Descriptor> = map.iter().filter(|d| d.is_runtime()).copied().collect();
-    now.sort_unstable_by_key(|d| d.phys);
     let mut image = recorded.to_vec();
     image.sort_unstable_by_key(|r| r.phys);
-    let longest = now.len().max(image.len());
-    let mut out = Vec::with_capacity(now.len());
-    for index in 0..longest {
-        match (image.get(index), now.get(index)) {
-            (Some(r), Some(d))
-                if r.phys == d.phys
-                    && r.pages == d.pages
-                    && r.kind == d.kind
-                    && r.attribute == d.attribute =>
-            {
-                out.push((*d, r.virt));
-            }
-            (r, d) => {
-                return Err(RuntimeMismatch::Region {
-                    index,
-                    image: r.copied(),
-                    now: d.copied(),
-                })
-            }
+    let mut out = Vec::with_capacity(image.len());
+    for (index, r) in image.iter().enumerate() {
+        let same_start = map.iter().find(|d| d.phys == r.phys && d.is_runtime());
+        let fits = match same_start {
+            Some(d) => d.pages == r.pages && d.kind == r.kind && d.attribute == r.attribute,
+            // Kept by the kernel: inside a descriptor of its type that the firmware does
+            // not use at runtime.
+            None => map.iter().any(|d| {
+                !d.is_runtime()
+                    && d.kind == r.kind
+                    && KERNEL_KEEPS.contains(&d.kind)
+                    && d.phys <= r.phys
+                    && r.phys + r.pages * 4096 <= d.phys + d.bytes()
+            }),
+        };
+        if !fits {
+            let containing = map
+                .iter()
+                .find(|d| d.phys <= r.phys && r.phys < d.phys + d.bytes())
+                .copied();
+            return Err(RuntimeMismatch::Region {
+                index,
+                image: Some(*r),
+                now: same_start.copied().or(containing),
+            });
         }
+        out.push((
+            Descriptor {
+                kind: r.kind,
+                phys: r.phys,
+                pages: r.pages,
+                attribute: r.attribute,
+            },
+            r.virt,
+        ));
+    }
+    // Every region the firmware uses at runtime now was mapped by the image kernel.
+    let mut now: Vec<Descriptor> = map.iter().filter(|d| d.is_runtime()).copied().collect();
+    now.sort_unstable_by_key(|d| d.phys);
+    if let Some(d) = now.iter().find(|d| !image.iter().any(|r| r.phys == d.phys)) {
+        return Err(RuntimeMismatch::Region {
+            index: image.iter().filter(|r| r.phys < d.phys).count(),
+            image: None,
+            now: Some(*d),
+        });
     }
     Ok(out)
 }
+
+/// Memory types whose parts the kernel keeps and marks runtime itself.
+const KERNEL_KEEPS: [u32; 4] = [
+    kind::LOADER_CODE,
+    kind::LOADER_DATA,
+    kind::BOOT_CODE,
+    kind::BOOT_DATA,
+];
 
 #[cfg(test)]
 mod tests {
@@ -318,6 +367,46 @@ mod tests {
     }
 
     #[test]
+    fn what_the_kernel_kept_of_boot_services_memory_is_mapped_as_recorded() {
+        let map = ovmf();
+        let mut rec = recorded(&map, 0xffff_fffe_ffe0_0000);
+        // The kernel marked a part of boot-services data runtime (efi_mem_reserve).
+        let kept = Recorded {
+            phys: 0x92_0000,
+            virt: 0xffff_fffe_fd00_0000,
+            pages: 4,
+            kind: kind::BOOT_DATA,
+            attribute: WB | ATTR_RUNTIME,
+        };
+        rec.push(kept);
+        let v = virtual_map(&map, &rec).unwrap();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0].0.phys, 0x92_0000);
+        assert_eq!(v[0].1, 0xffff_fffe_fd00_0000);
+        assert!(v[0].0.is_runtime());
+        // Not inside boot-services data on this boot (here it is free memory): refused.
+        let mut other = rec.clone();
+        other.last_mut().unwrap().phys = 0xa4_9000;
+        let e = virtual_map(&map, &other).unwrap_err().to_string();
+        assert!(
+            e.contains("region 2 was 0xa49000 (4 pages, type 4)")
+                && e.contains("is 0xa48000 (256 pages, type 7)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn runtime_data_in_boot_services_memory_is_kept_apart() {
+        let mut map = ovmf();
+        // OVMF marks a boot-services data region for runtime use.
+        map.push(d(kind::BOOT_DATA, 0x3deb_d000, 17, WB | ATTR_RUNTIME));
+        assert_eq!(
+            runtime_in_ram(&map),
+            vec![(0x3deb_d000, 0x3deb_d000 + 17 * 4096)]
+        );
+    }
+
+    #[test]
     fn specific_purpose_memory_is_soft_reserved_only_when_the_kernel_honours_it() {
         let map = [d(kind::CONVENTIONAL, 0x1000_0000, 0x100, WB | ATTR_SP)];
         let stub = |soft_reserve| Loader::Stub { soft_reserve };
@@ -378,7 +467,10 @@ mod tests {
             "{e}"
         );
         let e = virtual_map(&map, &rec[..2]).unwrap_err().to_string();
-        assert!(e.contains("region 2 was absent at capture"), "{e}");
+        assert!(
+            e.contains("region 2 was absent at capture, is 0xffc00000 (1024 pages, type 11)"),
+            "{e}"
+        );
         // No runtime regions recorded and none now: nothing to map.
         let plain = [d(kind::CONVENTIONAL, 0, 16, WB)];
         assert_eq!(virtual_map(&plain, &[]).unwrap(), vec![]);

@@ -44,11 +44,13 @@ pub enum PlaceError {
 }
 
 /// Most ranges a [`Busy`] holds.
-pub const MAX_BUSY: usize = 4;
+pub const MAX_BUSY: usize = 8;
 
 /// The physical ranges `[start, end)` in use until the last copy: the restorer's program,
 /// its heap and its buffers (one range under PVH, where they follow each other; the EFI
-/// program's image, heap and read buffer lie where the firmware allocated them).
+/// program's image, heap and read buffer lie where the firmware allocated them, and the
+/// firmware's runtime data in memory the kernel counts as RAM must stay as it is until
+/// the runtime services have their virtual map).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Busy {
     ranges: [(u64, u64); MAX_BUSY],

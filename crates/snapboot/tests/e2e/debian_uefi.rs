@@ -304,6 +304,17 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     );
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     check_restored_app(&mut s, 3, &expected);
+    // The firmware's runtime services in the image kernel's virtual mode: the restorer set
+    // the map capture recorded.
+    let svam = s.timeline().lines.iter().any(|l| {
+        l.text
+            .contains("snapboot-restorer: runtime services in virtual mode")
+    });
+    assert!(
+        svam,
+        "the EFI restorer did not set the image kernel's runtime map"
+    );
+    assert_efi_variables(&mut s, "restored by the EFI restorer");
     s.finish(boottrace::Outcome::Answered);
 
     // 3d. The same disk on a PC with another RAM size: the firmware's memory map is not the
@@ -358,4 +369,59 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     assert!(line.contains(&reason), "{reason:?} not in {line}");
     eprintln!("efi=noruntime: {line}");
     s.finish(boottrace::Outcome::Incomplete);
+}
+
+/// Issue 46's spike, kept as a soak: one `debian` image on the UEFI PC restored by the EFI
+/// restorer `SNAPBOOT_EFI_RESTORER_ROUNDS` times in a row (`make soak`: 20), each restore
+/// checked: the service's state, the clock and the RNG (fresh every time), the runtime map
+/// the restorer set, and an EFI variable read, written, read back and deleted through it.
+#[test]
+#[ignore = "a soak: `make soak` runs it"]
+fn efi_restorer_restores_debian_repeatedly_with_efi_variables() {
+    let rounds: usize = std::env::var("SNAPBOOT_EFI_RESTORER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let b = bundle::Bundle::load(&crate::common::bundle("debian")).unwrap();
+    let disk = crate::common::home().join("test-uefi-soak.img");
+    let _ = std::fs::remove_file(&disk);
+    let mem = board::RunOptions::for_bundle(&b).mem_mib;
+    board::uefi::ensure_store_disk(&b, &disk, true, board::capture::store_size(mem)).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(600);
+    o.firmware = Firmware::Uefi;
+    board::capture::capture_boot(&b, &o, &disk).unwrap_or_else(|e| panic!("capture: {e}"));
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
+    let mut randoms = Vec::new();
+    for round in 0..rounds {
+        let started = std::time::Instant::now();
+        let mut s = restorer_session(&b, &disk, None);
+        expect_grub_entry(&mut s, "snapboot-restorer");
+        let verdict = expect(
+            &mut s,
+            r"snapboot-restorer: (image checked|refused|image-refused)",
+            "the EFI restorer's verdict",
+            120,
+        );
+        assert!(
+            verdict.contains("image checked"),
+            "round {round}: {verdict}"
+        );
+        expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+        randoms.push(check_restored_app(&mut s, round, &expected));
+        assert_efi_variables(&mut s, &format!("EFI restorer round {round}"));
+        let tl = s.finish(boottrace::Outcome::Answered);
+        assert!(
+            tl.lines
+                .iter()
+                .any(|l| l.text.contains("runtime services in virtual mode")),
+            "round {round}: the runtime map was not set"
+        );
+        eprintln!(
+            "EFI restorer round {round}: TTI {:.2} s, {:.1} s wall",
+            tl.tti.unwrap_or_default(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    crate::snapshot::assert_all_differ(randoms);
 }
