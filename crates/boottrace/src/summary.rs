@@ -42,9 +42,13 @@ pub enum OrderError {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Phases {
-    /// Power-on (QEMU start, t = 0) to the first program the firmware starts: the kernel,
-    /// or the restorer when it runs in place of one.
+    /// Power-on (QEMU start, t = 0) to the first program the firmware starts: the boot
+    /// loader's hand-over when one reports it (GRUB on the UEFI PC), else the kernel, or the
+    /// restorer when it runs in place of one.
     pub firmware: Option<f64>,
+    /// The boot loader: its hand-over line to the kernel or the restorer starting (GRUB
+    /// reading the kernel and initramfs, or loading the EFI restorer).
+    pub loader: Option<f64>,
     /// The restorer: started to the image checked (reading and checking the image).
     pub image_check: Option<f64>,
     /// The restorer: image checked to entering the image (every page put in place).
@@ -77,7 +81,8 @@ impl Phases {
         let at = |kinds: &[K]| kinds.iter().find_map(|k| tl.first(*k));
         let span = |from: &[K], to: &[K]| Some(at(to)? - at(from)?);
         Self {
-            firmware: at(&[K::RestorerStart, K::KernelStart]),
+            firmware: at(&[K::LoaderBooting, K::RestorerStart, K::KernelStart]),
+            loader: span(&[K::LoaderBooting], &[K::RestorerStart, K::KernelStart]),
             image_check: span(&[K::RestorerStart], &[K::RestorerChecked]),
             page_placing: span(&[K::RestorerChecked], &[K::RestorerEntered]),
             image_resume: span(&[K::RestorerEntered], &[K::Restored]),
@@ -93,10 +98,11 @@ impl Phases {
     }
 
     /// The phases with display labels, in boot order.
-    pub fn entries(&self) -> [(&'static str, Option<f64>); 12] {
+    pub fn entries(&self) -> [(&'static str, Option<f64>); 13] {
         [
             ("to initramfs", self.to_initramfs),
             ("firmware", self.firmware),
+            ("boot loader", self.loader),
             ("image check", self.image_check),
             ("page placing", self.page_placing),
             ("image resume", self.image_resume),
@@ -248,6 +254,36 @@ mod tests {
         assert_eq!(p.probe, Some(0.25));
         assert_eq!(p.app_start, None);
         assert_eq!(p.firmware, None);
+    }
+
+    /// The EFI restorer through GRUB (the UEFI PC, 2026-11-28): the firmware ends at GRUB's
+    /// hand-over, the boot loader's phase runs to the restorer's start.
+    #[test]
+    fn the_boot_loader_is_its_own_phase() {
+        let mut tl = Timeline::new("efi restorer");
+        for l in [
+            ConsoleLine::new(3.144893, "grub: booting snapboot-restorer"),
+            ConsoleLine::new(3.180079, "snapboot-restorer: started (EFI)"),
+            ConsoleLine::new(
+                5.105438,
+                "snapboot-restorer: image checked: current, 46036 pages",
+            ),
+            ConsoleLine::new(
+                6.022279,
+                "snapboot-restorer: 79 MiB read; entering the image at 0xffffffffb3fd5000",
+            ),
+        ] {
+            tl.push_line(l);
+        }
+        tl.finalize();
+        let p = tl.phases();
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-6;
+        assert!(near(p.firmware, 3.144893), "{p:?}");
+        assert!(near(p.loader, 3.180079 - 3.144893), "{p:?}");
+        assert!(near(p.image_check, 5.105438 - 3.180079), "{p:?}");
+        assert!(near(p.page_placing, 6.022279 - 5.105438), "{p:?}");
+        let first = tl.first(MilestoneKind::LoaderBooting);
+        assert!(near(first, 3.144893));
     }
 
     /// A restore by the restorer, as the board printed it (2026-11-26, `shell`): no kernel

@@ -21,6 +21,9 @@ pub use bootstatus::chain as error_chain;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MilestoneKind {
+    /// The boot loader hands over to the entry it boots: GRUB's `grub: booting ENTRY` line,
+    /// which the UEFI PC's grub.cfg prints (detail = the entry).
+    LoaderBooting,
     /// The restorer started: the firmware entered it in place of a kernel
     /// (`snapboot-restorer: started`; [`RestorerLine`]).
     RestorerStart,
@@ -73,7 +76,8 @@ pub enum MilestoneKind {
 
 impl MilestoneKind {
     /// Every kind, in declaration order.
-    pub const ALL: [MilestoneKind; 23] = [
+    pub const ALL: [MilestoneKind; 24] = [
+        Self::LoaderBooting,
         Self::RestorerStart,
         Self::RestorerChecked,
         Self::RestorerEntered,
@@ -102,6 +106,7 @@ impl MilestoneKind {
     /// The snake_case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::LoaderBooting => "loader_booting",
             Self::RestorerStart => "restorer_start",
             Self::RestorerChecked => "restorer_checked",
             Self::RestorerEntered => "restorer_entered",
@@ -189,6 +194,10 @@ pub fn detect(line: &str) -> Option<(MilestoneKind, Option<String>)> {
         return Marker::parse(line).and_then(|(m, detail)| {
             MilestoneKind::from_marker(m).map(|k| (k, detail.map(str::to_string)))
         });
+    }
+    const LOADER: &str = "grub: booting ";
+    if let Some(entry) = line.trim_start().strip_prefix(LOADER) {
+        return Some((MilestoneKind::LoaderBooting, nonempty(entry)));
     }
     const PANIC: &str = "Kernel panic - not syncing";
     if let Some(pos) = line.find(PANIC) {
