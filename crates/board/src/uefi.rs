@@ -14,6 +14,10 @@
 //!                                        virtio disk 1… the run's extra disks
 //! ```
 //!
+//! The variable store (`uefi-vars.fd` in the bundle) is made once, by a first boot of the
+//! firmware into GRUB ([`settle_vars`]): OVMF's first boot on an empty store hands the kernel
+//! another EFI runtime map than the boots after it, and no capture may be on that boot.
+//!
 //! GRUB is `\EFI\BOOT\BOOTX64.EFI`, the removable-media path the firmware boots without a boot
 //! entry in its variables; its prefix is the ESP's `/grub`, where `grubenv` is writable (the
 //! root is a read-only squashfs). Each run writes only `grub.cfg`: the header a Debian
