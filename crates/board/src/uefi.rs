@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The variable store (`uefi-vars.fd` in the bundle) is made once, by a first boot of the
-//! firmware into GRUB ([`settle_vars`]): OVMF's first boot on an empty store hands the kernel
+//! firmware into GRUB (`settle_vars`): OVMF's first boot on an empty store hands the kernel
 //! another EFI runtime map than the boots after it, and no capture may be on that boot.
 //!
 //! GRUB is `\EFI\BOOT\BOOTX64.EFI`, the removable-media path the firmware boots without a boot
