@@ -14,6 +14,10 @@
 //!                                        virtio disk 1… the run's extra disks
 //! ```
 //!
+//! The variable store (`uefi-vars.fd` in the bundle) is made once, by a first boot of the
+//! firmware into GRUB (`settle_vars`): OVMF's first boot on an empty store hands the kernel
+//! another EFI runtime map than the boots after it, and no capture may be on that boot.
+//!
 //! GRUB is `\EFI\BOOT\BOOTX64.EFI`, the removable-media path the firmware boots without a boot
 //! entry in its variables; its prefix is the ESP's `/grub`, where `grubenv` is writable (the
 //! root is a read-only squashfs). Each run writes only `grub.cfg`: the header a Debian
@@ -562,6 +566,70 @@ pub fn grubenv_var(disk: &Path, name: &str) -> Result<Option<String>, UefiError>
         .map(str::to_string))
 }
 
+/// The PC of a run: OVMF's code, the variable store `vars`, `disk` and the run's disks.
+fn pc(opts: &RunOptions, vars: &Path, disk: &Path) -> Command {
+    let mut c = crate::run_options::pc_machine(opts);
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+    ));
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=1,file={}",
+        vars.display()
+    ));
+    virtio_disks(&mut c, disk, true, opts);
+    c
+}
+
+/// Makes the PC's variable store `vars`: a copy of OVMF's empty one, booted once. OVMF's
+/// first boot on an empty store (it writes its boot options) leaves the firmware's runtime
+/// memory elsewhere than every boot after it (measured: its first EFI runtime region 63
+/// pages at 0x3e5e2000, then 17 pages at 0x3debd000), so the kernel's EFI runtime map
+/// differs and an image captured on that boot is refused by every later one. The boot runs
+/// the firmware into GRUB on `disk` with a grub.cfg that only says so on the console (each
+/// run writes its own); then QEMU is stopped, and the store kept.
+fn settle_vars(opts: &RunOptions, disk: &Path, vars: &Path) -> Result<(), UefiError> {
+    const SETTLED: &str = "snapboot: firmware variables settled";
+    let partial = vars.with_extension(format!("fd.partial.{}", std::process::id()));
+    fs::copy(OVMF_VARS, &partial).map_err(io(&partial))?;
+    let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
+    let cfg = dir.path().join("grub.cfg");
+    fs::write(&cfg, format!("echo \"{SETTLED}\"\n")).map_err(io(&cfg))?;
+    put(disk, &cfg, "::/grub/grub.cfg")?;
+    let mut c = pc(opts, &partial, disk);
+    c.args(["-serial", "stdio", "-monitor", "none"]);
+    c.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let failed = |reason: String| UefiError::Tool {
+        cmd: "qemu-system-x86_64 (the firmware's first boot, settling its variable store)".into(),
+        reason,
+    };
+    let mut child = c.spawn().map_err(|e| failed(e.to_string()))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(mut out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = out.read(&mut buf) {
+                seen.extend_from_slice(&buf[..n]);
+                if String::from_utf8_lossy(&seen).contains(SETTLED) {
+                    let _ = tx.send(());
+                    return;
+                }
+            }
+        });
+    }
+    let reached = rx.recv_timeout(std::time::Duration::from_secs(120)).is_ok();
+    // SIGTERM: QEMU stops cleanly, its flash writes in the file.
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+    if !reached {
+        let _ = fs::remove_file(&partial);
+        return Err(failed(format!("GRUB did not say {SETTLED:?} within 120 s")));
+    }
+    fs::rename(&partial, vars).map_err(io(vars))
+}
+
 /// The QEMU command of one run on the UEFI PC.
 pub fn command(
     bundle: &Bundle,
@@ -574,9 +642,6 @@ pub fn command(
     need(OVMF_CODE, "ovmf")?;
     need(OVMF_VARS, "ovmf")?;
     let vars = bundle.dir.join("uefi-vars.fd");
-    if !vars.is_file() {
-        fs::copy(OVMF_VARS, &vars).map_err(io(&vars))?;
-    }
     // The stock kernel's words: the restore kernel's entry adds its own two.
     let mut stock = opts.clone();
     stock.kernel = crate::run_options::KernelImage::Vmlinux;
@@ -590,6 +655,9 @@ pub fn command(
         }
         None => ensure_disk(bundle)?,
     };
+    if !vars.is_file() {
+        settle_vars(opts, &disk, &vars)?;
+    }
     let restore = match &opts.kernel {
         crate::run_options::KernelImage::Restore(vmlinux) => {
             let bz = hostkernel::restore_kernel::bzimage_beside(vmlinux);
@@ -621,16 +689,7 @@ pub fn command(
         set_next_entry(&disk, Some(CAPTURE_ENTRY))?;
     }
 
-    let mut c = crate::run_options::pc_machine(opts);
-    c.arg("-drive").arg(format!(
-        "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-    ));
-    c.arg("-drive").arg(format!(
-        "if=pflash,format=raw,unit=1,file={}",
-        vars.display()
-    ));
-    virtio_disks(&mut c, &disk, true, opts);
-    Ok(c)
+    Ok(pc(opts, &vars, &disk))
 }
 
 #[cfg(test)]

@@ -578,9 +578,13 @@ mod tests {
             "PNP",
             "TCG_TIS",
             "TCG_CRB",
+            // The UEFI PC: runtime services on, and the map kexec hands the stock kernel.
+            "EFI",
+            "EFI_RUNTIME_MAP",
         ] {
             assert!(on(need), "{need}");
         }
+        assert!(!on("EFI_DISABLE_RUNTIME"));
         assert_eq!(kconfig::value(FRAGMENT, "MODULES"), Some(Value::NotSet));
         // devsys::system::RESTORE_KERNEL_SUFFIX recognises a restore kernel by this.
         assert_eq!(
