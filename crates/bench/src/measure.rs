@@ -76,6 +76,14 @@ pub enum BenchError {
     /// The kernel-native baseline could not be set up.
     #[error(transparent)]
     Native(#[from] NativeError),
+    /// The UEFI PC's disk holds no readable store in its partition.
+    #[error("the store on the UEFI PC's disk {}: {why}", path.display())]
+    Uefi {
+        /// The disk.
+        path: PathBuf,
+        /// Why it cannot be read.
+        why: String,
+    },
     /// A store of the benchmark failed.
     #[error("{what}")]
     StoreFile {
@@ -218,8 +226,16 @@ pub(super) struct Captured {
 }
 
 impl Captured {
-    /// The newest image of the store at `store`.
+    /// The newest image of the store at `store`: a store file, or the UEFI PC's disk with
+    /// the store in its partition.
     pub(super) fn open(store: PathBuf) -> Result<Self, BenchError> {
+        if board::uefi::store_partition(&store).is_ok() {
+            let s = board::uefi::open_store(&store, false).map_err(|e| BenchError::Uefi {
+                path: store.clone(),
+                why: e.to_string(),
+            })?;
+            return Self::of(&s, store);
+        }
         let f = std::fs::File::open(&store).map_err(|source| BenchError::WorkFile {
             what: "opening",
             path: store.clone(),
@@ -229,6 +245,14 @@ impl Captured {
             what: format!("opening {}", store.display()),
             source,
         })?;
+        Self::of(&s, store)
+    }
+
+    /// The newest image of `s`, the store at `store`.
+    fn of<M: flashstore::Medium>(
+        s: &flashstore::Store<M>,
+        store: PathBuf,
+    ) -> Result<Self, BenchError> {
         let image = s
             .newest()
             .ok_or_else(|| BenchError::NoImage(store.clone()))?;
