@@ -70,6 +70,15 @@ pub struct EfiRuntimeRegion {
     pub attribute: u64,
 }
 
+impl EfiRuntimeRegion {
+    /// Whether it is loader or boot-services memory (UEFI types 1-4) that the kernel
+    /// marked runtime to keep it (`efi_mem_reserve`), not a region the firmware uses at
+    /// runtime.
+    pub fn kernel_kept(&self) -> bool {
+        (1..=4).contains(&self.kind)
+    }
+}
+
 impl fmt::Display for EfiRuntimeRegion {
     /// `phys 0x… virt 0x… pages N`: what the firmware is told about the region.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -195,7 +204,18 @@ impl MemoryMap {
                 regions: self.efi_runtime.len(),
             });
         }
-        match first_difference(&self.efi_runtime, &running.efi_runtime) {
+        // The firmware's own runtime regions only: the kernel also marks runtime what it
+        // keeps of loader and boot-services memory (`efi_mem_reserve`: the ESRT, ...), whose
+        // size differs from boot to boot (16 or 17 pages of the same table on the UEFI PC,
+        // 2026-11-28) and which the firmware never reads at runtime.
+        let firmware = |m: &MemoryMap| -> Vec<EfiRuntimeRegion> {
+            m.efi_runtime
+                .iter()
+                .filter(|r| !r.kernel_kept())
+                .copied()
+                .collect()
+        };
+        match first_difference(&firmware(self), &firmware(running)) {
             Some((index, image, running)) => Err(MemoryMapMismatch::EfiRuntime {
                 index,
                 image,
@@ -285,6 +305,20 @@ mod tests {
         assert_eq!(m.check_against(&uefi_pc()), Ok(()));
         // No runtime regions on either side (a PVH boot, arm64 without EFI): equal.
         assert_eq!(virt().check_against(&virt()), Ok(()));
+    }
+
+    /// What the kernel keeps of boot-services memory (here 16 pages at capture, 17 on this
+    /// boot, as on the UEFI PC on 2026-11-28) is not the firmware's: not compared.
+    #[test]
+    fn what_the_kernel_keeps_of_boot_services_memory_is_not_compared() {
+        let kept = |pages| efi(0x3deb_d000, 0xffff_fffe_fdab_d000, pages, 4);
+        let mut capture = uefi_pc();
+        capture.efi_runtime.insert(0, kept(16));
+        let mut now = uefi_pc();
+        now.efi_runtime.insert(0, kept(17));
+        assert!(kept(16).kernel_kept() && !uefi_pc().efi_runtime[0].kernel_kept());
+        assert_eq!(capture.check_against(&now), Ok(()));
+        assert_eq!(capture.check_against(&uefi_pc()), Ok(()));
     }
 
     #[test]
