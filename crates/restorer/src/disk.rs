@@ -96,6 +96,14 @@ impl<D: Disk + ?Sized> Disk for &mut D {
     }
 }
 
+/// The PC's disks, `vda` first: the store's and the ones an image is bound to.
+pub trait DiskSet {
+    /// A disk.
+    type Disk: Disk;
+    /// Disk `index` (`vda` is 0), if there is one.
+    fn disk(&mut self, index: usize) -> Option<&mut Self::Disk>;
+}
+
 /// A disk the restorer also writes: the store's, for its boot log.
 pub trait DiskMut: Disk {
     /// Writes `buf` at byte `offset`; both `offset` and `buf.len()` must be whole sectors.

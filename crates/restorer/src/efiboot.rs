@@ -20,11 +20,12 @@
 //!    (`SetVirtualAddressMap`) before the jump. A failure after step 4 resets the PC (the
 //!    attempt is counted: the crash-loop guard ends a loop).
 
-use crate::hw::efi::{self, BlockDisk, Firmware};
-use crate::{
-    __image_start, decide, heap, keep_fallback, place, restore_from, Asked, Disks, NotRestored,
+use crate::flow::{
+    __image_start, decide, keep_fallback, place, restore_from, Asked, Disks, NotRestored,
     MAX_PAGES, PAGE,
 };
+use crate::heap;
+use crate::hw::efi::{self, BlockDisk, Firmware};
 use admission::Refused;
 use alloc::string::ToString;
 use alloc::vec::Vec;
@@ -273,7 +274,7 @@ fn enter(
     // 4 GiB (identity mapped before and after the exit), used by nothing else.
     let buf = unsafe { core::slice::from_raw_parts_mut(buf_at as *mut u8, pages * PAGE as usize) };
     let mut window = Window::new(buf);
-    let t = crate::cycles();
+    let t = crate::flow::cycles();
     let Some(disk) = disks.disk(at) else {
         fw.free(buf_at, pages);
         return (fw, Refused::Unreadable("the store's disk is gone".into()));
@@ -290,16 +291,16 @@ fn enter(
             );
         }
     }
-    let read = crate::cycles().wrapping_sub(t);
+    let read = crate::flow::cycles().wrapping_sub(t);
     // Every chunk checked while a refusal can still go back to the loader.
-    if let Err(why) = crate::check_chunks(chosen, store, disk, &mut window) {
+    if let Err(why) = crate::flow::check_chunks(chosen, store, disk, &mut window) {
         fw.free(buf_at, pages);
         return (fw, why);
     }
     say!(
         "snapboot-restorer: read {} MiB of chunks in one request, checked them ({}% of the time reading)",
         bytes >> 20,
-        read * 100 / crate::cycles().wrapping_sub(t).max(1)
+        read * 100 / crate::flow::cycles().wrapping_sub(t).max(1)
     );
     // The crash-loop guard's count, as resume records it: after every check, before the
     // image kernel takes over.
@@ -382,3 +383,5 @@ fn enter(
     say!("snapboot-restorer: refused after leaving boot services: {why}; resetting");
     efi::reset()
 }
+
+crate::panic_items!(after_panic, give_up);

@@ -5,8 +5,7 @@
 //! place here (the table reader keeps only an MBR's signature): it is refused with that
 //! reason. Partition `N` of `vdX` is `vdXN`, entry `N-1` of its table.
 
-use crate::disk::{Disk, Span, SECTOR};
-use crate::image::DiskSet;
+use crate::disk::{Disk, DiskSet, Span, SECTOR};
 use crate::virtio::vd_letter;
 use alloc::format;
 use alloc::string::{String, ToString};

@@ -118,13 +118,7 @@ pub struct Chosen {
     pub efi_runtime: Vec<snapimg::EfiRuntimeRegion>,
 }
 
-/// The PC's disks, `vda` first: the store's and the ones an image is bound to.
-pub trait DiskSet {
-    /// A disk.
-    type Disk: Disk;
-    /// Disk `index` (`vda` is 0), if there is one.
-    fn disk(&mut self, index: usize) -> Option<&mut Self::Disk>;
-}
+pub use crate::disk::DiskSet;
 
 /// Size and binding fingerprint of the device the kernel named `name`: a whole disk (`vda`)
 /// or a GPT partition of one (`vda2`, found by its number in the disk's table); anything

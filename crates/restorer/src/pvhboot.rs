@@ -5,12 +5,13 @@
 //! printed on COM1, then the stock kernel boots cold from the kernel pack
 //! ([`crate::fallback`]); if that fails too, the machine powers off.
 
+use crate::flow::{
+    __image_end, __image_start, decide, keep_fallback, place, restore_from, Asked, Disks,
+    NotRestored, MAX_PAGES, PAGE, WINDOW,
+};
 use crate::hw::port::outw;
 use crate::hw::virtio;
-use crate::{
-    __image_end, __image_start, decide, fallback, heap, keep_fallback, place, restore_from, Asked,
-    Disks, NotRestored, Serial, MAX_PAGES, PAGE, WINDOW,
-};
+use crate::{fallback, heap, Serial};
 use admission::Refused;
 use alloc::string::ToString;
 use core::arch::{asm, global_asm};
@@ -178,3 +179,5 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
     keep_fallback(&mut disks, at, &store, &decided.record, &why);
     Err(why)
 }
+
+crate::panic_items!(after_panic, give_up);

@@ -8,9 +8,8 @@
 //! (`PARTLABEL=`, `PARTUUID=`, as `snapboot.store=` names one); without it, the first whole
 //! disk whose first sector starts with the pack's magic.
 
-use crate::disk::{Disk, DiskError, Part, Span, SECTOR};
+use crate::disk::{Disk, DiskError, DiskSet, Part, Span, SECTOR};
 use crate::gpt::{self, PartAddress};
-use crate::image::DiskSet;
 use crate::virtio::{vd_index, vd_letter};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;

@@ -1,0 +1,743 @@
+//! The restore both programs run (`pvhboot`, `efiboot`): the settings, the store and its
+//! boot log decided before the first image ([`decide`]), each image checked by the one
+//! rule and entered by the platform ([`restore_from`]), and the pages put in place
+//! ([`place`]): in place when a chunk fills consecutive pages, else through the chunk
+//! buffer, deferred to safe pages and the relocated last copy when the restorer's own
+//! memory holds them.
+
+use crate::hw;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use bootparams::StoreAddress;
+use core::arch::asm;
+use restorer::bootrecord::BootRecord;
+use restorer::disk::{DiskMut, Span};
+use restorer::e820::Table;
+use restorer::image::{self, DiskSet};
+use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
+use storelayout::SlotWrite;
+
+/// Bytes of a page.
+pub const PAGE: u64 = 4096;
+
+extern "C" {
+    // Linker-script symbols and the last copy loop's bounds (asm/last_copy.s).
+    pub static __image_start: u8;
+    pub static __image_end: u8;
+    static last_copy: u8;
+    static last_copy_end: u8;
+}
+
+/// Reads the `u64` at physical address `a` (identity mapped).
+pub(crate) fn rd64(a: u64) -> u64 {
+    // SAFETY: callers pass addresses inside safe pages the restorer allocated (the last
+    // copy's lists), identity mapped; unaligned reads are allowed.
+    unsafe { core::ptr::read_unaligned(a as *const u64) }
+}
+
+/// Why nothing is restored.
+pub(crate) enum NotRestored {
+    RamAbove4G(u64),
+    Store(String),
+    NoImage(String),
+    Images(Vec<(String, String)>),
+    Initramfs(String),
+    Settings(String),
+    /// The firmware or the machine cannot take the restorer (the EFI program).
+    #[cfg_attr(not(feature = "efi"), allow(dead_code))]
+    Firmware(String),
+}
+
+impl core::fmt::Display for NotRestored {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            NotRestored::RamAbove4G(end) => write!(f, "RAM ends at {end:#x}, above 4 GiB"),
+            NotRestored::Store(why) => f.write_str(why),
+            NotRestored::NoImage(store) => write!(f, "store {store} holds no image"),
+            NotRestored::Initramfs(why) => write!(f, "the kernel pack's initramfs: {why}"),
+            NotRestored::Settings(why) => write!(f, "snapboot's settings: {why}"),
+            NotRestored::Firmware(why) => write!(f, "the firmware: {why}"),
+            NotRestored::Images(all) => {
+                f.write_str("no image restores: ")?;
+                for (i, (name, why)) in all.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(f, "{sep}{name}: {why}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+pub(crate) const MAX_PAGES: usize = 1 << 20;
+/// Image PFNs (bit set: the image has a page there); 4 GiB of RAM at most.
+pub(crate) static mut IN_IMAGE: [u64; MAX_PAGES / 64] = [0; MAX_PAGES / 64];
+
+/// Physical memory on the PC, identity mapped by the restorer's page tables.
+pub(crate) struct Identity;
+
+impl PhysMem for Identity {
+    fn zero_page(&mut self, addr: u64) {
+        zero_page(addr)
+    }
+    fn read_u64(&self, addr: u64) -> u64 {
+        rd64(addr)
+    }
+    fn write_u64(&mut self, addr: u64, value: u64) {
+        put(addr, value)
+    }
+}
+
+pub(crate) fn zero_page(a: u64) {
+    // SAFETY: `a` is a whole RAM page no live data uses (a safe page or an image page
+    // being written), identity mapped. 32 bytes a step from one general register (`rep
+    // stosq` is one emulated step per 8 bytes under QEMU's TCG, and SSE stores are slower).
+    unsafe {
+        asm!(
+            "2:",
+            "mov [rdi], rax",
+            "mov [rdi + 8], rax",
+            "mov [rdi + 16], rax",
+            "mov [rdi + 24], rax",
+            "add rdi, 32",
+            "sub rcx, 32",
+            "jnz 2b",
+            inout("rdi") a => _,
+            inout("rcx") PAGE => _,
+            in("rax") 0u64,
+            options(nostack)
+        )
+    }
+}
+
+pub(crate) fn copy_page(from: u64, to: u64) {
+    // SAFETY: both are whole identity-mapped RAM pages that do not overlap: `from` in the
+    // restorer's chunk buffer, `to` a page the image owns or a safe page. The copy is the
+    // restorer's `memcpy`.
+    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, PAGE as usize) }
+}
+
+pub(crate) fn put(a: u64, v: u64) {
+    // SAFETY: `a` lies in a safe page this program allocated.
+    unsafe { core::ptr::write(a as *mut u64, v) }
+}
+
+/// The disks a program reads: the [`DiskSet`] the image checks use, whose whole disks are
+/// numbered as the kernel names them (`vda` is 0), and which can be narrowed to a partition.
+pub(crate) trait Disks: DiskSet<Disk: DiskMut> {
+    /// How many whole disks there are.
+    fn count(&self) -> usize;
+    /// A disk that reads and writes only `span` of disk `index` (the store's partition):
+    /// its index (the PVH program narrows the virtio disk itself, which then reads as
+    /// the partition alone; the EFI program adds a view and leaves the disk whole).
+    fn part(&mut self, index: usize, span: Span) -> usize;
+}
+
+/// What a boot decided before its first image (besides the store, on disk `at`): its boot log, the
+/// kernel pack's initramfs's trust rule and boot setup, its kernel, and what was asked for.
+pub(crate) struct Decided {
+    pub(crate) at: usize,
+    pub(crate) record: BootRecord,
+    pub(crate) stock: restorer::stockinit::StockInit,
+    pub(crate) kernel: restorer::stockpack::StockKernel,
+    pub(crate) params: bootparams::BootParams,
+}
+
+/// Reads what every restore needs before its first image: the stock initramfs (its
+/// snapboot.conf may name the store), the settings (the command line over that file), the
+/// store and its boot log.
+pub(crate) fn decide<S: Disks>(
+    disks: &mut S,
+    cmdline: &str,
+) -> Result<(image::Store, Decided), NotRestored> {
+    let stock = stock_init(disks, cmdline)?;
+    // Before the store's disk is narrowed to its partition: the pack may be on that disk.
+    let count = disks.count();
+    let kernel = restorer::stockpack::stock_kernel(disks, count, cmdline)
+        .map_err(|e| NotRestored::Store(alloc::format!("the kernel this PC boots: {e}")))?;
+    let settings = bootparams::config::from_text(cmdline, stock.config.as_deref())
+        .map_err(|e| NotRestored::Settings(admission::chain(&e)))?;
+    let params = settings.params;
+    if !params.resume {
+        return Err(NotRestored::Settings(alloc::format!(
+            "{} on the kernel command line: nothing is restored this boot",
+            bootparams::NORESUME
+        )));
+    }
+    let address = params.store.as_ref().ok_or_else(|| {
+        NotRestored::Store(alloc::format!(
+            "no snapboot.store= on the command line, and no store = in {}",
+            bootparams::config::CONFIG_PATH
+        ))
+    })?;
+    let at = store_disk(disks, address).map_err(NotRestored::Store)?;
+    let store = image::Store::open(disks.disk(at).expect("store_disk checked it"))
+        .map_err(|e| NotRestored::Store(alloc::format!("store {address}: {e}")))?;
+    let record = BootRecord::read(
+        disks.disk(at).expect("store_disk checked it"),
+        &store,
+        params.attempts,
+    )
+    .map_err(|e| NotRestored::Store(alloc::format!("store {address}: the boot log: {e}")))?;
+    Ok((
+        store,
+        Decided {
+            at,
+            record,
+            stock,
+            kernel,
+            params,
+        },
+    ))
+}
+
+/// The disk `/dev/vdX` names (the PC names its virtio disks in PCI order), the one whose
+/// store carries `LABEL=`, or the disk of the GPT partition `PARTUUID=` or `PARTLABEL=`
+/// names (that disk then reads as the partition alone: `restorer::gpt`).
+pub(crate) fn store_disk<S: Disks>(disks: &mut S, address: &StoreAddress) -> Result<usize, String> {
+    if let Some(want) = restorer::gpt::PartAddress::of(address) {
+        let count = disks.count();
+        let found = restorer::gpt::find(disks, count, want).map_err(|e| e.to_string())?;
+        let at = disks.part(found.disk, found.span);
+        say!(
+            "snapboot-restorer: store {address} is /dev/{} ({} MiB from byte {})",
+            found.name(),
+            found.span.size >> 20,
+            found.span.offset
+        );
+        return Ok(at);
+    }
+    match address {
+        StoreAddress::Label(label) => {
+            let mut found = None;
+            for i in 0..disks.count() {
+                let Some(d) = disks.disk(i) else { continue };
+                if let Ok(s) = image::Store::open(d) {
+                    if s.sb.label.as_str() == label {
+                        if found.is_some() {
+                            return Err(alloc::format!("two disks hold a store labelled {label}"));
+                        }
+                        found = Some(i);
+                    }
+                }
+            }
+            found.ok_or_else(|| alloc::format!("no disk holds a store labelled {label}"))
+        }
+        StoreAddress::Path(name) => match restorer::virtio::vd_index(name) {
+            Some(i) if i < disks.count() => Ok(i),
+            Some(_) => Err(alloc::format!(
+                "{address}: the PC has {} disks",
+                disks.count()
+            )),
+            None => Err(alloc::format!(
+                "{address}: the restorer finds a store on a whole disk (/dev/vdX), by LABEL=, PARTUUID= or PARTLABEL="
+            )),
+        },
+        // The partition forms were found above.
+        StoreAddress::PartUuid(_) | StoreAddress::PartLabel(_) => {
+            unreachable!("gpt::PartAddress::of takes every partition form")
+        }
+    }
+}
+
+/// Leaves the stock kernel the status of this fallback in the store's boot log, as a
+/// restore kernel does before it hands over; a failure is printed and the fallback goes on.
+pub(crate) fn keep_fallback<S: Disks>(
+    disks: &mut S,
+    at: usize,
+    store: &image::Store,
+    record: &BootRecord,
+    why: &NotRestored,
+) {
+    let empty = matches!(why, NotRestored::NoImage(_));
+    let kept = record
+        .fallback(store, why.to_string(), empty)
+        .map_err(|e| e.to_string())
+        .and_then(|w| {
+            let disk = disks.disk(at).ok_or("the store's disk is gone")?;
+            restorer::bootrecord::write(disk, &w).map_err(|e| e.to_string())
+        });
+    if let Err(e) = kept {
+        say!("snapboot-restorer: the stock kernel will not know why: {e}");
+    }
+}
+
+/// What this boot asks for: the store's address, the images to try first (both from
+/// `bootparams`: the command line over the stock initramfs's snapboot.conf), and the
+/// command line itself.
+pub(crate) struct Asked<'a> {
+    pub(crate) address: &'a StoreAddress,
+    pub(crate) images: &'a [String],
+    pub(crate) cmdline: &'a str,
+}
+
+/// Chooses, checks and restores an image of the decided store, keeping the boot log as
+/// resume does: each candidate is refused by the crash-loop guard or its checks, and the
+/// attempt of the one entered is counted first. Returns only why nothing was restored.
+///
+/// `enter` is the platform's: it places the pages of the image that passed and enters it,
+/// returning only why it could not (with the disks still usable).
+pub(crate) fn restore_from<S: Disks>(
+    disks: &mut S,
+    store: &image::Store,
+    decided: &mut Decided,
+    memory: &admission::Memory,
+    asked: &Asked,
+    enter: &mut dyn FnMut(&mut S, &image::Chosen, &SlotWrite) -> admission::Refused,
+) -> Result<core::convert::Infallible, NotRestored> {
+    let Decided {
+        at,
+        record,
+        stock,
+        kernel,
+        ..
+    } = decided;
+    let at = *at;
+    let cmdline = asked.cmdline;
+    let run = image::Running {
+        expected: admission::Expected {
+            release: kernel.release.clone(),
+            version: kernel.version.clone(),
+            machine: "x86_64".into(),
+            memory: memory.clone(),
+            cpus: Vec::new(),
+        },
+        cmdline,
+        trust: stock.trust.clone(),
+        boot_setup: stock.boot_setup.clone(),
+    };
+    let candidates = store.candidates(asked.images);
+    if candidates.is_empty() {
+        return Err(NotRestored::NoImage(asked.address.to_string()));
+    }
+    for candidate in candidates {
+        let name = candidate.name();
+        let refuse = |record: &mut BootRecord, why: admission::Refused| {
+            say!("snapboot-restorer: image-refused {name}: {why}");
+            record.refuse(name, &why);
+        };
+        let (log, limit) = record.guard();
+        let rules = admission::Rules {
+            log: (log, limit),
+            trust: &run.trust,
+            expected: &run.expected,
+        };
+        let chosen = match image::check(disks, at, store, candidate, &run, &rules) {
+            Ok(c) => c,
+            Err(why) => {
+                refuse(record, why);
+                continue;
+            }
+        };
+        let rec = candidate.image().expect("checked");
+        // The attempt's write is encoded now: nothing is allocated once pages are placed.
+        let attempt = match record.attempt(store, rec, hw::rtc::now().unwrap_or(0)) {
+            Ok(w) => w,
+            Err(e) => {
+                refuse(record, admission::Refused::Unrecorded(e.to_string()));
+                continue;
+            }
+        };
+        let why = enter(disks, &chosen, &attempt);
+        refuse(record, why);
+    }
+    Err(NotRestored::Images(
+        record
+            .refused
+            .iter()
+            .map(|r| (r.image.clone(), r.why.clone()))
+            .collect(),
+    ))
+}
+
+/// The trust rule and boot setup of the kernel pack's initramfs ([`restorer::stockinit`]).
+pub(crate) fn stock_init<S: Disks>(
+    disks: &mut S,
+    cmdline: &str,
+) -> Result<restorer::stockinit::StockInit, NotRestored> {
+    let count = disks.count();
+    let bytes = restorer::stockpack::stock_initramfs(disks, count, cmdline)
+        .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
+    use restorer::stockinit::{describe, StockInit, StockInitError, UNPACKED_LIMIT};
+    let not_read = |e: StockInitError| NotRestored::Initramfs(e.to_string());
+    let root =
+        initramfs::unpack_with_limit(&bytes, UNPACKED_LIMIT).map_err(|e| not_read(e.into()))?;
+    let stock = StockInit::of(&root).map_err(not_read)?;
+    say!(
+        "snapboot-restorer: the kernel pack's initramfs read ({}): {}",
+        describe(root.segments()),
+        stock.trust.describe()
+    );
+    Ok(stock)
+}
+
+/// Bytes the store is read in at a time.
+#[cfg(not(feature = "efi"))]
+pub(crate) const WINDOW: usize = 4 << 20;
+
+/// Checks the checksum of every chunk of `chosen`, read through `window` from `disk`: the
+/// EFI program's step before it leaves boot services (a damaged chunk found later could
+/// only reset the PC).
+#[cfg_attr(not(feature = "efi"), allow(dead_code))]
+pub(crate) fn check_chunks<D: restorer::disk::Disk>(
+    chosen: &image::Chosen,
+    store: &image::Store,
+    disk: &mut D,
+    window: &mut restorer::window::Window,
+) -> Result<(), admission::Refused> {
+    use admission::Refused;
+    for group in chosen.plan.by_chunk() {
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
+        let stored = window
+            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
+            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
+        c.check_stored(store.catalog.check, stored)
+            .map_err(Refused::from)?;
+    }
+    Ok(())
+}
+
+/// Puts every page of `chosen` at its place, counts the attempt in the store's boot log
+/// (`attempt`, encoded beforehand) and enters the image kernel; returns only why it could
+/// not (a chunk that fails its checksum, a PFN that is not RAM, no safe page left, the
+/// boot log not written), having written only pages nothing else uses. `window`: where the
+/// store is read through (the EFI program's holds every chunk already); `scratch`: the
+/// chunk buffer; `checked`: every chunk's checksum was checked already ([`check_chunks`]);
+/// `finish`: the platform's last step before the jump (the PVH program counts the attempt
+/// and resets its disks, the EFI program switches the firmware's runtime services to the
+/// image kernel's virtual map).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn place<S: Disks>(
+    chosen: &image::Chosen,
+    store: &image::Store,
+    disks: &mut S,
+    at: usize,
+    table: &Table,
+    busy: Busy,
+    (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], bool),
+    finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
+) -> Result<core::convert::Infallible, admission::Refused> {
+    use admission::Refused;
+    let placing = |e: PlaceError| Refused::NotPlaced(e.to_string());
+    // SAFETY: one CPU, no interrupts, and `place` is the bitmap's only user: no other
+    // reference to it lives while this one does.
+    let bits = unsafe { &mut *core::ptr::addr_of_mut!(IN_IMAGE) };
+    let mut image = ImagePages::new(bits);
+    let plan = &chosen.plan;
+    let pfns = plan
+        .targets
+        .iter()
+        .map(|t| t.pfn)
+        .chain(plan.zeros.iter().copied());
+    for pfn in pfns {
+        image.add(pfn, table).map_err(placing)?;
+    }
+    let mut mem = Identity;
+    let mut safe = SafePages::new(table, busy, &image);
+    let lazy = chosen.swap.map(|sw| {
+        alloc::format!(
+            ", lazy: {} pages in its swap region at byte {} ({} checked)",
+            sw.used_pages,
+            sw.offset,
+            if sw.verity.is_some() {
+                "header and verity tree's top"
+            } else {
+                "header"
+            }
+        )
+    });
+    say!(
+        "snapboot-restorer: image checked: {}, {} pages ({} to copy, {} zero){}; restoring",
+        chosen.name,
+        chosen.stream_pages,
+        plan.targets.len(),
+        plan.zeros.len(),
+        lazy.as_deref().unwrap_or("")
+    );
+
+    // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)
+    // and the image kernel's text around jump_address -> jump_address_phys.
+    let pml4 = safe.take(&mut mem).map_err(placing)?;
+    let pdpt = safe.take(&mut mem).map_err(placing)?;
+    put(pml4, pdpt | 3);
+    for g in 0..4u64 {
+        let pd = safe.take(&mut mem).map_err(placing)?;
+        put(pdpt + 8 * g, pd | 3);
+        for i in 0..512u64 {
+            put(pd + 8 * i, ((g << 30) | (i << 21)) | 0x83);
+        }
+    }
+    let ja = chosen.jump_address;
+    let (l4, l3, l2) = ((ja >> 39) & 511, (ja >> 30) & 511, (ja >> 21) & 511);
+    let hi_pdpt = if l4 == 0 {
+        pdpt
+    } else {
+        safe.take(&mut mem).map_err(placing)?
+    };
+    if l4 != 0 {
+        put(pml4 + 8 * l4, hi_pdpt | 3);
+    }
+    let hi_pd = safe.take(&mut mem).map_err(placing)?;
+    put(hi_pdpt + 8 * l3, hi_pd | 3);
+    put(
+        hi_pd + 8 * l2,
+        (chosen.jump_address_phys & !0x1f_ffff) | 0x83,
+    );
+
+    // The last copy loop, relocated to a safe page.
+    let code = safe.take(&mut mem).map_err(placing)?;
+    // The symbols delimiting `last_copy`, which is shorter than a page.
+    let (lc, lc_end) = (
+        core::ptr::addr_of!(last_copy) as u64,
+        core::ptr::addr_of!(last_copy_end) as u64,
+    );
+    // SAFETY: copies the loop's bytes into the fresh safe page `code`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(lc as *const u8, code as *mut u8, (lc_end - lc) as usize)
+    };
+
+    // Every page to its place; the ones landing on the restorer's memory go to safe pages,
+    // listed for the last copy.
+    let mut last = LastCopy::default();
+    for &pfn in &plan.zeros {
+        if busy.holds(pfn) {
+            let page = safe.take(&mut mem).map_err(placing)?;
+            last.push(&mut safe, &mut mem, page, pfn * PAGE)
+                .map_err(placing)?;
+        } else {
+            zero_page(pfn * PAGE);
+        }
+    }
+    let disk = disks
+        .disk(at)
+        .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
+    let mut in_place = 0u64;
+    let mut spent = Spent::default();
+    let check = store.catalog.check;
+    // "store is damaged: checksum mismatch in chunk N ...", as every path says it.
+    let chunk_error = Refused::from;
+    for group in plan.by_chunk() {
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
+        let t = cycles();
+        let stored = window
+            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
+            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
+        let t = spent.add(Phase::Read, t);
+        if !checked {
+            c.check_stored(check, stored).map_err(chunk_error)?;
+        }
+        let t = spent.add(Phase::Check, t);
+        let first = restorer::plan::in_place(group, c.pages)
+            .filter(|&p| (p..p + u64::from(c.pages)).all(|pfn| !busy.holds(pfn)));
+        if let Some(first) = first {
+            // SAFETY: `c.pages` consecutive pages from `first`: RAM pages of this image
+            // (checked against the memory map above), outside the restorer's busy range,
+            // each written by this chunk alone; identity mapped. A failed unpack leaves
+            // them partly written, which is harmless: nothing lives there.
+            let out =
+                unsafe { core::slice::from_raw_parts_mut((first * PAGE) as *mut u8, c.raw_len()) };
+            c.unpack_into(stored, out).map_err(chunk_error)?;
+            spent.add(Phase::Unpack, t);
+            in_place += 1;
+            continue;
+        }
+        let buf = scratch.get_mut(..c.raw_len()).ok_or_else(|| {
+            Refused::NotPlaced(alloc::format!("chunk {} is larger than any other", c.id))
+        })?;
+        c.unpack_into(stored, buf).map_err(chunk_error)?;
+        let t = spent.add(Phase::Unpack, t);
+        for t in group {
+            let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
+            let dst = t.pfn * PAGE;
+            if busy.holds(t.pfn) {
+                let page = safe.take(&mut mem).map_err(placing)?;
+                copy_page(src, page);
+                last.push(&mut safe, &mut mem, page, dst).map_err(placing)?;
+            } else {
+                copy_page(src, dst);
+            }
+        }
+        spent.add(Phase::Copy, t);
+    }
+    say!(
+        "snapboot-restorer: {} MiB read in {} requests, {in_place} of {} chunks unpacked in place; {} pages deferred, {} safe pages; time: {spent}; entering the image at {ja:#x}",
+        window.bytes >> 20,
+        window.reads,
+        plan.by_chunk().count(),
+        last.count,
+        safe.used
+    );
+    finish(disks)?;
+    // SAFETY: the temporary tables map this code, its stack and the loop identity; the
+    // loop then overwrites this program's pages and enters the image kernel with its CR3,
+    // never returning. Interrupts are off since the PVH entry.
+    unsafe {
+        asm!(
+            "mov cr3, {t}",
+            "jmp {c}",
+            t = in(reg) pml4,
+            c = in(reg) code,
+            in("rdi") last.head,
+            in("rsi") chosen.cr3,
+            in("rdx") ja,
+            options(noreturn)
+        )
+    }
+}
+
+/// What placing the pages spends its time on.
+#[derive(Clone, Copy)]
+pub(crate) enum Phase {
+    /// Waiting for the disk.
+    Read,
+    /// Checksums of the stored chunks.
+    Check,
+    /// LZ4.
+    Unpack,
+    /// Pages from the buffer to their places.
+    Copy,
+}
+
+/// TSC cycles spent in each [`Phase`], shown as shares of their sum (the restorer has no
+/// calibrated clock; the console's timestamps give the phase's seconds).
+#[derive(Default)]
+pub(crate) struct Spent([u64; 4]);
+
+impl Spent {
+    /// Counts the cycles since `since` to `phase`; returns now.
+    fn add(&mut self, phase: Phase, since: u64) -> u64 {
+        let now = cycles();
+        self.0[phase as usize] += now.wrapping_sub(since);
+        now
+    }
+}
+
+impl core::fmt::Display for Spent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let total = self.0.iter().sum::<u64>().max(1);
+        let share = |i: usize| self.0[i] * 100 / total;
+        write!(
+            f,
+            "read {}%, check {}%, unpack {}%, copy {}%",
+            share(0),
+            share(1),
+            share(2),
+            share(3)
+        )
+    }
+}
+
+pub(crate) fn cycles() -> u64 {
+    hw::rdtsc()
+}
+
+/// The pages the last copy moves, listed in safe pages: each list page holds its count,
+/// the next list page, then up to 255 (source, destination) pairs.
+/// `memcpy`, `memset`, `memmove` and `memcmp` for the code the compiler emits: no libc
+/// here.
+mod mem {
+    /// Copies 32 bytes per step through four general registers, then the rest with `rep
+    /// movsb`. Plain (uncompressed) chunks are copied with it whole, and the chunks that go
+    /// through the buffer page by page. Under QEMU's TCG `rep movsb` costs an emulated step
+    /// per byte, and SSE moves are slower still: restoring `app` on the board, page placing
+    /// took 1.9-2.7 s with this loop (and the zeroing below), 2.2-3.4 s with `rep movsb`,
+    /// 3.2-3.5 s with 16-byte SSE moves (three interleaved boots each, 2026-11-27).
+    #[no_mangle]
+    unsafe extern "C" fn memcpy(d: *mut u8, s: *const u8, n: usize) -> *mut u8 {
+        // SAFETY: the caller's contract for memcpy (valid, non-overlapping ranges); the
+        // loop and the tail touch exactly `n` bytes of each.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "cmp rcx, 32",
+                "jb 3f",
+                "mov rax, [rsi]",
+                "mov rdx, [rsi + 8]",
+                "mov r8, [rsi + 16]",
+                "mov r9, [rsi + 24]",
+                "mov [rdi], rax",
+                "mov [rdi + 8], rdx",
+                "mov [rdi + 16], r8",
+                "mov [rdi + 24], r9",
+                "add rsi, 32",
+                "add rdi, 32",
+                "sub rcx, 32",
+                "jmp 2b",
+                "3:",
+                "rep movsb",
+                inout("rdi") d => _,
+                inout("rsi") s => _,
+                inout("rcx") n => _,
+                out("rax") _,
+                out("rdx") _,
+                out("r8") _,
+                out("r9") _,
+                options(nostack)
+            )
+        };
+        d
+    }
+
+    #[no_mangle]
+    unsafe extern "C" fn memmove(d: *mut u8, s: *const u8, n: usize) -> *mut u8 {
+        if (d as usize) <= (s as usize) {
+            // SAFETY: a forward copy is right when the destination starts first.
+            unsafe { memcpy(d, s, n) }
+        } else {
+            for i in (0..n).rev() {
+                // SAFETY: the caller's contract for memmove: both ranges valid.
+                unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };
+            }
+            d
+        }
+    }
+
+    /// Eight bytes a store at a time, then the rest byte by byte: under TCG every iteration
+    /// of a `rep` costs alike, and `rep stosb` zeroed a fresh 8 MiB buffer in ~0.2 s.
+    #[no_mangle]
+    unsafe extern "C" fn memset(d: *mut u8, c: i32, n: usize) -> *mut u8 {
+        let pattern = u64::from(c as u8) * 0x0101_0101_0101_0101;
+        // SAFETY: the caller's contract for memset (a valid range): `n / 8` words then
+        // `n % 8` bytes cover exactly `[d, d + n)`.
+        unsafe {
+            core::arch::asm!(
+                "rep stosq",
+                "mov rcx, {rest}",
+                "rep stosb",
+                rest = in(reg) n % 8,
+                inout("rdi") d => _,
+                inout("rcx") n / 8 => _,
+                in("rax") pattern,
+                options(nostack)
+            )
+        };
+        d
+    }
+
+    #[no_mangle]
+    unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+        for i in 0..n {
+            // SAFETY: the caller's contract for memcmp (valid ranges).
+            let (x, y) = unsafe {
+                (
+                    core::ptr::read_volatile(a.add(i)),
+                    core::ptr::read_volatile(b.add(i)),
+                )
+            };
+            if x != y {
+                return i32::from(x) - i32::from(y);
+            }
+        }
+        0
+    }
+
+    #[no_mangle]
+    unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+        // SAFETY: same contract as memcmp.
+        unsafe { memcmp(a, b, n) }
+    }
+}
