@@ -12,8 +12,9 @@
 //! 2. the kernel pack's initramfs, the settings, the store and its boot log, and the image
 //!    chosen and checked, all as the PVH program does (`crate::decide`,
 //!    `crate::restore_from`);
-//! 3. every chunk the image needs, read in one sequential request into loader pages, and
-//!    the attempt counted in the boot log;
+//! 3. every chunk the image needs, read into loader pages in one request per stretch of
+//!    the store they lie in (neighbours within 1 MiB merged: `restorer::window::Runs`),
+//!    each checked, and the attempt counted in the boot log;
 //! 4. `ExitBootServices`, then the CPU taken over (`hw::efi`), the pages placed
 //!    (`crate::place`, with the program, its heap and its read buffer as busy ranges) and,
 //!    last, the runtime services switched to the image kernel's virtual map
@@ -35,7 +36,7 @@ use restorer::e820::Table;
 use restorer::efimap::Loader;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::Busy;
-use restorer::window::Window;
+use restorer::window::{Runs, Window};
 use storelayout::SlotWrite;
 
 /// The heap's bytes, the most first: the kernel pack's initramfs and its unpacked files,
@@ -210,24 +211,16 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
     Err(why)
 }
 
-/// The bytes of the store every chunk of `chosen` lies in: from the first chunk's first
-/// sector to the last chunk's end.
-fn extent(store: &image::Store, chosen: &image::Chosen) -> Result<(u64, u64), Refused> {
-    let mut lo = u64::MAX;
-    let mut hi = 0u64;
+/// The stretches of the store the chunks of `chosen` lie in.
+fn chunk_runs(store: &image::Store, chosen: &image::Chosen) -> Result<Runs, Refused> {
+    let mut pieces = Vec::new();
     for group in chosen.plan.by_chunk() {
         let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
             Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
         })?;
-        let at = store.chunk_at(c)?;
-        lo = lo.min(at);
-        hi = hi.max(at + u64::from(c.stored_len));
+        pieces.push((store.chunk_at(c)?, u64::from(c.stored_len)));
     }
-    if lo > hi {
-        return Ok((0, 0));
-    }
-    let lo = lo - lo % restorer::disk::SECTOR;
-    Ok((lo, hi.next_multiple_of(restorer::disk::SECTOR)))
+    Ok(Runs::of(pieces))
 }
 
 /// Reads, counts and enters `chosen` (steps 3 and 4 of the module docs); returns the
@@ -254,17 +247,17 @@ fn enter(
         fw.free(heap_end, ((heap.1 - heap_end) / PAGE) as usize);
     }
     let heap = (heap.0, heap_end);
-    let (lo, hi) = match extent(store, chosen) {
-        Ok(x) => x,
+    let runs = match chunk_runs(store, chosen) {
+        Ok(r) => r,
         Err(why) => return (fw, why),
     };
-    let bytes = hi - lo;
+    let (bytes, count) = (runs.bytes(), runs.0.len());
     let pages = (bytes / PAGE + 1) as usize;
     let buf_at = match fw.allocate_below_4g(pages) {
         Ok(a) => a,
         Err(e) => {
             let why = Refused::NotPlaced(alloc::format!(
-                "its chunks span {} MiB of the store, and the firmware has no room to read them: {e}",
+                "its chunks take {} MiB of the store, and the firmware has no room to read them: {e}",
                 bytes >> 20
             ));
             return (fw, why);
@@ -279,17 +272,15 @@ fn enter(
         fw.free(buf_at, pages);
         return (fw, Refused::Unreadable("the store's disk is gone".into()));
     };
-    if bytes > 0 {
-        if let Err(e) = window.get(disk, lo, bytes as usize) {
-            fw.free(buf_at, pages);
-            return (
-                fw,
-                Refused::Unreadable(alloc::format!(
-                    "reading its {} MiB from byte {lo}: {e}",
-                    bytes >> 20
-                )),
-            );
-        }
+    if let Err(e) = window.fill_runs(disk, runs) {
+        fw.free(buf_at, pages);
+        return (
+            fw,
+            Refused::Unreadable(alloc::format!(
+                "reading its {} MiB in {count} runs: {e}",
+                bytes >> 20
+            )),
+        );
     }
     let read = crate::flow::cycles().wrapping_sub(t);
     // Every chunk checked while a refusal can still go back to the loader.
@@ -298,7 +289,7 @@ fn enter(
         return (fw, why);
     }
     say!(
-        "snapboot-restorer: read {} MiB of chunks in one request, checked them ({}% of the time reading)",
+        "snapboot-restorer: read {} MiB of chunks in {count} requests, checked them ({}% of the time reading)",
         bytes >> 20,
         read * 100 / crate::flow::cycles().wrapping_sub(t).max(1)
     );

@@ -1,14 +1,51 @@
 //! Reading a store through one large buffer. The restorer reads an image's chunks in the
 //! order they lie on the disk, so one big read fills the window and serves the next
 //! chunks from memory: few, large device requests instead of one per chunk.
+//!
+//! The EFI restorer reads every chunk before it leaves the firmware: [`Runs`] are the
+//! stretches of the disk its chunks lie in (neighbours closer than [`Runs::GAP`] read as
+//! one), and [`Window::fill_runs`] reads them all into one buffer, which then serves every
+//! chunk with no device left to ask.
 
 use crate::disk::{Disk, DiskError, SECTOR};
+use alloc::vec::Vec;
 
-/// A window onto a disk: `buf` holds the disk's bytes from `start`, `filled` of them.
+/// Stretches of a disk, ascending and apart: `(offset, len)`, whole sectors each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Runs(pub Vec<(u64, u64)>);
+
+impl Runs {
+    /// Neighbouring pieces closer than this are read as one run (the gap with them).
+    pub const GAP: u64 = 1 << 20;
+
+    /// The runs covering `pieces` (`(offset, len)` each, any order), sector aligned.
+    pub fn of(mut pieces: Vec<(u64, u64)>) -> Self {
+        pieces.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (offset, len) in pieces {
+            let start = offset - offset % SECTOR;
+            let end = (offset + len).next_multiple_of(SECTOR);
+            match runs.last_mut() {
+                Some((s, l)) if start <= *s + *l + Self::GAP => *l = (*l).max(end - *s),
+                _ => runs.push((start, end - start)),
+            }
+        }
+        Runs(runs)
+    }
+
+    /// Bytes of all runs.
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(|r| r.1).sum()
+    }
+}
+
+/// A window onto a disk: `buf` holds the disk's bytes from `start`, `filled` of them; or,
+/// filled by [`Window::fill_runs`], the bytes of each of `runs`, one after the other.
 pub struct Window<'b> {
     buf: &'b mut [u8],
     start: u64,
     filled: usize,
+    runs: Runs,
     /// Device reads made, for the console's summary.
     pub reads: u64,
     /// Bytes read from the device.
@@ -22,9 +59,31 @@ impl<'b> Window<'b> {
             buf,
             start: 0,
             filled: 0,
+            runs: Runs::default(),
             reads: 0,
             bytes: 0,
         }
+    }
+
+    /// Reads every run of `runs` from `disk` into the buffer, one request each, the runs one
+    /// after the other; from then on [`Window::get`] serves what they hold and nothing else.
+    /// The buffer must hold [`Runs::bytes`].
+    pub fn fill_runs<D: Disk>(&mut self, disk: &mut D, runs: Runs) -> Result<(), DiskError> {
+        let mut at = 0usize;
+        for &(offset, len) in &runs.0 {
+            let end = at + len as usize;
+            let dest = self.buf.get_mut(at..end).ok_or(DiskError::Range {
+                offset,
+                len,
+                size: disk.size(),
+            })?;
+            disk.read(offset, dest)?;
+            self.reads += 1;
+            self.bytes += len;
+            at = end;
+        }
+        self.runs = runs;
+        Ok(())
     }
 
     /// The `len` bytes at `offset` on `disk`, from the window when it holds them, else
@@ -41,6 +100,21 @@ impl<'b> Window<'b> {
             len: len as u64,
             size: disk.size(),
         })?;
+        if !self.runs.0.is_empty() {
+            let mut at = 0u64;
+            for &(start, run) in &self.runs.0 {
+                if offset >= start && end <= start + run {
+                    let from = (at + offset - start) as usize;
+                    return Ok(&self.buf[from..from + len]);
+                }
+                at += run;
+            }
+            return Err(DiskError::Range {
+                offset,
+                len: len as u64,
+                size: disk.size(),
+            });
+        }
         let held = offset >= self.start && end <= self.start + self.filled as u64;
         if !held {
             let start = offset - offset % SECTOR;
@@ -95,6 +169,38 @@ mod tests {
             &expect(65000, 536)[..]
         );
         assert_eq!(w.bytes, 16384 * 2 + (65536 - 64512));
+    }
+
+    #[test]
+    fn runs_merge_close_pieces_and_serve_only_what_they_hold() {
+        let runs = Runs::of(vec![
+            (5 << 20, 1000),
+            (100, 300),
+            (600, 100),
+            (3 << 20, 512),
+        ]);
+        // 100..700 are one sector; 3 MiB is more than a gap away, 5 MiB too.
+        assert_eq!(runs.0, vec![(0, 1024), (3 << 20, 512), (5 << 20, 1024)]);
+        assert_eq!(runs.bytes(), 2560);
+        let bytes: Vec<u8> = (0..6 << 20u32).map(|i| (i % 251) as u8).collect();
+        let mut disk = MemDisk(&bytes);
+        let mut buf = vec![0u8; 2560];
+        let mut w = Window::new(&mut buf);
+        w.fill_runs(&mut disk, runs).unwrap();
+        assert_eq!(w.reads, 3);
+        let at = |o: usize, n: usize| bytes[o..o + n].to_vec();
+        assert_eq!(w.get(&mut disk, 600, 100).unwrap(), &at(600, 100)[..]);
+        assert_eq!(
+            w.get(&mut disk, 5 << 20, 1000).unwrap(),
+            &at(5 << 20, 1000)[..]
+        );
+        assert_eq!(
+            w.get(&mut disk, 3 << 20, 512).unwrap(),
+            &at(3 << 20, 512)[..]
+        );
+        // Outside every run: refused, the disk is not asked.
+        assert!(w.get(&mut disk, 2 << 20, 10).is_err());
+        assert_eq!(w.reads, 3);
     }
 
     #[test]
