@@ -356,7 +356,10 @@ fn enter(
         at,
         table,
         busy,
-        (&mut window, scratch, true),
+        // Checked again as each chunk is placed: the soak once saw a chunk whose bytes in
+        // the read buffer did not match the (clean) store; a buffer changed after the first
+        // check must reset the PC, not restore damaged pages.
+        (&mut window, scratch, false),
         |_: &mut EfiDisks| {
             if virtual_map.is_empty() {
                 return Ok(());
