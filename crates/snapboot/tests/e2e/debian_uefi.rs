@@ -62,6 +62,42 @@ fn restorer_session(b: &bundle::Bundle, disk: &Path, mem_mib: Option<u32>) -> bo
     board::qemu::Session::start(b, &o).unwrap()
 }
 
+/// Follows a boot of the EFI restorer that restores (boot number `boot` of the image): it
+/// takes the image, the system comes back with the service's state, clock and fresh RNG
+/// (`expected`: the state's checksum), the restorer set the image kernel's runtime map, and
+/// EFI variables are read and written through it. Returns the RNG's answer and the timeline.
+fn restorer_restores(
+    mut s: board::qemu::Session,
+    boot: usize,
+    expected: &str,
+) -> (String, boottrace::Timeline) {
+    expect_grub_entry(&mut s, "snapboot-restorer");
+    let verdict = expect(
+        &mut s,
+        r"snapboot-restorer: (image checked|refused|image-refused)",
+        "the EFI restorer's verdict",
+        120,
+    );
+    assert!(
+        verdict.contains("image checked: current"),
+        "boot {boot}: the EFI restorer did not take the image: {verdict}"
+    );
+    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
+    let random = check_restored_app(&mut s, boot, expected);
+    assert_efi_variables(
+        &mut s,
+        &format!("boot {boot}, restored by the EFI restorer"),
+    );
+    let tl = s.finish(boottrace::Outcome::Answered);
+    assert!(
+        tl.lines.iter().any(|l| l
+            .text
+            .contains("snapboot-restorer: runtime services in virtual mode")),
+        "boot {boot}: the EFI restorer did not set the image kernel's runtime map"
+    );
+    (random, tl)
+}
+
 /// Follows a boot of the EFI restorer that refuses: the reason (matching `why`) on the
 /// console before it leaves boot services, then GRUB's fallback, the stock kernel, whose
 /// own resume refuses too (`stock_why`) or is not waited for (`None`).
@@ -290,32 +326,8 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // 3c. The EFI restorer as GRUB's default entry: no kernel before the image, the store
     // found through the firmware's Block I/O by the config file's PARTLABEL, every chunk
     // read and checked before it leaves boot services; the system comes back as it was.
-    let mut s = restorer_session(&b, &store, None);
-    expect_grub_entry(&mut s, "snapboot-restorer");
-    let verdict = expect(
-        &mut s,
-        r"snapboot-restorer: (image checked|refused|image-refused)",
-        "the EFI restorer's verdict",
-        120,
-    );
-    assert!(
-        verdict.contains("image checked: current"),
-        "the EFI restorer did not take the image: {verdict}"
-    );
-    expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
-    check_restored_app(&mut s, 3, &expected);
-    // The firmware's runtime services in the image kernel's virtual mode: the restorer set
-    // the map capture recorded.
-    let svam = s.timeline().lines.iter().any(|l| {
-        l.text
-            .contains("snapboot-restorer: runtime services in virtual mode")
-    });
-    assert!(
-        svam,
-        "the EFI restorer did not set the image kernel's runtime map"
-    );
-    assert_efi_variables(&mut s, "restored by the EFI restorer");
-    s.finish(boottrace::Outcome::Answered);
+    let s = restorer_session(&b, &store, None);
+    restorer_restores(s, 3, &expected);
 
     // 3d. The same disk on a PC with another RAM size: the firmware's memory map is not the
     // image kernel's; the restorer refuses before it leaves the firmware, and GRUB boots
@@ -395,28 +407,9 @@ fn efi_restorer_restores_debian_repeatedly_with_efi_variables() {
     let mut randoms = Vec::new();
     for round in 0..rounds {
         let started = std::time::Instant::now();
-        let mut s = restorer_session(&b, &disk, None);
-        expect_grub_entry(&mut s, "snapboot-restorer");
-        let verdict = expect(
-            &mut s,
-            r"snapboot-restorer: (image checked|refused|image-refused)",
-            "the EFI restorer's verdict",
-            120,
-        );
-        assert!(
-            verdict.contains("image checked"),
-            "round {round}: {verdict}"
-        );
-        expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
-        randoms.push(check_restored_app(&mut s, round, &expected));
-        assert_efi_variables(&mut s, &format!("EFI restorer round {round}"));
-        let tl = s.finish(boottrace::Outcome::Answered);
-        assert!(
-            tl.lines
-                .iter()
-                .any(|l| l.text.contains("runtime services in virtual mode")),
-            "round {round}: the runtime map was not set"
-        );
+        let s = restorer_session(&b, &disk, None);
+        let (random, tl) = restorer_restores(s, round, &expected);
+        randoms.push(random);
         eprintln!(
             "EFI restorer round {round}: TTI {:.2} s, {:.1} s wall",
             tl.tti.unwrap_or_default(),
