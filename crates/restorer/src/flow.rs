@@ -390,11 +390,34 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
         let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
             Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
         })?;
-        let stored = window
-            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
-            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
-        c.check_stored(store.catalog.check, stored)
-            .map_err(Refused::from)?;
+        let (offset, len) = (store.chunk_at(c)?, c.stored_len as usize);
+        let unreadable = |e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id));
+        let stored = window.get(disk, offset, len).map_err(unreadable)?;
+        let Err(damage) = c.check_stored(store.catalog.check, stored) else {
+            continue;
+        };
+        // Read once more on its own before calling the store damaged: a copy that reads
+        // right the second time replaces the buffer's, and the console says how the two
+        // differed (the soak once saw this on a clean store).
+        let start = offset - offset % restorer::disk::SECTOR;
+        let end = (offset + len as u64).next_multiple_of(restorer::disk::SECTOR);
+        let mut again = alloc::vec![0u8; (end - start) as usize];
+        disk.read(start, &mut again).map_err(unreadable)?;
+        let fresh = &again[(offset - start) as usize..][..len];
+        if c.check_stored(store.catalog.check, fresh).is_err() {
+            return Err(Refused::from(damage));
+        }
+        let held = window.held_mut(offset, len).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the read buffer", c.id))
+        })?;
+        let how = restorer::window::Mismatch::of(held, fresh);
+        say!(
+            "snapboot-restorer: chunk {} failed its checksum as read (buffer at {:#x}, disk byte {offset}, {len} bytes: {}) and read right again; the second copy is used",
+            c.id,
+            held.as_ptr() as usize,
+            how.map_or_else(|| "no byte differs now".into(), |m| m.to_string())
+        );
+        held.copy_from_slice(fresh);
     }
     Ok(())
 }

@@ -86,6 +86,21 @@ impl<'b> Window<'b> {
         Ok(())
     }
 
+    /// The bytes at `offset`, `len` of them, where a filled run holds them, to write: a
+    /// chunk read again over a copy the buffer holds wrongly.
+    pub fn held_mut(&mut self, offset: u64, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len as u64)?;
+        let mut at = 0u64;
+        for &(start, run) in &self.runs.0 {
+            if offset >= start && end <= start + run {
+                let from = (at + offset - start) as usize;
+                return self.buf.get_mut(from..from + len);
+            }
+            at += run;
+        }
+        None
+    }
+
     /// The `len` bytes at `offset` on `disk`, from the window when it holds them, else
     /// after refilling it from the sector holding `offset`. `len` must fit the window
     /// less one sector.
@@ -136,6 +151,65 @@ impl<'b> Window<'b> {
         }
         let at = (offset - self.start) as usize;
         Ok(&self.buf[at..at + len])
+    }
+}
+
+/// Where two copies of the same bytes differ: what the console reports when a chunk read
+/// into the window fails its checksum and reads right again (a bad read or a buffer
+/// written after the read tell themselves apart by the shape of this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The first differing byte.
+    pub first: usize,
+    /// The last differing byte.
+    pub last: usize,
+    /// How many bytes differ.
+    pub count: usize,
+    /// The 512-byte sectors (counted from the start of the copies) with a difference.
+    pub sectors: usize,
+}
+
+impl Mismatch {
+    /// The differences between `held` and `fresh` (of one length), if any.
+    pub fn of(held: &[u8], fresh: &[u8]) -> Option<Mismatch> {
+        let mut m: Option<Mismatch> = None;
+        let mut last_sector = usize::MAX;
+        for (i, _) in held
+            .iter()
+            .zip(fresh)
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+        {
+            let sector = i / SECTOR as usize;
+            let new_sector = usize::from(sector != last_sector);
+            last_sector = sector;
+            match &mut m {
+                None => {
+                    m = Some(Mismatch {
+                        first: i,
+                        last: i,
+                        count: 1,
+                        sectors: 1,
+                    })
+                }
+                Some(m) => {
+                    m.last = i;
+                    m.count += 1;
+                    m.sectors += new_sector;
+                }
+            }
+        }
+        m
+    }
+}
+
+impl core::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "{} bytes differ in {} sectors, bytes {}..={}",
+            self.count, self.sectors, self.first, self.last
+        )
     }
 }
 
@@ -201,6 +275,11 @@ mod tests {
         // Outside every run: refused, the disk is not asked.
         assert!(w.get(&mut disk, 2 << 20, 10).is_err());
         assert_eq!(w.reads, 3);
+        // A held stretch is writable where it lies; one past a run's end is not held.
+        w.held_mut(600, 100).unwrap().fill(0xee);
+        assert_eq!(w.get(&mut disk, 600, 100).unwrap(), &[0xee; 100][..]);
+        assert_eq!(w.get(&mut disk, 500, 100).unwrap(), &at(500, 100)[..]);
+        assert!(w.held_mut(1000, 100).is_none());
     }
 
     #[test]
@@ -218,5 +297,29 @@ mod tests {
             w.get(&mut disk, 8000, 500),
             Err(DiskError::Range { .. })
         ));
+    }
+
+    #[test]
+    fn mismatches_say_where_and_how_much() {
+        let a = vec![0u8; 2048];
+        assert_eq!(Mismatch::of(&a, &a), None);
+        let mut b = a.clone();
+        b[10] = 1;
+        b[11] = 1;
+        b[1500] = 9;
+        let m = Mismatch::of(&a, &b).unwrap();
+        assert_eq!(
+            m,
+            Mismatch {
+                first: 10,
+                last: 1500,
+                count: 3,
+                sectors: 2
+            }
+        );
+        assert_eq!(
+            m.to_string(),
+            "3 bytes differ in 2 sectors, bytes 10..=1500"
+        );
     }
 }

@@ -21,8 +21,9 @@ use restorer::disk::{check_read, Disk, DiskError, DiskMut, Span};
 use restorer::efimap::Descriptor;
 
 // The entry: save the firmware's callee-saved registers and stack, switch to the
-// restorer's stack, call `efi_start(image, system_table)` (both still in %rcx and %rdx, the
-// EFI calling convention), and return its status on the firmware's stack. `efi_bail`
+// restorer's stack, turn interrupts off ([`firmware_call`] says why), call
+// `efi_start(image, system_table)` (both still in %rcx and %rdx, the EFI calling
+// convention), and return its status on the firmware's stack with interrupts on again. `efi_bail`
 // returns from `efi_main` with the status in %rcx from anywhere (a panic before the
 // restorer left boot services).
 global_asm!(
@@ -41,9 +42,11 @@ efi_main:
     mov %rsp, efi_firmware_rsp(%rip)
     lea efi_stack_top(%rip), %rsp
     sub $32, %rsp
+    cli
     call efi_start
 efi_return:
     mov efi_firmware_rsp(%rip), %rsp
+    sti
     pop %r15
     pop %r14
     pop %r13
@@ -109,6 +112,30 @@ fn check(call: &'static str, s: efi::Status) -> Result<(), EfiError> {
     } else {
         Ok(())
     }
+}
+
+/// Runs `call`, a call into boot services, with interrupts on, and turns them off again
+/// when it returns.
+///
+/// The restorer is built for the x86_64 System V ABI, whose functions that call nothing
+/// may keep data in the 128 bytes below the stack pointer (the red zone); the precompiled
+/// `core` does too. The firmware's timer interrupt, taken on the restorer's stack while
+/// boot services run, writes exactly there: the EFI soak lost a catalog checksum that way
+/// (`checksum mismatch in chunk 441` on a clean store, twice read, 1 restore in 15). So the
+/// restorer's own code runs with interrupts off (the entry turns them off) and the firmware
+/// gets them only inside its calls, whose frames (calls in them) keep nothing below the
+/// stack pointer. Once boot services are gone they stay off.
+fn firmware_call<R>(call: impl FnOnce() -> R) -> R {
+    if !boot_services_running() {
+        return call();
+    }
+    // SAFETY: setting the interrupt flag while boot services run, as the firmware expects
+    // at TPL_APPLICATION; this frame calls out, so nothing live lies below the stack.
+    unsafe { asm!("sti", options(nomem, nostack)) };
+    let r = call();
+    // SAFETY: clearing the interrupt flag: the restorer's code runs without interrupts.
+    unsafe { asm!("cli", options(nomem, nostack)) };
+    r
 }
 
 /// Whether boot services still run (cleared by [`Firmware::exit`]): the Block I/O disks
@@ -196,7 +223,7 @@ impl Firmware {
         let mut p: *mut c_void = core::ptr::null_mut();
         let mut g = *guid;
         // The firmware: HandleProtocol with a valid handle and GUID, writing one pointer.
-        let s = (self.bs().handle_protocol)(handle, &mut g, &mut p);
+        let s = firmware_call(|| (self.bs().handle_protocol)(handle, &mut g, &mut p));
         check("HandleProtocol", s)?;
         Ok(p.cast())
     }
@@ -233,8 +260,9 @@ impl Firmware {
     pub fn allocate_below_4g(&self, pages: usize) -> Result<u64, EfiError> {
         let mut at: efi::PhysicalAddress = 0xffff_ffff;
         // The firmware: AllocatePages writing the address of the pages it hands out.
-        let s =
-            (self.bs().allocate_pages)(efi::ALLOCATE_MAX_ADDRESS, efi::LOADER_DATA, pages, &mut at);
+        let s = firmware_call(|| {
+            (self.bs().allocate_pages)(efi::ALLOCATE_MAX_ADDRESS, efi::LOADER_DATA, pages, &mut at)
+        });
         check("AllocatePages", s)?;
         Ok(at)
     }
@@ -242,7 +270,7 @@ impl Firmware {
     /// Gives back pages of [`Firmware::allocate_below_4g`].
     pub fn free(&self, at: u64, pages: usize) {
         // The firmware: pages this program allocated and no longer uses.
-        let _ = (self.bs().free_pages)(at, pages);
+        let _ = firmware_call(|| (self.bs().free_pages)(at, pages));
     }
 
     /// The memory map now, read into a buffer of the restorer's heap (which changes
@@ -251,26 +279,30 @@ impl Firmware {
         let mut size = 0usize;
         let (mut key, mut dsize, mut version) = (0usize, 0usize, 0u32);
         // The firmware: a first call with no buffer asks for the size.
-        let s = (self.bs().get_memory_map)(
-            &mut size,
-            core::ptr::null_mut(),
-            &mut key,
-            &mut dsize,
-            &mut version,
-        );
+        let s = firmware_call(|| {
+            (self.bs().get_memory_map)(
+                &mut size,
+                core::ptr::null_mut(),
+                &mut key,
+                &mut dsize,
+                &mut version,
+            )
+        });
         if s != efi::Status::BUFFER_TOO_SMALL {
             check("GetMemoryMap", s)?;
         }
         let mut buf: Vec<u64> = alloc::vec![0; (size + 16 * 64) / 8 + 1];
         let mut len = buf.len() * 8;
         // The firmware: GetMemoryMap into `buf`, `len` bytes, 8-aligned.
-        let s = (self.bs().get_memory_map)(
-            &mut len,
-            buf.as_mut_ptr().cast(),
-            &mut key,
-            &mut dsize,
-            &mut version,
-        );
+        let s = firmware_call(|| {
+            (self.bs().get_memory_map)(
+                &mut len,
+                buf.as_mut_ptr().cast(),
+                &mut key,
+                &mut dsize,
+                &mut version,
+            )
+        });
         check("GetMemoryMap", s)?;
         let stride = dsize.max(core::mem::size_of::<efi::MemoryDescriptor>());
         let bytes = buf.as_ptr().cast::<u8>();
@@ -304,13 +336,15 @@ impl Firmware {
         let mut handles: *mut efi::Handle = core::ptr::null_mut();
         let mut guid = block_io::PROTOCOL_GUID;
         // The firmware: LocateHandleBuffer by protocol, writing a pool buffer of `n` handles.
-        let s = (self.bs().locate_handle_buffer)(
-            efi::BY_PROTOCOL,
-            &mut guid,
-            core::ptr::null_mut(),
-            &mut n,
-            &mut handles,
-        );
+        let s = firmware_call(|| {
+            (self.bs().locate_handle_buffer)(
+                efi::BY_PROTOCOL,
+                &mut guid,
+                core::ptr::null_mut(),
+                &mut n,
+                &mut handles,
+            )
+        });
         check("LocateHandleBuffer(Block I/O)", s)?;
         let mut out = Vec::new();
         for i in 0..n {
@@ -339,7 +373,7 @@ impl Firmware {
             });
         }
         // The firmware: the pool buffer LocateHandleBuffer allocated.
-        let _ = (self.bs().free_pool)(handles.cast());
+        let _ = firmware_call(|| (self.bs().free_pool)(handles.cast()));
         Ok(out)
     }
 
@@ -349,12 +383,12 @@ impl Firmware {
     /// physical mode.
     pub fn exit(self, key: usize) -> Result<Runtime, (Firmware, EfiError)> {
         // The firmware: ExitBootServices with this image's handle and the latest map key.
-        let mut s = (self.bs().exit_boot_services)(self.image, key);
+        let mut s = firmware_call(|| (self.bs().exit_boot_services)(self.image, key));
         if s == efi::Status::INVALID_PARAMETER {
             // The map changed (an event allocated memory): read it again, and try once more.
             match self.memory_map() {
                 // The firmware: as above, with the new key.
-                Ok(m) => s = (self.bs().exit_boot_services)(self.image, m.key),
+                Ok(m) => s = firmware_call(|| (self.bs().exit_boot_services)(self.image, m.key)),
                 Err(e) => return Err((self, e)),
             }
         }
@@ -545,10 +579,10 @@ impl Disk for BlockDisk {
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         let at = self.request(offset, buf.len(), false)?;
         let (io, media, len) = (self.io, self.media, buf.len());
-        // SAFETY: ReadBlocks of whole 512-byte blocks inside the disk into an aligned
-        // buffer of `len` bytes, boot services running (checked in `request`).
-        let s = self.aligned(buf, false, |p| unsafe {
-            ((*io).read_blocks)(io, media, at / 512, len, p)
+        let s = self.aligned(buf, false, |p| {
+            // SAFETY: ReadBlocks of whole 512-byte blocks inside the disk into an aligned
+            // buffer of `len` bytes, boot services running (checked in `request`).
+            firmware_call(|| unsafe { ((*io).read_blocks)(io, media, at / 512, len, p) })
         });
         if s.is_error() {
             return Err(device_error(at, s));
@@ -562,10 +596,10 @@ impl DiskMut for BlockDisk {
         let at = self.request(offset, buf.len(), true)?;
         let (io, media, len) = (self.io, self.media, buf.len());
         let mut copy = buf.to_vec();
-        // SAFETY: WriteBlocks of whole blocks inside the disk from an aligned buffer of
-        // `len` bytes, boot services running.
-        let s = self.aligned(&mut copy, true, |p| unsafe {
-            ((*io).write_blocks)(io, media, at / 512, len, p)
+        let s = self.aligned(&mut copy, true, |p| {
+            // SAFETY: WriteBlocks of whole blocks inside the disk from an aligned buffer of
+            // `len` bytes, boot services running.
+            firmware_call(|| unsafe { ((*io).write_blocks)(io, media, at / 512, len, p) })
         });
         if s.is_error() {
             return Err(device_error(at, s));
@@ -578,7 +612,7 @@ impl DiskMut for BlockDisk {
             return Err(DiskError::Closed);
         }
         // SAFETY: FlushBlocks on the firmware's protocol, boot services running.
-        let s = unsafe { ((*self.io).flush_blocks)(self.io) };
+        let s = firmware_call(|| unsafe { ((*self.io).flush_blocks)(self.io) });
         if s.is_error() {
             return Err(device_error(0, s));
         }
