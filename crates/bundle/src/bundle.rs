@@ -240,10 +240,15 @@ impl Bundle {
         let tmp = self.dir.join("coldkernel.pack.tmp");
         let f = fs::File::create(&tmp).map_err(io(&tmp))?;
         let mut w = std::io::BufWriter::new(f);
-        kernelpack::write(&mut w, &kernel, &initrd).map_err(|source| BundleError::Pack {
-            path: pack.clone(),
-            source,
-        })?;
+        // The restorer's summary of the initramfs rides in the pack (an initramfs it
+        // cannot read has none: the restorer then reads it and says why it cannot).
+        let summary = restorer::stockinit::summary(&initrd).ok();
+        kernelpack::write_with_summary(&mut w, &kernel, &initrd, summary.as_deref()).map_err(
+            |source| BundleError::Pack {
+                path: pack.clone(),
+                source,
+            },
+        )?;
         let f = w.into_inner().map_err(|e| BundleError::Io {
             path: tmp.clone(),
             source: e.into_error(),

@@ -89,6 +89,11 @@ pub enum PackError {
         max: u64,
     },
     /// A payload does not match its checksum.
+    #[error(
+        "kernel pack header is inconsistent: initramfs summary at {at:#x}, before the \
+         initramfs's end {initrd_end:#x} or not on a 4096-byte boundary"
+    )]
+    SummaryLayout { at: u64, initrd_end: u64 },
     #[error("kernel pack {what} checksum mismatch")]
     Checksum {
         /// Kernel or initramfs.
@@ -164,6 +169,9 @@ pub enum Payload {
     Kernel,
     /// Its initramfs.
     Initramfs,
+    /// What the restorer takes from the initramfs, taken out when the pack was written
+    /// (optional: the restorer reads the initramfs itself without it).
+    Summary,
 }
 
 impl Payload {
@@ -172,6 +180,7 @@ impl Payload {
         match self {
             Payload::Kernel => "kernel",
             Payload::Initramfs => "initramfs",
+            Payload::Summary => "initramfs summary",
         }
     }
 }
@@ -193,7 +202,14 @@ pub struct Header {
     pub initrd_hash: [u8; 32],
     /// The kernel's release.
     pub release: Release,
+    /// Where the initramfs summary starts (after the initramfs), its length (0: the pack
+    /// has none) and its BLAKE3.
+    pub summary: (u64, u64, [u8; 32]),
 }
+
+/// The most bytes an initramfs summary may take.
+pub const MAX_SUMMARY: u64 = 1 << 20;
+const SUMMARY_AT: usize = 0xB0;
 
 /// `len` rounded up to whole header lengths (payloads start on them).
 pub(crate) fn padded(len: u64) -> u64 {
@@ -219,6 +235,10 @@ impl Header {
         b[0x50..0x70].copy_from_slice(&self.initrd_hash);
         let r = self.release.as_str().as_bytes();
         b[RELEASE_AT..RELEASE_AT + r.len()].copy_from_slice(r);
+        let (at, len, hash) = self.summary;
+        b[SUMMARY_AT..SUMMARY_AT + 8].copy_from_slice(&at.to_le_bytes());
+        b[SUMMARY_AT + 8..SUMMARY_AT + 16].copy_from_slice(&len.to_le_bytes());
+        b[SUMMARY_AT + 16..SUMMARY_AT + 48].copy_from_slice(&hash);
         let h = blake3::hash(&b[..HASH_AT]);
         b[HASH_AT..].copy_from_slice(h.as_bytes());
         b
@@ -250,6 +270,13 @@ impl Header {
             kernel_hash: b[0x30..0x50].try_into().unwrap_or_default(),
             initrd_hash: b[0x50..0x70].try_into().unwrap_or_default(),
             release: Release::from_field(&b[RELEASE_AT..RELEASE_AT + RELEASE_LEN]),
+            summary: (
+                u64_at(SUMMARY_AT),
+                u64_at(SUMMARY_AT + 8),
+                b[SUMMARY_AT + 16..SUMMARY_AT + 48]
+                    .try_into()
+                    .unwrap_or_default(),
+            ),
         };
         if u32_at(12) as usize != HEADER_LEN {
             return Err(PackError::HeaderLength(u32_at(12)));
@@ -257,6 +284,7 @@ impl Header {
         for (what, len, max) in [
             ("kernel", h.kernel_len, MAX_KERNEL),
             ("initramfs", h.initrd_len, MAX_INITRD),
+            ("initramfs summary", h.summary.1, MAX_SUMMARY),
         ] {
             if len > max {
                 return Err(PackError::TooLarge { what, len, max });
@@ -273,12 +301,31 @@ impl Header {
                 initrd_offset: h.initrd_offset,
             });
         }
+        let initrd_end = h.initrd_offset + padded(h.initrd_len);
+        let summary_ok = h.summary.0 >= initrd_end
+            && h.summary.0.is_multiple_of(HEADER_LEN as u64)
+            && h.summary.0.checked_add(padded(h.summary.1)).is_some();
+        if h.summary.1 > 0 && !summary_ok {
+            return Err(PackError::SummaryLayout {
+                at: h.summary.0,
+                initrd_end,
+            });
+        }
         Ok(h)
     }
 
     /// Bytes the whole pack takes.
     pub fn total_len(&self) -> u64 {
-        self.initrd_offset + padded(self.initrd_len)
+        let initrd_end = self.initrd_offset + padded(self.initrd_len);
+        match self.summary {
+            (at, len, _) if len > 0 => at + padded(len),
+            _ => initrd_end,
+        }
+    }
+
+    /// Whether the pack carries an initramfs summary.
+    pub fn has_summary(&self) -> bool {
+        self.summary.1 > 0
     }
 
     /// Where `p` starts in the pack.
@@ -286,6 +333,7 @@ impl Header {
         match p {
             Payload::Kernel => self.kernel_offset,
             Payload::Initramfs => self.initrd_offset,
+            Payload::Summary => self.summary.0,
         }
     }
 
@@ -294,6 +342,7 @@ impl Header {
         match p {
             Payload::Kernel => self.kernel_len,
             Payload::Initramfs => self.initrd_len,
+            Payload::Summary => self.summary.1,
         }
     }
 
@@ -311,6 +360,7 @@ impl Header {
         let want = match p {
             Payload::Kernel => &self.kernel_hash,
             Payload::Initramfs => &self.initrd_hash,
+            Payload::Summary => &self.summary.2,
         };
         if h.finalize().as_bytes() != want {
             return Err(PackError::Checksum { what: p.name() });

@@ -19,10 +19,21 @@
 //! 0x030     32  BLAKE3 of the kernel
 //! 0x050     32  BLAKE3 of the initramfs
 //! 0x070     64  the kernel's release (bzImage: setup header; Image: banner), NUL-padded
-//! 0x0B0  ....   zero
+//! 0x0B0      8  initramfs summary offset (a multiple of 4096, after the initramfs)
+//! 0x0B8      8  initramfs summary length in bytes (0: the pack has none)
+//! 0x0C0     32  BLAKE3 of the initramfs summary
+//! 0x0E0  ....   zero
 //! 0xFE0     32  BLAKE3 of bytes 0x000..0xFE0
-//! 0x1000 ....   kernel, zero padding to 4096, initramfs, zero padding to 4096
+//! 0x1000 ....   kernel, zero padding to 4096, initramfs, zero padding to 4096,
+//!               initramfs summary, zero padding to 4096
 //! ```
+//!
+//! The initramfs summary is what the freestanding restorer takes from the initramfs (its
+//! settings file, public key and boot setup: the `restorer` crate's `stockinit`), taken out
+//! when the pack is written, so the restorer does not unpack the initramfs at every boot
+//! (a second under TCG). It is as trustworthy as the initramfs beside it: the same writer,
+//! the same header; a pack without one (all zero, as version 1 packs before it) has the
+//! restorer read the initramfs itself.
 //!
 //! Reading checks the magic, then the version, then the header checksum, caps both lengths
 //! before allocating, and checks each payload's BLAKE3: a pack that fails any check is never
@@ -45,11 +56,11 @@ mod rw;
 
 pub use bzimage::{bzimage_release, bzimage_version, uname_of, SetupError, VERSION_HEAD};
 pub use header::{
-    Header, PackError, Payload, Release, HEADER_LEN, MAGIC, MAX_INITRD, MAX_KERNEL, RELEASE_LEN,
-    VERSION,
+    Header, PackError, Payload, Release, HEADER_LEN, MAGIC, MAX_INITRD, MAX_KERNEL, MAX_SUMMARY,
+    RELEASE_LEN, VERSION,
 };
 #[cfg(feature = "std")]
-pub use rw::{is_static_elf, kernel_release, read, write, Pack};
+pub use rw::{is_static_elf, kernel_release, read, write, write_with_summary, Pack};
 
 #[cfg(test)]
 mod tests;

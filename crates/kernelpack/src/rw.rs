@@ -2,7 +2,7 @@
 //! needs `std`; the restorer reads packs with [`crate::Header`] alone).
 
 use crate::header::{
-    padded, Header, PackError, Payload, Release, HEADER_LEN, MAX_INITRD, MAX_KERNEL,
+    padded, Header, PackError, Payload, Release, HEADER_LEN, MAX_INITRD, MAX_KERNEL, MAX_SUMMARY,
 };
 use std::io::{Read, Seek, SeekFrom, Write};
 
@@ -63,13 +63,34 @@ impl Header {
             kernel_hash: *blake3::hash(kernel).as_bytes(),
             initrd_hash: *blake3::hash(initrd).as_bytes(),
             release: Release::new(&release),
+            summary: (0, 0, [0; 32]),
         })
     }
 }
 
 /// Writes a pack of `kernel` (a bzImage) and `initrd`; returns its header.
-pub fn write<W: Write>(mut w: W, kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
-    let h = Header::new(kernel, initrd)?;
+pub fn write<W: Write>(w: W, kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
+    write_with_summary(w, kernel, initrd, None)
+}
+
+/// Writes a pack of `kernel`, `initrd` and, after them, the restorer's `summary` of the
+/// initramfs (the `restorer` crate's `stockinit::summary` makes it); returns its header.
+pub fn write_with_summary<W: Write>(
+    mut w: W,
+    kernel: &[u8],
+    initrd: &[u8],
+    summary: Option<&[u8]>,
+) -> Result<Header, PackError> {
+    let mut h = Header::new(kernel, initrd)?;
+    if let Some(s) = summary {
+        let len = s.len() as u64;
+        if len > MAX_SUMMARY {
+            let (what, max) = ("initramfs summary", MAX_SUMMARY);
+            return Err(PackError::TooLarge { what, len, max });
+        }
+        let at = h.initrd_offset + padded(h.initrd_len);
+        h.summary = (at, len, *blake3::hash(s).as_bytes());
+    }
     let pad = |len: u64| vec![0u8; (padded(len) - len) as usize];
     w.write_all(&h.encode()).map_err(io("writing the header"))?;
     w.write_all(kernel).map_err(io("writing the kernel"))?;
@@ -78,6 +99,12 @@ pub fn write<W: Write>(mut w: W, kernel: &[u8], initrd: &[u8]) -> Result<Header,
     w.write_all(initrd).map_err(io("writing the initramfs"))?;
     w.write_all(&pad(h.initrd_len))
         .map_err(io("writing the initramfs"))?;
+    if let Some(s) = summary {
+        w.write_all(s)
+            .map_err(io("writing the initramfs summary"))?;
+        w.write_all(&pad(h.summary.1))
+            .map_err(io("writing the initramfs summary"))?;
+    }
     w.flush().map_err(io("writing the pack"))?;
     Ok(h)
 }
@@ -91,6 +118,8 @@ pub struct Pack {
     pub kernel: Vec<u8>,
     /// The initramfs.
     pub initrd: Vec<u8>,
+    /// The restorer's summary of the initramfs, if the pack carries one.
+    pub summary: Option<Vec<u8>>,
 }
 
 fn read_payload<R: Read + Seek>(r: &mut R, h: &Header, p: Payload) -> Result<Vec<u8>, PackError> {
@@ -129,10 +158,16 @@ pub fn read<R: Read + Seek>(mut r: R) -> Result<Pack, PackError> {
     let header = Header::decode(&block)?;
     let kernel = read_payload(&mut r, &header, Payload::Kernel)?;
     let initrd = read_payload(&mut r, &header, Payload::Initramfs)?;
+    let summary = if header.has_summary() {
+        Some(read_payload(&mut r, &header, Payload::Summary)?)
+    } else {
+        None
+    };
     Ok(Pack {
         header,
         kernel,
         initrd,
+        summary,
     })
 }
 

@@ -200,3 +200,45 @@ fn a_bzimage_packs_with_the_release_its_setup_header_names() {
         Err(PackError::NotAKernel)
     ));
 }
+
+/// A summary goes after the initramfs, on a block of its own, named and checked by the
+/// header; packs without one read as before, and a damaged one is caught.
+#[test]
+fn a_summary_rides_after_the_initramfs() {
+    let k = bzimage("6.1.0-56-amd64", 5000);
+    let mut bytes = Vec::new();
+    let h = write_with_summary(&mut bytes, &k, b"initramfs", Some(b"the summary")).unwrap();
+    assert!(h.has_summary());
+    assert_eq!(h.offset(Payload::Summary), h.initrd_offset + 4096);
+    assert_eq!(bytes.len() as u64, h.total_len());
+    let p = read(Cursor::new(&bytes)).unwrap();
+    assert_eq!(p.summary.as_deref(), Some(&b"the summary"[..]));
+    assert_eq!(p.initrd, b"initramfs");
+
+    let plain = packed(&k, b"initramfs");
+    let p = read(Cursor::new(&plain)).unwrap();
+    assert!(!p.header.has_summary() && p.summary.is_none());
+    assert_eq!(plain.len() as u64, p.header.total_len());
+
+    let mut bad = bytes.clone();
+    let at = h.summary.0 as usize;
+    bad[at] ^= 1;
+    assert!(matches!(
+        read(Cursor::new(&bad)),
+        Err(PackError::Checksum {
+            what: "initramfs summary"
+        })
+    ));
+    // A summary said to lie inside the initramfs is refused before anything is read.
+    let mut h2 = h.clone();
+    h2.summary.0 = h.initrd_offset;
+    assert!(matches!(
+        Header::decode(&h2.encode()),
+        Err(PackError::SummaryLayout { .. })
+    ));
+    let big = vec![0u8; (MAX_SUMMARY + 1) as usize];
+    assert!(matches!(
+        write_with_summary(Vec::new(), &k, b"i", Some(&big)),
+        Err(PackError::TooLarge { .. })
+    ));
+}

@@ -40,8 +40,8 @@ use restorer::window::{Runs, Window};
 use storelayout::SlotWrite;
 
 /// The heap's bytes, the most first: the kernel pack's initramfs and its unpacked files,
-/// the catalog, the page plan and the chunk buffer. What the checks left unused is given
-/// back before the image is read ([`HEAP_SLACK`] kept), so fewer image pages land on it.
+/// the catalog, the page plan and the chunk buffer. What the checks left unused
+/// ([`HEAP_SLACK`] kept) is free RAM for the image's pages once boot services are gone.
 const HEAP_TRIES: [u64; 3] = [256 << 20, 128 << 20, 64 << 20];
 /// Heap kept beyond its top once an image passed its checks, for what is allocated after
 /// (the memory map, the virtual address map, the checks of another image if this one
@@ -237,15 +237,15 @@ fn enter(
     (program, heap): ((u64, u64), (u64, u64)),
     scratch: &mut [u8],
 ) -> (Firmware, Refused) {
-    // The image passed its checks: give back the heap they left unused, so fewer of its
-    // pages land on the heap and wait for the last copy.
+    // The image passed its checks: the heap ends a little above what they used, so its
+    // pages after that are free RAM for the image once boot services are gone. They are
+    // given back to the firmware only if it has no room for the read buffer without them:
+    // OVMF takes 0.6 s under TCG to free 200 MiB, a sixth of the restorer's time.
+    let old_end = heap::end();
     let heap_end = (heap::top() + HEAP_SLACK)
         .next_multiple_of(PAGE)
-        .min(heap.1);
-    if heap_end < heap.1 {
-        heap::shrink_to(heap_end);
-        fw.free(heap_end, ((heap.1 - heap_end) / PAGE) as usize);
-    }
+        .clamp(heap.0, old_end);
+    heap::shrink_to(heap_end);
     let heap = (heap.0, heap_end);
     let runs = match chunk_runs(store, chosen) {
         Ok(r) => r,
@@ -253,7 +253,14 @@ fn enter(
     };
     let (bytes, count) = (runs.bytes(), runs.0.len());
     let pages = (bytes / PAGE + 1) as usize;
-    let buf_at = match fw.allocate_below_4g(pages) {
+    let allocated = fw.allocate_below_4g(pages).or_else(|e| {
+        if heap_end >= old_end {
+            return Err(e);
+        }
+        fw.free(heap_end, ((old_end - heap_end) / PAGE) as usize);
+        fw.allocate_below_4g(pages)
+    });
+    let buf_at = match allocated {
         Ok(a) => a,
         Err(e) => {
             let why = Refused::NotPlaced(alloc::format!(

@@ -356,9 +356,28 @@ pub(crate) fn stock_init<S: Disks>(
     cmdline: &str,
 ) -> Result<restorer::stockinit::StockInit, NotRestored> {
     let count = disks.count();
+    use restorer::stockinit::{describe, StockInit, StockInitError, UNPACKED_LIMIT};
+    // The summary the pack's writer took out of the initramfs, when it has one: the same
+    // rules without unpacking the archive. One that cannot be read costs only the time:
+    // the archive is read instead.
+    match restorer::stockpack::stock_summary(disks, count, cmdline)
+        .map_err(|e| e.to_string())
+        .and_then(|s| {
+            s.map(|(b, hash)| StockInit::of_summary(&b, &hash).map_err(|e| e.to_string()))
+                .transpose()
+        }) {
+        Ok(Some(stock)) => {
+            say!(
+                "snapboot-restorer: the kernel pack's initramfs summary read: {}",
+                stock.trust.describe()
+            );
+            return Ok(stock);
+        }
+        Ok(None) => {}
+        Err(e) => say!("snapboot-restorer: {e}; reading the initramfs itself"),
+    }
     let bytes = restorer::stockpack::stock_initramfs(disks, count, cmdline)
         .map_err(|e| NotRestored::Initramfs(e.to_string()))?;
-    use restorer::stockinit::{describe, StockInit, StockInitError, UNPACKED_LIMIT};
     let not_read = |e: StockInitError| NotRestored::Initramfs(e.to_string());
     let root =
         initramfs::unpack_with_limit(&bytes, UNPACKED_LIMIT).map_err(|e| not_read(e.into()))?;

@@ -137,8 +137,13 @@ mod heap {
         NEXT.load(Ordering::Relaxed)
     }
 
-    /// Ends the heap at `end` (at or above its top): the EFI program gives the rest back to
-    /// the firmware.
+    /// Where the heap ends now.
+    #[cfg(feature = "efi")]
+    pub fn end() -> u64 {
+        END.load(Ordering::Relaxed)
+    }
+
+    /// Ends the heap at `end` (at or above its top): the EFI program stops using the rest.
     #[cfg(feature = "efi")]
     pub fn shrink_to(end: u64) {
         END.store(end.max(top()), Ordering::Relaxed);

@@ -204,6 +204,62 @@ pub fn stock_kernel<S: DiskSet>(
     }
 }
 
+/// Finds the pack and reads its header: where it is and what the header says.
+fn header<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    cmd: &str,
+) -> Result<(PackAt, Header), PackReadError> {
+    let mut head = alloc::vec![0u8; kernelpack::HEADER_LEN];
+    let at = locate(disks, count, cmd, &mut head)?;
+    let mut d = part(disks, &at)?;
+    read(&mut d, &at.name, "kernel pack header", 0, &mut head)?;
+    let h = Header::decode(&head).map_err(|error| PackReadError::Pack {
+        name: at.name.clone(),
+        error,
+    })?;
+    Ok((at, h))
+}
+
+/// Reads payload `p` of the pack at `at` whole and checks it against the header.
+fn payload<S: DiskSet>(
+    disks: &mut S,
+    at: &PackAt,
+    h: &Header,
+    p: Payload,
+) -> Result<Vec<u8>, PackReadError> {
+    let mut d = part(disks, at)?;
+    let len = h.len(p);
+    let mut bytes = alloc::vec![0u8; len.next_multiple_of(SECTOR) as usize];
+    read(&mut d, &at.name, p.name(), h.offset(p), &mut bytes)?;
+    bytes.truncate(len as usize);
+    h.check(p, [&bytes[..]])
+        .map_err(|error| PackReadError::Pack {
+            name: at.name.clone(),
+            error,
+        })?;
+    Ok(bytes)
+}
+
+/// A pack's initramfs summary and the BLAKE3 of the initramfs its header names.
+pub type Summary = (Vec<u8>, [u8; 32]);
+
+/// Reads the kernel pack's initramfs summary (`crate::stockinit`'s module docs), checked
+/// against the pack's header, with the initramfs BLAKE3 the header holds; `None` when the
+/// pack has none.
+pub fn stock_summary<S: DiskSet>(
+    disks: &mut S,
+    count: usize,
+    cmd: &str,
+) -> Result<Option<Summary>, PackReadError> {
+    let (at, h) = header(disks, count, cmd)?;
+    if !h.has_summary() {
+        return Ok(None);
+    }
+    let bytes = payload(disks, &at, &h, Payload::Summary)?;
+    Ok(Some((bytes, h.initrd_hash)))
+}
+
 /// Reads the kernel pack's initramfs whole: what the restorer takes its trust rule and boot
 /// setup from (`crate::stockinit`). Not checked against the pack's BLAKE3 here (some
 /// 0.12 s for the board's 8 MiB under TCG, at every restore): damage cannot make an image
@@ -216,20 +272,6 @@ pub fn stock_initramfs<S: DiskSet>(
     count: usize,
     cmd: &str,
 ) -> Result<Vec<u8>, PackReadError> {
-    let mut head = alloc::vec![0u8; kernelpack::HEADER_LEN];
-    let at = locate(disks, count, cmd, &mut head)?;
-    let mut d = part(disks, &at)?;
-    let name = at.name.as_str();
-    let pack_err = |error| PackReadError::Pack {
-        name: name.to_string(),
-        error,
-    };
-    read(&mut d, name, "kernel pack header", 0, &mut head)?;
-    let h = Header::decode(&head).map_err(pack_err)?;
-    let mut initrd = alloc::vec![0u8; h.initrd_len.next_multiple_of(SECTOR) as usize];
-    read(&mut d, name, "initramfs", h.initrd_offset, &mut initrd)?;
-    initrd.truncate(h.initrd_len as usize);
-    h.check(Payload::Initramfs, [&initrd[..]])
-        .map_err(pack_err)?;
-    Ok(initrd)
+    let (at, h) = header(disks, count, cmd)?;
+    payload(disks, &at, &h, Payload::Initramfs)
 }

@@ -28,14 +28,26 @@ pub enum KeyFileError {
 /// of the key it carries, or none; the restorer holds no device key, so encrypted images
 /// are never trusted by it (they are refused as sealed when read).
 pub fn of_initramfs(root: &Root) -> Result<Trust, KeyFileError> {
+    of_key_file(key_file(root)?)
+}
+
+/// The bytes of the initramfs's key file, if it has one.
+pub fn key_file<'r>(root: &'r Root) -> Result<Option<&'r [u8]>, KeyFileError> {
     let Some(e) = root.get(PUBLIC_KEY_PATH) else {
-        return Ok(Trust::ANY);
+        return Ok(None);
     };
     if e.kind() != Kind::Regular {
         return Err(KeyFileError::NotAFile(e.mode));
     }
-    let text =
-        core::str::from_utf8(e.data()).map_err(|_| KeyFileError::Format("not text".into()))?;
+    Ok(Some(e.data()))
+}
+
+/// The trust rule of a key file's bytes (`None`: the initramfs has none, any image).
+pub fn of_key_file(file: Option<&[u8]>) -> Result<Trust, KeyFileError> {
+    let Some(data) = file else {
+        return Ok(Trust::ANY);
+    };
+    let text = core::str::from_utf8(data).map_err(|_| KeyFileError::Format("not text".into()))?;
     let key = PublicKey::from_text(text).map_err(KeyFileError::Format)?;
     Ok(Trust {
         key: Some(key),

@@ -80,7 +80,19 @@ fn write(a: &WriteArgs) -> Result<ExitCode> {
         a.out.with_extension("pack-new")
     };
     let mut bytes = Vec::with_capacity(kernel.len() + initrd.len() + 3 * kernelpack::HEADER_LEN);
-    let header = kernelpack::write(&mut bytes, &kernel, &initrd)
+    // What the freestanding restorer takes from the initramfs, taken out once here so it
+    // does not unpack the archive at every boot.
+    let summary = match restorer::stockinit::summary(&initrd) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!(
+                "snapboot: {}: no initramfs summary in the pack ({e}); the restorer reads the initramfs itself",
+                a.initrd.display()
+            );
+            None
+        }
+    };
+    let header = kernelpack::write_with_summary(&mut bytes, &kernel, &initrd, summary.as_deref())
         .with_context(|| format!("packing {}", a.kernel.display()))?;
     if is_device {
         let room = device_bytes(&a.out)?;

@@ -204,8 +204,9 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
             .any(|l| l.contains("@image-refused") && l.contains("mine: the image is not signed")),
         "{console:#?}"
     );
-    // The restorer applies the same rule with the key in the kernel pack's initramfs, in
-    // resume's words, and checks the initramfs the image is bound to against the pack's.
+    // The restorer applies the same rule with the key in the kernel pack's initramfs (taken
+    // from the pack's initramfs summary), in resume's words, and checks the initramfs the
+    // image is bound to against the pack's.
     let unsigned =
         "the image is not signed (a public key is configured: only signed images restore)";
     let (level, console) = restorer_loglevel(&signed_bundle, &store, &["snapboot.image=mine"]);
@@ -214,7 +215,7 @@ fn a_signed_store_refuses_unsigned_and_tampered_images() {
         has_line(
             &console,
             &[
-                "snapboot-restorer: the kernel pack's initramfs read",
+                "snapboot-restorer: the kernel pack's initramfs summary read",
                 "images must be signed by key"
             ]
         ) && has_line(
