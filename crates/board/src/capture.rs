@@ -327,6 +327,7 @@ mod tests {
             disks: Vec::new(),
             tpm: None,
             boot_disk: None,
+            acpi_tables: Vec::new(),
             timeout: Duration::from_secs(1),
             echo: false,
         }

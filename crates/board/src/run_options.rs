@@ -111,6 +111,10 @@ pub struct RunOptions {
     /// none: the bundle's, read-only. The UEFI PC: its disk with the store partition
     /// (`crate::uefi`, made from the bundle's by a capture); none: the bundle's, no store.
     pub boot_disk: Option<PathBuf>,
+    /// ACPI tables the PC's firmware installs besides the machine's own (QEMU's
+    /// `-acpitable`, the files whole, headers included): a firmware whose memory map
+    /// differs, as after a firmware update or a changed setting (its ACPI memory grows).
+    pub acpi_tables: Vec<PathBuf>,
     /// Give up after this long.
     pub timeout: Duration,
     /// Copy console output to our stdout as it arrives.
@@ -132,6 +136,7 @@ impl RunOptions {
             disks: Vec::new(),
             tpm: None,
             boot_disk: None,
+            acpi_tables: Vec::new(),
             timeout: Duration::from_secs(300),
             echo: false,
         }
@@ -273,6 +278,9 @@ pub(crate) fn pc_machine(opts: &RunOptions) -> Command {
         c.args(["-cpu", "host"]);
     }
     memory_args(&mut c, opts);
+    for t in &opts.acpi_tables {
+        c.arg("-acpitable").arg(format!("file={}", t.display()));
+    }
     c.args(["-display", "none", "-no-reboot"]);
     c
 }

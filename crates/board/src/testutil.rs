@@ -46,6 +46,7 @@ pub fn opts() -> RunOptions {
         disks: Vec::new(),
         tpm: None,
         boot_disk: None,
+        acpi_tables: Vec::new(),
         timeout: Duration::from_secs(1),
         echo: false,
     }

@@ -363,10 +363,11 @@ fn enter(
         at,
         table,
         busy,
-        // Checked again as each chunk is placed: the soak once saw a chunk whose bytes in
-        // the read buffer did not match the (clean) store; a buffer changed after the first
-        // check must reset the PC, not restore damaged pages.
-        (&mut window, scratch, false),
+        // Every chunk was checked before the exit (`check_chunks`), and nothing but this
+        // code has run since: no interrupts, the firmware's drivers stopped by the exit.
+        // (The soak's checksum failures on a clean store were the firmware's timer writing
+        // into the red zone while boot services ran: `hw::efi::firmware_call`.)
+        (&mut window, scratch, true),
         |_: &mut EfiDisks| {
             if virtual_map.is_empty() {
                 return Ok(());

@@ -50,16 +50,33 @@ fn uefi_options(b: &bundle::Bundle, disk: &Path) -> board::RunOptions {
 }
 
 /// The UEFI PC booting `disk` with the EFI restorer as GRUB's default entry (the stock
-/// kernel's entry the fallback), with `mem_mib` of RAM when given.
-fn restorer_session(b: &bundle::Bundle, disk: &Path, mem_mib: Option<u32>) -> board::qemu::Session {
+/// kernel's entry the fallback), the PC changed by `change` (another RAM size, another
+/// firmware memory map).
+fn restorer_session(
+    b: &bundle::Bundle,
+    disk: &Path,
+    change: impl FnOnce(&mut board::RunOptions),
+) -> board::qemu::Session {
     let o = uefi_options(b, disk);
     let mut o =
         board::restorer_boot::restorer_options(b, &o, &crate::restorer::restorer_efi(), disk)
             .unwrap();
-    if let Some(m) = mem_mib {
-        o.mem_mib = m;
-    }
+    change(&mut o);
     board::qemu::Session::start(b, &o).unwrap()
+}
+
+/// An ACPI table of `bytes` bytes (signature `SBTS`, checksummed): given to the firmware it
+/// grows the ACPI memory in its map, as a firmware update or another setting would.
+fn acpi_table(path: &Path, bytes: usize) {
+    let mut t = vec![0u8; bytes];
+    t[0..4].copy_from_slice(b"SBTS");
+    t[4..8].copy_from_slice(&(bytes as u32).to_le_bytes());
+    t[8] = 1;
+    t[10..16].copy_from_slice(b"SNAPBT");
+    t[16..24].copy_from_slice(b"TESTMAP ");
+    let sum = t.iter().fold(0u8, |a, b| a.wrapping_add(*b));
+    t[9] = 0u8.wrapping_sub(sum);
+    std::fs::write(path, t).unwrap();
 }
 
 /// Follows a boot of the EFI restorer that restores (boot number `boot` of the image): it
@@ -335,14 +352,21 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // 3c. The EFI restorer as GRUB's default entry: no kernel before the image, the store
     // found through the firmware's Block I/O by the config file's PARTLABEL, every chunk
     // read and checked before it leaves boot services; the system comes back as it was.
-    let s = restorer_session(&b, &store, None);
+    let s = restorer_session(&b, &store, |_| {});
     restorer_restores(s, 3, &expected);
 
     // 3d. The same disk on a PC with another RAM size: the firmware's memory map is not the
     // image kernel's; the restorer refuses before it leaves the firmware, and GRUB boots
     // the stock kernel's entry.
     let mem = board::RunOptions::for_bundle(&b).mem_mib;
-    let s = restorer_session(&b, &store, Some(mem + 256));
+    let s = restorer_session(&b, &store, |o| o.mem_mib = mem + 256);
+    restorer_refuses(s, "the memory map differs", None);
+
+    // 3e. The same RAM under a firmware whose memory map differs (64 KiB more ACPI tables,
+    // as after a firmware update): refused before the exit, the stock kernel's entry.
+    let table = crate::common::home().join("test-uefi-acpi.bin");
+    acpi_table(&table, 64 << 10);
+    let s = restorer_session(&b, &store, |o| o.acpi_tables.push(table.clone()));
     restorer_refuses(s, "the memory map differs", None);
 
     // 4. A damaged image on GRUB's normal entry (the stock kernel): refused with the reason,
@@ -372,7 +396,7 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     // 4b. The damaged image from the EFI restorer: the chunk fails its checksum while the
     // firmware still runs, so the refusal goes back to GRUB, whose fallback entry (the
     // stock kernel) refuses it too.
-    let s = restorer_session(&b, &bad, None);
+    let s = restorer_session(&b, &bad, |_| {});
     let mismatch = format!("checksum mismatch in chunk {chunk}");
     restorer_refuses(s, &mismatch, Some(&mismatch));
 
@@ -416,7 +440,7 @@ fn efi_restorer_restores_debian_repeatedly_with_efi_variables() {
     let mut randoms = Vec::new();
     for round in 0..rounds {
         let started = std::time::Instant::now();
-        let s = restorer_session(&b, &disk, None);
+        let s = restorer_session(&b, &disk, |_| {});
         let (random, tl) = restorer_restores(s, round, &expected);
         randoms.push(random);
         eprintln!(
