@@ -141,6 +141,7 @@ mod tests {
             }],
             tpm: None,
             boot_disk: None,
+            acpi_tables: Vec::new(),
             timeout: Duration::from_secs(1),
             echo: false,
         };

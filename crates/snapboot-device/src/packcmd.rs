@@ -43,8 +43,21 @@ pub fn kernel_pack(cmd: KernelPackCmd) -> Result<ExitCode> {
         KernelPackCmd::Write(a) => write(&a),
         KernelPackCmd::Show { pack } => {
             let p = read(&pack)?;
+            let summary = match &p.summary {
+                Some(s) => {
+                    match restorer::stockinit::StockInit::of_summary(s, &p.header.initrd_hash) {
+                        Ok(stock) => format!(
+                            "its summary for the restorer {} bytes ({})",
+                            s.len(),
+                            stock.trust.describe()
+                        ),
+                        Err(e) => format!("{e}"),
+                    }
+                }
+                None => "no summary for the restorer (it reads the initramfs)".to_string(),
+            };
             println!(
-                "kernel pack {}: kernel {} ({} bytes), initramfs {} bytes, checked",
+                "kernel pack {}: kernel {} ({} bytes), initramfs {} bytes, {summary}; checked",
                 pack.display(),
                 p.header.release,
                 p.header.kernel_len,

@@ -362,10 +362,10 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let s = restorer_session(&b, &store, |o| o.mem_mib = mem + 256);
     restorer_refuses(s, "the memory map differs", None);
 
-    // 3e. The same RAM under a firmware whose memory map differs (64 KiB more ACPI tables,
+    // 3e. The same RAM under a firmware whose memory map differs (60 KiB more ACPI tables,
     // as after a firmware update): refused before the exit, the stock kernel's entry.
     let table = crate::common::home().join("test-uefi-acpi.bin");
-    acpi_table(&table, 64 << 10);
+    acpi_table(&table, 60 << 10);
     let s = restorer_session(&b, &store, |o| o.acpi_tables.push(table.clone()));
     restorer_refuses(s, "the memory map differs", None);
 

@@ -451,3 +451,76 @@ fn restorer_bench_shell() {
     eprintln!("stock-kernel restore:  {}", stats(&k));
     eprintln!("restorer restore:      {}", stats(&r));
 }
+
+/// A copy of the `shell` bundle (hard links) whose kernel pack is `pack(kernel, initrd)`.
+fn bundle_with_pack(name: &str, pack: impl FnOnce(&[u8], &[u8]) -> Vec<u8>) -> bundle::Bundle {
+    let from = bundle("shell");
+    let dir = crate::common::home().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (out, so, se) = run({
+        let mut c = Command::new("cp");
+        c.arg("-al").arg(&from).arg(&dir);
+        c
+    });
+    assert!(out.status.success(), "cp: {so}{se}");
+    let b = bundle::Bundle::load(&dir).unwrap();
+    let old = kernelpack::read(std::fs::File::open(b.kernel_pack()).unwrap()).unwrap();
+    let bytes = pack(&old.kernel, &old.initrd);
+    // A new file, not the linked one: the bundle's own pack stays as it is.
+    std::fs::remove_file(b.kernel_pack()).unwrap();
+    std::fs::write(b.kernel_pack(), bytes).unwrap();
+    b
+}
+
+/// The kernel pack's initramfs summary spares the restorer the archive; a pack without one
+/// (written before it existed) or with one of another initramfs still restores, the
+/// archive read instead and the console saying why.
+#[test]
+fn restorer_reads_the_initramfs_itself_when_the_pack_has_no_summary_or_a_wrong_one() {
+    let store = copy_store(&captured("shell"), "test-restorer-summary.store");
+    let lines = |b: &bundle::Bundle| -> Vec<String> {
+        let o = restorer_options(b, &store);
+        restore_once(b, &o)
+            .lines
+            .iter()
+            .map(|l| l.text.clone())
+            .filter(|l| l.contains("kernel pack's initramfs"))
+            .collect()
+    };
+    let b = bundle::Bundle::load(&bundle("shell")).unwrap();
+    let got = lines(&b);
+    assert!(
+        got.iter().any(|l| l.contains("initramfs summary read")),
+        "{got:?}"
+    );
+
+    let plain = bundle_with_pack("test-bundle-plain-pack", |k, i| {
+        let mut out = Vec::new();
+        kernelpack::write(&mut out, k, i).unwrap();
+        out
+    });
+    let got = lines(&plain);
+    assert!(
+        got.iter()
+            .any(|l| l.contains("the kernel pack's initramfs read (cpio")),
+        "{got:?}"
+    );
+
+    let wrong = bundle_with_pack("test-bundle-wrong-summary", |k, i| {
+        let mut i2 = i.to_vec();
+        i2.extend_from_slice(&[0u8; 4]);
+        // A summary of another initramfs than the pack's (the archive with padding after
+        // it hashes differently, and reads to the same root).
+        let summary = restorer::stockinit::summary(&i2).unwrap();
+        let mut out = Vec::new();
+        kernelpack::write_with_summary(&mut out, k, i, Some(&summary)).unwrap();
+        out
+    });
+    let got = lines(&wrong);
+    assert!(
+        got.iter().any(|l| l.contains(
+            "initramfs summary: taken from another initramfs than the pack's; reading the initramfs itself"
+        )) && got.iter().any(|l| l.contains("initramfs read (cpio")),
+        "{got:?}"
+    );
+}
