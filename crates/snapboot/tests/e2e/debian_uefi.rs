@@ -400,6 +400,16 @@ fn debian_on_uefi_captures_through_grubs_entry_once_and_restores() {
     let mismatch = format!("checksum mismatch in chunk {chunk}");
     restorer_refuses(s, &mismatch, Some(&mismatch));
 
+    // 4c. An image of another kernel build (its description names release 9.x, the kernel
+    // pack's kernel is 6.1): the EFI restorer refuses it by that field before the exit, and
+    // the stock kernel's resume in GRUB's fallback entry does too.
+    let foreign = copy_store(&store, "test-uefi-debian-foreign.img");
+    let mut fs = board::uefi::open_store(&foreign, true).unwrap();
+    crate::snapshot::rewrite_identity_in(&mut fs, crate::snapshot::another_release);
+    drop(fs);
+    let s = restorer_session(&b, &foreign, |_| {});
+    restorer_refuses(s, "kernel release differs", Some("kernel release differs"));
+
     // 5. The good image on GRUB's normal entry with the stock kernel's EFI runtime services
     // off (`efi=noruntime`): the firmware is not in the virtual mode the image kernel set,
     // so the image is refused with that reason, before any page, and the PC boots cold.

@@ -264,8 +264,17 @@ fn what_is_not_a_store_is_refused_and_left_as_it_was() {
 /// another kernel build had captured it (the image is otherwise valid: checksums, catalog).
 pub(crate) fn rewrite_identity(store: &Path, change: impl FnOnce(&mut snapimg::Identity)) {
     let mut s = ondevice::store::open_store(store, true).unwrap();
+    rewrite_identity_in(&mut s, change);
+}
+
+/// [`rewrite_identity`] on an open store (the UEFI PC's is a partition of its disk).
+pub(crate) fn rewrite_identity_in<M: flashstore::Medium>(
+    s: &mut flashstore::Store<M>,
+    change: impl FnOnce(&mut snapimg::Identity),
+) {
     let rec = s.newest().unwrap().clone();
-    let mut d = ondevice::store::description(&s, &rec).unwrap();
+    let meta = s.image_meta(&rec).unwrap();
+    let mut d = snapimg::Description::decode(&meta.user).unwrap();
     change(&mut d.identity);
     let mut pages = Vec::new();
     let mut r = s.reader(&rec.name).unwrap();
@@ -285,10 +294,13 @@ pub(crate) fn rewrite_identity(store: &Path, change: impl FnOnce(&mut snapimg::I
 
 /// Rewrites the newest image with another kernel release in its description.
 pub(crate) fn rename_release(store: &Path) {
-    rewrite_identity(store, |id| {
-        assert!(id.release.starts_with("6."), "{id:?}");
-        id.release.replace_range(0..1, "9");
-    });
+    rewrite_identity(store, another_release);
+}
+
+/// The identity of an image of another kernel build: release 9.x instead of 6.x.
+pub(crate) fn another_release(id: &mut snapimg::Identity) {
+    assert!(id.release.starts_with("6."), "{id:?}");
+    id.release.replace_range(0..1, "9");
 }
 
 /// An image from another kernel: the header names another release (and is otherwise valid,
