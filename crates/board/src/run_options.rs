@@ -299,12 +299,16 @@ pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {
     if let Some(rest) = deferred {
         // The rest of the RAM: a virtio-mem device that asks for all of it from power-on.
         // The guest takes it when it loads the driver (after ready or restored); until then
-        // the kernel, the image and the restore see only the boot memory.
+        // the kernel, the image and the restore see only the boot memory. In a PCI slot of
+        // its own (16): in the first free one it would move the UEFI PC's disk out of slot
+        // 2, which the firmware's boot entry names, and the firmware would drop its entry.
         c.args([
             "-object",
             &format!("memory-backend-ram,id=deferred,size={rest}M"),
             "-device",
-            &format!("virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M"),
+            &format!(
+                "virtio-mem-pci,id=deferred-mem,memdev=deferred,requested-size={rest}M,addr=0x10"
+            ),
         ]);
     }
 }
