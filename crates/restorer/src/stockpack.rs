@@ -260,13 +260,9 @@ pub fn stock_summary<S: DiskSet>(
     Ok(Some((bytes, h.initrd_hash)))
 }
 
-/// Reads the kernel pack's initramfs whole: what the restorer takes its trust rule and boot
-/// setup from (`crate::stockinit`). Not checked against the pack's BLAKE3 here (some
-/// 0.12 s for the board's 8 MiB under TCG, at every restore): damage cannot make an image
-/// trusted that should not be. The boot setup every image must match covers `/init`'s
-/// bytes and every entry's name, kind, size and mode, the key file's among them; a key file
-/// whose text is damaged is no key (every image refused) or another key (no signature
-/// verifies). The cold boot checks the BLAKE3 before it runs the initramfs.
+/// Reads the kernel pack's initramfs whole, checked against the pack's BLAKE3: what the
+/// restorer takes its trust rule and boot setup from (`crate::stockinit`) when the pack
+/// carries no summary of it ([`stock_summary`]).
 pub fn stock_initramfs<S: DiskSet>(
     disks: &mut S,
     count: usize,
