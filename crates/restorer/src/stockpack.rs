@@ -172,21 +172,13 @@ pub fn stock_kernel<S: DiskSet>(
     count: usize,
     cmd: &str,
 ) -> Result<StockKernel, PackReadError> {
-    let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
-    let at = locate(disks, count, cmd, &mut buf)?;
+    let (at, h) = header(disks, count, cmd)?;
     let mut d = part(disks, &at)?;
-    let name = at.name.as_str();
-    let pack_err = |error| PackReadError::Pack {
-        name: name.to_string(),
-        error,
-    };
-    let head = &mut buf[..kernelpack::HEADER_LEN];
-    read(&mut d, name, "kernel pack header", 0, head)?;
-    let h = Header::decode(head).map_err(pack_err)?;
+    let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
     let n = (kernelpack::VERSION_HEAD as u64).min(h.kernel_len.next_multiple_of(SECTOR));
     read(
         &mut d,
-        name,
+        &at.name,
         "kernel's version",
         h.kernel_offset,
         &mut buf[..n as usize],
