@@ -9,6 +9,11 @@
 #   scripts/restorer.sh efi    the EFI application: the same program with the `efi` feature,
 #                              linked at its fixed address by crates/restorer/link-efi.ld,
 #                              then made a PE32+ EFI application by objcopy (restorer.efi)
+#   scripts/restorer.sh efi-arm64
+#                              the arm64 EFI application U-Boot's bootefi starts: built by
+#                              Debian's rustc for aarch64 (rustup has no arm64 library
+#                              here), a static PIE linked by crates/restorer/link-efi-arm64.ld
+#                              that relocates itself, made a PE32+ file by objcopy
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:-pvh}
@@ -24,8 +29,19 @@ efi)
   script=$top/crates/restorer/link-efi.ld
   features=program,efi
   ;;
+efi-arm64)
+  out=${SNAPBOOT_RESTORER_ARM64_TARGET_DIR:-$top/target/restorer-efi-arm64}
+  script=$top/crates/restorer/link-efi-arm64.ld
+  RUSTFLAGS="-C linker=aarch64-linux-gnu-gcc -C relocation-model=pie -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static-pie -C link-arg=-Wl,-T,$script -C link-arg=-Wl,--build-id=none -C link-arg=-Wl,-z,notext" \
+    RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_TARGET_DIR="$out" /usr/bin/cargo build --profile restorer --quiet -p restorer --features program,efi --bin restorer --target aarch64-unknown-linux-gnu >&2
+  elf=$out/aarch64-unknown-linux-gnu/restorer/restorer
+  aarch64-linux-gnu-objcopy -O pei-aarch64-little --subsystem efi-app \
+    -j .text -j .rodata -j .data -j .bss "$elf" "$elf.efi"
+  echo "$elf.efi"
+  exit 0
+  ;;
 *)
-  echo "restorer.sh: unknown kind $kind (pvh or efi)" >&2
+  echo "restorer.sh: unknown kind $kind (pvh, efi or efi-arm64)" >&2
   exit 2
   ;;
 esac

@@ -32,4 +32,16 @@ if test "${snapboot_once}" = "capture"; then
     echo "snapboot: cannot clear the capture request: booting normally"
   fi
 fi
+# The restorer, when the environment asks for it (snapboot_restorer=yes): an EFI application
+# that restores the store's image before any kernel, with the kernel's command line as its
+# load options (bootefi passes bootargs). It returns only when it refused the image (the
+# reason is on the console and in the store's boot log): the boot goes on as below.
+if test "${snapboot_restorer}" = "yes"; then
+  if load ${devtype} ${devnum}:${distro_bootpart} ${kernel_addr_r} /snapboot/restorer.efi; then
+    setenv bootargs "${snapboot_cmdline}"
+    bootefi ${kernel_addr_r} ${fdtcontroladdr}
+    setenv bootargs
+    echo "snapboot: the restorer did not restore: booting the stock kernel"
+  fi
+fi
 sysboot ${devtype} ${devnum}:${distro_bootpart} any ${pxefile_addr_r} /snapboot/extlinux.conf

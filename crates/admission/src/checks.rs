@@ -33,6 +33,15 @@ pub enum Memory {
         /// Pages of RAM in it.
         ram_pages: u64,
     },
+    /// Seen in the boot loader's device tree, before any kernel (the arm64 restorer): RAM
+    /// and the reservations the firmware made; the loader's reservations for the kernel it
+    /// boots (its device tree blob) are not there yet ([`snapimg::MemoryMap::check_before_kernel`]).
+    DeviceTree {
+        /// RAM size in bytes.
+        ram_bytes: u64,
+        /// The layout.
+        map: MemoryMap,
+    },
 }
 
 /// What an image must match on this boot.
@@ -80,16 +89,21 @@ pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<B
     let id = &d.identity;
     id.check_kernel(&e.release, &e.version, &e.machine)
         .map_err(Refused::Incompatible)?;
-    if let Memory::Observed { ram_bytes, map } = &e.memory {
+    let layout = match &e.memory {
+        Memory::Observed { ram_bytes, map } => Some((ram_bytes, id.memory.check_against(map))),
+        Memory::DeviceTree { ram_bytes, map } => {
+            Some((ram_bytes, id.memory.check_before_kernel(map)))
+        }
+        Memory::E820 { .. } => None,
+    };
+    if let Some((ram_bytes, checked)) = layout {
         if id.ram_bytes != *ram_bytes {
             return Err(Refused::Incompatible(Incompat::RamMismatch {
                 image: id.ram_bytes,
                 running: *ram_bytes,
             }));
         }
-        id.memory
-            .check_against(map)
-            .map_err(|m| Refused::Incompatible(Incompat::MemoryLayout(m)))?;
+        checked.map_err(|m| Refused::Incompatible(Incompat::MemoryLayout(m)))?;
     }
     d.binding()
         .map_err(Refused::Description)?

@@ -2,7 +2,10 @@
 //! distro boot finds `boot.scr` on the first partition (`guest/u-boot/boot.cmd`, compiled
 //! with `mkimage`), which boots `snapboot/extlinux.conf`'s label: the one U-Boot's
 //! environment names (`crate::uboot`), or `capture` once when the device asked for it in the
-//! `ubootenv` partition (`snapboot capture --next-boot`). The root filesystem and the kernel
+//! `ubootenv` partition (`snapboot capture --next-boot`). With `snapboot_restorer=yes` in
+//! U-Boot's environment the script first starts the restorer (`snapboot/restorer.efi`, an EFI
+//! application, `bootefi`) with the command line as its load options; when it refuses it
+//! returns to the script, which boots the label as always. The root filesystem and the kernel
 //! pack (the stock kernel and initramfs a restore kernel hands a cold boot to) are
 //! partitions of the same disk.
 //!
@@ -13,6 +16,7 @@
 //!     |  initrd         all       |             |                 |  vars; none: no  |
 //!     |  boot.scr                 |             |                 |  request)        |
 //!     |  snapboot/extlinux.conf   |             |                 |                  |
+//!     |  snapboot/restorer.efi    |             |                 |                  |
 //! 0   1 MiB                                                                  end-1 MiB
 //! ```
 //!
@@ -50,6 +54,8 @@ pub const ENV_PARTITION_NUMBER: u32 = 4;
 pub const ENV_PARTITION_NAME: &str = "ubootenv";
 /// Bytes of the next-boot request partition.
 const ENV_PARTITION_BYTES: u64 = MIB;
+/// Where the arm64 restorer (an EFI application) lies on the boot partition.
+pub const RESTORER_FILE: &str = "/snapboot/restorer.efi";
 /// The boot script's source.
 const BOOT_CMD: &str = include_str!("../../../guest/u-boot/boot.cmd");
 /// The layout this code builds: a disk of another layout is rebuilt.
@@ -193,6 +199,7 @@ pub fn ensure(
     dir: &Path,
     files: &BootFiles,
     restore: Option<&Path>,
+    restorer: Option<&Path>,
 ) -> Result<PathBuf, BootDiskError> {
     let BootFiles {
         kernel,
@@ -202,11 +209,12 @@ pub fn ensure(
     } = files;
     let mut inputs: Vec<&Path> = vec![kernel, initrd, root, pack];
     inputs.extend(restore);
+    inputs.extend(restorer);
     let want = Inputs::of(&inputs)?;
-    let name = if restore.is_some() {
-        "bootdisk-restore"
-    } else {
-        "bootdisk"
+    let name = match (restore, restorer) {
+        (_, Some(_)) => "bootdisk-restorer",
+        (Some(_), None) => "bootdisk-restore",
+        (None, None) => "bootdisk",
     };
     let disk = dir.join(format!("{name}.img"));
     let stamp = dir.join(format!("{name}.json"));
@@ -240,6 +248,9 @@ pub fn ensure(
     place(initrd, "initrd")?;
     if let Some(rk) = restore {
         place(rk, "restore/Image")?;
+    }
+    if let Some(r) = restorer {
+        place(r, RESTORER_FILE.trim_start_matches('/'))?;
     }
     let conf = tree.join("snapboot/extlinux.conf");
     fs::write(&conf, extlinux_conf(restore.is_some())).map_err(io_err(&conf))?;

@@ -28,17 +28,13 @@ pub enum RestorerBootError {
     Store(#[from] CaptureBootError),
 }
 
-/// Why the bundle's board cannot start the restorer, or `None` when it
-/// can: it enters x86_64 kernels, through the PC's PVH entry (QEMU's direct kernel load) or
-/// as an EFI application GRUB chainloads; the arm64 board boots through U-Boot.
+/// Why the bundle's board cannot start the restorer, or `None` when it can: it enters
+/// x86_64 kernels, through the PC's PVH entry (QEMU's direct kernel load) or as an EFI
+/// application GRUB chainloads, and arm64 kernels as an EFI application U-Boot's `bootefi`
+/// starts from the boot script (`crate::bootdisk`).
 pub fn unsupported(bundle: &Bundle) -> Option<&'static str> {
-    if bundle.kernel.arch != Arch::X86_64 {
-        Some(
-            "the restorer enters x86_64 images (through the PC's PVH entry, or from GRUB on \
-             the UEFI PC); this is the arm64 board",
-        )
-    } else {
-        None
+    match bundle.kernel.arch {
+        Arch::X86_64 | Arch::Arm64 => None,
     }
 }
 

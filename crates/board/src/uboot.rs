@@ -30,6 +30,9 @@ pub const ENV_SIZE: usize = 0x40000;
 pub const FLASH_BYTES: u64 = 64 << 20;
 /// The environment variable `extlinux.conf`'s `append` line expands.
 pub const CMDLINE_VAR: &str = "snapboot_cmdline";
+/// The environment variable that has the boot script start the restorer first
+/// (`snapboot_restorer=yes`; `crate::bootdisk`).
+pub const RESTORER_VAR: &str = "snapboot_restorer";
 
 /// Why U-Boot's environment could not be had or written.
 #[derive(Debug, thiserror::Error)]

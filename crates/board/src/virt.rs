@@ -40,9 +40,6 @@ pub enum VirtError {
     /// The run's scratch directory.
     #[error("cannot make the run's directory: {0}")]
     RunDir(std::io::Error),
-    /// The restorer enters x86_64 kernels only.
-    #[error("the restorer runs on the x86_64 PC only")]
-    NoRestorer,
 }
 
 /// The QEMU command of one run, and the directory holding the run's U-Boot environment
@@ -51,10 +48,11 @@ pub fn command(
     bundle: &Bundle,
     opts: &RunOptions,
 ) -> Result<(Command, tempfile::TempDir), VirtError> {
-    let (label, restore) = match &opts.kernel {
-        KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path())),
-        KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None),
-        KernelImage::Restorer { .. } => return Err(VirtError::NoRestorer),
+    let (label, restore, restorer) = match &opts.kernel {
+        KernelImage::Restore(image) => (BootLabel::Restore, Some(image.as_path()), None),
+        KernelImage::Vmlinux | KernelImage::BzImage => (BootLabel::Stock, None, None),
+        // The restorer is started by the boot script; its fallback is the stock kernel.
+        KernelImage::Restorer { elf } => (BootLabel::Stock, None, Some(elf.as_path())),
     };
     let files = BootFiles {
         kernel: bundle.kernel_image(),
@@ -62,10 +60,13 @@ pub fn command(
         root: bundle.rootfs(),
         pack: bundle.kernel_pack(),
     };
-    let disk = bootdisk::ensure(&bundle.dir, &files, restore)?;
+    let disk = bootdisk::ensure(&bundle.dir, &files, restore, restorer)?;
     let defaults = uboot::default_env(&bundle::home::home().join("u-boot"))?;
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, PACK_PARTITION);
-    let env = uboot::board_env(&defaults, label, &cmdline)?;
+    let mut env = uboot::board_env(&defaults, label, &cmdline)?;
+    if restorer.is_some() {
+        env.set(uboot::RESTORER_VAR, "yes").map_err(UbootError::from)?;
+    }
     let dir = tempfile::Builder::new()
         .prefix("snapboot-arm64-run-")
         .tempdir()

@@ -227,10 +227,23 @@ impl Bundle {
     pub fn ensure_kernel_pack(&self) -> Result<PathBuf, BundleError> {
         let pack = self.kernel_pack();
         let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+        // A pack an older snapboot wrote for an arm64 kernel lacks the kernel's `uname -v`
+        // in its header (the restorer reads it there): written again.
+        let complete = || {
+            let mut head = vec![0u8; kernelpack::HEADER_LEN];
+            fs::File::open(&pack)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+                .ok()
+                .and_then(|()| kernelpack::Header::decode(&head).ok())
+                .is_some_and(|h| {
+                    self.kernel.arch != guestarch::Arch::Arm64 || !h.uts_version.as_str().is_empty()
+                })
+        };
         if let Some(t) = modified(&pack) {
             if [self.bzimage(), self.initramfs()]
                 .iter()
                 .all(|p| modified(p).is_some_and(|s| s <= t))
+                && complete()
             {
                 return Ok(pack);
             }

@@ -53,6 +53,13 @@ pub enum HomeError {
         path.display()
     )]
     NoEfiRestorer { path: PathBuf },
+    /// The arm64 EFI restorer is not built where it is looked for.
+    #[error(
+        "no arm64 EFI restorer at {} (a PE32+ EFI application): build it with `make build` or \
+         `scripts/restorer.sh efi-arm64`, or name it with ${RESTORER_EFI_ARM64_ENV}",
+        path.display()
+    )]
+    NoArm64Restorer { path: PathBuf },
 }
 
 /// The environment variable that names the restorer's ELF, when it is not where
@@ -60,6 +67,9 @@ pub enum HomeError {
 pub const RESTORER_ENV: &str = "SNAPBOOT_RESTORER";
 /// The environment variable that names the EFI restorer (`scripts/restorer.sh efi`).
 pub const RESTORER_EFI_ENV: &str = "SNAPBOOT_RESTORER_EFI";
+/// The environment variable that names the arm64 EFI restorer (`scripts/restorer.sh
+/// efi-arm64`).
+pub const RESTORER_EFI_ARM64_ENV: &str = "SNAPBOOT_RESTORER_EFI_ARM64";
 
 /// The home directory, absolute (kernel.json and bundle.json record paths below it).
 pub fn home() -> PathBuf {
@@ -163,14 +173,42 @@ pub fn restorer_elf() -> Result<PathBuf, HomeError> {
     restorer_at(path)
 }
 
-/// The restorer a board starts: the EFI application on the UEFI PC (`uefi`), else the PVH
-/// ELF.
-pub fn restorer_program(uefi: bool) -> Result<PathBuf, HomeError> {
-    if uefi {
-        restorer_efi()
-    } else {
-        restorer_elf()
+/// The restorer a board starts: on the PC the EFI application under UEFI (`uefi`), else
+/// the PVH ELF; on the arm64 board the arm64 EFI application U-Boot starts.
+pub fn restorer_program(arch: Arch, uefi: bool) -> Result<PathBuf, HomeError> {
+    match (arch, uefi) {
+        (Arch::Arm64, _) => restorer_efi_arm64(),
+        (_, true) => restorer_efi(),
+        (_, false) => restorer_elf(),
     }
+}
+
+/// The arm64 restorer (`scripts/restorer.sh efi-arm64`): `$SNAPBOOT_RESTORER_EFI_ARM64`,
+/// else `target/restorer-efi-arm64/aarch64-unknown-linux-gnu/restorer/restorer.efi` in the
+/// workspace of the running binary. An error naming the path and how to build it when no
+/// PE file is there.
+pub fn restorer_efi_arm64() -> Result<PathBuf, HomeError> {
+    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
+    let path = std::env::var_os(RESTORER_EFI_ARM64_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            target_dir_of(&exe)
+                .join("restorer-efi-arm64")
+                .join(Arch::Arm64.rust_target())
+                .join("restorer")
+                .join("restorer.efi")
+        });
+    if !is_pe(&path) {
+        return Err(HomeError::NoArm64Restorer { path });
+    }
+    Ok(path)
+}
+
+/// Whether `path` starts as a PE file does (`MZ`).
+fn is_pe(path: &Path) -> bool {
+    std::fs::read(path)
+        .map(|b| b.starts_with(b"MZ"))
+        .unwrap_or(false)
 }
 
 /// The restorer as an EFI application (`scripts/restorer.sh efi`, the UEFI PC's):
@@ -188,10 +226,7 @@ pub fn restorer_efi() -> Result<PathBuf, HomeError> {
                 .join("restorer")
                 .join("restorer.efi")
         });
-    let head = std::fs::read(&path)
-        .map(|b| b.into_iter().take(2).collect::<Vec<u8>>())
-        .unwrap_or_default();
-    if head != b"MZ" {
+    if !is_pe(&path) {
         return Err(HomeError::NoEfiRestorer { path });
     }
     Ok(path)

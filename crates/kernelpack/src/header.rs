@@ -205,11 +205,16 @@ pub struct Header {
     /// Where the initramfs summary starts (after the initramfs), its length (0: the pack
     /// has none) and its BLAKE3.
     pub summary: (u64, u64, [u8; 32]),
+    /// The kernel's `uname -v`, when its writer read it from an arm64 `Image`'s banner
+    /// (which lies megabytes into the kernel; a bzImage's is in its first 64 KiB): empty
+    /// when not recorded.
+    pub uts_version: Release,
 }
 
 /// The most bytes an initramfs summary may take.
 pub const MAX_SUMMARY: u64 = 1 << 20;
 const SUMMARY_AT: usize = 0xB0;
+const UTS_VERSION_AT: usize = 0x100;
 
 /// `len` rounded up to whole header lengths (payloads start on them).
 pub(crate) fn padded(len: u64) -> u64 {
@@ -239,6 +244,8 @@ impl Header {
         b[SUMMARY_AT..SUMMARY_AT + 8].copy_from_slice(&at.to_le_bytes());
         b[SUMMARY_AT + 8..SUMMARY_AT + 16].copy_from_slice(&len.to_le_bytes());
         b[SUMMARY_AT + 16..SUMMARY_AT + 48].copy_from_slice(&hash);
+        let v = self.uts_version.as_str().as_bytes();
+        b[UTS_VERSION_AT..UTS_VERSION_AT + v.len()].copy_from_slice(v);
         let h = blake3::hash(&b[..HASH_AT]);
         b[HASH_AT..].copy_from_slice(h.as_bytes());
         b
@@ -277,6 +284,7 @@ impl Header {
                     .try_into()
                     .unwrap_or_default(),
             ),
+            uts_version: Release::from_field(&b[UTS_VERSION_AT..UTS_VERSION_AT + RELEASE_LEN]),
         };
         if u32_at(12) as usize != HEADER_LEN {
             return Err(PackError::HeaderLength(u32_at(12)));

@@ -23,22 +23,46 @@ pub fn kernel_release(kernel: &[u8]) -> Result<String, PackError> {
     Ok(hdr.release(head).unwrap_or_default().to_string())
 }
 
-/// The release in an arm64 `Image`'s banner (the uncompressed kernel holds it as text).
-fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
+/// `uname -r` and `uname -v` from an arm64 `Image`'s banner (the uncompressed kernel holds
+/// it as text: `Linux version RELEASE (builder) (compiler) #1 SMP ...`, up to its newline);
+/// `None` for a bzImage or without a banner. A 6.1 kernel holds two: `init/version.c`'s weak
+/// one, built before the build number was known (`# SMP ...`), and the one the kernel
+/// prints (`#1 SMP ...`): the first whose version has its number wins, else the first.
+fn arm64_banner(kernel: &[u8]) -> Option<(String, String)> {
+    if kernel.get(56..60) != Some(b"ARM\x64") {
+        return None;
+    }
     let needle = b"Linux version ";
-    kernel
+    let mut banners = kernel
         .windows(needle.len())
         .enumerate()
         .filter(|(_, w)| *w == needle)
-        .find_map(|(at, _)| {
+        .filter_map(|(at, _)| {
             let rest = &kernel[at + needle.len()..];
-            let end = rest.iter().take(128).position(|&b| b == b' ')?;
-            let release = std::str::from_utf8(&rest[..end]).ok()?;
-            let well_formed = !release.is_empty()
-                && release.starts_with(|c: char| c.is_ascii_digit())
-                && rest.get(end + 1) == Some(&b'(');
-            well_formed.then(|| release.to_string())
-        })
+            let end = rest.iter().take(512).position(|&b| b == b'\n' || b == 0)?;
+            let line = std::str::from_utf8(&rest[..end]).ok()?;
+            let (release, version) = crate::bzimage::uname_of(line)?;
+            let well_formed = release.starts_with(|c: char| c.is_ascii_digit())
+                && line[release.len()..].starts_with(" (");
+            well_formed.then(|| (release.to_string(), version.to_string()))
+        });
+    let first = banners.next()?;
+    let numbered = |v: &str| v.as_bytes().get(1).is_some_and(u8::is_ascii_digit);
+    if numbered(&first.1) {
+        return Some(first);
+    }
+    Some(banners.find(|(_, v)| numbered(v)).unwrap_or(first))
+}
+
+/// `uname -v` of an arm64 `Image` (see [`arm64_banner`]).
+fn arm64_uts_version(kernel: &[u8]) -> Option<String> {
+    arm64_banner(kernel).map(|(_, v)| v)
+}
+
+/// The release in an arm64 `Image`'s banner.
+fn arm64_release(kernel: &[u8]) -> Result<String, PackError> {
+    arm64_banner(kernel)
+        .map(|(r, _)| r)
         .ok_or(PackError::NotAKernel)
 }
 
@@ -46,6 +70,7 @@ impl Header {
     /// The header for these payloads, laid out one after the other.
     pub fn new(kernel: &[u8], initrd: &[u8]) -> Result<Header, PackError> {
         let release = kernel_release(kernel)?;
+        let uts_version = arm64_uts_version(kernel).unwrap_or_default();
         for (what, len, max) in [
             ("kernel", kernel.len() as u64, MAX_KERNEL),
             ("initramfs", initrd.len() as u64, MAX_INITRD),
@@ -64,6 +89,7 @@ impl Header {
             initrd_hash: *blake3::hash(initrd).as_bytes(),
             release: Release::new(&release),
             summary: (0, 0, [0; 32]),
+            uts_version: Release::new(&uts_version),
         })
     }
 }

@@ -131,12 +131,24 @@ proptest! {
 fn arm64_image_is_packed_with_the_release_of_its_banner() {
     let mut k = vec![0u8; 8192];
     k[56..60].copy_from_slice(b"ARM\x64");
-    let banner = b"Linux version 6.1.0-56-arm64 (debian-kernel@lists.debian.org) (gcc) #1 SMP";
+    // A format string first (not a banner), then init/version.c's banner without the build
+    // number, then the one the kernel prints.
+    k[3000..3020].copy_from_slice(b"Linux version %s (%s");
+    let weak = b"Linux version 6.1.0-56-arm64 (debian-kernel@lists.debian.org) (gcc) # SMP Debian 6.1.192-2 (2026-11-16)\n";
+    k[4000..4000 + weak.len()].copy_from_slice(weak);
+    let banner = b"Linux version 6.1.0-56-arm64 (debian-kernel@lists.debian.org) (gcc) #1 SMP Debian 6.1.192-2 (2026-11-16)\n";
     k[5000..5000 + banner.len()].copy_from_slice(banner);
     let h = Header::new(&k, b"initrd").unwrap();
     assert_eq!(h.release, "6.1.0-56-arm64");
+    // `uname -v` is recorded, and read back from the header block.
+    assert_eq!(h.uts_version, "#1 SMP Debian 6.1.192-2 (2026-11-16)");
+    let back = Header::decode(&h.encode()).unwrap();
+    assert_eq!(back.uts_version, "#1 SMP Debian 6.1.192-2 (2026-11-16)");
+    // A bzImage's pack records none (its head carries it).
+    assert_eq!(Header::new(&bzimage("6.1.0-56-amd64", 0), b"i").unwrap().uts_version, "");
     let mut no_banner = k.clone();
     no_banner[5000..5014].copy_from_slice(b"Linux versio_ ");
+    no_banner[4000..4014].copy_from_slice(b"Linux versio_ ");
     assert!(matches!(
         Header::new(&no_banner, b"i"),
         Err(PackError::NotAKernel)

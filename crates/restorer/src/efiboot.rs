@@ -48,6 +48,7 @@ const HEAP_TRIES: [u64; 3] = [256 << 20, 128 << 20, 64 << 20];
 /// cannot be read).
 const HEAP_SLACK: u64 = 16 << 20;
 /// The image kernel's EFI stub as Debian builds it (`CONFIG_EFI_SOFT_RESERVE=y`).
+#[cfg(target_arch = "x86_64")]
 const STUB: Loader = Loader::Stub { soft_reserve: true };
 
 /// The firmware's whole disks, then views of partitions of them (the store's).
@@ -100,14 +101,84 @@ pub fn after_panic() -> ! {
 /// The Rust entry, on the restorer's own stack (`hw::efi`'s `efi_main` moved there).
 #[no_mangle]
 extern "efiapi" fn efi_start(image: uefi::Handle, st: *mut uefi::SystemTable) -> uefi::Status {
-    say!("snapboot-restorer: started (EFI)");
     // SAFETY: the handle and system table the firmware passed to `efi_main`; boot services
     // run.
     let fw = unsafe { Firmware::new(image, st) };
+    say!("snapboot-restorer: started (EFI)");
     let Err(why) = restore(fw);
     say!("snapboot-restorer: refused: {why}");
     say!("snapboot-restorer: back to the boot loader: its next entry boots");
     uefi::Status::LOAD_ERROR
+}
+
+/// The console the device tree names (arm64: until then the firmware's console).
+#[cfg(target_arch = "aarch64")]
+fn console(fw: &Firmware) -> Result<(), NotRestored> {
+    let blob = fw
+        .device_tree()
+        .ok_or_else(|| NotRestored::Firmware("no device tree in its configuration table".into()))?;
+    let tree = restorer::fdt::Fdt::parse(blob).map_err(firmware)?;
+    if let Some(restorer::fdt::Uart::Pl011(base)) = tree.machine().uart {
+        crate::hw::pl011::set(base);
+    }
+    Ok(())
+}
+
+/// What the image kernel's boot saw of this machine: the RAM pages may go to, the memory
+/// the images' checks compare, and the CPUs.
+struct Machine {
+    table: Table,
+    memory: admission::Memory,
+    cpus: Vec<u64>,
+}
+
+/// The PC: the memory map as the image kernel's EFI stub turns it into e820 (its checksum
+/// is what the image's header carries).
+#[cfg(target_arch = "x86_64")]
+fn machine(_fw: &Firmware, map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
+    // The table as the image kernel's stub makes it, and the checksum of GRUB's own: the
+    // same RAM either way (runtime code is not RAM to either).
+    let table = restorer::efimap::table(&map.descriptors, STUB).map_err(firmware)?;
+    let grub = restorer::efimap::table(&map.descriptors, Loader::Grub).map_err(firmware)?;
+    let memory = admission::Memory::E820 {
+        checksum: table.checksum(),
+        also: Some(grub.checksum()),
+        ram_pages: table.ram_pages(),
+    };
+    Ok(Machine {
+        table,
+        memory,
+        cpus: Vec::new(),
+    })
+}
+
+/// The arm64 board: the device tree U-Boot passes, which is what the image kernel was
+/// booted with (U-Boot's own memory is RAM to a kernel it boots): its RAM, less what it
+/// does not map, its reservations (the layout capture recorded), and this CPU (the image
+/// is entered on the CPU that hibernated).
+#[cfg(target_arch = "aarch64")]
+fn machine(fw: &Firmware, _map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
+    let blob = fw
+        .device_tree()
+        .ok_or_else(|| NotRestored::Firmware("no device tree in its configuration table".into()))?;
+    let m = restorer::fdt::Fdt::parse(blob).map_err(firmware)?.machine();
+    let entries = m.ram.iter().map(|r| restorer::e820::Entry {
+        addr: r.base,
+        size: r.size,
+        kind: restorer::e820::RAM,
+    });
+    let table = Table::from_efi(entries)
+        .ok_or_else(|| NotRestored::Firmware("the device tree lists too many RAM ranges".into()))?;
+    let ram_bytes = m.ram.iter().map(|r| r.size).sum();
+    let memory = admission::Memory::DeviceTree {
+        ram_bytes,
+        map: snapimg::MemoryMap::new(m.ram, m.reserved),
+    };
+    Ok(Machine {
+        table,
+        memory,
+        cpus: alloc::vec![crate::cpu::mpidr()],
+    })
 }
 
 fn firmware(e: impl core::fmt::Display) -> NotRestored {
@@ -136,25 +207,24 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         efi::return_to_loader(uefi::Status::OUT_OF_RESOURCES)
     };
     heap::init(heap_at, heap_at + heap_bytes);
+    #[cfg(target_arch = "aarch64")]
+    console(&fw)?;
     let me = fw.loaded_image().map_err(firmware)?;
-    // A linker-script symbol; only its address is used.
+    // A linker-script symbol; only its address is used. (The arm64 program relocates
+    // itself at its entry.)
     let linked = core::ptr::addr_of!(__image_start) as u64;
-    if me.base != linked {
+    if cfg!(target_arch = "x86_64") && me.base != linked {
         return Err(NotRestored::Firmware(alloc::format!(
             "the restorer was loaded at {:#x}, but it runs only where it is linked, {linked:#x} (that memory was taken)",
             me.base
         )));
     }
     let map = fw.memory_map().map_err(firmware)?;
-    // The table as the image kernel's stub makes it, and the checksum of GRUB's own: the
-    // same RAM either way (runtime code is not RAM to either).
-    let table = restorer::efimap::table(&map.descriptors, STUB).map_err(firmware)?;
-    let grub = restorer::efimap::table(&map.descriptors, Loader::Grub).map_err(firmware)?;
-    let memory = admission::Memory::E820 {
-        checksum: table.checksum(),
-        also: Some(grub.checksum()),
-        ram_pages: table.ram_pages(),
-    };
+    let Machine {
+        table,
+        memory,
+        cpus,
+    } = machine(&fw, &map)?;
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
         return Err(NotRestored::RamAbove4G(table.ram_end()));
     }
@@ -178,6 +248,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         address,
         images: &params.images,
         cmdline: &cmdline,
+        cpus: &cpus,
     };
     let at = decided.at;
     let mut scratch = alloc::vec![0u8; store.most_raw()];
@@ -335,13 +406,23 @@ fn enter(
     // The firmware's runtime data the kernel counts as RAM: busy until the last copy (no
     // safe page there; the image's pages for it are written after SetVirtualAddressMap).
     let runtime_ram = restorer::efimap::runtime_in_ram(&map.descriptors);
-    if runtime_ram.len() > restorer::safepages::MAX_BUSY - 3 {
+    // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
+    // the last copy), and where the image kernel is entered.
+    #[cfg(target_arch = "aarch64")]
+    let (firmware_tables, target) = match (crate::cpu::firmware_tables(), arm64_target(chosen)) {
+        (Ok(t), Ok(target)) => (t, target),
+        (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
+    };
+    #[cfg(target_arch = "x86_64")]
+    let target = crate::cpu::Target;
+    let kept_apart = if cfg!(target_arch = "aarch64") { 4 } else { 3 };
+    if runtime_ram.len() > restorer::safepages::MAX_BUSY - kept_apart {
         return (
             fw,
             Refused::NotPlaced(alloc::format!(
                 "the firmware keeps runtime data in {} regions of RAM; the restorer keeps at most {} apart",
                 runtime_ram.len(),
-                restorer::safepages::MAX_BUSY - 3
+                restorer::safepages::MAX_BUSY - kept_apart
             )),
         );
     }
@@ -353,6 +434,8 @@ fn enter(
     let mut busy = Busy::one(program.0, program.1);
     busy.add(heap.0, heap.1);
     busy.add(buf_at, buf_at + pages as u64 * PAGE);
+    #[cfg(target_arch = "aarch64")]
+    busy.add(firmware_tables.0, firmware_tables.1);
     for (start, end) in runtime_ram {
         busy.add(start, end);
     }
@@ -362,7 +445,7 @@ fn enter(
         disks,
         at,
         table,
-        busy,
+        (busy, target),
         // Every chunk was checked before the exit (`check_chunks`), and nothing but this
         // code has run since: no interrupts, the firmware's drivers stopped by the exit.
         // (The soak's checksum failures on a clean store were the firmware's timer writing
@@ -384,6 +467,21 @@ fn enter(
     );
     say!("snapboot-restorer: refused after leaving boot services: {why}; resetting");
     efi::reset()
+}
+
+/// Where the arm64 image kernel is entered: `cpu_resume`, physical.
+#[cfg(target_arch = "aarch64")]
+fn arm64_target(chosen: &image::Chosen) -> Result<crate::cpu::Target, alloc::string::String> {
+    let image::Entry::Arm64 { .. } = chosen.entry else {
+        return Err("the image is not an arm64 kernel's".into());
+    };
+    let at = option_env!("SNAPBOOT_SPIKE_CPU_RESUME")
+        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    if at == 0 {
+        return Err("where cpu_resume lies in the image kernel is not known".into());
+    }
+    Ok(crate::cpu::Target { cpu_resume: at })
 }
 
 crate::panic_items!(after_panic, give_up);

@@ -9,23 +9,27 @@ use crate::hw;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use bootparams::StoreAddress;
-use core::arch::asm;
 use restorer::bootrecord::BootRecord;
 use restorer::disk::{DiskMut, Span};
+use crate::cpu::zero_page;
 use restorer::e820::Table;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
 use storelayout::SlotWrite;
 
+/// `uname -m` of the kernels this program restores.
+#[cfg(target_arch = "x86_64")]
+const MACHINE: &str = "x86_64";
+#[cfg(target_arch = "aarch64")]
+const MACHINE: &str = "aarch64";
+
 /// Bytes of a page.
 pub const PAGE: u64 = 4096;
 
 extern "C" {
-    // Linker-script symbols and the last copy loop's bounds (asm/last_copy.s).
+    // Linker-script symbols.
     pub static __image_start: u8;
     pub static __image_end: u8;
-    static last_copy: u8;
-    static last_copy_end: u8;
 }
 
 /// Reads the `u64` at physical address `a` (identity mapped).
@@ -85,28 +89,6 @@ impl PhysMem for Identity {
     }
     fn write_u64(&mut self, addr: u64, value: u64) {
         put(addr, value)
-    }
-}
-
-pub(crate) fn zero_page(a: u64) {
-    // SAFETY: `a` is a whole RAM page no live data uses (a safe page or an image page
-    // being written), identity mapped. 32 bytes a step from one general register (`rep
-    // stosq` is one emulated step per 8 bytes under QEMU's TCG, and SSE stores are slower).
-    unsafe {
-        asm!(
-            "2:",
-            "mov [rdi], rax",
-            "mov [rdi + 8], rax",
-            "mov [rdi + 16], rax",
-            "mov [rdi + 24], rax",
-            "add rdi, 32",
-            "sub rcx, 32",
-            "jnz 2b",
-            inout("rdi") a => _,
-            inout("rcx") PAGE => _,
-            in("rax") 0u64,
-            options(nostack)
-        )
     }
 }
 
@@ -269,6 +251,8 @@ pub(crate) struct Asked<'a> {
     pub(crate) address: &'a StoreAddress,
     pub(crate) images: &'a [String],
     pub(crate) cmdline: &'a str,
+    /// The CPUs an image may have hibernated on (arm64: this one's MPIDR; none on the PC).
+    pub(crate) cpus: &'a [u64],
 }
 
 /// Chooses, checks and restores an image of the decided store, keeping the boot log as
@@ -298,9 +282,9 @@ pub(crate) fn restore_from<S: Disks>(
         expected: admission::Expected {
             release: kernel.release.clone(),
             version: kernel.version.clone(),
-            machine: "x86_64".into(),
+            machine: MACHINE.into(),
             memory: memory.clone(),
-            cpus: Vec::new(),
+            cpus: asked.cpus.to_vec(),
         },
         cmdline,
         trust: stock.trust.clone(),
@@ -331,7 +315,7 @@ pub(crate) fn restore_from<S: Disks>(
         };
         let rec = candidate.image().expect("checked");
         // The attempt's write is encoded now: nothing is allocated once pages are placed.
-        let attempt = match record.attempt(store, rec, hw::rtc::now().unwrap_or(0)) {
+        let attempt = match record.attempt(store, rec, hw::now().unwrap_or(0)) {
             Ok(w) => w,
             Err(e) => {
                 refuse(record, admission::Refused::Unrecorded(e.to_string()));
@@ -457,7 +441,7 @@ pub(crate) fn place<S: Disks>(
     disks: &mut S,
     at: usize,
     table: &Table,
-    busy: Busy,
+    (busy, target): (Busy, crate::cpu::Target),
     (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], bool),
     finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
 ) -> Result<core::convert::Infallible, admission::Refused> {
@@ -499,46 +483,11 @@ pub(crate) fn place<S: Disks>(
         lazy.as_deref().unwrap_or("")
     );
 
-    // Temporary page tables in safe pages: all of the first 4 GiB identity (2 MiB pages)
-    // and the image kernel's text around jump_address -> jump_address_phys.
-    let pml4 = safe.take(&mut mem).map_err(placing)?;
-    let pdpt = safe.take(&mut mem).map_err(placing)?;
-    put(pml4, pdpt | 3);
-    for g in 0..4u64 {
-        let pd = safe.take(&mut mem).map_err(placing)?;
-        put(pdpt + 8 * g, pd | 3);
-        for i in 0..512u64 {
-            put(pd + 8 * i, ((g << 30) | (i << 21)) | 0x83);
-        }
-    }
-    let ja = chosen.jump_address;
-    let (l4, l3, l2) = ((ja >> 39) & 511, (ja >> 30) & 511, (ja >> 21) & 511);
-    let hi_pdpt = if l4 == 0 {
-        pdpt
-    } else {
-        safe.take(&mut mem).map_err(placing)?
-    };
-    if l4 != 0 {
-        put(pml4 + 8 * l4, hi_pdpt | 3);
-    }
-    let hi_pd = safe.take(&mut mem).map_err(placing)?;
-    put(hi_pdpt + 8 * l3, hi_pd | 3);
-    put(
-        hi_pd + 8 * l2,
-        (chosen.jump_address_phys & !0x1f_ffff) | 0x83,
-    );
-
-    // The last copy loop, relocated to a safe page.
-    let code = safe.take(&mut mem).map_err(placing)?;
-    // The symbols delimiting `last_copy`, which is shorter than a page.
-    let (lc, lc_end) = (
-        core::ptr::addr_of!(last_copy) as u64,
-        core::ptr::addr_of!(last_copy_end) as u64,
-    );
-    // SAFETY: copies the loop's bytes into the fresh safe page `code`.
-    unsafe {
-        core::ptr::copy_nonoverlapping(lc as *const u8, code as *mut u8, (lc_end - lc) as usize)
-    };
+    // The platform's way in, set up in safe pages before any page is placed.
+    let jump = crate::cpu::prepare(&chosen.entry, target, &mut safe, &mut mem).map_err(|e| match e {
+        crate::cpu::NotEntered::Place(e) => placing(e),
+        crate::cpu::NotEntered::Entry(why) => Refused::NotPlaced(why),
+    })?;
 
     // Every page to its place; the ones landing on the restorer's memory go to safe pages,
     // listed for the last copy.
@@ -550,6 +499,7 @@ pub(crate) fn place<S: Disks>(
                 .map_err(placing)?;
         } else {
             zero_page(pfn * PAGE);
+            crate::cpu::written(pfn * PAGE, PAGE);
         }
     }
     let disk = disks
@@ -583,6 +533,7 @@ pub(crate) fn place<S: Disks>(
             let out =
                 unsafe { core::slice::from_raw_parts_mut((first * PAGE) as *mut u8, c.raw_len()) };
             c.unpack_into(stored, out).map_err(chunk_error)?;
+            crate::cpu::written(first * PAGE, out.len() as u64);
             spent.add(Phase::Unpack, t);
             in_place += 1;
             continue;
@@ -598,37 +549,29 @@ pub(crate) fn place<S: Disks>(
             if busy.holds(t.pfn) {
                 let page = safe.take(&mut mem).map_err(placing)?;
                 copy_page(src, page);
+                crate::cpu::written(page, PAGE);
                 last.push(&mut safe, &mut mem, page, dst).map_err(placing)?;
             } else {
                 copy_page(src, dst);
+                crate::cpu::written(dst, PAGE);
             }
         }
         spent.add(Phase::Copy, t);
     }
     say!(
-        "snapboot-restorer: {} MiB read in {} requests, {in_place} of {} chunks unpacked in place; {} pages deferred, {} safe pages; time: {spent}; entering the image at {ja:#x}",
+        "snapboot-restorer: {} MiB read in {} requests, {in_place} of {} chunks unpacked in place; {} pages deferred, {} safe pages; time: {spent}; entering the image at {:#x}",
         window.bytes >> 20,
         window.reads,
         plan.by_chunk().count(),
         last.count,
-        safe.used
+        safe.used,
+        crate::cpu::describe(&jump)
     );
     finish(disks)?;
-    // SAFETY: the temporary tables map this code, its stack and the loop identity; the
-    // loop then overwrites this program's pages and enters the image kernel with its CR3,
-    // never returning. Interrupts are off since the PVH entry.
-    unsafe {
-        asm!(
-            "mov cr3, {t}",
-            "jmp {c}",
-            t = in(reg) pml4,
-            c = in(reg) code,
-            in("rdi") last.head,
-            in("rsi") chosen.cr3,
-            in("rdx") ja,
-            options(noreturn)
-        )
-    }
+    // SAFETY: every page of the image is in place or listed for the last copy, the boot
+    // log is written and the platform's last step done; nothing of this program is used
+    // after the jump.
+    unsafe { crate::cpu::enter(jump, &last, &busy) }
 }
 
 /// What placing the pages spends its time on.
@@ -674,112 +617,6 @@ impl core::fmt::Display for Spent {
 }
 
 pub(crate) fn cycles() -> u64 {
-    hw::rdtsc()
+    crate::cpu::cycles()
 }
 
-/// The pages the last copy moves, listed in safe pages: each list page holds its count,
-/// the next list page, then up to 255 (source, destination) pairs.
-/// `memcpy`, `memset`, `memmove` and `memcmp` for the code the compiler emits: no libc
-/// here.
-mod mem {
-    /// Copies 32 bytes per step through four general registers, then the rest with `rep
-    /// movsb`. Plain (uncompressed) chunks are copied with it whole, and the chunks that go
-    /// through the buffer page by page. Under QEMU's TCG `rep movsb` costs an emulated step
-    /// per byte, and SSE moves are slower still: restoring `app` on the board, page placing
-    /// took 1.9-2.7 s with this loop (and the zeroing below), 2.2-3.4 s with `rep movsb`,
-    /// 3.2-3.5 s with 16-byte SSE moves (three interleaved boots each, 2026-11-27).
-    #[no_mangle]
-    unsafe extern "C" fn memcpy(d: *mut u8, s: *const u8, n: usize) -> *mut u8 {
-        // SAFETY: the caller's contract for memcpy (valid, non-overlapping ranges); the
-        // loop and the tail touch exactly `n` bytes of each.
-        unsafe {
-            core::arch::asm!(
-                "2:",
-                "cmp rcx, 32",
-                "jb 3f",
-                "mov rax, [rsi]",
-                "mov rdx, [rsi + 8]",
-                "mov r8, [rsi + 16]",
-                "mov r9, [rsi + 24]",
-                "mov [rdi], rax",
-                "mov [rdi + 8], rdx",
-                "mov [rdi + 16], r8",
-                "mov [rdi + 24], r9",
-                "add rsi, 32",
-                "add rdi, 32",
-                "sub rcx, 32",
-                "jmp 2b",
-                "3:",
-                "rep movsb",
-                inout("rdi") d => _,
-                inout("rsi") s => _,
-                inout("rcx") n => _,
-                out("rax") _,
-                out("rdx") _,
-                out("r8") _,
-                out("r9") _,
-                options(nostack)
-            )
-        };
-        d
-    }
-
-    #[no_mangle]
-    unsafe extern "C" fn memmove(d: *mut u8, s: *const u8, n: usize) -> *mut u8 {
-        if (d as usize) <= (s as usize) {
-            // SAFETY: a forward copy is right when the destination starts first.
-            unsafe { memcpy(d, s, n) }
-        } else {
-            for i in (0..n).rev() {
-                // SAFETY: the caller's contract for memmove: both ranges valid.
-                unsafe { core::ptr::write_volatile(d.add(i), core::ptr::read_volatile(s.add(i))) };
-            }
-            d
-        }
-    }
-
-    /// Eight bytes a store at a time, then the rest byte by byte: under TCG every iteration
-    /// of a `rep` costs alike, and `rep stosb` zeroed a fresh 8 MiB buffer in ~0.2 s.
-    #[no_mangle]
-    unsafe extern "C" fn memset(d: *mut u8, c: i32, n: usize) -> *mut u8 {
-        let pattern = u64::from(c as u8) * 0x0101_0101_0101_0101;
-        // SAFETY: the caller's contract for memset (a valid range): `n / 8` words then
-        // `n % 8` bytes cover exactly `[d, d + n)`.
-        unsafe {
-            core::arch::asm!(
-                "rep stosq",
-                "mov rcx, {rest}",
-                "rep stosb",
-                rest = in(reg) n % 8,
-                inout("rdi") d => _,
-                inout("rcx") n / 8 => _,
-                in("rax") pattern,
-                options(nostack)
-            )
-        };
-        d
-    }
-
-    #[no_mangle]
-    unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
-        for i in 0..n {
-            // SAFETY: the caller's contract for memcmp (valid ranges).
-            let (x, y) = unsafe {
-                (
-                    core::ptr::read_volatile(a.add(i)),
-                    core::ptr::read_volatile(b.add(i)),
-                )
-            };
-            if x != y {
-                return i32::from(x) - i32::from(y);
-            }
-        }
-        0
-    }
-
-    #[no_mangle]
-    unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
-        // SAFETY: same contract as memcmp.
-        unsafe { memcmp(a, b, n) }
-    }
-}

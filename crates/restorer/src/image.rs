@@ -101,12 +101,8 @@ fn unreadable(e: DiskError) -> Refused {
 pub struct Chosen {
     /// Its name.
     pub name: String,
-    /// The image kernel's entry: `restore_registers` (virtual, physical) and its CR3.
-    pub jump_address: u64,
-    /// Physical address of `restore_registers`.
-    pub jump_address_phys: u64,
-    /// The image kernel's page tables.
-    pub cr3: u64,
+    /// How the image kernel is entered (its stream header's architecture record).
+    pub entry: Entry,
     /// Pages of the stream (page 0 and the PFN index included).
     pub stream_pages: u64,
     /// Where every page goes.
@@ -119,6 +115,31 @@ pub struct Chosen {
 }
 
 pub use crate::disk::DiskSet;
+
+/// How the image kernel is entered, from its stream header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// x86_64: jump to `restore_registers` with the image kernel's CR3 in `%r9`.
+    X86_64 {
+        /// Virtual address of `restore_registers`.
+        jump_address: u64,
+        /// Its physical address.
+        jump_address_phys: u64,
+        /// The image kernel's page tables.
+        cr3: u64,
+    },
+    /// arm64: the image kernel's own page tables and re-entry, and the CPU it slept on.
+    Arm64 {
+        /// Physical address of `swapper_pg_dir`.
+        ttbr1_el1: u64,
+        /// Virtual address of `_cpu_resume`.
+        reenter_kernel: u64,
+        /// Physical address of the EL2 stub vectors (0: the kernel ran without EL2).
+        hyp_stub_vectors: u64,
+        /// MPIDR of the CPU that hibernated: the image is entered on it.
+        sleep_cpu_mpidr: u64,
+    },
+}
 
 /// Size and binding fingerprint of the device the kernel named `name`: a whole disk (`vda`)
 /// or a GPT partition of one (`vda2`, found by its number in the disk's table); anything
@@ -266,14 +287,34 @@ pub fn check<S: DiskSet>(
             page.as_slice().try_into().expect("a page"),
         ));
     }
-    let ArchRecord::X86_64 {
-        jump_address,
-        jump_address_phys,
-        cr3,
-        ..
-    } = header.arch
-    else {
-        return Err(Refused::OtherArch { expected: "x86_64" });
+    let entry = match header.arch {
+        ArchRecord::X86_64 {
+            jump_address,
+            jump_address_phys,
+            cr3,
+            ..
+        } => Entry::X86_64 {
+            jump_address,
+            jump_address_phys,
+            cr3,
+        },
+        ArchRecord::Arm64 {
+            ttbr1_el1,
+            reenter_kernel,
+            hyp_stub_vectors,
+            sleep_cpu_mpidr,
+            ..
+        } => Entry::Arm64 {
+            ttbr1_el1,
+            reenter_kernel,
+            hyp_stub_vectors,
+            sleep_cpu_mpidr,
+        },
+        ArchRecord::Utsname { .. } => {
+            return Err(Refused::OtherArch {
+                expected: "x86_64 or arm64",
+            })
+        }
     };
     let data = meta.pages[1 + meta_pages as usize..]
         .iter()
@@ -285,9 +326,7 @@ pub fn check<S: DiskSet>(
     let plan = plan(data, pfns, locate).map_err(|e: PlanError| Refused::Damaged(e.to_string()))?;
     Ok(Chosen {
         name: rec.name.clone(),
-        jump_address,
-        jump_address_phys,
-        cr3,
+        entry,
         stream_pages: header.pages.get(),
         plan,
         swap: admitted.description.swap,

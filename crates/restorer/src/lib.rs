@@ -24,6 +24,7 @@ pub mod bzimage;
 pub mod disk;
 pub mod e820;
 pub mod efimap;
+pub mod fdt;
 pub mod formats;
 pub mod gpt;
 pub mod image;

@@ -23,17 +23,12 @@
 
 extern crate alloc;
 
-use core::arch::global_asm;
 use core::fmt::Write;
-use hw::port::{inb, outb};
 
-// The relocatable last copy loop (asm/last_copy.s, placed by `flow::place`); each entry
-// has its own (`pvhboot`, `hw::efi`).
-global_asm!(include_str!("asm/last_copy.s"), options(att_syntax));
-
-/// COM1.
+/// The console: COM1 on the PC, the device tree's PL011 on arm64 ([`hw::pl011`]).
 struct Serial;
 
+#[cfg(target_arch = "x86_64")]
 const COM1: u16 = 0x3f8;
 
 impl Write for Serial {
@@ -52,6 +47,7 @@ impl Serial {
     /// Sets COM1 to 115200 8N1 (the EFI program keeps the firmware's setting).
     #[cfg(not(feature = "efi"))]
     fn init() {
+        use hw::port::outb;
         for (off, v) in [
             (1, 0x00),
             (3, 0x80),
@@ -64,9 +60,16 @@ impl Serial {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     fn byte(&self, b: u8) {
+        use hw::port::{inb, outb};
         while inb(COM1 + 5) & 0x20 == 0 {}
         outb(COM1, b);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn byte(&self, b: u8) {
+        hw::pl011::byte(b);
     }
 }
 
@@ -104,6 +107,7 @@ pub(crate) use panic_items;
 
 #[cfg(not(feature = "efi"))]
 mod fallback;
+mod cpu;
 mod flow;
 mod hw;
 #[cfg(not(feature = "efi"))]

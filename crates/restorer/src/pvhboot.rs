@@ -128,6 +128,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
         address,
         images: &params.images,
         cmdline,
+        cpus: &[],
     };
     let at = decided.at;
     // Buffers for the chunks, taken before the busy range is fixed.
@@ -143,7 +144,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
             disks,
             at,
             table,
-            busy,
+            (busy, crate::cpu::Target),
             (&mut window, &mut scratch, false),
             |disks: &mut virtio::Disks| {
                 // The crash-loop guard's count, as resume records it: after every check,

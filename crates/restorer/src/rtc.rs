@@ -28,6 +28,8 @@ pub mod reg {
 pub const UPDATE_IN_PROGRESS: u8 = 0x80;
 const HOURS_24: u8 = 0x02;
 const BINARY: u8 = 0x04;
+/// Status B of fields held in binary, 24-hour (a firmware's clock read as numbers).
+pub const BINARY_24H: u8 = BINARY | HOURS_24;
 const PM: u8 = 0x80;
 
 /// The clock's registers as read: seconds, minutes, hours, day, month, year.

@@ -81,6 +81,11 @@ impl Busy {
         }
     }
 
+    /// The ranges `[start, end)`.
+    pub fn ranges(&self) -> &[(u64, u64)] {
+        &self.ranges[..self.len]
+    }
+
     /// Whether page `pfn` overlaps a range.
     pub fn holds(&self, pfn: u64) -> bool {
         let a = pfn * PAGE;

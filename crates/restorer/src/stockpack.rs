@@ -102,6 +102,23 @@ pub fn locate<S: DiskSet>(
                 disks: count,
             });
         }
+        // A numbered partition of a virtio disk (`/dev/vda3`: the arm64 board's pack).
+        if let Some((i, Some(number))) = crate::virtio::vd_part(value) {
+            let disk = disks.disk(i).ok_or(PackReadError::NoSuchDisk {
+                letter: vd_letter(i),
+                disks: count,
+            })?;
+            let span =
+                crate::gpt::numbered(disk, number).ok_or_else(|| PackReadError::NoPartition {
+                    address: value.to_string(),
+                    why: alloc::format!("the disk has no GPT partition {number}"),
+                })?;
+            return Ok(PackAt {
+                disk: i,
+                span,
+                name: value.trim_start_matches("/dev/").to_string(),
+            });
+        }
         if let Ok(address) = StoreAddress::parse(value) {
             if let Some(want) = PartAddress::of(&address) {
                 let found =
@@ -173,6 +190,13 @@ pub fn stock_kernel<S: DiskSet>(
     cmd: &str,
 ) -> Result<StockKernel, PackReadError> {
     let (at, h) = header(disks, count, cmd)?;
+    // An arm64 pack's writer recorded `uname -v` from the kernel's banner.
+    if !h.uts_version.as_str().is_empty() {
+        return Ok(StockKernel {
+            release: h.release.as_str().into(),
+            version: h.uts_version.as_str().into(),
+        });
+    }
     let mut d = part(disks, &at)?;
     let mut buf = alloc::vec![0u8; kernelpack::VERSION_HEAD];
     let n = (kernelpack::VERSION_HEAD as u64).min(h.kernel_len.next_multiple_of(SECTOR));

@@ -460,7 +460,7 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         bench::RestorerUse::Unsupported(why)
     } else {
         let uefi = opts.firmware == board::run_options::Firmware::Uefi;
-        let elf = bundle::home::restorer_program(uefi).context(
+        let elf = bundle::home::restorer_program(bundle.kernel.arch, uefi).context(
             "bench compare measures the restorer on this board (--no-restorer leaves it out)",
         )?;
         bench::RestorerUse::Measured(elf)

@@ -267,7 +267,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     match &a.store {
         Some(store) if a.restorer => {
             let uefi = opts.firmware == board::run_options::Firmware::Uefi;
-            let elf = bundle::home::restorer_program(uefi)?;
+            let elf = bundle::home::restorer_program(bundle.kernel.arch, uefi)?;
             opts = board::restorer_boot::restorer_options(&bundle, &opts, &elf, store)?;
         }
         Some(store) => attach_store(&mut opts, store, false)?,

@@ -105,6 +105,15 @@ pub struct MemoryMap {
 /// The first range or region in which the layout at resume differs from the capture's.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum MemoryMapMismatch {
+    /// A reservation the image records lies outside RAM and is not this boot's (checked
+    /// before any kernel: only the boot loader's handoff may be missing, and it is RAM).
+    #[error(
+        "memory layout differs from the capture's: reserved range {range} at capture is not on this boot, and is not RAM the boot loader handed the kernel"
+    )]
+    NotHandoff {
+        /// The image's range.
+        range: PhysRange,
+    },
     /// A RAM or reserved range differs.
     #[error(
         "memory layout differs from the capture's: {kind} range {index} was {} at capture, is {} on this boot",
@@ -183,6 +192,48 @@ impl MemoryMap {
         self
     }
 
+    /// Compares the layout an image records (`self`) with what a program sees before any
+    /// kernel (the arm64 restorer, from the device tree U-Boot hands it): the same RAM;
+    /// every reservation of this boot (the firmware's) recorded by the image; and the
+    /// image's other reservations inside RAM: what the loader reserved for the kernel it
+    /// booted (the device tree blob it put there), which the image's pages carry.
+    pub fn check_before_kernel(&self, running: &MemoryMap) -> Result<(), MemoryMapMismatch> {
+        if let Some((index, image, running)) = first_difference(&self.ram, &running.ram) {
+            return Err(MemoryMapMismatch::Range {
+                kind: "System RAM",
+                index,
+                image,
+                running,
+            });
+        }
+        if let Some((index, r)) = running
+            .reserved
+            .iter()
+            .enumerate()
+            .find(|(_, r)| !self.reserved.contains(r))
+        {
+            return Err(MemoryMapMismatch::Range {
+                kind: "reserved",
+                index,
+                image: None,
+                running: Some(*r),
+            });
+        }
+        let in_ram = |r: &PhysRange| {
+            self.ram
+                .iter()
+                .any(|m| r.base >= m.base && r.base + r.size <= m.base + m.size)
+        };
+        match self
+            .reserved
+            .iter()
+            .find(|r| !running.reserved.contains(r) && !in_ram(r))
+        {
+            Some(&range) => Err(MemoryMapMismatch::NotHandoff { range }),
+            None => Ok(()),
+        }
+    }
+
     /// Compares the layout an image records (`self`) with this boot's, naming the first
     /// range that differs (RAM, then reserved ranges, then EFI runtime regions).
     pub fn check_against(&self, running: &MemoryMap) -> Result<(), MemoryMapMismatch> {
@@ -239,6 +290,35 @@ mod tests {
             vec![r(0x4000_0000, 0x2000_0000)],
             vec![r(0x5e00_0000, 0x10_0000), r(0x4800_0000, 0x1000)],
         )
+    }
+
+    #[test]
+    fn before_any_kernel_only_the_loader_s_handoff_in_ram_may_be_missing() {
+        // The capture's boot had U-Boot's device tree reservation; the restorer's tree
+        // (the same firmware) has the firmware's only.
+        let mut captured = virt();
+        captured.reserved.push(r(0x5d6e_0000, 0x6c_6000));
+        let captured = MemoryMap::new(captured.ram, captured.reserved);
+        assert_eq!(captured.check_before_kernel(&virt()), Ok(()));
+        // Another firmware reservation on this boot is a difference.
+        let mut more = virt();
+        more.reserved.push(r(0x4400_0000, 0x1000));
+        assert!(matches!(
+            captured.check_before_kernel(&more),
+            Err(MemoryMapMismatch::Range { kind: "reserved", .. })
+        ));
+        // Another RAM size is one.
+        let small = MemoryMap::new(vec![r(0x4000_0000, 0x1000_0000)], virt().reserved);
+        assert!(matches!(
+            captured.check_before_kernel(&small),
+            Err(MemoryMapMismatch::Range { kind: "System RAM", .. })
+        ));
+        // A missing reservation outside RAM is not the loader's.
+        let mut outside = virt();
+        outside.reserved.push(r(0x1000, 0x1000));
+        let outside = MemoryMap::new(outside.ram, outside.reserved);
+        let e = outside.check_before_kernel(&virt()).unwrap_err();
+        assert!(e.to_string().contains("not RAM the boot loader handed"), "{e}");
     }
 
     #[test]

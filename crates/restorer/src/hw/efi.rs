@@ -26,6 +26,7 @@ use restorer::efimap::Descriptor;
 // convention), and return its status on the firmware's stack with interrupts on again. `efi_bail`
 // returns from `efi_main` with the status in %rcx from anywhere (a panic before the
 // restorer left boot services).
+#[cfg(target_arch = "x86_64")]
 global_asm!(
     r#"
     .section .text
@@ -85,10 +86,95 @@ efi_stack_top:
     options(att_syntax)
 );
 
+// The arm64 entry: U-Boot loads the program anywhere (its PE file has no base
+// relocations), so the entry first applies the ELF's own R_AARCH64_RELATIVE relocations
+// for where it runs (the program is linked at 0 as a static PIE; `__rela_start` to
+// `__rela_end`, crates/restorer/link-efi-arm64.ld), then saves the firmware's callee-saved
+// registers and stack, moves to the restorer's stack, masks interrupts and calls
+// `efi_start(image, system_table)` (x0, x1). `efi_bail` returns from `efi_main` with the
+// status in x0 from anywhere.
+#[cfg(target_arch = "aarch64")]
+global_asm!(
+    r#"
+    .section .text
+    .globl efi_main
+efi_main:
+    stp x29, x30, [sp, #-96]!
+    stp x19, x20, [sp, #16]
+    stp x21, x22, [sp, #32]
+    stp x23, x24, [sp, #48]
+    stp x25, x26, [sp, #64]
+    stp x27, x28, [sp, #80]
+    mov x19, x0
+    mov x20, x1
+    adrp x9, __image_start
+    add x9, x9, :lo12:__image_start
+    adrp x10, __rela_start
+    add x10, x10, :lo12:__rela_start
+    adrp x11, __rela_end
+    add x11, x11, :lo12:__rela_end
+    adrp x15, efi_relocated
+    add x15, x15, :lo12:efi_relocated
+    ldr x16, [x15]
+    cbnz x16, 3f
+1:  cmp x10, x11
+    b.hs 2f
+    ldp x12, x13, [x10]
+    ldr x14, [x10, #16]
+    add x10, x10, #24
+    cmp x13, #1027
+    b.ne 1b
+    add x14, x14, x9
+    str x14, [x12, x9]
+    b 1b
+2:  mov x16, #1
+    str x16, [x15]
+3:  adrp x9, efi_firmware_sp
+    add x9, x9, :lo12:efi_firmware_sp
+    mov x10, sp
+    str x10, [x9]
+    adrp x9, efi_stack_top
+    add x9, x9, :lo12:efi_stack_top
+    mov sp, x9
+    msr daifset, #0xf
+    mov x0, x19
+    mov x1, x20
+    bl efi_start
+efi_return:
+    adrp x9, efi_firmware_sp
+    add x9, x9, :lo12:efi_firmware_sp
+    ldr x10, [x9]
+    mov sp, x10
+    ldp x19, x20, [sp, #16]
+    ldp x21, x22, [sp, #32]
+    ldp x23, x24, [sp, #48]
+    ldp x25, x26, [sp, #64]
+    ldp x27, x28, [sp, #80]
+    ldp x29, x30, [sp], #96
+    ret
+
+    .globl efi_bail
+efi_bail:
+    b efi_return
+
+    .section .data
+    .balign 8
+efi_relocated: .quad 0
+
+    .section .bss
+    .balign 16
+efi_firmware_sp: .skip 8
+    .balign 4096
+efi_stack: .skip 1048576
+efi_stack_top:
+"#
+);
+
 extern "efiapi" {
     fn efi_bail(status: usize) -> !;
 }
 
+#[cfg(target_arch = "x86_64")]
 extern "C" {
     static efi_gdt_desc: u8;
 }
@@ -125,6 +211,7 @@ fn check(call: &'static str, s: efi::Status) -> Result<(), EfiError> {
 /// restorer's own code runs with interrupts off (the entry turns them off) and the firmware
 /// gets them only inside its calls, whose frames (calls in them) keep nothing below the
 /// stack pointer. Once boot services are gone they stay off.
+#[cfg(target_arch = "x86_64")]
 fn firmware_call<R>(call: impl FnOnce() -> R) -> R {
     if !boot_services_running() {
         return call();
@@ -138,11 +225,39 @@ fn firmware_call<R>(call: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Runs `call`, a call into boot services. On arm64 there is no red zone (AAPCS64), and
+/// U-Boot's EFI services poll instead of taking interrupts: they stay masked throughout.
+#[cfg(target_arch = "aarch64")]
+fn firmware_call<R>(call: impl FnOnce() -> R) -> R {
+    call()
+}
+
 /// Whether boot services still run (cleared by [`Firmware::exit`]): the Block I/O disks
 /// refuse every request once they are gone.
 static BOOT_SERVICES: AtomicBool = AtomicBool::new(false);
 /// The runtime services table, for a reset from anywhere (0: none).
 static RUNTIME: AtomicUsize = AtomicUsize::new(0);
+/// The system table, for the console while boot services run (0: none).
+static SYSTEM: AtomicUsize = AtomicUsize::new(0);
+
+/// Writes `b` through the firmware's console (`ConOut`) while boot services run: the arm64
+/// program's console until the device tree names its UART.
+#[cfg(target_arch = "aarch64")]
+pub fn con_out(b: u8) {
+    let st = SYSTEM.load(Ordering::Acquire) as *mut efi::SystemTable;
+    if st.is_null() || !boot_services_running() {
+        return;
+    }
+    let mut text = [u16::from(b), 0];
+    // SAFETY: the firmware's text output protocol while boot services run, given a
+    // NUL-terminated UCS-2 string.
+    unsafe {
+        let out = (*st).con_out;
+        if !out.is_null() {
+            ((*out).output_string)(out, text.as_mut_ptr());
+        }
+    }
+}
 
 /// Whether boot services still run.
 pub fn boot_services_running() -> bool {
@@ -174,11 +289,45 @@ pub fn reset() -> ! {
             );
         }
     }
+    #[cfg(target_arch = "x86_64")]
     super::port::outb(0xcf9, 0x06);
     loop {
         // SAFETY: halting with interrupts off stops the CPU; nothing else runs.
-        unsafe { asm!("cli; hlt", options(nomem, nostack)) }
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            asm!("cli; hlt", options(nomem, nostack))
+        }
+        // SAFETY: waiting for an interrupt that is masked stops the CPU; nothing else runs.
+        #[cfg(target_arch = "aarch64")]
+        unsafe {
+            asm!("msr daifset, #0xf", "wfi", options(nomem, nostack))
+        }
     }
+}
+
+/// The firmware's clock (`GetTime`, a runtime service, called in physical mode), as
+/// seconds since the epoch; `None` without one or once the virtual map is set.
+#[cfg(target_arch = "aarch64")]
+pub fn now() -> Option<u64> {
+    let rt = RUNTIME.load(Ordering::Acquire) as *mut efi::RuntimeServices;
+    if rt.is_null() {
+        return None;
+    }
+    // SAFETY: `Time` is plain numbers, valid all zero; GetTime is called through the
+    // firmware's runtime services table in physical mode and writes only `t`.
+    let (s, t) = unsafe {
+        let mut t: efi::Time = core::mem::zeroed();
+        let s = firmware_call(|| ((*rt).get_time)(&mut t, core::ptr::null_mut()));
+        (s, t)
+    };
+    if s.is_error() || !(2000..2100).contains(&t.year) {
+        return None;
+    }
+    restorer::rtc::Registers {
+        fields: [t.second, t.minute, t.hour, t.day, t.month, (t.year - 2000) as u8],
+        status_b: restorer::rtc::BINARY_24H,
+    }
+    .unix()
 }
 
 /// The firmware while boot services run.
@@ -210,6 +359,7 @@ impl Firmware {
         // SAFETY: the caller's contract: the system table is the firmware's.
         let (bs, rt) = unsafe { ((*st).boot_services, (*st).runtime_services) };
         RUNTIME.store(rt as usize, Ordering::Release);
+        SYSTEM.store(st as usize, Ordering::Release);
         BOOT_SERVICES.store(true, Ordering::Release);
         Firmware { image, st, bs }
     }
@@ -254,6 +404,27 @@ impl Firmware {
             size,
             options: text,
         })
+    }
+
+    /// The device tree the firmware installed in its configuration table (U-Boot's
+    /// `bootefi` passes the board's), as bytes; `None` without one.
+    #[cfg(target_arch = "aarch64")]
+    pub fn device_tree(&self) -> Option<&'static [u8]> {
+        // SAFETY: the system table's configuration table holds `number_of_table_entries`
+        // entries while boot services run; a device tree entry points at a blob whose
+        // header says its size, and the firmware keeps it for the life of the program.
+        unsafe {
+            let st = &*self.st;
+            let tables =
+                core::slice::from_raw_parts(st.configuration_table, st.number_of_table_entries);
+            let t = tables
+                .iter()
+                .find(|t| t.vendor_guid == efi::DTB_TABLE_GUID)?;
+            let p = t.vendor_table as *const u8;
+            let head = core::slice::from_raw_parts(p, 8);
+            let size = u32::from_be_bytes([head[4], head[5], head[6], head[7]]) as usize;
+            Some(core::slice::from_raw_parts(p, size.clamp(8, 16 << 20)))
+        }
     }
 
     /// `pages` pages of loader data below 4 GiB, zeroed by the caller if needed.
@@ -414,14 +585,25 @@ pub struct LoadedImage {
 }
 
 /// Identity page tables for the first 4 GiB (2 MiB pages): PML4, PDPT, four PDs.
+#[cfg(target_arch = "x86_64")]
 #[repr(C, align(4096))]
 struct Tables([[u64; 512]; 6]);
 
+#[cfg(target_arch = "x86_64")]
 static mut TABLES: Tables = Tables([[0; 512]; 6]);
+
+/// On arm64 the restorer keeps U-Boot's identity map (the MMU stays on while pages are
+/// placed; `crate::cpu` keeps the tables' pages busy) and only masks interrupts.
+#[cfg(target_arch = "aarch64")]
+fn take_over_cpu() {
+    // SAFETY: masking every exception class; nothing of the firmware runs any more.
+    unsafe { asm!("msr daifset, #0xf", options(nomem, nostack)) };
+}
 
 /// Interrupts off, the restorer's GDT with the kernel's selectors (code 0x10, data 0x18),
 /// and its identity page tables: from here on nothing of the firmware's is used but its
 /// runtime services.
+#[cfg(target_arch = "x86_64")]
 fn take_over_cpu() {
     // SAFETY: the tables are this program's, in its image's .bss, written before they are
     // loaded; one CPU, interrupts off from the first instruction.

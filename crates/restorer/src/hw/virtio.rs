@@ -10,7 +10,7 @@
 
 use super::pci as config;
 use super::port::{inb, inl, inw, outb, outl, outw};
-use super::rdtsc;
+use crate::cpu::cycles as rdtsc;
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 use restorer::disk::{check_read, Disk, DiskError, DiskMut, Span};
 use restorer::pci::{self, Bar, Bdf};
