@@ -27,6 +27,45 @@ pub fn running_identity(dt: &BootDeviceTree, efi_runtime: Vec<EfiRuntimeRegion>)
     }
 }
 
+/// arm64: the physical address of the running kernel's MMU-off resume entry
+/// (`cpu_resume`, the address a CPU returns to from PSCI CPU_SUSPEND), which a restorer
+/// enters a restored image at: `/proc/iomem`'s "Kernel code" starts at `_stext`'s physical
+/// address, and `/proc/kallsyms` gives both symbols' virtual addresses (the kernel image is
+/// mapped linearly, so their distance is the same in both). `None` on another
+/// architecture, or when the symbols' addresses are hidden (`kptr_restrict`, not root).
+pub fn resume_entry() -> Option<u64> {
+    if !cfg!(target_arch = "aarch64") {
+        return None;
+    }
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let iomem = std::fs::read_to_string("/proc/iomem").ok()?;
+    resume_entry_of(&kallsyms, &iomem)
+}
+
+/// [`resume_entry`] from the two files' text.
+pub fn resume_entry_of(kallsyms: &str, iomem: &str) -> Option<u64> {
+    let symbol = |name: &str| {
+        kallsyms.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            let (addr, kind, sym) = (w.next()?, w.next()?, w.next()?);
+            (sym == name && kind.eq_ignore_ascii_case("t"))
+                .then(|| u64::from_str_radix(addr, 16).ok())
+                .flatten()
+        })
+    };
+    let (entry, stext) = (symbol("cpu_resume")?, symbol("_stext")?);
+    if stext == 0 || entry < stext {
+        return None;
+    }
+    let code = iomem.lines().find_map(|l| {
+        let (range, what) = l.trim_start().split_once(" : ")?;
+        (what == "Kernel code")
+            .then(|| u64::from_str_radix(range.split_once('-')?.0.trim(), 16).ok())
+            .flatten()
+    })?;
+    code.checked_add(entry - stext)
+}
+
 /// `uname -r` of the running kernel.
 pub fn running_release() -> String {
     rustix::system::uname()

@@ -413,7 +413,14 @@ fn take_image(
     };
     let binding = Some(&binding);
     let c = crate::store::write_image(&mut dev, &mut store, &o.image, opts, raw, |pages| {
-        Description::new(identity, created_unix, binding, pages, swap)
+        Description::new(
+            identity,
+            created_unix,
+            binding,
+            pages,
+            swap,
+            devsys::system::resume_entry(),
+        )
     })?;
     let generation = c.image.generation;
     let st = c.image.stats;

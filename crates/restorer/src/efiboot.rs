@@ -33,6 +33,7 @@ use alloc::vec::Vec;
 use r_efi::efi as uefi;
 use restorer::disk::Span;
 use restorer::e820::Table;
+#[cfg(target_arch = "x86_64")]
 use restorer::efimap::Loader;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::Busy;
@@ -409,7 +410,7 @@ fn enter(
     // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
     // the last copy), and where the image kernel is entered.
     #[cfg(target_arch = "aarch64")]
-    let (firmware_tables, target) = match (crate::cpu::firmware_tables(), arm64_target(chosen)) {
+    let (firmware_tables, target) = match (crate::cpu::firmware_tables(), arm64_target(chosen, table)) {
         (Ok(t), Ok(target)) => (t, target),
         (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
     };
@@ -469,17 +470,20 @@ fn enter(
     efi::reset()
 }
 
-/// Where the arm64 image kernel is entered: `cpu_resume`, physical.
+/// Where the arm64 image kernel is entered: `cpu_resume`, physical, as capture recorded
+/// it; it must lie in this machine's RAM (the image's pages put the kernel there).
 #[cfg(target_arch = "aarch64")]
-fn arm64_target(chosen: &image::Chosen) -> Result<crate::cpu::Target, alloc::string::String> {
-    let image::Entry::Arm64 { .. } = chosen.entry else {
-        return Err("the image is not an arm64 kernel's".into());
+fn arm64_target(
+    chosen: &image::Chosen,
+    table: &Table,
+) -> Result<crate::cpu::Target, alloc::string::String> {
+    let Some(at) = chosen.resume_entry else {
+        return Err("its capture recorded no resume entry (cpu_resume's address: /proc/kallsyms showed none to snapboot, or an older snapboot captured it)".into());
     };
-    let at = option_env!("SNAPBOOT_SPIKE_CPU_RESUME")
-        .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
-        .unwrap_or(0);
-    if at == 0 {
-        return Err("where cpu_resume lies in the image kernel is not known".into());
+    if !table.is_ram_page(at / PAGE) {
+        return Err(alloc::format!(
+            "its resume entry {at:#x} is not in this machine's RAM"
+        ));
     }
     Ok(crate::cpu::Target { cpu_resume: at })
 }

@@ -112,6 +112,8 @@ pub struct Chosen {
     /// The firmware's runtime regions at the image kernel's virtual addresses, as capture
     /// recorded them (empty: the image kernel did not use runtime services).
     pub efi_runtime: Vec<snapimg::EfiRuntimeRegion>,
+    /// arm64: the image kernel's `cpu_resume`, physical, as capture recorded it.
+    pub resume_entry: Option<u64>,
 }
 
 pub use crate::disk::DiskSet;
@@ -331,6 +333,7 @@ pub fn check<S: DiskSet>(
         plan,
         swap: admitted.description.swap,
         efi_runtime: admitted.description.identity.memory.efi_runtime,
+        resume_entry: admitted.description.resume_entry,
     })
 }
 
@@ -402,7 +405,7 @@ mod tests {
                 verity: None,
             });
             last = swap;
-            let d = Description::new(identity.clone(), 1, Some(&binding), pages, swap).unwrap();
+            let d = Description::new(identity.clone(), 1, Some(&binding), pages, swap, None).unwrap();
             let mut w = store.writer(name, WriteOptions::default()).unwrap();
             if let Some(e) = raw {
                 w.attach_raw(e).unwrap();

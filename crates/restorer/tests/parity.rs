@@ -64,7 +64,7 @@ fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec
     };
     let pages = (bytes.len() / PAGE_SIZE) as u64;
     for name in names {
-        let d = Description::new(identity.clone(), 1, Some(&binding), pages, None).unwrap();
+        let d = Description::new(identity.clone(), 1, Some(&binding), pages, None, None).unwrap();
         let mut w = store.writer(name, WriteOptions::default()).unwrap();
         for p in bytes.chunks_exact(PAGE_SIZE) {
             w.push_page(p.try_into().unwrap()).unwrap();

@@ -20,7 +20,7 @@ use thiserror::Error;
 /// 4: the binding's boot setup is the initramfs's manifest, file by file
 /// ([`crate::listing`]; binding encoding 2).
 /// 5: the memory layout carries the EFI runtime map ([`crate::EfiRuntimeRegion`]).
-pub const DESCRIPTION_VERSION: u32 = 5;
+pub const DESCRIPTION_VERSION: u32 = 6;
 /// Room for the binding record: a manifest of a few thousand files fits (it is bounded by
 /// [`crate::binding::MAX_MANIFEST_FILES`] too).
 const BINDING_ROOM: usize = 1 << 20;
@@ -60,6 +60,10 @@ pub struct Description {
     pub stream_pages: u64,
     /// A lazy image's swap region (in the image's raw region of the store).
     pub swap: Option<SwapRegion>,
+    /// arm64: the physical address of the image kernel's MMU-off resume entry
+    /// (`cpu_resume`), which its hibernation header does not carry; the restorer enters the
+    /// image there (`None`: not recorded; the restorer refuses the image).
+    pub resume_entry: Option<u64>,
 }
 
 impl Description {
@@ -70,6 +74,7 @@ impl Description {
         binding: Option<&Binding>,
         stream_pages: u64,
         swap: Option<SwapRegion>,
+        resume_entry: Option<u64>,
     ) -> Result<Self, DescriptionError> {
         let binding = match binding {
             Some(b) => b.encode(BINDING_ROOM).map_err(DescriptionError::Binding)?,
@@ -85,6 +90,7 @@ impl Description {
             binding,
             stream_pages,
             swap,
+            resume_entry,
         })
     }
 
@@ -159,7 +165,7 @@ mod tests {
     #[test]
     fn descriptions_round_trip() {
         for s in [None, Some(swap())] {
-            let d = Description::new(identity(), 1_700_000_000, None, 1234, s).unwrap();
+            let d = Description::new(identity(), 1_700_000_000, None, 1234, s, Some(0x410f_d038)).unwrap();
             let back = Description::decode(&d.encode()).unwrap();
             assert_eq!(back, d);
             assert_eq!(back.binding().unwrap(), None);
@@ -170,13 +176,13 @@ mod tests {
     fn garbage_another_version_and_a_bad_swap_region_are_named() {
         let e = Description::decode(b"").unwrap_err();
         assert!(matches!(e, DescriptionError::Parse(_)), "{e}");
-        let mut d = Description::new(identity(), 0, None, 1, None).unwrap();
+        let mut d = Description::new(identity(), 0, None, 1, None, None).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 5"), "{e}");
-        // Version 2 had no memory layout, version 4 no EFI runtime map: named by their
-        // version, not as garbage.
-        for old in [2, 4] {
+        assert!(e.contains("version 1, this snapboot reads 6"), "{e}");
+        // Version 2 had no memory layout, version 4 no EFI runtime map, version 5 no resume
+        // entry: named by their version, not as garbage.
+        for old in [2, 4, 5] {
             d.version = old;
             let e = Description::decode(&d.encode()).unwrap_err();
             assert!(
@@ -188,13 +194,13 @@ mod tests {
             used_pages: 40,
             ..swap()
         };
-        let e = Description::new(identity(), 0, None, 1, Some(bad)).unwrap_err();
+        let e = Description::new(identity(), 0, None, 1, Some(bad), None).unwrap_err();
         assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
         d.version = DESCRIPTION_VERSION;
         d.swap = Some(bad);
         let e = Description::decode(&d.encode()).unwrap_err();
         assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
-        let mut bytes = Description::new(identity(), 0, None, 1, None)
+        let mut bytes = Description::new(identity(), 0, None, 1, None, None)
             .unwrap()
             .encode();
         bytes.truncate(bytes.len() - 2);
