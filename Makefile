@@ -10,7 +10,7 @@ APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-ut
 # binfmt_misc itself, crates/bundle/src/emulation.rs).
 ARM64_PACKAGES := qemu-system-arm u-boot-qemu u-boot-tools fdisk e2fsprogs \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross rustc-web cargo-web libstd-rust-web-dev:arm64 \
-  qemu-user-static
+  rust-web-clippy qemu-user-static
 # `make deb`'s check of the packages (dpkg-deb, which builds them, comes with dpkg).
 DEB_PACKAGES := lintian
 # Building the restore kernel from the distribution's kernel source (gcc-aarch64-linux-gnu:
@@ -37,6 +37,7 @@ build:
 	scripts/device-arm64.sh
 	scripts/restorer.sh
 	scripts/restorer.sh efi
+	scripts/restorer.sh efi-arm64
 
 ## The Debian packages snapboot_VERSION_amd64.deb and _arm64.deb (from the static device
 ## binaries) in DEB_OUT, checked by lintian (packaging/deb/lintian-overrides says why for

@@ -65,7 +65,8 @@ pub fn command(
     let cmdline = kernel_cmdline(bundle, opts, BASE_CMDLINE, PACK_PARTITION);
     let mut env = uboot::board_env(&defaults, label, &cmdline)?;
     if restorer.is_some() {
-        env.set(uboot::RESTORER_VAR, "yes").map_err(UbootError::from)?;
+        env.set(uboot::RESTORER_VAR, "yes")
+            .map_err(UbootError::from)?;
     }
     let dir = tempfile::Builder::new()
         .prefix("snapboot-arm64-run-")

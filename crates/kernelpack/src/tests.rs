@@ -145,7 +145,12 @@ fn arm64_image_is_packed_with_the_release_of_its_banner() {
     let back = Header::decode(&h.encode()).unwrap();
     assert_eq!(back.uts_version, "#1 SMP Debian 6.1.192-2 (2026-11-16)");
     // A bzImage's pack records none (its head carries it).
-    assert_eq!(Header::new(&bzimage("6.1.0-56-amd64", 0), b"i").unwrap().uts_version, "");
+    assert_eq!(
+        Header::new(&bzimage("6.1.0-56-amd64", 0), b"i")
+            .unwrap()
+            .uts_version,
+        ""
+    );
     let mut no_banner = k.clone();
     no_banner[5000..5014].copy_from_slice(b"Linux versio_ ");
     no_banner[4000..4014].copy_from_slice(b"Linux versio_ ");

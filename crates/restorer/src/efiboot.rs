@@ -410,10 +410,11 @@ fn enter(
     // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
     // the last copy), and where the image kernel is entered.
     #[cfg(target_arch = "aarch64")]
-    let (firmware_tables, target) = match (crate::cpu::firmware_tables(), arm64_target(chosen, table)) {
-        (Ok(t), Ok(target)) => (t, target),
-        (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
-    };
+    let (firmware_tables, target) =
+        match (crate::cpu::firmware_tables(), arm64_target(chosen, table)) {
+            (Ok(t), Ok(target)) => (t, target),
+            (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
+        };
     #[cfg(target_arch = "x86_64")]
     let target = crate::cpu::Target;
     let kept_apart = if cfg!(target_arch = "aarch64") { 4 } else { 3 };

@@ -44,11 +44,15 @@ pub enum FdtError {
 }
 
 fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_be_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 fn be64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_be_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// One node: its full path and its properties' names and values.
@@ -270,13 +274,14 @@ impl<'a> Fdt<'a> {
         } else {
             let aliases = self.node("/aliases")?;
             let v = aliases.prop(name)?;
-            core::str::from_utf8(v).ok()?.trim_end_matches('\0').to_string()
+            core::str::from_utf8(v)
+                .ok()?
+                .trim_end_matches('\0')
+                .to_string()
         };
         let node = self.node(&path)?;
         let compatible = node.prop("compatible").unwrap_or(&[]);
-        let pl011 = compatible
-            .split(|&b| b == 0)
-            .any(|c| c == b"arm,pl011");
+        let pl011 = compatible.split(|&b| b == 0).any(|c| c == b"arm,pl011");
         let base = self.reg(node).first()?.base;
         pl011.then_some(Uart::Pl011(base))
     }
@@ -359,7 +364,7 @@ mod tests {
             self.u32(BEGIN_NODE);
             self.structs.extend_from_slice(name.as_bytes());
             self.structs.push(0);
-            while self.structs.len() % 4 != 0 {
+            while !self.structs.len().is_multiple_of(4) {
                 self.structs.push(0);
             }
             self
@@ -376,7 +381,7 @@ mod tests {
             self.u32(value.len() as u32);
             self.u32(off);
             self.structs.extend_from_slice(value);
-            while self.structs.len() % 4 != 0 {
+            while !self.structs.len().is_multiple_of(4) {
                 self.structs.push(0);
             }
             self
@@ -389,7 +394,18 @@ mod tests {
             let off_struct = off_rsv + rsv_len;
             let off_strings = off_struct + self.structs.len() as u32;
             let total = off_strings + self.strings.len() as u32;
-            for v in [MAGIC, total, off_struct, off_strings, off_rsv, 17, 16, 0, 0, 0] {
+            for v in [
+                MAGIC,
+                total,
+                off_struct,
+                off_strings,
+                off_rsv,
+                17,
+                16,
+                0,
+                0,
+                0,
+            ] {
                 out.extend_from_slice(&v.to_be_bytes());
             }
             for (b, s) in rsv.iter().chain(core::iter::once(&(0, 0))) {
@@ -422,7 +438,9 @@ mod tests {
             .prop("reg", &cells(&[0, 0x5e00_0000, 0, 0x10_0000]))
             .prop("no-map", b"")
             .end();
-        b.begin("cma").prop("reg", &cells(&[0, 0x5000_0000, 0, 0x100_0000])).end();
+        b.begin("cma")
+            .prop("reg", &cells(&[0, 0x5000_0000, 0, 0x100_0000]))
+            .end();
         b.end();
         b.begin("cpus")
             .prop("#address-cells", &cells(&[1]))
@@ -434,7 +452,9 @@ mod tests {
             .prop("compatible", b"arm,pl011\0arm,primecell\0")
             .prop("reg", &cells(&[0, 0x900_0000, 0, 0x1000]))
             .end();
-        b.begin("chosen").prop("stdout-path", b"/pl011@9000000\0").end();
+        b.begin("chosen")
+            .prop("stdout-path", b"/pl011@9000000\0")
+            .end();
         b.end();
         b.finish(&[(0x4800_0000, 0x1000)])
     }
@@ -480,7 +500,10 @@ mod tests {
     #[test]
     fn damaged_blobs_are_refused_without_panicking() {
         let blob = virt_like();
-        assert!(Fdt::parse(&blob[..3]).unwrap_err().to_string().contains("header"));
+        assert!(Fdt::parse(&blob[..3])
+            .unwrap_err()
+            .to_string()
+            .contains("header"));
         assert!(matches!(Fdt::parse(&[0u8; 64]), Err(FdtError::Magic(0))));
         for cut in (40..blob.len()).step_by(7) {
             let mut b = blob[..cut].to_vec();

@@ -5,13 +5,13 @@
 //! buffer, deferred to safe pages and the relocated last copy when the restorer's own
 //! memory holds them.
 
+use crate::cpu::zero_page;
 use crate::hw;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use bootparams::StoreAddress;
 use restorer::bootrecord::BootRecord;
 use restorer::disk::{DiskMut, Span};
-use crate::cpu::zero_page;
 use restorer::e820::Table;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
@@ -484,10 +484,11 @@ pub(crate) fn place<S: Disks>(
     );
 
     // The platform's way in, set up in safe pages before any page is placed.
-    let jump = crate::cpu::prepare(&chosen.entry, target, &mut safe, &mut mem).map_err(|e| match e {
-        crate::cpu::NotEntered::Place(e) => placing(e),
-        crate::cpu::NotEntered::Entry(why) => Refused::NotPlaced(why),
-    })?;
+    let jump =
+        crate::cpu::prepare(&chosen.entry, target, &mut safe, &mut mem).map_err(|e| match e {
+            crate::cpu::NotEntered::Place(e) => placing(e),
+            crate::cpu::NotEntered::Entry(why) => Refused::NotPlaced(why),
+        })?;
 
     // Every page to its place; the ones landing on the restorer's memory go to safe pages,
     // listed for the last copy.
@@ -619,4 +620,3 @@ impl core::fmt::Display for Spent {
 pub(crate) fn cycles() -> u64 {
     crate::cpu::cycles()
 }
-

@@ -405,7 +405,8 @@ mod tests {
                 verity: None,
             });
             last = swap;
-            let d = Description::new(identity.clone(), 1, Some(&binding), pages, swap, None).unwrap();
+            let d =
+                Description::new(identity.clone(), 1, Some(&binding), pages, swap, None).unwrap();
             let mut w = store.writer(name, WriteOptions::default()).unwrap();
             if let Some(e) = raw {
                 w.attach_raw(e).unwrap();

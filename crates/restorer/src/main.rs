@@ -105,9 +105,9 @@ macro_rules! panic_items {
 }
 pub(crate) use panic_items;
 
+mod cpu;
 #[cfg(not(feature = "efi"))]
 mod fallback;
-mod cpu;
 mod flow;
 mod hw;
 #[cfg(not(feature = "efi"))]

@@ -165,7 +165,8 @@ mod tests {
     #[test]
     fn descriptions_round_trip() {
         for s in [None, Some(swap())] {
-            let d = Description::new(identity(), 1_700_000_000, None, 1234, s, Some(0x410f_d038)).unwrap();
+            let d = Description::new(identity(), 1_700_000_000, None, 1234, s, Some(0x410f_d038))
+                .unwrap();
             let back = Description::decode(&d.encode()).unwrap();
             assert_eq!(back, d);
             assert_eq!(back.binding().unwrap(), None);

@@ -305,20 +305,29 @@ mod tests {
         more.reserved.push(r(0x4400_0000, 0x1000));
         assert!(matches!(
             captured.check_before_kernel(&more),
-            Err(MemoryMapMismatch::Range { kind: "reserved", .. })
+            Err(MemoryMapMismatch::Range {
+                kind: "reserved",
+                ..
+            })
         ));
         // Another RAM size is one.
         let small = MemoryMap::new(vec![r(0x4000_0000, 0x1000_0000)], virt().reserved);
         assert!(matches!(
             captured.check_before_kernel(&small),
-            Err(MemoryMapMismatch::Range { kind: "System RAM", .. })
+            Err(MemoryMapMismatch::Range {
+                kind: "System RAM",
+                ..
+            })
         ));
         // A missing reservation outside RAM is not the loader's.
         let mut outside = virt();
         outside.reserved.push(r(0x1000, 0x1000));
         let outside = MemoryMap::new(outside.ram, outside.reserved);
         let e = outside.check_before_kernel(&virt()).unwrap_err();
-        assert!(e.to_string().contains("not RAM the boot loader handed"), "{e}");
+        assert!(
+            e.to_string().contains("not RAM the boot loader handed"),
+            "{e}"
+        );
     }
 
     #[test]

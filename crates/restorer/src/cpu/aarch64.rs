@@ -180,7 +180,9 @@ pub(crate) fn prepare(
         ..
     } = *entry
     else {
-        return Err(NotEntered::Entry("the image is not an arm64 kernel's".into()));
+        return Err(NotEntered::Entry(
+            "the image is not an arm64 kernel's".into(),
+        ));
     };
     let here = mpidr();
     if sleep_cpu_mpidr & MPIDR_AFFINITY != here {
@@ -201,7 +203,9 @@ pub(crate) fn prepare(
         core::ptr::addr_of!(last_copy_a64_end) as u64,
     );
     if lc_end - lc > BUSY_AT {
-        return Err(NotEntered::Entry("the last copy loop is larger than its room".into()));
+        return Err(NotEntered::Entry(
+            "the last copy loop is larger than its room".into(),
+        ));
     }
     // SAFETY: copies the loop's bytes into the fresh safe page `code`.
     unsafe {

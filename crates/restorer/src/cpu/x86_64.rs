@@ -57,7 +57,6 @@ pub(crate) fn zero_page(a: u64) {
     }
 }
 
-
 /// Temporary page tables in safe pages (all of the first 4 GiB identity in 2 MiB pages,
 /// and the image kernel's text around `jump_address` -> `jump_address_phys`) and the last
 /// copy loop relocated to a safe page.
@@ -73,7 +72,9 @@ pub(crate) fn prepare(
         cr3,
     } = *entry
     else {
-        return Err(NotEntered::Entry("the image is not an x86_64 kernel's".into()));
+        return Err(NotEntered::Entry(
+            "the image is not an x86_64 kernel's".into(),
+        ));
     };
     let pml4 = safe.take(mem)?;
     let pdpt = safe.take(mem)?;

@@ -324,7 +324,14 @@ pub fn now() -> Option<u64> {
         return None;
     }
     restorer::rtc::Registers {
-        fields: [t.second, t.minute, t.hour, t.day, t.month, (t.year - 2000) as u8],
+        fields: [
+            t.second,
+            t.minute,
+            t.hour,
+            t.day,
+            t.month,
+            (t.year - 2000) as u8,
+        ],
         status_b: restorer::rtc::BINARY_24H,
     }
     .unix()

@@ -461,3 +461,107 @@ fn arm64_uboot_boots_the_capture_entry_once_when_the_device_asks() {
     expect(&mut s, ready, "the cold boot reaching ready");
     s.finish(boottrace::Outcome::Ready);
 }
+
+/// Builds the arm64 restorer once (`scripts/restorer.sh efi-arm64`) and returns its PE file.
+fn arm64_restorer() -> PathBuf {
+    static EFI: OnceLock<PathBuf> = OnceLock::new();
+    EFI.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/restorer.sh");
+        let mut c = Command::new(script);
+        c.arg("efi-arm64");
+        let (out, so, se) = run(c);
+        assert!(
+            out.status.success(),
+            "arm64 restorer build failed:\n{so}\n{se}"
+        );
+        PathBuf::from(so.trim())
+    })
+    .clone()
+}
+
+/// Powers on the arm64 `workload` whose boot script starts the restorer first (U-Boot's
+/// `bootefi`), on `store`, with `mem_extra` MiB more RAM than the capture had.
+fn restorer_session(workload: &str, store: &Path, mem_extra: u32) -> board::qemu::Session {
+    let b = bundle::Bundle::load(&arm64_bundle(workload)).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(300);
+    o.mem_mib += mem_extra;
+    let o = board::restorer_boot::restorer_options(&b, &o, &arm64_restorer(), store)
+        .unwrap_or_else(|e| panic!("{e}"));
+    board::qemu::Session::start(&b, &o).unwrap()
+}
+
+/// Restores of one arm64 `app` image in a row from the restorer U-Boot starts (2, or
+/// SNAPBOOT_ARM64_RESTORER_ROUNDS; `make soak` runs 20), no kernel booting before the
+/// image: each with the application's state, its clock current (the timer), its RNG fresh,
+/// answered over the console and its disk, and the restorer's phases on the console.
+#[test]
+fn arm64_restorer_restores_the_app_repeatedly_with_state_clock_and_rng() {
+    let rounds: usize = std::env::var("SNAPBOOT_ARM64_RESTORER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let store = copy_store(&captured("app"), "test-arm64-restorer-app.store");
+    let expected = host_checksum();
+    let mut randoms = Vec::new();
+    for boot in 0..rounds {
+        let mut s = restorer_session("app", &store, 0);
+        expect(&mut s, r"U-Boot 20\d\d", "U-Boot's banner");
+        expect(
+            &mut s,
+            r"snapboot-restorer: image checked: current",
+            "the restorer's checks",
+        );
+        let entered = expect(
+            &mut s,
+            r"snapboot-restorer: .*entering the image at 0x[0-9a-f]+",
+            "the restorer entering the image",
+        );
+        expect(&mut s, r"snapboot: @restored", "restored marker");
+        randoms.push(check_restored_app(&mut s, boot, &expected));
+        let tl = s.finish(boottrace::Outcome::Answered);
+        assert!(
+            !tl.lines.iter().any(|l| l.text.contains("Starting kernel")),
+            "restore {boot}: U-Boot booted a kernel before the image ({entered})"
+        );
+    }
+    assert_all_differ(randoms);
+}
+
+/// Runs the arm64 shell with the restorer on `store` and expects it to refuse naming
+/// `reason`, return to U-Boot's script, and the stock kernel to boot cold to ready.
+fn expect_restorer_refusal(store: &Path, mem_extra: u32, reason: &str) {
+    let mut s = restorer_session("shell", store, mem_extra);
+    let line = expect(
+        &mut s,
+        r"snapboot-restorer: refused: .*",
+        "the restorer's refusal",
+    );
+    assert!(line.contains(reason), "refusal {line:?} lacks {reason:?}");
+    expect(
+        &mut s,
+        r"snapboot: the restorer did not restore: booting the stock kernel",
+        "the boot script's fallback",
+    );
+    expect(
+        &mut s,
+        r"Linux version 6\.1\.\S+-arm64 ",
+        "stock kernel banner",
+    );
+    expect(&mut s, r"snapboot: @ready", "the cold boot reaching ready");
+    s.finish(boottrace::Outcome::Ready);
+}
+
+/// The restorer refuses, before any page is written, a damaged image, an image of another
+/// kernel build and one captured with another RAM size; each boots cold with the reason.
+#[test]
+fn arm64_restorer_refuses_a_damaged_a_foreign_and_a_wrong_ram_image_and_boots_cold() {
+    let damaged = copy_store(&captured("shell"), "test-arm64-restorer-bad.store");
+    let chunk = damage_newest_image(&damaged);
+    expect_restorer_refusal(&damaged, 0, &format!("chunk {chunk}"));
+    let foreign = copy_store(&captured("shell"), "test-arm64-restorer-foreign.store");
+    rewrite_version(&foreign);
+    expect_restorer_refusal(&foreign, 0, "kernel version differs");
+    let ram = copy_store(&captured("shell"), "test-arm64-restorer-ram.store");
+    expect_restorer_refusal(&ram, 128, "differs");
+}
