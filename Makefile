@@ -86,15 +86,19 @@ test: setup restore-kernel
 ## The long repetitions `make test` leaves out (about 30 minutes on 2 cores): the restorer
 ## restores one `app` image SOAK_RESTORER_ROUNDS times in a row, each restore checked (the
 ## end-to-end test does 3); the EFI restorer restores one `debian` image on the UEFI PC
-## SOAK_EFI_RESTORER_ROUNDS times, each with an EFI variable written; then `bench endurance`
+## SOAK_EFI_RESTORER_ROUNDS times, each with an EFI variable written; the arm64 restorer
+## restores one arm64 `app` image SOAK_ARM64_RESTORER_ROUNDS times; then `bench endurance`
 ## restores one image 100 times, re-capturing it every 10 (docs/measuring.md, "Soak").
 SOAK_RESTORER_ROUNDS ?= 50
 SOAK_EFI_RESTORER_ROUNDS ?= 20
+SOAK_ARM64_RESTORER_ROUNDS ?= 20
 soak: setup restore-kernel
 	SNAPBOOT_RESTORER_ROUNDS=$(SOAK_RESTORER_ROUNDS) cargo test --release -p snapboot --test e2e -- \
 	  --exact restorer::restorer_restores_the_app_repeatedly_with_state_clock_and_rng
 	SNAPBOOT_EFI_RESTORER_ROUNDS=$(SOAK_EFI_RESTORER_ROUNDS) cargo test --release -p snapboot --test e2e -- \
 	  --ignored --exact debian_uefi::efi_restorer_restores_debian_repeatedly_with_efi_variables
+	SNAPBOOT_ARM64_RESTORER_ROUNDS=$(SOAK_ARM64_RESTORER_ROUNDS) cargo test --release -p snapboot --test e2e -- \
+	  --exact arm64::arm64_restorer_restores_the_app_repeatedly_with_state_clock_and_rng
 	$(SNAPBOOT) bench endurance --workload app --restores 100 --recapture-every 10 \
 	  --json $(SNAPBOOT_HOME)/endurance.json
 

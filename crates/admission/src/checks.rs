@@ -57,6 +57,10 @@ pub struct Expected {
     pub memory: Memory,
     /// MPIDRs of this machine's CPUs (arm64; empty: not known).
     pub cpus: Vec<u64>,
+    /// How this boot was started, when an image must have been captured the same way
+    /// (the arm64 restorer: `U-Boot VERSION, booti`, the kernel U-Boot's script would
+    /// boot; `None`: not checked).
+    pub boot_path: Option<String>,
 }
 
 impl Expected {
@@ -71,6 +75,7 @@ impl Expected {
                 map: identity.memory,
             },
             cpus,
+            boot_path: None,
         }
     }
 }
@@ -96,6 +101,17 @@ pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<B
         }
         Memory::E820 { .. } => None,
     };
+    if let Some(running) = &e.boot_path {
+        if d.boot_path.as_ref() != Some(running) {
+            return Err(Refused::Incompatible(Incompat::BootPath {
+                image: d
+                    .boot_path
+                    .clone()
+                    .unwrap_or_else(|| "none recorded".into()),
+                running: running.clone(),
+            }));
+        }
+    }
     if let Some((ram_bytes, checked)) = layout {
         if id.ram_bytes != *ram_bytes {
             return Err(Refused::Incompatible(Incompat::RamMismatch {
@@ -174,6 +190,7 @@ mod tests {
                 map: MemoryMap::default(),
             },
             cpus,
+            boot_path: None,
         }
     }
 

@@ -66,6 +66,34 @@ pub fn resume_entry_of(kallsyms: &str, iomem: &str) -> Option<u64> {
     code.checked_add(entry - stext)
 }
 
+/// How the running arm64 kernel was booted, as an image records it (`Description::
+/// boot_path`): `U-Boot VERSION, booti` or `..., EFI` when U-Boot booted it (it writes its
+/// version into the device tree's `/chosen`), `no U-Boot, ...` otherwise; `None` on a
+/// machine without a device tree (x86).
+pub fn boot_path() -> Option<String> {
+    if !cfg!(target_arch = "aarch64") {
+        return None;
+    }
+    let chosen = Path::new(crate::devicetree::LIVE_TREE).join("chosen");
+    let uboot = std::fs::read(chosen.join("u-boot,version")).ok();
+    Some(boot_path_of(
+        uboot.as_deref(),
+        Path::new("/sys/firmware/efi").exists(),
+    ))
+}
+
+/// [`boot_path`] from `/chosen/u-boot,version`'s bytes and whether the kernel has EFI.
+pub fn boot_path_of(uboot_version: Option<&[u8]>, efi: bool) -> String {
+    let how = if efi { "EFI" } else { "booti" };
+    match uboot_version {
+        Some(v) => {
+            let v = String::from_utf8_lossy(v);
+            format!("U-Boot {}, {how}", v.trim_end_matches('\0'))
+        }
+        None => format!("no U-Boot, {}", if efi { "EFI" } else { "direct" }),
+    }
+}
+
 /// `uname -r` of the running kernel.
 pub fn running_release() -> String {
     rustix::system::uname()

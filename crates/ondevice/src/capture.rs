@@ -419,7 +419,7 @@ fn take_image(
             binding,
             pages,
             swap,
-            devsys::system::resume_entry(),
+            (devsys::system::resume_entry(), devsys::system::boot_path()),
         )
     })?;
     let generation = c.image.generation;

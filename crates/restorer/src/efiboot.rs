@@ -131,6 +131,7 @@ struct Machine {
     table: Table,
     memory: admission::Memory,
     cpus: Vec<u64>,
+    boot_path: Option<alloc::string::String>,
 }
 
 /// The PC: the memory map as the image kernel's EFI stub turns it into e820 (its checksum
@@ -150,6 +151,7 @@ fn machine(_fw: &Firmware, map: &efi::MemoryMap) -> Result<Machine, NotRestored>
         table,
         memory,
         cpus: Vec::new(),
+        boot_path: None,
     })
 }
 
@@ -163,6 +165,13 @@ fn machine(fw: &Firmware, _map: &efi::MemoryMap) -> Result<Machine, NotRestored>
         .device_tree()
         .ok_or_else(|| NotRestored::Firmware("no device tree in its configuration table".into()))?;
     let m = restorer::fdt::Fdt::parse(blob).map_err(firmware)?.machine();
+    // The image kernel's own resume puts a GICv2 back (its CPU-PM notifiers); a GICv3's
+    // distributor, redistributors and ITS it leaves as this boot found them.
+    match m.gic {
+        Some(restorer::fdt::Gic::V2) => {}
+        Some(restorer::fdt::Gic::V3) => return Err(NotRestored::Firmware("the machine's interrupt controller is a GICv3, which the stock kernel does not set up again after a restore no kernel came before (GICv2 only)".into())),
+        None => return Err(NotRestored::Firmware("the device tree names no GIC the restorer knows".into())),
+    }
     let entries = m.ram.iter().map(|r| restorer::e820::Entry {
         addr: r.base,
         size: r.size,
@@ -175,10 +184,16 @@ fn machine(fw: &Firmware, _map: &efi::MemoryMap) -> Result<Machine, NotRestored>
         ram_bytes,
         map: snapimg::MemoryMap::new(m.ram, m.reserved),
     };
+    // The kernel U-Boot's script boots when the restorer refuses: booti, by this U-Boot.
+    let boot_path = match &m.uboot {
+        Some(v) => alloc::format!("U-Boot {v}, booti"),
+        None => "no U-Boot, direct".into(),
+    };
     Ok(Machine {
         table,
         memory,
         cpus: alloc::vec![crate::cpu::mpidr()],
+        boot_path: Some(boot_path),
     })
 }
 
@@ -225,6 +240,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         table,
         memory,
         cpus,
+        boot_path,
     } = machine(&fw, &map)?;
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
         return Err(NotRestored::RamAbove4G(table.ram_end()));
@@ -250,6 +266,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         images: &params.images,
         cmdline: &cmdline,
         cpus: &cpus,
+        boot_path,
     };
     let at = decided.at;
     let mut scratch = alloc::vec![0u8; store.most_raw()];
@@ -319,6 +336,17 @@ fn enter(
         .clamp(heap.0, old_end);
     heap::shrink_to(heap_end);
     let heap = (heap.0, heap_end);
+    // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
+    // the last copy), and where the image kernel is entered: known before anything is read
+    // or counted.
+    #[cfg(target_arch = "aarch64")]
+    let (firmware_tables, target) =
+        match (crate::cpu::firmware_tables(), arm64_target(chosen, table)) {
+            (Ok(t), Ok(target)) => (t, target),
+            (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
+        };
+    #[cfg(target_arch = "x86_64")]
+    let target = crate::cpu::Target;
     let runs = match chunk_runs(store, chosen) {
         Ok(r) => r,
         Err(why) => return (fw, why),
@@ -407,16 +435,6 @@ fn enter(
     // The firmware's runtime data the kernel counts as RAM: busy until the last copy (no
     // safe page there; the image's pages for it are written after SetVirtualAddressMap).
     let runtime_ram = restorer::efimap::runtime_in_ram(&map.descriptors);
-    // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
-    // the last copy), and where the image kernel is entered.
-    #[cfg(target_arch = "aarch64")]
-    let (firmware_tables, target) =
-        match (crate::cpu::firmware_tables(), arm64_target(chosen, table)) {
-            (Ok(t), Ok(target)) => (t, target),
-            (Err(why), _) | (_, Err(why)) => return (fw, Refused::NotPlaced(why)),
-        };
-    #[cfg(target_arch = "x86_64")]
-    let target = crate::cpu::Target;
     let kept_apart = if cfg!(target_arch = "aarch64") { 4 } else { 3 };
     if runtime_ram.len() > restorer::safepages::MAX_BUSY - kept_apart {
         return (

@@ -259,7 +259,36 @@ impl<'a> Fdt<'a> {
             reserved,
             cpus,
             uart: self.stdout_uart(),
+            gic: self.gic(),
+            uboot: self
+                .node("/chosen")
+                .and_then(|c| c.prop("u-boot,version"))
+                .and_then(|v| core::str::from_utf8(v).ok())
+                .map(|v| v.trim_end_matches('\0').to_string()),
         }
+    }
+
+    /// The interrupt controller's generation, from the first node compatible with a GIC.
+    fn gic(&self) -> Option<Gic> {
+        const V3: &[&[u8]] = &[b"arm,gic-v3"];
+        const V2: &[&[u8]] = &[
+            b"arm,gic-400",
+            b"arm,cortex-a15-gic",
+            b"arm,cortex-a9-gic",
+            b"arm,cortex-a7-gic",
+            b"arm,arm11mp-gic",
+        ];
+        self.nodes.iter().find_map(|n| {
+            let compatible = n.prop("compatible")?;
+            let has = |list: &[&[u8]]| compatible.split(|&b| b == 0).any(|c| list.contains(&c));
+            if has(V3) {
+                Some(Gic::V3)
+            } else if has(V2) {
+                Some(Gic::V2)
+            } else {
+                None
+            }
+        })
     }
 
     /// The console: `/chosen`'s `stdout-path` (a path or an alias, options after `:`), as
@@ -287,6 +316,17 @@ impl<'a> Fdt<'a> {
     }
 }
 
+/// The generation of the machine's interrupt controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gic {
+    /// GICv2 (GIC-400 and the like): the image kernel's CPU-PM notifiers write its
+    /// distributor and CPU interface back after a restore.
+    V2,
+    /// GICv3 or later: nothing in the stock kernel restores its distributor, redistributors
+    /// or ITS after a restore no kernel came before.
+    V3,
+}
+
 /// The console a device tree names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Uart {
@@ -305,6 +345,10 @@ pub struct Machine {
     pub cpus: Vec<u64>,
     /// The console.
     pub uart: Option<Uart>,
+    /// The interrupt controller (`None`: no GIC the reader knows).
+    pub gic: Option<Gic>,
+    /// `/chosen`'s `u-boot,version`: U-Boot wrote this tree.
+    pub uboot: Option<String>,
 }
 
 /// `ram` less every range of `holes`, sorted.
@@ -452,8 +496,12 @@ mod tests {
             .prop("compatible", b"arm,pl011\0arm,primecell\0")
             .prop("reg", &cells(&[0, 0x900_0000, 0, 0x1000]))
             .end();
+        b.begin("intc@8000000")
+            .prop("compatible", b"arm,cortex-a15-gic\0")
+            .end();
         b.begin("chosen")
             .prop("stdout-path", b"/pl011@9000000\0")
+            .prop("u-boot,version", b"2023.01+dfsg-2+deb12u3\0")
             .end();
         b.end();
         b.finish(&[(0x4800_0000, 0x1000)])
@@ -495,6 +543,8 @@ mod tests {
         );
         assert_eq!(m.cpus, vec![0, 1]);
         assert_eq!(m.uart, Some(Uart::Pl011(0x900_0000)));
+        assert_eq!(m.gic, Some(Gic::V2));
+        assert_eq!(m.uboot.as_deref(), Some("2023.01+dfsg-2+deb12u3"));
     }
 
     #[test]

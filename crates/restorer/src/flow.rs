@@ -253,6 +253,9 @@ pub(crate) struct Asked<'a> {
     pub(crate) cmdline: &'a str,
     /// The CPUs an image may have hibernated on (arm64: this one's MPIDR; none on the PC).
     pub(crate) cpus: &'a [u64],
+    /// How this boot was started, which an image must have been captured under (arm64;
+    /// `None` on the PC, where the e820 checksum and the binding say it).
+    pub(crate) boot_path: Option<String>,
 }
 
 /// Chooses, checks and restores an image of the decided store, keeping the boot log as
@@ -285,6 +288,7 @@ pub(crate) fn restore_from<S: Disks>(
             machine: MACHINE.into(),
             memory: memory.clone(),
             cpus: asked.cpus.to_vec(),
+            boot_path: asked.boot_path.clone(),
         },
         cmdline,
         trust: stock.trust.clone(),

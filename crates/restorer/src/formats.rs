@@ -73,7 +73,7 @@ mod tests {
             memory: MemoryMap::default(),
         };
         let pages = (stream.len() / PAGE_SIZE) as u64;
-        let d = Description::new(identity, 1, None, pages, None, None).unwrap();
+        let d = Description::new(identity, 1, None, pages, None, (None, None)).unwrap();
         let opts = WriteOptions {
             compression: Compression::Lz4,
             ..WriteOptions::default()

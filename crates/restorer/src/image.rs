@@ -405,8 +405,15 @@ mod tests {
                 verity: None,
             });
             last = swap;
-            let d =
-                Description::new(identity.clone(), 1, Some(&binding), pages, swap, None).unwrap();
+            let d = Description::new(
+                identity.clone(),
+                1,
+                Some(&binding),
+                pages,
+                swap,
+                (None, None),
+            )
+            .unwrap();
             let mut w = store.writer(name, WriteOptions::default()).unwrap();
             if let Some(e) = raw {
                 w.attach_raw(e).unwrap();
@@ -432,6 +439,7 @@ mod tests {
                     ram_pages: 1 << 18,
                 },
                 cpus: Vec::new(),
+                boot_path: None,
             },
             cmdline,
             trust: stock.trust,

@@ -129,6 +129,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
         images: &params.images,
         cmdline,
         cpus: &[],
+        boot_path: None,
     };
     let at = decided.at;
     // Buffers for the chunks, taken before the busy range is fixed.

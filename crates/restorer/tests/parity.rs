@@ -64,7 +64,15 @@ fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec
     };
     let pages = (bytes.len() / PAGE_SIZE) as u64;
     for name in names {
-        let d = Description::new(identity.clone(), 1, Some(&binding), pages, None, None).unwrap();
+        let d = Description::new(
+            identity.clone(),
+            1,
+            Some(&binding),
+            pages,
+            None,
+            (None, None),
+        )
+        .unwrap();
         let mut w = store.writer(name, WriteOptions::default()).unwrap();
         for p in bytes.chunks_exact(PAGE_SIZE) {
             w.push_page(p.try_into().unwrap()).unwrap();
@@ -121,6 +129,7 @@ impl Boot {
             machine: "x86_64".into(),
             memory,
             cpus: Vec::new(),
+            boot_path: None,
         }
     }
 }

@@ -10,6 +10,7 @@
 use crate::binding::{Binding, BindingError};
 use crate::identity::Identity;
 use crate::swap::{BadSwapRegion, SwapRegion};
+use alloc::string::String;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -64,6 +65,11 @@ pub struct Description {
     /// (`cpu_resume`), which its hibernation header does not carry; the restorer enters the
     /// image there (`None`: not recorded; the restorer refuses the image).
     pub resume_entry: Option<u64>,
+    /// How the image kernel was booted, when capture could tell (arm64: `U-Boot VERSION,
+    /// booti` or `U-Boot VERSION, EFI`, from the device tree's `/chosen/u-boot,version` and
+    /// whether the kernel has EFI; `None` elsewhere): a restorer started another way
+    /// refuses the image.
+    pub boot_path: Option<String>,
 }
 
 impl Description {
@@ -74,7 +80,7 @@ impl Description {
         binding: Option<&Binding>,
         stream_pages: u64,
         swap: Option<SwapRegion>,
-        resume_entry: Option<u64>,
+        (resume_entry, boot_path): (Option<u64>, Option<String>),
     ) -> Result<Self, DescriptionError> {
         let binding = match binding {
             Some(b) => b.encode(BINDING_ROOM).map_err(DescriptionError::Binding)?,
@@ -91,6 +97,7 @@ impl Description {
             stream_pages,
             swap,
             resume_entry,
+            boot_path,
         })
     }
 
@@ -165,8 +172,15 @@ mod tests {
     #[test]
     fn descriptions_round_trip() {
         for s in [None, Some(swap())] {
-            let d = Description::new(identity(), 1_700_000_000, None, 1234, s, Some(0x410f_d038))
-                .unwrap();
+            let d = Description::new(
+                identity(),
+                1_700_000_000,
+                None,
+                1234,
+                s,
+                (Some(0x410f_d038), Some("U-Boot 2023.01, booti".into())),
+            )
+            .unwrap();
             let back = Description::decode(&d.encode()).unwrap();
             assert_eq!(back, d);
             assert_eq!(back.binding().unwrap(), None);
@@ -177,7 +191,7 @@ mod tests {
     fn garbage_another_version_and_a_bad_swap_region_are_named() {
         let e = Description::decode(b"").unwrap_err();
         assert!(matches!(e, DescriptionError::Parse(_)), "{e}");
-        let mut d = Description::new(identity(), 0, None, 1, None, None).unwrap();
+        let mut d = Description::new(identity(), 0, None, 1, None, (None, None)).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
         assert!(e.contains("version 1, this snapboot reads 6"), "{e}");
@@ -195,13 +209,13 @@ mod tests {
             used_pages: 40,
             ..swap()
         };
-        let e = Description::new(identity(), 0, None, 1, Some(bad), None).unwrap_err();
+        let e = Description::new(identity(), 0, None, 1, Some(bad), (None, None)).unwrap_err();
         assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
         d.version = DESCRIPTION_VERSION;
         d.swap = Some(bad);
         let e = Description::decode(&d.encode()).unwrap_err();
         assert!(matches!(e, DescriptionError::Swap(_)), "{e}");
-        let mut bytes = Description::new(identity(), 0, None, 1, None, None)
+        let mut bytes = Description::new(identity(), 0, None, 1, None, (None, None))
             .unwrap()
             .encode();
         bytes.truncate(bytes.len() - 2);

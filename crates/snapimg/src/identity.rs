@@ -78,6 +78,15 @@ pub enum Incompat {
         /// `uname -v` of the kernel the image must be restored by.
         running: String,
     },
+    /// The image kernel was booted another way than this boot (the arm64 restorer: by
+    /// another boot loader, or through EFI).
+    #[error("the image was captured under another boot path: {image}; this boot: {running}")]
+    BootPath {
+        /// How the image kernel was booted (`none recorded` when capture could not tell).
+        image: String,
+        /// How this boot was started.
+        running: String,
+    },
     /// The CPU the image hibernated on is not on this machine.
     #[error("the image hibernated on the CPU with MPIDR {mpidr:#x}, this machine has none (its CPUs: {})", hex_list(cpus))]
     NoSleepCpu {

@@ -5,7 +5,7 @@
 use crate::common::{board_capture, home, kernel_fetched, run, snapboot, store_options, OnceByKey};
 use crate::snapshot::{
     assert_all_differ, check_restored_app, copy_store, damage_newest_image, host_checksum,
-    host_checksum_at, region_hash, rewrite_identity, swap_of,
+    host_checksum_at, region_hash, rewrite_description, rewrite_identity, swap_of,
 };
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -553,9 +553,11 @@ fn expect_restorer_refusal(store: &Path, mem_extra: u32, reason: &str) {
 }
 
 /// The restorer refuses, before any page is written, a damaged image, an image of another
-/// kernel build and one captured with another RAM size; each boots cold with the reason.
+/// kernel build, one captured with another RAM size and one captured under another boot
+/// path (a kernel QEMU loaded directly, no U-Boot: the description says how the image
+/// kernel was booted); each boots cold with the reason.
 #[test]
-fn arm64_restorer_refuses_a_damaged_a_foreign_and_a_wrong_ram_image_and_boots_cold() {
+fn arm64_restorer_refuses_damaged_foreign_wrong_ram_and_other_boot_path_images() {
     let damaged = copy_store(&captured("shell"), "test-arm64-restorer-bad.store");
     let chunk = damage_newest_image(&damaged);
     expect_restorer_refusal(&damaged, 0, &format!("chunk {chunk}"));
@@ -564,4 +566,18 @@ fn arm64_restorer_refuses_a_damaged_a_foreign_and_a_wrong_ram_image_and_boots_co
     expect_restorer_refusal(&foreign, 0, "kernel version differs");
     let ram = copy_store(&captured("shell"), "test-arm64-restorer-ram.store");
     expect_restorer_refusal(&ram, 128, "differs");
+    let direct = copy_store(&captured("shell"), "test-arm64-restorer-path.store");
+    rewrite_description(&direct, |d| {
+        let path = d.boot_path.as_deref().unwrap_or("none");
+        assert!(
+            path.starts_with("U-Boot 20") && path.ends_with(", booti"),
+            "{path}"
+        );
+        d.boot_path = Some("no U-Boot, direct".into());
+    });
+    expect_restorer_refusal(
+        &direct,
+        0,
+        "captured under another boot path: no U-Boot, direct; this boot: U-Boot 20",
+    );
 }

@@ -272,10 +272,25 @@ pub(crate) fn rewrite_identity_in<M: flashstore::Medium>(
     s: &mut flashstore::Store<M>,
     change: impl FnOnce(&mut snapimg::Identity),
 ) {
+    rewrite_description_in(s, |d| change(&mut d.identity));
+}
+
+/// Rewrites the newest image's description with `change` applied (the image is otherwise
+/// valid: checksums, catalog).
+pub(crate) fn rewrite_description(store: &Path, change: impl FnOnce(&mut snapimg::Description)) {
+    let mut s = ondevice::store::open_store(store, true).unwrap();
+    rewrite_description_in(&mut s, change);
+}
+
+/// [`rewrite_description`] on an open store.
+pub(crate) fn rewrite_description_in<M: flashstore::Medium>(
+    s: &mut flashstore::Store<M>,
+    change: impl FnOnce(&mut snapimg::Description),
+) {
     let rec = s.newest().unwrap().clone();
     let meta = s.image_meta(&rec).unwrap();
     let mut d = snapimg::Description::decode(&meta.user).unwrap();
-    change(&mut d.identity);
+    change(&mut d);
     let mut pages = Vec::new();
     let mut r = s.reader(&rec.name).unwrap();
     let mut page = [0u8; flashstore::PAGE];
