@@ -59,8 +59,10 @@ pub struct CompareArgs {
     /// Leave out the restore-kernel methods even when a restore kernel is built.
     #[arg(long)]
     no_restore_kernel: bool,
-    /// Leave out the restorer's method (measured on the PC booted through PVH, with the
-    /// restorer `make build` builds, or the ELF $SNAPBOOT_RESTORER names).
+    /// Leave out the restorer's method (measured with the restorer `make build` builds: on
+    /// the PC through PVH, or $SNAPBOOT_RESTORER; under UEFI the EFI application, or
+    /// $SNAPBOOT_RESTORER_EFI; on the arm64 board the arm64 EFI application U-Boot starts,
+    /// or $SNAPBOOT_RESTORER_EFI_ARM64).
     #[arg(long)]
     no_restorer: bool,
     #[command(flatten)]

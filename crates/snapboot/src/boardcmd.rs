@@ -150,7 +150,10 @@ pub struct RunArgs {
     /// (`scripts/restorer.sh`, or $SNAPBOOT_RESTORER) and it boots the stock kernel cold
     /// when it refuses; with --firmware uefi GRUB chainloads the EFI application
     /// (`scripts/restorer.sh efi`, or $SNAPBOOT_RESTORER_EFI) from the ESP, and a refusal
-    /// returns to GRUB, which boots the stock kernel's entry. x86_64 only.
+    /// returns to GRUB, which boots the stock kernel's entry. On the arm64 board U-Boot's
+    /// boot script starts the arm64 EFI application (`scripts/restorer.sh efi-arm64`, or
+    /// $SNAPBOOT_RESTORER_EFI_ARM64), and a refusal returns to the script, which boots the
+    /// stock kernel.
     #[arg(long, requires = "store", conflicts_with_all = ["restore_kernel", "stock_kernel"])]
     restorer: bool,
     /// The images to try first, in order (NAME[,NAME...]); then the others,
