@@ -188,27 +188,8 @@ pub fn restorer_program(arch: Arch, uefi: bool) -> Result<PathBuf, HomeError> {
 /// workspace of the running binary. An error naming the path and how to build it when no
 /// PE file is there.
 pub fn restorer_efi_arm64() -> Result<PathBuf, HomeError> {
-    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
-    let path = std::env::var_os(RESTORER_EFI_ARM64_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            target_dir_of(&exe)
-                .join("restorer-efi-arm64")
-                .join(Arch::Arm64.rust_target())
-                .join("restorer")
-                .join("restorer.efi")
-        });
-    if !is_pe(&path) {
-        return Err(HomeError::NoArm64Restorer { path });
-    }
-    Ok(path)
-}
-
-/// Whether `path` starts as a PE file does (`MZ`).
-fn is_pe(path: &Path) -> bool {
-    std::fs::read(path)
-        .map(|b| b.starts_with(b"MZ"))
-        .unwrap_or(false)
+    efi_program(RESTORER_EFI_ARM64_ENV, "restorer-efi-arm64", Arch::Arm64)
+        .map_err(|path| HomeError::NoArm64Restorer { path })
 }
 
 /// The restorer as an EFI application (`scripts/restorer.sh efi`, the UEFI PC's):
@@ -216,20 +197,33 @@ fn is_pe(path: &Path) -> bool {
 /// restorer.efi` in the workspace of the running binary. An error naming the path and how
 /// to build it when no PE file (`MZ`) is there.
 pub fn restorer_efi() -> Result<PathBuf, HomeError> {
-    let exe = std::env::current_exe().map_err(HomeError::Exe)?;
-    let path = std::env::var_os(RESTORER_EFI_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
+    efi_program(RESTORER_EFI_ENV, "restorer-efi", Arch::X86_64)
+        .map_err(|path| HomeError::NoEfiRestorer { path })
+}
+
+/// The PE file `$env` names, else the one `scripts/restorer.sh` builds for `arch` in
+/// target directory `dir` beside the running binary; `Err(path)` when no PE file
+/// (`MZ`) is there (or the running binary cannot be found: the path is then empty).
+fn efi_program(env: &str, dir: &str, arch: Arch) -> Result<PathBuf, PathBuf> {
+    let path = match std::env::var_os(env) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().map_err(|_| PathBuf::new())?;
             target_dir_of(&exe)
-                .join("restorer-efi")
-                .join(Arch::X86_64.rust_target())
+                .join(dir)
+                .join(arch.rust_target())
                 .join("restorer")
                 .join("restorer.efi")
-        });
-    if !is_pe(&path) {
-        return Err(HomeError::NoEfiRestorer { path });
+        }
+    };
+    let pe = std::fs::read(&path)
+        .map(|b| b.starts_with(b"MZ"))
+        .unwrap_or(false);
+    if pe {
+        Ok(path)
+    } else {
+        Err(path)
     }
-    Ok(path)
 }
 
 /// `path` when it is an x86_64 ELF.
