@@ -5,8 +5,9 @@
 //! buffer, deferred to safe pages and the relocated last copy when the restorer's own
 //! memory holds them.
 
-use crate::cpu::zero_page;
 use crate::hw;
+pub use crate::phys::PAGE;
+use crate::phys::{copy_page, zero_page, Identity};
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use bootparams::StoreAddress;
@@ -14,7 +15,7 @@ use restorer::bootrecord::BootRecord;
 use restorer::disk::{DiskMut, Span};
 use restorer::e820::Table;
 use restorer::image::{self, DiskSet};
-use restorer::safepages::{Busy, ImagePages, LastCopy, PhysMem, PlaceError, SafePages};
+use restorer::safepages::{Busy, ImagePages, LastCopy, PlaceError, SafePages};
 use storelayout::SlotWrite;
 
 /// `uname -m` of the kernels this program restores.
@@ -23,20 +24,10 @@ const MACHINE: &str = "x86_64";
 #[cfg(target_arch = "aarch64")]
 const MACHINE: &str = "aarch64";
 
-/// Bytes of a page.
-pub const PAGE: u64 = 4096;
-
 extern "C" {
     // Linker-script symbols.
     pub static __image_start: u8;
     pub static __image_end: u8;
-}
-
-/// Reads the `u64` at physical address `a` (identity mapped).
-pub(crate) fn rd64(a: u64) -> u64 {
-    // SAFETY: callers pass addresses inside safe pages the restorer allocated (the last
-    // copy's lists), identity mapped; unaligned reads are allowed.
-    unsafe { core::ptr::read_unaligned(a as *const u64) }
 }
 
 /// Why nothing is restored.
@@ -76,33 +67,6 @@ impl core::fmt::Display for NotRestored {
 pub(crate) const MAX_PAGES: usize = 1 << 20;
 /// Image PFNs (bit set: the image has a page there); 4 GiB of RAM at most.
 pub(crate) static mut IN_IMAGE: [u64; MAX_PAGES / 64] = [0; MAX_PAGES / 64];
-
-/// Physical memory on the PC, identity mapped by the restorer's page tables.
-pub(crate) struct Identity;
-
-impl PhysMem for Identity {
-    fn zero_page(&mut self, addr: u64) {
-        zero_page(addr)
-    }
-    fn read_u64(&self, addr: u64) -> u64 {
-        rd64(addr)
-    }
-    fn write_u64(&mut self, addr: u64, value: u64) {
-        put(addr, value)
-    }
-}
-
-pub(crate) fn copy_page(from: u64, to: u64) {
-    // SAFETY: both are whole identity-mapped RAM pages that do not overlap: `from` in the
-    // restorer's chunk buffer, `to` a page the image owns or a safe page. The copy is the
-    // restorer's `memcpy`.
-    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, PAGE as usize) }
-}
-
-pub(crate) fn put(a: u64, v: u64) {
-    // SAFETY: `a` lies in a safe page this program allocated.
-    unsafe { core::ptr::write(a as *mut u64, v) }
-}
 
 /// The disks a program reads: the [`DiskSet`] the image checks use, whose whole disks are
 /// numbered as the kernel names them (`vda` is 0), and which can be narrowed to a partition.

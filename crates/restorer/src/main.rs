@@ -110,6 +110,7 @@ mod cpu;
 mod fallback;
 mod flow;
 mod hw;
+mod phys;
 #[cfg(not(feature = "efi"))]
 mod pvhboot;
 

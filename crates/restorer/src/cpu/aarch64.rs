@@ -9,8 +9,8 @@
 //! runs (`syscore_resume`: the GIC's CPU-PM notifiers write its distributor and CPU
 //! interface back from what they saved at hibernation; every device's `restore`).
 
-use super::NotEntered;
-use crate::flow::{Identity, PAGE};
+use super::entry::NotEntered;
+use crate::phys::{put, Identity, PAGE};
 use core::arch::{asm, global_asm};
 use restorer::image::Entry;
 use restorer::safepages::{Busy, LastCopy, SafePages};
@@ -86,27 +86,6 @@ pub(crate) fn mpidr() -> u64 {
     // SAFETY: reading MPIDR_EL1 has no side effect.
     unsafe { asm!("mrs {}, mpidr_el1", out(reg) v, options(nomem, nostack)) };
     v & MPIDR_AFFINITY
-}
-
-/// Zeroes the page at `a`, 64 bytes a step.
-pub(crate) fn zero_page(a: u64) {
-    // SAFETY: `a` is a whole RAM page no live data uses (a safe page or an image page
-    // being written), identity mapped.
-    unsafe {
-        asm!(
-            "2:",
-            "stp xzr, xzr, [{p}]",
-            "stp xzr, xzr, [{p}, #16]",
-            "stp xzr, xzr, [{p}, #32]",
-            "stp xzr, xzr, [{p}, #48]",
-            "add {p}, {p}, #64",
-            "subs {n}, {n}, #64",
-            "b.ne 2b",
-            p = inout(reg) a => _,
-            n = inout(reg) PAGE => _,
-            options(nostack)
-        )
-    }
 }
 
 /// The firmware's translation tables (the identity map the restorer runs under until the
@@ -226,8 +205,8 @@ pub(crate) fn prepare(
 pub(crate) unsafe fn enter(jump: Jump, last: &LastCopy, busy: &Busy) -> ! {
     let ranges = busy.ranges();
     for (i, &(start, end)) in ranges.iter().enumerate() {
-        crate::flow::put(jump.code + BUSY_AT + 16 * i as u64, start);
-        crate::flow::put(jump.code + BUSY_AT + 16 * i as u64 + 8, end);
+        put(jump.code + BUSY_AT + 16 * i as u64, start);
+        put(jump.code + BUSY_AT + 16 * i as u64 + 8, end);
     }
     written(jump.code, PAGE);
     // SAFETY: the loop's page is cleaned to the point of coherency; the instruction cache

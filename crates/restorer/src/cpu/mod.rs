@@ -11,27 +11,15 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod entry;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::*;
+pub(crate) use entry::NotEntered;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::*;
-
-/// Why the way into the image kernel could not be set up.
-pub(crate) enum NotEntered {
-    /// No safe page for it.
-    Place(restorer::safepages::PlaceError),
-    /// The image's entry does not suit this CPU.
-    Entry(alloc::string::String),
-}
-
-impl From<restorer::safepages::PlaceError> for NotEntered {
-    fn from(e: restorer::safepages::PlaceError) -> Self {
-        NotEntered::Place(e)
-    }
-}
 
 /// `memmove`, `memcmp` and `bcmp` for the code the compiler emits (no libc here); `memcpy`
 /// and `memset` are each CPU's, tuned for TCG.

@@ -1,7 +1,7 @@
 //! The x86_64 side of [`crate::cpu`].
 
-use super::NotEntered;
-use crate::flow::{put, Identity, PAGE};
+use super::entry::NotEntered;
+use crate::phys::{put, Identity};
 use core::arch::{asm, global_asm};
 use restorer::image::Entry;
 use restorer::safepages::{Busy, LastCopy, SafePages};
@@ -34,28 +34,6 @@ pub(crate) fn cycles() -> u64 {
 
 /// Pages written for the image need nothing more on x86 (coherent caches).
 pub(crate) fn written(_addr: u64, _len: u64) {}
-
-pub(crate) fn zero_page(a: u64) {
-    // SAFETY: `a` is a whole RAM page no live data uses (a safe page or an image page
-    // being written), identity mapped. 32 bytes a step from one general register (`rep
-    // stosq` is one emulated step per 8 bytes under QEMU's TCG, and SSE stores are slower).
-    unsafe {
-        asm!(
-            "2:",
-            "mov [rdi], rax",
-            "mov [rdi + 8], rax",
-            "mov [rdi + 16], rax",
-            "mov [rdi + 24], rax",
-            "add rdi, 32",
-            "sub rcx, 32",
-            "jnz 2b",
-            inout("rdi") a => _,
-            inout("rcx") PAGE => _,
-            in("rax") 0u64,
-            options(nostack)
-        )
-    }
-}
 
 /// Temporary page tables in safe pages (all of the first 4 GiB identity in 2 MiB pages,
 /// and the image kernel's text around `jump_address` -> `jump_address_phys`) and the last
