@@ -175,6 +175,7 @@ pub fn read<D: Disk>(
 
 /// The kernel this PC boots cold: the kernel pack's, by `uname -r` and `uname -v`, which an
 /// image must have been captured on.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StockKernel {
     /// `uname -r`.
     pub release: String,
@@ -286,4 +287,56 @@ pub fn stock_initramfs<S: DiskSet>(
 ) -> Result<Vec<u8>, PackReadError> {
     let (at, h) = header(disks, count, cmd)?;
     payload(disks, &at, &h, Payload::Initramfs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::MemDisk;
+    use kernelpack::{Header, Release};
+    use parttable::testdisk::gpt;
+
+    struct Set<'a>(Vec<MemDisk<'a>>);
+
+    impl<'a> DiskSet for Set<'a> {
+        type Disk = MemDisk<'a>;
+        fn disk(&mut self, index: usize) -> Option<&mut MemDisk<'a>> {
+            self.0.get_mut(index)
+        }
+    }
+
+    /// The header of an arm64 pack whose writer read `uname -v` from the kernel's banner.
+    fn arm64_header() -> [u8; kernelpack::HEADER_LEN] {
+        Header {
+            kernel_offset: 4096,
+            kernel_len: 4096,
+            initrd_offset: 8192,
+            initrd_len: 4096,
+            kernel_hash: [1; 32],
+            initrd_hash: [2; 32],
+            release: Release::new("6.1.0-56-arm64"),
+            summary: (0, 0, [0; 32]),
+            uts_version: Release::new("#1 SMP Debian 6.1.192-2 (2026-11-16)"),
+        }
+        .encode()
+    }
+
+    /// The arm64 board names its pack by a numbered partition (`/dev/vda3`); the kernel's
+    /// `uname -v` comes from the pack's header (the banner lies megabytes into an arm64
+    /// `Image`); a partition the disk does not have is named.
+    #[test]
+    fn an_arm64_pack_in_a_numbered_partition_gives_its_kernel_s_uname() {
+        let u1 = "5c3a0f6e-1d2b-4c8e-9f00-0123456789ab";
+        let u3 = "00112233-4455-6677-8899-aabbccddeeff";
+        let mut d = gpt(&[Some((u1, "boot", 34)), None, Some((u3, "coldkernel", 256))]);
+        d[256 * 512..264 * 512].copy_from_slice(&arm64_header());
+        let mut set = Set(vec![MemDisk(&d)]);
+        let k = stock_kernel(&mut set, 1, "console=ttyAMA0 snapboot.coldkernel=/dev/vda3").unwrap();
+        assert_eq!(k.release, "6.1.0-56-arm64");
+        assert_eq!(k.version, "#1 SMP Debian 6.1.192-2 (2026-11-16)");
+        let e = stock_kernel(&mut set, 1, "snapboot.coldkernel=/dev/vda2").unwrap_err();
+        assert!(e.to_string().contains("no GPT partition 2"), "{e}");
+        let e = stock_kernel(&mut set, 1, "snapboot.coldkernel=/dev/vdb3").unwrap_err();
+        assert!(e.to_string().contains("/dev/vdb"), "{e}");
+    }
 }
