@@ -236,9 +236,9 @@ fn arm64_lazy_image_restores_and_a_flipped_swap_byte_fails_loudly() {
 }
 
 /// Deferred memory on the arm64 board: captured booting with 512 MiB of 768, restored by the
-/// restore kernel, the other 256 MiB arrive after `restored`.
+/// restore kernel and then by the restorer, the other 256 MiB arrive after `restored`.
 #[test]
-fn arm64_deferred_memory_arrives_after_restore() {
+fn arm64_deferred_memory_arrives_after_restore_on_the_restore_kernel_and_the_restorer() {
     let b = bundle::Bundle::load(&arm64_bundle("shell")).unwrap();
     let store = home().join("test-arm64-defer.store");
     let _ = std::fs::remove_file(&store);
@@ -252,6 +252,24 @@ fn arm64_deferred_memory_arrives_after_restore() {
     o.mem_mib = 512;
     o.max_mem_mib = Some(768);
     let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    let line = expect(&mut s, r"snapboot: @memory ", "deferred memory online");
+    assert!(line.contains("768 of 768 MiB online"), "{line}");
+    s.finish(boottrace::Outcome::Answered);
+    // The same image from the restorer U-Boot starts: it places the pages in the boot
+    // RAM the device tree names, and the rest arrives after the restore as above.
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.timeout = Duration::from_secs(300);
+    o.mem_mib = 512;
+    o.max_mem_mib = Some(768);
+    let o = board::restorer_boot::restorer_options(&b, &o, &arm64_restorer(), &store)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    expect(
+        &mut s,
+        r"snapboot-restorer: .*entering the image",
+        "the restorer entering the image",
+    );
     expect(&mut s, r"snapboot: @restored", "restored marker");
     let line = expect(&mut s, r"snapboot: @memory ", "deferred memory online");
     assert!(line.contains("768 of 768 MiB online"), "{line}");
