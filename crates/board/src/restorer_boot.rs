@@ -152,10 +152,11 @@ mod tests {
         }
     }
 
-    /// The arm64 board cannot start it: refused with the reason; the UEFI PC starts the
-    /// EFI application from its disk.
+    /// Every board starts it: the UEFI PC the EFI application from its disk, the arm64
+    /// board the arm64 EFI application its boot script starts (with the store attached as
+    /// for any snapshot boot).
     #[test]
-    fn the_arm64_board_is_refused_with_the_reason() {
+    fn the_pc_under_uefi_and_the_arm64_board_start_their_restorers() {
         let b = crate::testutil::bundle();
         let mut o = crate::testutil::opts();
         assert_eq!(unsupported(&b), None);
@@ -169,8 +170,20 @@ mod tests {
         assert!(matches!(u.kernel, KernelImage::Restorer { .. }));
         let mut arm = crate::testutil::bundle();
         arm.kernel.arch = Arch::Arm64;
-        let why = unsupported(&arm).unwrap();
-        assert!(why.contains("arm64 board"), "{why}");
+        assert_eq!(unsupported(&arm), None);
+        let store = dir.path().join("shell-arm64.store");
+        std::fs::write(&store, b"").unwrap();
+        let a = restorer_options(
+            &arm,
+            &crate::testutil::opts(),
+            Path::new("/r/restorer-arm64.efi"),
+            &store,
+        )
+        .unwrap();
+        assert!(
+            matches!(&a.kernel, KernelImage::Restorer { elf } if elf == Path::new("/r/restorer-arm64.efi"))
+        );
+        assert!(a.disks.iter().any(|d| d.path == store), "{:?}", a.disks);
         // A Debian root's initramfs (initramfs-tools or dracut, zstd) is read as the kernel
         // unpacks it (crate initramfs): the restorer restores those roots too.
         let mut deb = crate::testutil::bundle();
