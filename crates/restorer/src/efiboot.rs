@@ -496,6 +496,19 @@ fn arm64_target(
     chosen: &image::Chosen,
     table: &Table,
 ) -> Result<crate::cpu::Target, alloc::string::String> {
+    // The exception level the image kernel ran at (its header's EL2 stub vectors are 0
+    // exactly when it ran at EL1) is the one it is entered at.
+    if let image::Entry::Arm64 {
+        hyp_stub_vectors, ..
+    } = chosen.entry
+    {
+        let (image_el, now) = (if hyp_stub_vectors != 0 { 2 } else { 1 }, crate::cpu::el());
+        if image_el != now {
+            return Err(alloc::format!(
+                "the image kernel was booted at EL{image_el}, the restorer runs at EL{now}"
+            ));
+        }
+    }
     let Some(at) = chosen.resume_entry else {
         return Err("its capture recorded no resume entry (cpu_resume's address: /proc/kallsyms showed none to snapboot, or an older snapboot captured it)".into());
     };
