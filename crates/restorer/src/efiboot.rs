@@ -112,17 +112,18 @@ extern "efiapi" fn efi_start(image: uefi::Handle, st: *mut uefi::SystemTable) ->
     uefi::Status::LOAD_ERROR
 }
 
-/// The console the device tree names (arm64: until then the firmware's console).
+/// The device tree U-Boot passes, read once: the console it names is used from here on
+/// (until then the firmware's console), and the rest is the machine ([`machine`]).
 #[cfg(target_arch = "aarch64")]
-fn console(fw: &Firmware) -> Result<(), NotRestored> {
+fn device_tree(fw: &Firmware) -> Result<restorer::fdt::Machine, NotRestored> {
     let blob = fw
         .device_tree()
         .ok_or_else(|| NotRestored::Firmware("no device tree in its configuration table".into()))?;
-    let tree = restorer::fdt::Fdt::parse(blob).map_err(firmware)?;
-    if let Some(restorer::fdt::Uart::Pl011(base)) = tree.machine().uart {
+    let m = restorer::fdt::Fdt::parse(blob).map_err(firmware)?.machine();
+    if let Some(restorer::fdt::Uart::Pl011(base)) = m.uart {
         crate::hw::pl011::set(base);
     }
-    Ok(())
+    Ok(m)
 }
 
 /// What the image kernel's boot saw of this machine: the RAM pages may go to, the memory
@@ -137,7 +138,7 @@ struct Machine {
 /// The PC: the memory map as the image kernel's EFI stub turns it into e820 (its checksum
 /// is what the image's header carries).
 #[cfg(target_arch = "x86_64")]
-fn machine(_fw: &Firmware, map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
+fn machine(map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
     // The table as the image kernel's stub makes it, and the checksum of GRUB's own: the
     // same RAM either way (runtime code is not RAM to either).
     let table = restorer::efimap::table(&map.descriptors, STUB).map_err(firmware)?;
@@ -160,11 +161,7 @@ fn machine(_fw: &Firmware, map: &efi::MemoryMap) -> Result<Machine, NotRestored>
 /// does not map, its reservations (the layout capture recorded), and this CPU (the image
 /// is entered on the CPU that hibernated).
 #[cfg(target_arch = "aarch64")]
-fn machine(fw: &Firmware, _map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
-    let blob = fw
-        .device_tree()
-        .ok_or_else(|| NotRestored::Firmware("no device tree in its configuration table".into()))?;
-    let m = restorer::fdt::Fdt::parse(blob).map_err(firmware)?.machine();
+fn machine(m: restorer::fdt::Machine) -> Result<Machine, NotRestored> {
     // The image kernel's own resume puts a GICv2 back (its CPU-PM notifiers); a GICv3's
     // distributor, redistributors and ITS it leaves as this boot found them.
     match m.gic {
@@ -224,7 +221,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
     };
     heap::init(heap_at, heap_at + heap_bytes);
     #[cfg(target_arch = "aarch64")]
-    console(&fw)?;
+    let tree = device_tree(&fw)?;
     let me = fw.loaded_image().map_err(firmware)?;
     // A linker-script symbol; only its address is used. (The arm64 program relocates
     // itself at its entry.)
@@ -241,7 +238,13 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         memory,
         cpus,
         boot_path,
-    } = machine(&fw, &map)?;
+    } = {
+        #[cfg(target_arch = "x86_64")]
+        let m = machine(&map)?;
+        #[cfg(target_arch = "aarch64")]
+        let m = machine(tree)?;
+        m
+    };
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
         return Err(NotRestored::RamAbove4G(table.ram_end()));
     }

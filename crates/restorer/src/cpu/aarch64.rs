@@ -58,7 +58,8 @@ pub(crate) fn line() -> u64 {
 }
 
 /// Cleans and invalidates `[addr, addr + len)` to the point of coherency: the image kernel
-/// reads it with the MMU off first.
+/// reads it with the MMU off first. (The last copy loop's `dsb sy` completes them all
+/// before the MMU goes off.)
 pub(crate) fn written(addr: u64, len: u64) {
     let step = line();
     let mut a = addr & !(step - 1);
@@ -68,8 +69,6 @@ pub(crate) fn written(addr: u64, len: u64) {
         unsafe { asm!("dc civac, {}", in(reg) a, options(nostack)) };
         a += step;
     }
-    // SAFETY: a barrier.
-    unsafe { asm!("dsb sy", options(nostack)) };
 }
 
 /// The current exception level (1 or 2).
@@ -209,10 +208,12 @@ pub(crate) unsafe fn enter(jump: Jump, last: &LastCopy, busy: &Busy) -> ! {
         put(jump.code + BUSY_AT + 16 * i as u64 + 8, end);
     }
     written(jump.code, PAGE);
-    // SAFETY: the loop's page is cleaned to the point of coherency; the instruction cache
-    // is invalidated so its bytes are fetched; the loop then never returns.
+    // SAFETY: the loop's page is cleaned to the point of coherency (the barrier completes
+    // that and every page's cleaning before); the instruction cache is invalidated so its
+    // bytes are fetched; the loop then never returns.
     unsafe {
         asm!(
+            "dsb sy",
             "ic iallu",
             "dsb nsh",
             "isb",
