@@ -16,8 +16,12 @@ DEB_PACKAGES := lintian
 # Building the restore kernel from the distribution's kernel source (gcc-aarch64-linux-gnu:
 # the arm64 one, `snapboot board restore-kernel --arch arm64`).
 KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu
+# Building the arm64 board's U-Boot with SD card support from Debian's U-Boot source
+# (scripts/u-boot-mmc.sh: dpkg-source unpacks it; its host tools want OpenSSL, GnuTLS and
+# libuuid).
+UBOOT_BUILD_PACKAGES := dpkg-dev curl libssl-dev libgnutls28-dev uuid-dev
 
-.PHONY: setup deps build deb kernel restore-kernel demo test soak unit imports bench clean
+.PHONY: setup deps build deb kernel restore-kernel u-boot demo test soak unit imports bench clean
 
 ## Install what the board needs (Debian packages), fetch the guest kernel, build snapboot.
 setup: deps build kernel
@@ -56,9 +60,9 @@ kernel: build
 
 ## The restore kernels: the distribution's kernel source, the project's fragments
 ## (crates/hostkernel/kernel/restore.config, restore-arm64.config), each built once (minutes)
-## and cached under .snapboot.
+## and cached under .snapboot; then the arm64 board's U-Boot with SD card support (make u-boot).
 restore-kernel: kernel
-	@missing=""; for p in $(KERNEL_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for p in $(KERNEL_BUILD_PACKAGES) $(UBOOT_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
@@ -66,6 +70,12 @@ restore-kernel: kernel
 	fi
 	$(SNAPBOOT) board restore-kernel
 	$(SNAPBOOT) board restore-kernel --arch arm64
+	scripts/u-boot-mmc.sh
+
+## The arm64 board's U-Boot with SD card support (`--store-on sd`), from Debian's source:
+## about a minute, once per Debian version (`make restore-kernel` builds it too).
+u-boot:
+	scripts/u-boot-mmc.sh
 
 ## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.
 demo: setup restore-kernel

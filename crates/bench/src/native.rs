@@ -92,6 +92,7 @@ pub fn with_swap(opts: &RunOptions, swap: &Path, hibernate: bool) -> RunOptions 
         Disk {
             path: swap.to_path_buf(),
             readonly: false,
+            sd: false,
         },
     );
     let dev = Some("/dev/vdb".to_string());
@@ -138,10 +139,12 @@ mod tests {
             disks: vec![Disk {
                 path: "data.img".into(),
                 readonly: false,
+                sd: false,
             }],
             tpm: None,
             boot_disk: None,
             acpi_tables: Vec::new(),
+            store_on_sd: false,
             timeout: Duration::from_secs(1),
             echo: false,
         };

@@ -60,7 +60,52 @@ pub enum CaptureBootError {
     /// The image was written, but the board kept running.
     #[error("image written, but the board did not power off")]
     NoPowerOff(#[source] RunError),
+    /// A store for an SD card whose size QEMU's SD card refuses.
+    #[error(
+        "store {} is {bytes} bytes: an SD card's size is a power of two (capture into a new \
+         store with --store-on sd)",
+        path.display()
+    )]
+    SdCardSize {
+        /// The store.
+        path: PathBuf,
+        /// Its size.
+        bytes: u64,
+    },
+    /// A store for an SD card that cannot be found by its label.
+    #[error(
+        "store {} has no label, and the SD card's store is found by its label (LABEL=): \
+         capture into a new store with --store-on sd",
+        path.display()
+    )]
+    SdStoreLabel {
+        /// The store.
+        path: PathBuf,
+    },
+    /// The store file could not be read.
+    #[error("reading store {}", path.display())]
+    Read {
+        /// The store.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store file is not a store.
+    #[error("opening store {}", path.display())]
+    Open {
+        /// The store.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
 }
+
+/// The label of a store the board puts on an SD card (`--store-on sd`): the device and
+/// the restorer find it by `snapboot.store=LABEL=sdstore`, as a board whose card is
+/// `mmcblk0` or `mmcblk1` depending on its controllers would.
+pub const SD_STORE_LABEL: &str = "sdstore";
 
 pub use crate::run_options::store_size;
 
@@ -70,6 +115,32 @@ pub fn create_store(
     path: &Path,
     bytes: u64,
     check: ChunkCheck,
+) -> Result<Store<std::fs::File>, CaptureBootError> {
+    create_labelled_store(path, bytes, check, "")
+}
+
+/// The store a capture creates for the board `opts` describe ([`create_store`]): the
+/// [`store_size`] of its RAM, or on an SD card (`store_on_sd`) the next power of two and
+/// the label [`SD_STORE_LABEL`].
+pub fn create_store_for(
+    opts: &RunOptions,
+    path: &Path,
+    check: ChunkCheck,
+) -> Result<Store<std::fs::File>, CaptureBootError> {
+    let bytes = store_size(opts.mem_mib);
+    if opts.store_on_sd {
+        create_labelled_store(path, bytes.next_power_of_two(), check, SD_STORE_LABEL)
+    } else {
+        create_store(path, bytes, check)
+    }
+}
+
+/// [`create_store`] with the store's `label` (empty: none).
+fn create_labelled_store(
+    path: &Path,
+    bytes: u64,
+    check: ChunkCheck,
+    label: &str,
 ) -> Result<Store<std::fs::File>, CaptureBootError> {
     let _ = std::fs::remove_file(path);
     let io = |source| CaptureBootError::CreateFile {
@@ -83,8 +154,13 @@ pub fn create_store(
         .open(path)
         .map_err(io)?;
     f.set_len(bytes).map_err(io)?;
+    let label = flashstore::Label::new(label).map_err(|e| CaptureBootError::Format {
+        path: path.to_path_buf(),
+        source: StoreError::from(e),
+    })?;
     let opts = FormatOptions {
         check,
+        label,
         ..FormatOptions::default()
     };
     Store::format(f, opts).map_err(|source| CaptureBootError::Format {
@@ -111,6 +187,9 @@ pub fn attach_store(
         opts.params.capture = capture;
         return Ok(());
     }
+    if opts.store_on_sd {
+        return attach_sd_store(opts, store, capture);
+    }
     if !store.exists() {
         create_store(store, store_size(opts.mem_mib), ChunkCheck::Xxh3)?;
     }
@@ -119,9 +198,60 @@ pub fn attach_store(
         Disk {
             path: store.to_path_buf(),
             readonly: false,
+            sd: false,
         },
     );
     opts.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
+    opts.params.capture = capture;
+    Ok(())
+}
+
+/// [`attach_store`] on an SD card: the store made (labelled [`SD_STORE_LABEL`], its size
+/// the next power of two, as an SD card's is) or checked to be one, attached as the
+/// board's SD card and named by its label.
+fn attach_sd_store(
+    opts: &mut RunOptions,
+    store: &Path,
+    capture: bool,
+) -> Result<(), CaptureBootError> {
+    let label = if store.exists() {
+        let bytes = std::fs::metadata(store)
+            .map_err(|source| CaptureBootError::Read {
+                path: store.to_path_buf(),
+                source,
+            })?
+            .len();
+        if !bytes.is_power_of_two() {
+            return Err(CaptureBootError::SdCardSize {
+                path: store.to_path_buf(),
+                bytes,
+            });
+        }
+        let open = |source| CaptureBootError::Open {
+            path: store.to_path_buf(),
+            source,
+        };
+        let f = std::fs::File::open(store).map_err(|source| CaptureBootError::Read {
+            path: store.to_path_buf(),
+            source,
+        })?;
+        let label = Store::open(f).map_err(open)?.label().to_string();
+        if label.is_empty() {
+            return Err(CaptureBootError::SdStoreLabel {
+                path: store.to_path_buf(),
+            });
+        }
+        label
+    } else {
+        create_store_for(opts, store, ChunkCheck::Xxh3)?;
+        SD_STORE_LABEL.to_string()
+    };
+    opts.disks.push(Disk {
+        path: store.to_path_buf(),
+        readonly: false,
+        sd: true,
+    });
+    opts.params.store = Some(bootparams::StoreAddress::Label(label));
     opts.params.capture = capture;
     Ok(())
 }
@@ -314,6 +444,52 @@ mod tests {
         );
     }
 
+    /// On an SD card: a new store is a power of two and labelled, attached as the card and
+    /// named by its label; a store a card cannot be (its size) or that nothing can find
+    /// (no label) is refused with the reason.
+    #[test]
+    fn a_store_on_an_sd_card_is_a_power_of_two_found_by_its_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("sd.store");
+        let mut opts = test_opts();
+        opts.store_on_sd = true;
+        attach_store(&mut opts, &store, true).unwrap();
+        let bytes = std::fs::metadata(&store).unwrap().len();
+        assert_eq!(bytes, store_size(opts.mem_mib).next_power_of_two());
+        assert!(bytes.is_power_of_two() && bytes >= store_size(opts.mem_mib));
+        let s = Store::open(std::fs::File::open(&store).unwrap()).unwrap();
+        assert_eq!(s.label(), SD_STORE_LABEL);
+        assert_eq!(opts.disks.len(), 1);
+        assert!(opts.disks[0].sd && opts.disks[0].path == store);
+        assert_eq!(
+            opts.params.render(),
+            ["snapboot.store=LABEL=sdstore", "snapboot.capture"]
+        );
+        // The same store again, for a restore.
+        let mut again = test_opts();
+        again.store_on_sd = true;
+        attach_store(&mut again, &store, false).unwrap();
+        assert_eq!(again.params.render(), ["snapboot.store=LABEL=sdstore"]);
+
+        // A store made for a virtio disk: 3x RAM is no power of two.
+        let plain = dir.path().join("plain.store");
+        create_store(&plain, store_size(128), ChunkCheck::Xxh3).unwrap();
+        let mut o = test_opts();
+        o.store_on_sd = true;
+        let e = attach_store(&mut o, &plain, false).unwrap_err();
+        assert!(
+            matches!(e, CaptureBootError::SdCardSize { bytes, .. } if bytes == 3 << 27),
+            "{e}"
+        );
+        assert!(e.to_string().contains("power of two"), "{e}");
+        // A power of two without a label: nothing would find it.
+        let unlabelled = dir.path().join("unlabelled.store");
+        create_store(&unlabelled, 1 << 29, ChunkCheck::Xxh3).unwrap();
+        let e = attach_store(&mut o, &unlabelled, false).unwrap_err();
+        assert!(matches!(e, CaptureBootError::SdStoreLabel { .. }), "{e}");
+        assert!(o.disks.is_empty(), "nothing attached after a refusal");
+    }
+
     fn test_opts() -> RunOptions {
         RunOptions {
             mem_mib: 128,
@@ -328,6 +504,7 @@ mod tests {
             tpm: None,
             boot_disk: None,
             acpi_tables: Vec::new(),
+            store_on_sd: false,
             timeout: Duration::from_secs(1),
             echo: false,
         }

@@ -82,6 +82,9 @@ pub struct RunFiles {
 pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, RunFiles), RunError> {
     bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
     let arch = bundle.kernel.arch;
+    if arch != guestarch::Arch::Arm64 && opts.disks.iter().any(|d| d.sd) {
+        return Err(RunError::SdOnPc);
+    }
     let (mut cmd, dir) = match arch {
         guestarch::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
             crate::uefi::command(bundle, opts, BASE_CMDLINE)
@@ -155,6 +158,9 @@ pub enum RunError {
     /// The UEFI PC's disk or firmware could not be prepared.
     #[error("cannot prepare the UEFI board")]
     Uefi(#[source] Box<crate::uefi::UefiError>),
+    /// An SD card on the PC, whose restorer and firmware read virtio disks.
+    #[error("--store-on sd: the arm64 board only (its U-Boot reads SD cards)")]
+    SdOnPc,
     /// The board's TPM could not be started.
     #[error("cannot start the board's TPM")]
     Tpm(#[source] crate::tpm::TpmError),
@@ -546,6 +552,7 @@ mod tests {
         o.disks.push(Disk {
             path: PathBuf::from("/s.store"),
             readonly: false,
+            sd: false,
         });
         for kernel in [
             KernelImage::Vmlinux,

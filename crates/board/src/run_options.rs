@@ -78,6 +78,9 @@ pub struct Disk {
     pub path: PathBuf,
     /// Attach read-only.
     pub readonly: bool,
+    /// An SD card on an SD host controller on PCI (`sdhci-pci`, `/dev/mmcblk0` to the
+    /// kernel) instead of a virtio disk: the arm64 board only, the store's disk.
+    pub sd: bool,
 }
 
 /// How to run the board.
@@ -115,6 +118,9 @@ pub struct RunOptions {
     /// `-acpitable`, the files whole, headers included): a firmware whose memory map
     /// differs, as after a firmware update or a changed setting (its ACPI memory grows).
     pub acpi_tables: Vec<PathBuf>,
+    /// The store on an SD card (`--store-on sd`, the arm64 board): [`Disk::sd`], found by
+    /// its label, read by U-Boot's MMC driver (`crate::uboot::u_boot_bin`).
+    pub store_on_sd: bool,
     /// Give up after this long.
     pub timeout: Duration,
     /// Copy console output to our stdout as it arrives.
@@ -137,6 +143,7 @@ impl RunOptions {
             tpm: None,
             boot_disk: None,
             acpi_tables: Vec::new(),
+            store_on_sd: false,
             timeout: Duration::from_secs(300),
             echo: false,
         }
@@ -249,12 +256,24 @@ pub(crate) fn virtio_disks(
     c.arg("-drive")
         .arg(format!("file={},if=virtio,format=raw{ro}", first.display()));
     c.args(["-device", "virtio-rng-pci"]);
-    for d in &opts.disks {
+    for d in opts.disks.iter().filter(|d| !d.sd) {
         let ro = if d.readonly { ",readonly=on" } else { "" };
         c.arg("-drive").arg(format!(
             "file={},if=virtio,format=raw,cache=unsafe{ro}",
             d.path.display()
         ));
+    }
+    // SD cards last, each on its own SD host controller: the virtio disks keep their
+    // PCI order, and so their names (`vda`, `vdb`, ...) in the kernel and the firmware.
+    for (i, d) in opts.disks.iter().filter(|d| d.sd).enumerate() {
+        let ro = if d.readonly { ",readonly=on" } else { "" };
+        c.arg("-drive").arg(format!(
+            "file={},if=none,id=sd{i},format=raw,cache=unsafe{ro}",
+            d.path.display()
+        ));
+        // A controller's SD bus holds one card: QEMU plugs each into the next free one.
+        c.args(["-device", "sdhci-pci"]);
+        c.args(["-device", &format!("sd-card,drive=sd{i}")]);
     }
 }
 
@@ -356,6 +375,38 @@ pub fn kernel_cmdline(bundle: &Bundle, opts: &RunOptions, base: &str, cold_kerne
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// SD cards come after the virtio disks, each on its own SD host controller, and
+    /// leave the virtio disks' order (their names) as it was.
+    #[test]
+    fn sd_cards_follow_the_virtio_disks_on_their_own_controllers() {
+        let mut o = crate::testutil::opts();
+        for (path, sd) in [("/store.img", true), ("/data.img", false)] {
+            o.disks.push(Disk {
+                path: PathBuf::from(path),
+                readonly: false,
+                sd,
+            });
+        }
+        let mut c = Command::new("qemu");
+        virtio_disks(&mut c, std::path::Path::new("/boot.img"), false, &o);
+        let args: Vec<String> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |needle: &str| {
+            args.iter()
+                .position(|a| a.contains(needle))
+                .unwrap_or_else(|| panic!("{needle} not in {args:?}"))
+        };
+        assert!(at("file=/boot.img,if=virtio") < at("file=/data.img,if=virtio"));
+        assert!(at("file=/data.img,if=virtio") < at("file=/store.img,if=none,id=sd0"));
+        assert!(at("id=sd0") < at("sdhci-pci") && at("sdhci-pci") < at("sd-card,drive=sd0"));
+        assert!(
+            !args.iter().any(|a| a.contains("/store.img,if=virtio")),
+            "{args:?}"
+        );
+    }
 
     #[test]
     fn memory_sizes() {

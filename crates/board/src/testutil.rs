@@ -47,6 +47,7 @@ pub fn opts() -> RunOptions {
         tpm: None,
         boot_disk: None,
         acpi_tables: Vec::new(),
+        store_on_sd: false,
         timeout: Duration::from_secs(1),
         echo: false,
     }

@@ -24,6 +24,24 @@ use std::time::{Duration, Instant};
 
 /// Debian's U-Boot for QEMU's arm64 `virt` machine (package `u-boot-qemu`).
 pub const U_BOOT_BIN: &str = "/usr/lib/u-boot/qemu_arm64/u-boot.bin";
+/// Where `scripts/u-boot-mmc.sh` puts the same U-Boot source built with SD/MMC support,
+/// under the snapboot home: Debian builds `qemu_arm64` without it.
+pub const U_BOOT_MMC_BIN: &str = "u-boot/qemu_arm64-mmc/u-boot.bin";
+
+/// The U-Boot the arm64 board starts: Debian's, or for a run with an SD card
+/// (`--store-on sd`) Debian's source built with MMC ([`U_BOOT_MMC_BIN`]).
+pub fn u_boot_bin(sd: bool) -> Result<PathBuf, UbootError> {
+    if !sd {
+        return Ok(PathBuf::from(U_BOOT_BIN));
+    }
+    let bin = bundle::home::home().join(U_BOOT_MMC_BIN);
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(UbootError::NoMmcUboot(bin))
+    }
+}
+
 /// Bytes of the environment (U-Boot `qemu_arm64`'s `CONFIG_ENV_SIZE`).
 pub const ENV_SIZE: usize = 0x40000;
 /// Bytes of a `virt` flash bank: QEMU wants the file exactly this size.
@@ -42,6 +60,13 @@ pub enum UbootError {
         "U-Boot for the arm64 board not found at {U_BOOT_BIN} (package u-boot-qemu; `make deps`)"
     )]
     NoUboot,
+    /// The U-Boot that reads SD cards is not built.
+    #[error(
+        "no U-Boot with SD card support at {}: Debian's qemu_arm64 build has none; \
+         scripts/u-boot-mmc.sh builds it from Debian's source (make u-boot)",
+        .0.display()
+    )]
+    NoMmcUboot(PathBuf),
     /// QEMU could not be run.
     #[error("cannot run qemu-system-aarch64 (package qemu-system-arm): {0}")]
     Qemu(std::io::Error),

@@ -84,7 +84,8 @@ pub fn command(
     c.args(["-nodefaults", "-no-user-config"]);
     memory_args(&mut c, opts);
     c.args(["-display", "none", "-no-reboot"]);
-    c.arg("-bios").arg(uboot::U_BOOT_BIN);
+    let sd = opts.disks.iter().any(|d| d.sd);
+    c.arg("-bios").arg(uboot::u_boot_bin(sd)?);
     c.arg("-drive").arg(format!(
         "if=pflash,unit=1,format=raw,file={}",
         env_flash.display()

@@ -48,6 +48,11 @@ pub const LAZY_CRYPT_MODULES: &[&str] = &[
     "ecb", "xts",
 ];
 
+/// Modules the board's initramfs loads when the machine has an SD host controller on PCI
+/// (QEMU's `sdhci-pci`, where `board … --store-on sd` puts the store): the controller's
+/// driver and the MMC block device (`/dev/mmcblk0`), dependencies resolved in order.
+pub const SD_MODULES: &[&str] = &["sdhci_pci", "mmc_block"];
+
 /// Modules the booted system loads later, not at boot: virtio-mem, which adds deferred
 /// memory after ready or restored (`snapboot.defermem`). The initramfs copies them to
 /// `/run/snapboot/modules`, which outlives the switch to the root filesystem.
@@ -339,6 +344,11 @@ impl Bundle {
                     .any(|m| m.name == l.name)
             })
             .collect();
+        let sd_modules: Vec<_> = tree
+            .resolve(SD_MODULES)?
+            .into_iter()
+            .filter(|l| !modules.iter().any(|m| m.name == l.name))
+            .collect();
         let late_modules: Vec<_> = tree
             .resolve(LATE_MODULES)?
             .into_iter()
@@ -361,6 +371,7 @@ impl Bundle {
             .iter()
             .chain(&lazy_modules)
             .chain(&lazy_crypt_modules)
+            .chain(&sd_modules)
             .chain(&late_modules)
         {
             ir.file(
@@ -373,6 +384,7 @@ impl Bundle {
             modules: modules.iter().map(|m| m.name.clone()).collect(),
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
             lazy_crypt_modules: lazy_crypt_modules.iter().map(|m| m.name.clone()).collect(),
+            sd_modules: sd_modules.iter().map(|m| m.name.clone()).collect(),
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: crate::workload::root_device(opts.kernel.arch).into(),
             root_fs: "squashfs".into(),

@@ -158,6 +158,10 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The PCI class of an SD host controller (base class 0x08 system peripheral, subclass
+/// 0x05 SD host), as `/sys/bus/pci/devices/*/class` shows it without the interface byte.
+pub const SD_HOST_CLASS: &str = "0x0805";
+
 /// What the generated `/init` does.
 #[derive(Debug, Clone)]
 pub struct InitScript {
@@ -169,6 +173,9 @@ pub struct InitScript {
     /// Modules loaded besides `lazy_modules` when the command line also has
     /// `snapboot.encrypt=`: dm-crypt and its cipher, for an encrypted swap region.
     pub lazy_crypt_modules: Vec<String>,
+    /// Modules loaded (after `modules`, before resume) when the machine has an SD host
+    /// controller on its PCI bus (class 0x0805): the store on an SD card (`mmcblk`).
+    pub sd_modules: Vec<String>,
     /// Modules copied to `/run/snapboot/modules` on a cold boot with deferred memory
     /// (`snapboot.defermem`), for `snapboot memory add` to load after ready or restored.
     pub late_modules: Vec<String>,
@@ -219,6 +226,18 @@ impl InitScript {
             s.push_str(&format!(
                 "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
             ));
+        }
+        if !self.sd_modules.is_empty() {
+            // As udev would: the SD host's driver only where there is one.
+            s.push_str(&format!(
+                "  if grep -qs '^{SD_HOST_CLASS}' /sys/bus/pci/devices/*/class; then\n"
+            ));
+            for module in &self.sd_modules {
+                s.push_str(&format!(
+                    "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                ));
+            }
+            s.push_str("  fi\n");
         }
         s.push_str(";; esac\n");
         s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
@@ -305,6 +324,7 @@ mod tests {
             modules: vec!["virtio_blk".into()],
             lazy_modules: Vec::new(),
             lazy_crypt_modules: Vec::new(),
+            sd_modules: Vec::new(),
             late_modules: Vec::new(),
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -400,6 +420,7 @@ mod tests {
             modules: vec!["virtio_ring".into(), "virtio".into(), "virtio_blk".into()],
             lazy_modules: vec!["dm_mod".into(), "dm_snapshot".into()],
             lazy_crypt_modules: vec!["dm_crypt".into(), "xts".into()],
+            sd_modules: vec!["sdhci_pci".into(), "mmc_block".into()],
             late_modules: vec!["virtio_mem".into()],
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -417,6 +438,13 @@ mod tests {
         );
         assert!(s.contains("--env 'APP_READY_CMD=snapboot ready'"));
         assert!(s.find("resume").unwrap() < s.find("mount -t squashfs").unwrap());
+        // The SD host's driver: after the board's modules, only where the PCI bus has an
+        // SD host, and before resume (the store may be on the card).
+        let sd = s
+            .find("grep -qs '^0x0805' /sys/bus/pci/devices/*/class")
+            .unwrap();
+        assert!(blk < sd && sd < s.find("sdhci_pci.ko").unwrap());
+        assert!(s.find("mmc_block.ko").unwrap() < s.find("resume --from-cmdline").unwrap());
         // dm-crypt only for an encrypted lazy capture: inside the lazy case, after its modules.
         let lazy = s.find("\" snapboot.lazy\"").unwrap();
         let snap = s.find("dm_snapshot.ko").unwrap();

@@ -2,7 +2,7 @@
 
 use crate::boardopts::BoardOpts;
 use anyhow::{bail, Context, Result};
-use board::capture::{attach_store, capture_boot, create_store, store_size};
+use board::capture::{attach_store, capture_boot, create_store_for};
 use board::qemu::run_probe;
 use board::RunOptions;
 use bootparams::parse_reclaim;
@@ -418,7 +418,7 @@ pub fn board_capture(a: BoardCaptureArgs) -> Result<ExitCode> {
         } else {
             flashstore::ChunkCheck::Xxh3
         };
-        create_store(&a.store, store_size(opts.mem_mib), check)?;
+        create_store_for(&opts, &a.store, check)?;
     }
     opts.params.images = vec![name.clone()];
     opts.params.dedupe = dedupe;

@@ -19,6 +19,16 @@ pub(crate) enum FirmwareArg {
     Uefi,
 }
 
+/// `--store-on`: the device the store is on.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreOnArg {
+    /// A virtio disk (`/dev/vdb`).
+    Virtio,
+    /// An SD card on an SD host controller (`/dev/mmcblk0`, found by its label), read by
+    /// U-Boot's MMC driver: the arm64 board, with `scripts/u-boot-mmc.sh`'s U-Boot.
+    Sd,
+}
+
 /// Accelerator choice.
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub(crate) enum AccelArg {
@@ -49,6 +59,11 @@ pub(crate) struct BoardOpts {
     /// Extra disk image (read-write), attached as /dev/vdb, /dev/vdc, ...
     #[arg(long)]
     disk: Vec<PathBuf>,
+    /// Where the store (`--store`) is: a virtio disk, or an SD card (the arm64 board;
+    /// the store is made with a label and a power-of-two size, as a card has). Give it on
+    /// every boot of the store.
+    #[arg(long, value_enum, default_value = "virtio")]
+    store_on: StoreOnArg,
     /// Accelerator (auto: KVM only with real vmx/svm).
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelArg,
@@ -144,9 +159,11 @@ impl BoardOpts {
             .map(|p| Disk {
                 path: p.clone(),
                 readonly: false,
+                sd: false,
             })
             .collect();
         o.tpm = self.tpm.clone();
+        o.store_on_sd = self.store_on == StoreOnArg::Sd;
         match self.accel {
             AccelArg::Auto => {}
             AccelArg::Tcg => o.accel = Accel::Tcg,

@@ -36,6 +36,7 @@ fn boot(disks: &[&Path], words: &[String]) -> board::qemu::Session {
         .map(|p| Disk {
             path: p.to_path_buf(),
             readonly: false,
+            sd: false,
         })
         .collect();
     o.cmdline = words.to_vec();
@@ -113,6 +114,7 @@ fn a_store_found_by_partuuid_or_label_restores_wherever_its_disk_is_and_a_stale_
         o.disks.push(Disk {
             path: p.clone(),
             readonly: false,
+            sd: false,
         });
     }
     o.params.store =

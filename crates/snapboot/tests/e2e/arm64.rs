@@ -13,17 +13,21 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// Runs `scripts/NAME` once per test binary (`done` keeps that), failing with `what`.
+fn script_once(done: &'static OnceLock<()>, name: &str, what: &str) {
+    done.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts")
+            .join(name);
+        let (out, so, se) = run(Command::new(script));
+        assert!(out.status.success(), "{what}:\n{so}\n{se}");
+    });
+}
+
 /// The arm64 device binary, cross-built once per test binary from the code under test.
 fn device_binary_built() {
     static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/device-arm64.sh");
-        let (out, so, se) = run(Command::new(script));
-        assert!(
-            out.status.success(),
-            "cross-building snapboot-device:\n{so}\n{se}"
-        );
-    });
+    script_once(&DONE, "device-arm64.sh", "cross-building snapboot-device");
 }
 
 /// The arm64 bundle of `workload`, built once by this test binary.
@@ -600,4 +604,78 @@ fn arm64_restorer_refuses_damaged_foreign_wrong_ram_and_other_boot_path_images()
         0,
         "captured under another boot path: no U-Boot, direct; this boot: U-Boot 20",
     );
+}
+
+/// Builds the arm64 board's U-Boot with SD card support once (`scripts/u-boot-mmc.sh`:
+/// Debian's source, cached under the snapboot home).
+fn u_boot_mmc_built() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    script_once(&DONE, "u-boot-mmc.sh", "building U-Boot with MMC");
+}
+
+/// The store on an SD card (`--store-on sd`: QEMU's `sdhci-pci` with an `sd-card`, the
+/// kernel's `/dev/mmcblk0`, found by its label): the stock kernel captures onto it, then
+/// the restorer, which has no SD driver of its own, reads the image through U-Boot's MMC
+/// driver (EFI Block I/O) and restores it; the restored system confirms the restore in the
+/// store on the card and answers.
+#[test]
+fn arm64_store_on_an_sd_card_is_captured_and_restored_through_u_boots_mmc_driver() {
+    u_boot_mmc_built();
+    let dir = arm64_bundle("shell");
+    let store = home().join("test-arm64-sd.store");
+    let _ = std::fs::remove_file(&store);
+    let so = board_capture(&dir, &store, &["--store-on", "sd"]);
+    assert!(so.contains("image current generation 2"), "{so}");
+    let size = std::fs::metadata(&store).unwrap().len();
+    assert!(size.is_power_of_two(), "an SD card of {size} bytes");
+
+    let b = bundle::Bundle::load(&dir).unwrap();
+    let mut o = board::RunOptions::for_bundle(&b);
+    o.store_on_sd = true;
+    let o = board::restorer_boot::restorer_options(&b, &o, &arm64_restorer(), &store)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        o.disks.iter().any(|d| d.sd && d.path == store),
+        "{:?}",
+        o.disks
+    );
+    let mut s = board::qemu::Session::start(&b, &o).unwrap();
+    // The boot disk (virtio) and the card (U-Boot's SDHCI driver).
+    expect(
+        &mut s,
+        r"snapboot-restorer: loaded at 0x[0-9a-f]+, 2 firmware disks",
+        "the restorer seeing the boot disk and the SD card",
+    );
+    expect(
+        &mut s,
+        r"snapboot-restorer: read \d+ MiB of chunks",
+        "the restorer reading the image from the card",
+    );
+    expect(
+        &mut s,
+        r"snapboot-restorer: .*entering the image at 0x[0-9a-f]+",
+        "the restorer entering the image",
+    );
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    // The restore counted as confirmed: written to the store on /dev/mmcblk0.
+    expect(
+        &mut s,
+        r"snapboot: @status restored current .*confirmed",
+        "the confirmation written to the card",
+    );
+    let probe = &b.workload.probe;
+    s.probe(
+        &probe.send,
+        &Regex::new(&probe.expect).unwrap(),
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("the probe after the restore: {e}"));
+    let tl = s.finish(boottrace::Outcome::Answered);
+    assert!(
+        !tl.lines.iter().any(|l| l.text.contains("Starting kernel")),
+        "U-Boot booted a kernel before the image"
+    );
+    // The capture found the store on the card by its label.
+    let status = flashstore::Store::open(std::fs::File::open(&store).unwrap()).unwrap();
+    assert_eq!(status.label(), board::capture::SD_STORE_LABEL);
 }

@@ -121,6 +121,7 @@ pub fn store_options(b: &bundle::Bundle, store: &Path) -> board::RunOptions {
     o.disks.push(board::run_options::Disk {
         path: store.to_path_buf(),
         readonly: false,
+        sd: false,
     });
     o.params.store = Some(bootparams::StoreAddress::path("/dev/vdb"));
     o

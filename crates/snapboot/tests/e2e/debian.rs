@@ -225,6 +225,7 @@ pub(crate) fn data_options(b: &bundle::Bundle, store: &Path, data: &Path) -> boa
     o.disks.push(board::run_options::Disk {
         path: data.to_path_buf(),
         readonly: false,
+        sd: false,
     });
     o
 }

@@ -69,6 +69,7 @@ fn a_writable_vfat_mount_is_read_only_only_for_the_capture() {
     o.disks.push(board::run_options::Disk {
         path: esp,
         readonly: false,
+        sd: false,
     });
     let ready = Regex::new(r"snapboot: @ready").unwrap();
     let restored = Regex::new(r"snapboot: @restored").unwrap();

@@ -338,6 +338,7 @@ fn different_ram_size_is_refused() {
     o.disks.push(board::run_options::Disk {
         path: copy,
         readonly: false,
+        sd: false,
     });
     o.cmdline.push("snapboot.store=/dev/vdb".into());
     let mut s = board::qemu::Session::start(&b, &o).unwrap();
@@ -708,6 +709,7 @@ fn deferred_memory_arrives_after_restore_and_a_wrong_boot_memory_is_refused() {
         o.disks.push(board::run_options::Disk {
             path: store.clone(),
             readonly: false,
+            sd: false,
         });
         o.cmdline.push("snapboot.store=/dev/vdb".into());
         board::qemu::Session::start(&b, &o).unwrap()
