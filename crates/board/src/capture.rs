@@ -181,14 +181,15 @@ pub fn attach_store(
     if !store.exists() && !capture {
         return Err(CaptureBootError::NoStore(store.to_path_buf()));
     }
+    // Before the UEFI PC's own disk: the PC refuses an SD card by name when it starts.
+    if opts.store_on_sd {
+        return attach_sd_store(opts, store, capture);
+    }
     if opts.firmware == crate::run_options::Firmware::Uefi {
         opts.boot_disk = Some(store.to_path_buf());
         opts.params.store = None;
         opts.params.capture = capture;
         return Ok(());
-    }
-    if opts.store_on_sd {
-        return attach_sd_store(opts, store, capture);
     }
     if !store.exists() {
         create_store(store, store_size(opts.mem_mib), ChunkCheck::Xxh3)?;

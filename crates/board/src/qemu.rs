@@ -80,11 +80,11 @@ pub struct RunFiles {
 /// arm64 board's U-Boot environment; with [`RunOptions::tpm`], the TPM emulator, started
 /// here and stopped when the [`RunFiles`] are dropped).
 pub fn board_command(bundle: &Bundle, opts: &RunOptions) -> Result<(Command, RunFiles), RunError> {
-    bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
     let arch = bundle.kernel.arch;
     if arch != guestarch::Arch::Arm64 && opts.disks.iter().any(|d| d.sd) {
         return Err(RunError::SdOnPc);
     }
+    bundle.ensure_kernel_pack().map_err(RunError::KernelPack)?;
     let (mut cmd, dir) = match arch {
         guestarch::Arch::X86_64 if opts.firmware == crate::run_options::Firmware::Uefi => (
             crate::uefi::command(bundle, opts, BASE_CMDLINE)
@@ -541,6 +541,23 @@ mod tests {
         c.get_args()
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// The PC has no SD card: a run that asks for one is refused by name, before anything
+    /// is made or started.
+    #[test]
+    fn an_sd_card_on_the_pc_is_refused_by_name() {
+        let b = crate::testutil::bundle();
+        assert_eq!(b.kernel.arch, guestarch::Arch::X86_64);
+        let mut o = crate::testutil::opts();
+        o.disks.push(Disk {
+            path: PathBuf::from("/s.store"),
+            readonly: false,
+            sd: true,
+        });
+        let e = board_command(&b, &o).err().expect("refused");
+        assert!(matches!(e, RunError::SdOnPc), "{e}");
+        assert!(e.to_string().contains("arm64 board only"), "{e}");
     }
 
     /// The kernel pack is the last disk on every boot (the memory map depends on the
