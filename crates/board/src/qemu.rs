@@ -555,7 +555,9 @@ mod tests {
             readonly: false,
             sd: true,
         });
-        let e = board_command(&b, &o).err().expect("refused");
+        let Err(e) = board_command(&b, &o) else {
+            panic!("an SD card on the PC was not refused");
+        };
         assert!(matches!(e, RunError::SdOnPc), "{e}");
         assert!(e.to_string().contains("arm64 board only"), "{e}");
     }
