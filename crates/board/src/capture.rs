@@ -216,27 +216,23 @@ fn attach_sd_store(
     capture: bool,
 ) -> Result<(), CaptureBootError> {
     let label = if store.exists() {
-        let bytes = std::fs::metadata(store)
-            .map_err(|source| CaptureBootError::Read {
-                path: store.to_path_buf(),
-                source,
-            })?
-            .len();
+        let read = |source| CaptureBootError::Read {
+            path: store.to_path_buf(),
+            source,
+        };
+        let f = std::fs::File::open(store).map_err(read)?;
+        let bytes = f.metadata().map_err(read)?.len();
         if !bytes.is_power_of_two() {
             return Err(CaptureBootError::SdCardSize {
                 path: store.to_path_buf(),
                 bytes,
             });
         }
-        let open = |source| CaptureBootError::Open {
-            path: store.to_path_buf(),
-            source,
-        };
-        let f = std::fs::File::open(store).map_err(|source| CaptureBootError::Read {
+        // The superblocks alone, as the device's search by label reads them.
+        let label = flashstore::read_label(&f).map_err(|source| CaptureBootError::Open {
             path: store.to_path_buf(),
             source,
         })?;
-        let label = Store::open(f).map_err(open)?.label().to_string();
         if label.is_empty() {
             return Err(CaptureBootError::SdStoreLabel {
                 path: store.to_path_buf(),
