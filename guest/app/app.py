@@ -654,6 +654,12 @@ def serve(st):
                 out = mount_of(arg)
             elif cmd == "efivar" and arg:
                 out = efi_variables(arg)
+            elif cmd == "crash" and not arg:
+                # An application that dies, as one restored into a broken state would (a
+                # page that fails verification, a device that did not come back): exit at
+                # once with status 70, before any confirmation could prove it alive.
+                say("app: crashing on request")
+                os._exit(70)
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

@@ -433,8 +433,21 @@ impl Session {
         }
     }
 
-    /// Powers the board off (kills QEMU if still running) and returns the timeline.
+    /// Powers the board off (kills QEMU if still running) and returns the timeline. A
+    /// restore whose confirmation snapboot was still proving (a status marker `unconfirmed
+    /// until …`) is given up to [`CONFIRM_WAIT`] to be confirmed or refused first, as a
+    /// device left running would be: a run cut short there would count as a restore that
+    /// never came up, and the crash-loop guard would skip the image after a few of them.
     pub fn finish(mut self, outcome: Outcome) -> Timeline {
+        if !self.exited && confirmation_pending(self.timeline.lines.iter().map(|l| l.text.as_str()))
+        {
+            let settled = |l: &str| {
+                Marker::parse(l).is_some_and(|(m, _)| {
+                    matches!(m, Marker::Confirmed | Marker::ConfirmFailed | Marker::Poweroff)
+                })
+            };
+            let _ = self.wait_until(&settled, "the restore's confirmation", CONFIRM_WAIT);
+        }
         if !self.exited {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -450,6 +463,29 @@ impl Session {
         self.timeline.finalize();
         std::mem::replace(&mut self.timeline, Timeline::new(""))
     }
+}
+
+/// How long [`Session::finish`] waits for a pending confirmation: the Debian board's
+/// health check and `systemctl` calls take a few seconds under TCG.
+pub const CONFIRM_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether the console `lines` end in a restore that snapboot is still confirming: the last
+/// restored status marker says `unconfirmed until …`, and no `confirmed`, `confirm-failed`
+/// or `poweroff` marker follows it.
+pub fn confirmation_pending<'a>(lines: impl Iterator<Item = &'a str>) -> bool {
+    let mut pending = false;
+    for l in lines {
+        match Marker::parse(l) {
+            Some((Marker::Status, Some(d))) => {
+                pending = d.starts_with("restored ") && d.contains(" unconfirmed until ");
+            }
+            Some((Marker::Confirmed | Marker::ConfirmFailed | Marker::Poweroff, _)) => {
+                pending = false;
+            }
+            _ => {}
+        }
+    }
+    pending
 }
 
 impl Drop for Session {
@@ -541,6 +577,37 @@ mod tests {
         c.get_args()
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    #[test]
+    fn a_restore_snapboot_is_still_confirming_is_waited_for_and_nothing_else() {
+        let status = |d: &str| Marker::Status.line(Some(d));
+        let pending = status("restored current generation 2 restore 1 of 2 unconfirmed until up 3 s");
+        let cases: [(&[String], bool); 6] = [
+            (&[], false),
+            (&[pending.clone()], true),
+            (
+                &[pending.clone(), Marker::Confirmed.line(Some("current generation 2: up 3 s"))],
+                false,
+            ),
+            (&[pending.clone(), Marker::ConfirmFailed.line(Some("why"))], false),
+            (
+                &[pending.clone(), Marker::Poweroff.line(Some("application exited with 70"))],
+                false,
+            ),
+            // The application confirms, or the restore was confirmed at once: nothing to wait for.
+            (
+                &[
+                    pending,
+                    status("restored current generation 2 restore 1 of 2 unconfirmed"),
+                    status("restored current generation 2 restore 1 of 2 confirmed"),
+                ],
+                false,
+            ),
+        ];
+        for (lines, want) in cases {
+            assert_eq!(confirmation_pending(lines.iter().map(String::as_str)), want, "{lines:?}");
+        }
     }
 
     /// The PC has no SD card: a run that asks for one is refused by name, before anything

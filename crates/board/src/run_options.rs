@@ -137,7 +137,7 @@ impl RunOptions {
             accel: Accel::detect(),
             kernel: KernelImage::Vmlinux,
             firmware: Firmware::Direct,
-            params: board_params(),
+            params: board_params(&bundle.workload),
             cmdline: Vec::new(),
             disks: Vec::new(),
             tpm: None,
@@ -166,15 +166,30 @@ impl RunOptions {
     }
 }
 
-/// What the board asks of snapboot unless a run says more: no re-capture after refused
-/// images (`snapboot.norecapture`), so a boot that falls back leaves the store as the test or
-/// benchmark made it; the runs that exercise the re-capture after an update turn it on.
-pub fn board_params() -> bootparams::BootParams {
+/// What the board asks of snapboot for `workload` unless a run says more:
+/// - no re-capture after refused images (`snapboot.norecapture`), so a boot that falls back
+///   leaves the store as the test or benchmark made it; the runs that exercise the
+///   re-capture after an update turn it on;
+/// - the confirmation: snapboot's default, with a restored system confirmed once it stayed
+///   up [`BOARD_GRACE`] seconds where no systemd proves it (`snapboot.grace`), or at once
+///   for a workload a restore already proves alive (a shell: `snapboot.confirm=restored`).
+pub fn board_params(workload: &bundle::Workload) -> bootparams::BootParams {
     bootparams::BootParams {
         recapture: false,
+        confirm: if workload.alive_when_restored {
+            bootparams::Confirm::Restored
+        } else {
+            bootparams::Confirm::Auto
+        },
+        grace: BOARD_GRACE,
         ..bootparams::BootParams::default()
     }
 }
+
+/// Seconds a restored board without systemd must stay up to be confirmed: enough for an
+/// application that dies at its first query after the restore to take the board down
+/// first (its init powers off), short enough that a run waits little for it.
+pub const BOARD_GRACE: u32 = 3;
 
 /// Bytes of the store a capture creates for a guest of `mem_mib` (a sparse file, or the UEFI
 /// PC's store partition): room for two images as large as RAM (a re-capture writes the new

@@ -54,9 +54,15 @@
 //!                           offline (added but left offline) or noload (never requested)
 //! snapboot.attempts=N       crash-loop guard: restore an image at most N times without a
 //!                           confirmation from the restored system (default 2), then skip it
-//! snapboot.confirm=C        at capture: who confirms a restore of the image: restored (snapboot,
-//!                           once the restored system runs again; the default) or app (the
-//!                           application's health check runs `snapboot confirm`)
+//! snapboot.confirm=C        at capture: when a restore of the image counts as confirmed:
+//!                           auto (the default: boot-complete under systemd, else up),
+//!                           boot-complete (systemd reaches boot-complete.target again after
+//!                           the restore: the units ordered before it passed), up (the
+//!                           restored system stays up snapboot.grace seconds), app (the
+//!                           application's health check runs `snapboot confirm`) or restored
+//!                           (at once, as soon as the restored system runs)
+//! snapboot.grace=S          at capture: seconds a restored system must stay up to be
+//!                           confirmed with confirm=up (default 15)
 //! snapboot.norecapture      a boot whose images were refused because the system changed
 //!                           (an update) does not capture a new one at the ready point
 //! snapboot.encrypt=E        images are encrypted with the device key, and only images
@@ -148,12 +154,14 @@ pub mod key {
     pub const ATTEMPTS: &str = "snapboot.attempts";
     /// Who confirms a restore.
     pub const CONFIRM: &str = "snapboot.confirm";
+    /// How long a restored system stays up before `confirm=up` confirms it.
+    pub const GRACE: &str = "snapboot.grace";
     /// No capture after an update made the images unusable.
     pub const NORECAPTURE: &str = "snapboot.norecapture";
     /// Encrypted images, and where the device key comes from.
     pub const ENCRYPT: &str = "snapboot.encrypt";
     /// Every key.
-    pub const ALL: [&str; 30] = [
+    pub const ALL: [&str; 31] = [
         STORE,
         CAPTURE,
         THEN,
@@ -182,6 +190,7 @@ pub mod key {
         MEMFAULT,
         ATTEMPTS,
         CONFIRM,
+        GRACE,
         NORECAPTURE,
         ENCRYPT,
     ];
@@ -310,6 +319,8 @@ pub struct BootParams {
     pub attempts: u32,
     /// `snapboot.confirm=C`.
     pub confirm: Confirm,
+    /// `snapboot.grace=S`.
+    pub grace: u32,
     /// Not `snapboot.norecapture`.
     pub recapture: bool,
     /// `snapboot.encrypt=E`.
@@ -377,33 +388,67 @@ impl Encrypt {
 /// which reads no config file, takes it from the same place).
 pub use bootstatus::DEFAULT_ATTEMPTS;
 
-/// Who confirms that a restored system works (fixed at capture: the restored system reads
-/// its capture's command line).
+/// When a restore counts as confirmed, so the crash-loop guard's count of its image starts
+/// again (fixed at capture: the restored system reads its capture's command line). Only a
+/// restore that proved the application alive should count: one that dies before this point
+/// is an unconfirmed restore, and after `snapboot.attempts` of them the image is skipped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Confirm {
-    /// snapboot, as soon as the restored system runs (the `restored` marker).
+    /// [`Confirm::BootComplete`] when the restored system runs systemd, else [`Confirm::Up`].
     #[default]
-    Restored,
+    Auto,
+    /// systemd reaches `boot-complete.target` again after the restore: every unit ordered
+    /// before it and required by it (the application's health checks) passed.
+    BootComplete,
+    /// The restored system stays up `snapboot.grace` seconds (for an init that powers off
+    /// or reboots when the application dies, as the board's does).
+    Up,
     /// The application, with `snapboot confirm` once its health check passes.
     App,
+    /// snapboot, as soon as the restored system runs (the `restored` marker): for a system
+    /// with nothing to prove, such as a shell.
+    Restored,
 }
 
 impl Confirm {
+    /// Every mode, in the order the word list names them.
+    pub const ALL: [Self; 5] = [
+        Self::Auto,
+        Self::BootComplete,
+        Self::Up,
+        Self::App,
+        Self::Restored,
+    ];
+
     /// The word, as `snapboot.confirm=` takes it.
     pub fn word(self) -> &'static str {
         match self {
-            Self::Restored => "restored",
+            Self::Auto => "auto",
+            Self::BootComplete => "boot-complete",
+            Self::Up => "up",
             Self::App => "app",
+            Self::Restored => "restored",
         }
     }
 
     /// Parses [`Confirm::word`].
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Restored, Self::App]
-            .into_iter()
-            .find(|c| c.word() == s)
+        Self::ALL.into_iter().find(|c| c.word() == s)
+    }
+
+    /// The mode in effect on a restored system: [`Confirm::Auto`] made
+    /// [`Confirm::BootComplete`] under systemd, [`Confirm::Up`] otherwise.
+    pub fn resolve(self, systemd: bool) -> Self {
+        match (self, systemd) {
+            (Self::Auto, true) => Self::BootComplete,
+            (Self::Auto, false) => Self::Up,
+            (c, _) => c,
+        }
     }
 }
+
+/// Seconds a restored system must stay up before `snapboot.confirm=up` confirms it.
+pub const DEFAULT_GRACE: u32 = 15;
 
 /// Seconds after ready (or restored) by which deferred memory must be online.
 pub const DEFAULT_MEM_DEADLINE: u32 = 30;
@@ -500,7 +545,8 @@ impl Default for BootParams {
             mem_deadline: DEFAULT_MEM_DEADLINE,
             mem_fault: None,
             attempts: DEFAULT_ATTEMPTS,
-            confirm: Confirm::Restored,
+            confirm: Confirm::Auto,
+            grace: DEFAULT_GRACE,
             recapture: true,
             encrypt: Encrypt::Off,
             resume: true,
@@ -793,7 +839,11 @@ impl BootParams {
             key::CONFIRM => {
                 p.confirm = value
                     .and_then(Confirm::parse)
-                    .ok_or_else(|| bad("expected restored or app"))?;
+                    .ok_or_else(|| bad("expected auto, boot-complete, up, app or restored"))?;
+            }
+            key::GRACE => {
+                let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
+                p.grace = n.ok_or_else(|| bad("expected seconds (1 or more)"))?;
             }
             key::NORECAPTURE => p.recapture = !flag(value)?,
             key::ENCRYPT => {
@@ -847,7 +897,8 @@ impl BootParams {
                 .then(|| with(key::MEMDEADLINE, &self.mem_deadline)),
             self.mem_fault.map(|f| with(key::MEMFAULT, &f.word())),
             (self.attempts != DEFAULT_ATTEMPTS).then(|| with(key::ATTEMPTS, &self.attempts)),
-            (self.confirm != Confirm::Restored).then(|| with(key::CONFIRM, &self.confirm.word())),
+            (self.confirm != Confirm::Auto).then(|| with(key::CONFIRM, &self.confirm.word())),
+            (self.grace != DEFAULT_GRACE).then(|| with(key::GRACE, &self.grace)),
             (!self.recapture).then(|| key::NORECAPTURE.to_string()),
             self.encrypt
                 .on()

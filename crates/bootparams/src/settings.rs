@@ -73,7 +73,7 @@ const ONE_BOOT: &str = "it asks one boot for something";
 const MEASURING: &str = "it is for measuring one boot";
 
 /// Every setting, in [`key::ALL`] order.
-pub const SETTINGS: [Setting; 30] = [
+pub const SETTINGS: [Setting; 31] = [
     Setting {
         key: key::STORE,
         example: "PARTLABEL=snapstore",
@@ -314,11 +314,21 @@ pub const SETTINGS: [Setting; 30] = [
     },
     Setting {
         key: key::CONFIRM,
-        example: "app",
-        values: "restored|app",
-        default: "restored",
-        meaning: "who confirms a restore of the captured image: snapboot once the restored \
-                  system runs, or the application's health check (snapboot confirm)",
+        example: "boot-complete",
+        values: "auto|boot-complete|up|app|restored",
+        default: "auto",
+        meaning: "when a restore of the captured image counts as confirmed: systemd reaches \
+                  boot-complete.target after it (auto under systemd), the system stays up \
+                  `grace` seconds (auto otherwise), the application runs snapboot confirm, or \
+                  at once",
+        scope: Scope::Anywhere,
+    },
+    Setting {
+        key: key::GRACE,
+        example: "30",
+        values: "seconds, 1 or more",
+        default: "15",
+        meaning: "with confirm=up: how long a restored system must stay up to be confirmed",
         scope: Scope::Anywhere,
     },
     Setting {
@@ -377,7 +387,7 @@ mod tests {
             }
             checked += 1;
         }
-        assert_eq!(checked, 20);
+        assert_eq!(checked, 21);
     }
 
     /// The defaults the table writes as words (`none`, `off`, a sentence) are what nobody

@@ -22,7 +22,7 @@ fn each_word_sets_its_field() {
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
-         snapboot.attempts=5 snapboot.confirm=app snapboot.norecapture \
+         snapboot.attempts=5 snapboot.confirm=app snapboot.grace=4 snapboot.norecapture \
          snapboot.encrypt=tpm:7+0 noresume",
     )
     .unwrap();
@@ -60,6 +60,7 @@ fn each_word_sets_its_field() {
             mem_fault: Some(MemFault::NoLoad),
             attempts: 5,
             confirm: Confirm::App,
+            grace: 4,
             recapture: false,
             encrypt: Encrypt::Tpm { pcrs: vec![0, 7] },
             resume: false,
@@ -152,7 +153,11 @@ fn bad_words_are_named() {
         ),
         (
             "snapboot.confirm=never",
-            "snapboot.confirm=never: expected restored or app",
+            "snapboot.confirm=never: expected auto, boot-complete, up, app or restored",
+        ),
+        (
+            "snapboot.grace=0",
+            "snapboot.grace=0: expected seconds (1 or more)",
         ),
         (
             "ro snapboot.lazy=garbage",
@@ -343,7 +348,8 @@ prop_compose! {
         mem_deadline in 1u32..1000,
         mem_fault in proptest::option::of(prop_oneof![Just(MemFault::Offline), Just(MemFault::NoLoad)]),
         attempts in 1u32..10,
-        confirm in prop_oneof![Just(Confirm::Restored), Just(Confirm::App)],
+        confirm in proptest::sample::select(Confirm::ALL.to_vec()),
+        grace in 1u32..100,
         recapture in any::<bool>(),
         resume in any::<bool>(),
         encrypt in prop_oneof![
@@ -382,6 +388,7 @@ prop_compose! {
             mem_fault,
             attempts,
             confirm,
+            grace,
             recapture,
             encrypt,
             resume,

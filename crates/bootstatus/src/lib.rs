@@ -163,8 +163,12 @@ pub struct BootStatus {
     pub attempts: u32,
     /// Whether the restore was confirmed (by snapboot at once, or by `snapboot confirm`).
     pub confirmed: bool,
-    /// Who confirms: `restored` or `app` (`snapboot.confirm=`, fixed at capture).
+    /// When the restore counts as confirmed (`snapboot.confirm=`, fixed at capture, as the
+    /// restored system resolved `auto`): `boot-complete`, `up`, `app` or `restored`.
     pub confirm_by: String,
+    /// With `confirm_by` `up`: the seconds the restored system must stay up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace: Option<u32>,
     /// A cold boot handed over by a restore kernel.
     pub handed_over: bool,
     /// The re-capture after an update.
@@ -190,6 +194,7 @@ impl BootStatus {
             attempts,
             confirmed: false,
             confirm_by: confirm_by.into(),
+            grace: None,
             handed_over: false,
             recapture: Recapture::No,
             kernel,
@@ -214,9 +219,9 @@ impl BootStatus {
                 self.attempt.unwrap_or(0),
                 self.attempts,
                 if self.confirmed {
-                    "confirmed"
+                    "confirmed".to_string()
                 } else {
-                    "unconfirmed"
+                    format!("unconfirmed{}", self.pending())
                 }
             );
         }
@@ -233,6 +238,18 @@ impl BootStatus {
         line
     }
 
+    /// What an unconfirmed restore waits for, when snapboot confirms it by itself
+    /// (` until boot-complete.target`, ` until up 15 s`); empty when the application
+    /// confirms, or the restore is confirmed at once. The board's harness waits for the
+    /// confirmation when a status marker says this.
+    pub fn pending(&self) -> String {
+        match (self.confirm_by.as_str(), self.grace) {
+            ("boot-complete", _) => " until boot-complete.target".into(),
+            ("up", Some(s)) => format!(" until up {s} s"),
+            _ => String::new(),
+        }
+    }
+
     /// The status in a few lines, for `snapboot status`.
     pub fn human(&self) -> String {
         let mut out = format!("outcome: {}", self.outcome.word());
@@ -245,8 +262,10 @@ impl BootStatus {
                 self.attempts,
                 if self.confirmed {
                     "confirmed".to_string()
-                } else {
+                } else if self.pending().is_empty() {
                     format!("not confirmed yet (by {})", self.confirm_by)
+                } else {
+                    format!("not confirmed yet ({})", self.pending().trim_start())
                 }
             );
         }
@@ -547,6 +566,27 @@ mod tests {
             s.marker_text(),
             "restored current generation 2 restore 1 of 2 unconfirmed"
         );
+        // A restore snapboot confirms by itself says what it waits for; the application's
+        // confirmation and a confirmed restore say nothing more.
+        s.confirm_by = "boot-complete".into();
+        assert_eq!(
+            s.marker_text(),
+            "restored current generation 2 restore 1 of 2 unconfirmed until boot-complete.target"
+        );
+        s.confirm_by = "up".into();
+        s.grace = Some(15);
+        assert!(s.marker_text().ends_with(" unconfirmed until up 15 s"));
+        assert!(s.human().contains("restore 1 of at most 2 unconfirmed, not confirmed yet (until up 15 s)"));
+        s.confirmed = true;
+        assert!(s.marker_text().ends_with(" restore 1 of 2 confirmed"));
+        s.confirmed = false;
+        s.confirm_by = "app".into();
+        assert!(s.marker_text().ends_with(" restore 1 of 2 unconfirmed"));
+        // A boot log written before the grace was recorded still reads.
+        let old = to_boot_log(&blank(Outcome::Cold));
+        let text = core::str::from_utf8(&old).unwrap();
+        assert!(!text.contains("grace"), "{text}");
+        assert_eq!(from_boot_log(&old).unwrap().grace, None);
         let mut f = blank(Outcome::Fallback);
         f.reason = Some("checksum mismatch".into());
         f.recapture = Recapture::Planned;

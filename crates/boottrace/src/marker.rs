@@ -65,6 +65,12 @@ markers! {
     /// This boot's outcome, as `/run/snapboot/status` records it (detail: the outcome word
     /// and, for a restore, the image and its unconfirmed restores).
     Status = "status",
+    /// The restore was confirmed: the crash-loop guard's count of its image starts again
+    /// (detail: the image and what proved it).
+    Confirmed = "confirmed",
+    /// The restored system did not prove itself alive: the restore stays unconfirmed and
+    /// counts toward the crash-loop guard (detail: why).
+    ConfirmFailed = "confirm-failed",
     /// A restore hook failed.
     HookFailed = "hook-failed",
     /// Nothing was restored; the cold boot continues (detail: why).

@@ -660,6 +660,29 @@ pub fn app_unit(console: &str) -> String {
     )
 }
 
+/// The application's health check, the pattern docs/real-boards.md shows: it runs each time
+/// `boot-complete.target` is started (snapboot restarts the target after a restore, to
+/// confirm it) and passes when the application is still running a second later. The
+/// application answers only on the console, so being up is what this check can see; a real
+/// one asks the application (a socket, an HTTP endpoint). `Requisite=` fails the check at
+/// once when the application is not running, rather than starting it again.
+pub const APP_CHECK_UNIT: &str = "[Unit]\n\
+     Description=snapboot's app workload: health check (still running a second after a restore)\n\
+     Requisite=snapboot-app.service\n\
+     After=snapboot-app.service\n\
+     Before=boot-complete.target\n\
+     \n\
+     [Service]\n\
+     Type=oneshot\n\
+     ExecStart=/bin/sleep 1\n\
+     ExecStart=/bin/systemctl is-active --quiet snapboot-app.service\n\
+     \n\
+     [Install]\n\
+     RequiredBy=boot-complete.target\n";
+
+/// The health check's unit name.
+pub const APP_CHECK: &str = "snapboot-app-check.service";
+
 /// A read-only root that systemd is content with: tmpfs where the system writes, a fixed
 /// machine id, nothing else on the console (the application reads it), no timers of a
 /// package manager that cannot write.
@@ -674,6 +697,12 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         stage,
         &format!("etc/systemd/system/multi-user.target.wants/{APP_UNIT}"),
         &format!("/etc/systemd/system/{APP_UNIT}"),
+    )?;
+    write(stage, &format!("etc/systemd/system/{APP_CHECK}"), APP_CHECK_UNIT)?;
+    link(
+        stage,
+        &format!("etc/systemd/system/boot-complete.target.requires/{APP_CHECK}"),
+        &format!("/etc/systemd/system/{APP_CHECK}"),
     )?;
     // Writable data, the supported pattern: a block filesystem mounted on every boot after
     // the capture point (never at capture, which refuses while one is mounted), here a disk

@@ -52,6 +52,12 @@ pub struct Workload {
     /// lazy images are made that way; a workload without it gets no such method.
     #[serde(default)]
     pub recapture: bool,
+    /// Whether a restore that answers on the console already proves the workload alive (a
+    /// shell: there is no application to die), so the board captures it with
+    /// `snapboot.confirm=restored`; every other workload keeps snapboot's default, which
+    /// waits for proof.
+    #[serde(default)]
+    pub alive_when_restored: bool,
 }
 
 /// The kernel device of the arm64 board's root filesystem: the second partition of its boot
@@ -146,6 +152,7 @@ impl Workload {
             mem_mib: 512,
             init: InitKind::Board,
             recapture: true,
+            alive_when_restored: true,
         }
     }
 
@@ -162,6 +169,7 @@ impl Workload {
             mem_mib: 1024,
             init: InitKind::Board,
             recapture: true,
+            alive_when_restored: false,
         }
     }
 
@@ -179,6 +187,7 @@ impl Workload {
             mem_mib: 1024,
             init: InitKind::Debian,
             recapture: true,
+            alive_when_restored: false,
         }
     }
 

@@ -5,7 +5,8 @@
 
 use crate::guest::print_marker;
 use boottrace::Marker;
-use devinstall::install::RESTORED_TARGET_NAME;
+use bootparams::Confirm;
+use devinstall::install::{CONFIRM_UNIT_NAME, RESTORED_TARGET_NAME};
 use devsys::sys::random::{cpu_random, RandomDev};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -63,8 +64,14 @@ pub fn after_restore() -> RestoreReport {
     let status_secs = t.elapsed().as_secs_f64();
     // The request to systemd goes out before the marker, but `restored` does not wait for
     // it: the application runs since the restore, and `systemctl` takes ~0.4 s under TCG.
+    // The confirmation, when snapboot proves the restore by itself, starts with it.
+    let mode = params.confirm.resolve(crate::lifecycle::under_systemd());
+    let proving = status.image.is_some() && !status.confirmed;
     let t = std::time::Instant::now();
-    let target = start_restored_target();
+    let target = start_restored_target(proving && mode == Confirm::BootComplete);
+    if proving && mode == Confirm::Up {
+        crate::guest::spawn_detached(&["confirm", "--after-up", &params.grace.to_string()]);
+    }
     let systemd_secs = t.elapsed().as_secs_f64();
     if profile_check && crate::profile::has_profile() {
         crate::profile::check_after_restore();
@@ -119,20 +126,31 @@ pub fn after_restore() -> RestoreReport {
 /// How the `restored` marker says that systemd was asked to start the target.
 pub const TARGET_STARTING: &str = "snapboot-restored.target starting";
 
-/// Under systemd: starts `snapboot-restored.target` ([`start_target`]).
-fn start_restored_target() -> Option<std::io::Result<std::process::Child>> {
-    start_target(RESTORED_TARGET_NAME)
+/// Under systemd: starts `snapboot-restored.target`, and `snapboot-confirm.service` when
+/// the restore is to be confirmed at `boot-complete.target` ([`start_units`]).
+fn start_restored_target(confirm: bool) -> Option<std::io::Result<std::process::Child>> {
+    if confirm {
+        start_units(&[RESTORED_TARGET_NAME, CONFIRM_UNIT_NAME])
+    } else {
+        start_units(&[RESTORED_TARGET_NAME])
+    }
+}
+
+/// Under systemd: starts `TARGET` ([`start_units`]).
+pub fn start_target(target: &str) -> Option<std::io::Result<std::process::Child>> {
+    start_units(&[target])
 }
 
 /// Under systemd (`/run/systemd/system` exists): starts `systemctl start --no-block
-/// TARGET` and returns without waiting for it. `None` without systemd.
-pub fn start_target(target: &str) -> Option<std::io::Result<std::process::Child>> {
-    if !Path::new("/run/systemd/system").is_dir() {
+/// UNIT...` and returns without waiting for it. `None` without systemd.
+fn start_units(units: &[&str]) -> Option<std::io::Result<std::process::Child>> {
+    if !crate::lifecycle::under_systemd() {
         return None;
     }
     Some(
         Command::new("systemctl")
-            .args(["start", "--no-block", target])
+            .args(["start", "--no-block"])
+            .args(units)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! resume:      attempt n of image I counted in the store's boot log ─► restore
-//! restored:    status from the boot log ─► confirmed? ──yes (snapboot.confirm=restored)──►
-//!                                           │            count of I back to 0
-//!                                           └─no (=app): the app's `snapboot confirm`
+//! restored:    status from the boot log ─► confirm=restored: confirmed at once ──►
+//!                                           │                  count of I back to 0
+//!                                           ├─ boot-complete (auto under systemd):
+//!                                           │  boot-complete.target reached again ──► confirm
+//!                                           ├─ up (auto otherwise): still up after
+//!                                           │  snapboot.grace seconds ──► confirm
+//!                                           └─ app: the app's `snapboot confirm`
+//!              a restored system that dies or hangs before that never confirms
 //! next resume: I has `snapboot.attempts` unconfirmed restores ─► skipped, cold boot
 //!
 //! update:      `snapboot invalidate` (kernel postinst.d, initramfs post-update.d hooks)
@@ -50,6 +55,18 @@ pub enum LifecycleError {
     /// The store or its boot log cannot be used.
     #[error(transparent)]
     Use(#[from] StoreUseError),
+    /// systemd did not reach `boot-complete.target` again after the restore.
+    #[error("{BOOT_COMPLETE} was not reached after the restore: {0}")]
+    NotComplete(String),
+}
+
+/// systemd's target for "this boot works": units that check the system's health order
+/// themselves before it and are required by it (systemd.special(7)).
+pub const BOOT_COMPLETE: &str = "boot-complete.target";
+
+/// Whether systemd runs this system (its runtime directory is there).
+pub fn under_systemd() -> bool {
+    Path::new("/run/systemd/system").is_dir()
 }
 
 /// Right after a restore (the restored system's command line is its capture's): reads the
@@ -57,7 +74,8 @@ pub enum LifecycleError {
 /// `snapboot.confirm=restored`, adds this boot to the store's history, and returns the
 /// status to write. Never fails the restore: what cannot be read is the status's reason.
 pub fn restored_status(params: &BootParams) -> BootStatus {
-    let confirm = params.confirm == Confirm::Restored;
+    let mode = params.confirm.resolve(under_systemd());
+    let confirm = mode == Confirm::Restored;
     let finish = |kept: Option<BootStatus>| {
         let mut s = kept.unwrap_or_else(|| {
             let mut s = crate::status::new(Outcome::Restored, params);
@@ -65,7 +83,8 @@ pub fn restored_status(params: &BootParams) -> BootStatus {
             s
         });
         s.outcome = Outcome::Restored;
-        s.confirm_by = params.confirm.word().into();
+        s.confirm_by = mode.word().into();
+        s.grace = (mode == Confirm::Up).then_some(params.grace);
         s.confirmed = confirm && s.image.is_some();
         s.kernel = devsys::system::running_release();
         s.written_unix = crate::status::now_unix();
@@ -133,6 +152,86 @@ pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
     Ok(image)
 }
 
+/// What proves a restored system alive before `snapboot confirm` writes the confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The application's own health check ran the command: nothing more to wait for.
+    Asked,
+    /// systemd reaches [`BOOT_COMPLETE`] again: the target is restarted, so the units it
+    /// requires (the health checks) run anew on the restored system.
+    BootComplete,
+    /// The system stays up this many seconds.
+    Up(u32),
+}
+
+impl Proof {
+    /// What the `confirmed` marker says proved the restore.
+    pub fn said(self) -> String {
+        match self {
+            Proof::Asked => "snapboot confirm".into(),
+            Proof::BootComplete => format!("{BOOT_COMPLETE} reached after the restore"),
+            Proof::Up(s) => format!("up {s} s after the restore"),
+        }
+    }
+}
+
+/// Waits for `proof`, then confirms this boot's restore ([`confirm`]). A restored system
+/// that dies or hangs meanwhile never gets here: its restore stays unconfirmed.
+pub fn confirm_after(store: &CommandStore, proof: Proof) -> Result<ImageRef, LifecycleError> {
+    match proof {
+        Proof::Asked => {}
+        Proof::BootComplete => reach_boot_complete()?,
+        Proof::Up(secs) => std::thread::sleep(Duration::from_secs(secs.into())),
+    }
+    confirm(store)
+}
+
+/// Restarts [`BOOT_COMPLETE`] and waits for the job: it fails when a unit it requires
+/// (a health check) fails or cannot start. The target is restarted, not started: one reached
+/// before the capture would still be active in the restored system, and would prove nothing.
+fn reach_boot_complete() -> Result<(), LifecycleError> {
+    let out = std::process::Command::new("systemctl")
+        .args(["restart", BOOT_COMPLETE])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| LifecycleError::NotComplete(format!("systemctl: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let failed = std::process::Command::new("systemctl")
+        .args(["list-units", "--failed", "--plain", "--no-legend", "--no-pager"])
+        .output()
+        .map(|o| failed_units(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default();
+    Err(LifecycleError::NotComplete(not_complete_reason(
+        &out.status.to_string(),
+        String::from_utf8_lossy(&out.stderr).trim(),
+        &failed,
+    )))
+}
+
+/// The unit names of `systemctl list-units --failed --plain --no-legend`.
+fn failed_units(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Why the target was not reached, in one line: systemctl's status and words, and the
+/// units that failed.
+fn not_complete_reason(status: &str, stderr: &str, failed: &[String]) -> String {
+    let mut why = format!("systemctl restart {BOOT_COMPLETE}: {status}");
+    if !stderr.is_empty() {
+        why += &format!(" ({})", stderr.replace('\n', " "));
+    }
+    if !failed.is_empty() {
+        why += &format!("; failed units: {}", failed.join(", "));
+    }
+    why
+}
+
 /// `snapboot invalidate`: marks every image now on the store stale (after an update), so
 /// the next boot does not try them and captures a new one. Returns the generation they
 /// were marked through. The store is looked for as the disks are now, never waited for.
@@ -194,6 +293,7 @@ mod tests {
         let store = store_file(d.path());
         let params = BootParams {
             store: Some(store.clone()),
+            confirm: Confirm::Restored,
             ..BootParams::default()
         };
         assert!(history(&given(&store), 10).unwrap().is_empty());
@@ -235,5 +335,70 @@ mod tests {
         // A boot without a store keeps nothing anywhere.
         crate::boot::keep_in_history(&BootParams::default(), &fallback);
         assert_eq!(history(&given(&store), 10).unwrap().len(), 2);
+    }
+
+    /// The default confirmation waits for proof: `auto` is boot-complete under systemd and
+    /// `up` with the grace otherwise, and neither confirms at the restore itself.
+    #[test]
+    fn by_default_a_restore_is_not_confirmed_until_the_system_proves_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let store = store_file(d.path());
+        let params = BootParams {
+            store: Some(store.clone()),
+            grace: 7,
+            ..BootParams::default()
+        };
+        let mut restoring = crate::status::new(Outcome::Restored, &params);
+        restoring.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 3,
+        });
+        restoring.attempt = Some(2);
+        crate::store::update_boot_log(&store, WAIT, |log| {
+            log.attempt("current", 3, 1);
+            log.attempt("current", 3, 2);
+            log.last_boot = to_boot_log(&restoring);
+        })
+        .unwrap();
+        let restored = restored_status(&params);
+        assert!(!restored.confirmed, "{restored:?}");
+        assert_eq!(restored.attempt, Some(2));
+        if under_systemd() {
+            assert_eq!(restored.confirm_by, "boot-complete");
+            assert!(restored.marker_text().ends_with("until boot-complete.target"));
+        } else {
+            assert_eq!((restored.confirm_by.as_str(), restored.grace), ("up", Some(7)));
+            assert!(restored.marker_text().ends_with("restore 2 of 2 unconfirmed until up 7 s"));
+        }
+        // The store's count is not reset: the next resume sees two unconfirmed restores.
+        let count = crate::store::update_boot_log(&store, WAIT, |log| {
+            log.unconfirmed("current", 3)
+        });
+        assert_eq!(count.unwrap(), 2);
+    }
+
+    #[test]
+    fn a_boot_complete_target_not_reached_says_why_and_names_the_failed_units() {
+        let listing = "snapboot-app.service loaded failed failed snapboot's app workload\n\
+                       app-check.service loaded failed failed health check\n";
+        let failed = failed_units(listing);
+        assert_eq!(failed, ["snapboot-app.service", "app-check.service"]);
+        assert_eq!(
+            not_complete_reason(
+                "exit status: 1",
+                "A dependency job for boot-complete.target failed.\nSee 'journalctl -xe'.",
+                &failed
+            ),
+            "systemctl restart boot-complete.target: exit status: 1 (A dependency job for \
+             boot-complete.target failed. See 'journalctl -xe'.); failed units: \
+             snapboot-app.service, app-check.service"
+        );
+        assert_eq!(
+            LifecycleError::NotComplete(not_complete_reason("exit status: 1", "", &[])).to_string(),
+            "boot-complete.target was not reached after the restore: systemctl restart \
+             boot-complete.target: exit status: 1"
+        );
+        assert_eq!(Proof::Up(15).said(), "up 15 s after the restore");
+        assert_eq!(failed_units(""), Vec::<String>::new());
     }
 }

@@ -72,9 +72,10 @@ pub enum DeviceCmd {
     /// Exit status 0 when restored, 4 when not (also when resume did not run on this boot);
     /// with --history, 0 once shown.
     Status(lifecyclecmd::StatusArgs),
-    /// (restored) The application works: reset the crash-loop guard's count of the
-    /// restored image (for images captured with snapboot.confirm=app).
-    Confirm(lifecyclecmd::StoreArg),
+    /// (restored) The restored system works: reset the crash-loop guard's count of the
+    /// restored image. The application's health check runs it (snapboot.confirm=app);
+    /// snapboot runs it with --after-boot-complete or --after-up for the other modes.
+    Confirm(lifecyclecmd::ConfirmArgs),
     /// An update changed the system: mark every stored image stale, so the next boot does
     /// not try them and captures a new one (the kernel and initramfs update hooks run
     /// `snapboot invalidate --if-configured`).

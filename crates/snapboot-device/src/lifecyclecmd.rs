@@ -37,6 +37,22 @@ pub struct StoreArg {
     store: Option<StoreAddress>,
 }
 
+/// `snapboot confirm`.
+#[derive(Args, Debug)]
+pub struct ConfirmArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// Confirm only once boot-complete.target is reached again: restart it and wait, so the
+    /// health checks it requires run on the restored system (snapboot-confirm.service, for
+    /// snapboot.confirm=boot-complete).
+    #[arg(long, conflicts_with = "after_up")]
+    after_boot_complete: bool,
+    /// Confirm only after the system stayed up SECONDS more (snapboot.confirm=up, run by
+    /// snapboot right after the restore).
+    #[arg(long, value_name = "SECONDS")]
+    after_up: Option<u32>,
+}
+
 /// `snapboot invalidate`.
 #[derive(Args, Debug)]
 pub struct InvalidateArgs {
@@ -116,10 +132,40 @@ fn exit_of(s: &BootStatus) -> Exit {
     }
 }
 
-/// Confirms this boot's restore on the store.
-pub fn confirm(a: StoreArg) -> Result<ExitCode> {
-    let store = ondevice::command_store::from_system(a.store)?;
-    let image = ondevice::lifecycle::confirm(&store)?;
+/// Confirms this boot's restore on the store, after what proves it alive; the markers say
+/// which (`confirmed`) or why not (`confirm-failed`).
+pub fn confirm(a: ConfirmArgs) -> Result<ExitCode> {
+    use ondevice::lifecycle::Proof;
+    let proof = match (a.after_boot_complete, a.after_up) {
+        (true, _) => Proof::BootComplete,
+        (false, Some(secs)) => Proof::Up(secs),
+        (false, None) => Proof::Asked,
+    };
+    let confirmed = ondevice::command_store::from_system(a.store.store)
+        .map_err(anyhow::Error::from)
+        .and_then(|store| {
+            let image = ondevice::lifecycle::confirm_after(&store, proof)?;
+            Ok((store, image))
+        });
+    let (store, image) = match confirmed {
+        Ok(done) => done,
+        Err(e) => {
+            ondevice::guest::print_marker(
+                boottrace::Marker::ConfirmFailed,
+                Some(&format!("{:#}", e)),
+            );
+            return Err(e.context("the restore is not confirmed"));
+        }
+    };
+    ondevice::guest::print_marker(
+        boottrace::Marker::Confirmed,
+        Some(&format!(
+            "{} generation {}: {}",
+            image.name,
+            image.generation,
+            proof.said()
+        )),
+    );
     println!(
         "confirmed the restore of {} (generation {}) on {store}: the crash-loop guard's count \
          starts again",

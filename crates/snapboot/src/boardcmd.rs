@@ -193,6 +193,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
                 mem_mib: 512,
                 init: Default::default(),
                 recapture: a.recapture,
+                alive_when_restored: false,
             },
             Some(dir.clone()),
         ),

@@ -172,7 +172,7 @@ fn the_kernel_command_line_wins_key_by_key_over_the_file_over_the_defaults() {
     );
     assert!(report.contains("noverity     = no  (kernel)\n"), "{report}");
     assert!(
-        report.contains("confirm      = restored  (default)\n"),
+        report.contains("confirm      = auto  (default)\n"),
         "{report}"
     );
     assert!(

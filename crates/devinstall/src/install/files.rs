@@ -107,6 +107,8 @@ impl Shipped {
 pub const CAPTURE_UNIT_NAME: &str = "snapboot-capture.service";
 /// Name of the target started after a restore.
 pub const RESTORED_TARGET_NAME: &str = "snapboot-restored.target";
+/// Name of the unit that confirms a restore once `boot-complete.target` is reached again.
+pub const CONFIRM_UNIT_NAME: &str = "snapboot-confirm.service";
 /// Name of the target started at the ready point of every boot that was not restored.
 pub const COLD_TARGET_NAME: &str = "snapboot-cold.target";
 /// Name of the target started at the ready point of a boot whose restore was refused.
@@ -117,6 +119,8 @@ pub const CAPTURE_UNIT: &str = include_str!("../../../../guest/systemd/snapboot-
 /// The target started after every restore.
 pub const RESTORED_TARGET: &str =
     include_str!("../../../../guest/systemd/snapboot-restored.target");
+/// The unit that confirms a restore at `boot-complete.target`.
+pub const CONFIRM_UNIT: &str = include_str!("../../../../guest/systemd/snapboot-confirm.service");
 /// The target started on every boot that was not restored.
 pub const COLD_TARGET: &str = include_str!("../../../../guest/systemd/snapboot-cold.target");
 /// The target started on a boot whose restore was refused.
@@ -227,6 +231,13 @@ pub const SHIPPED: &[Shipped] = &[
         package: "usr/lib/systemd/system/snapboot-restored.target",
         admin: "etc/systemd/system/snapboot-restored.target",
         text: RESTORED_TARGET,
+        mode: 0o644,
+        part: Part::Unit,
+    },
+    Shipped {
+        package: "usr/lib/systemd/system/snapboot-confirm.service",
+        admin: "etc/systemd/system/snapboot-confirm.service",
+        text: CONFIRM_UNIT,
         mode: 0o644,
         part: Part::Unit,
     },
