@@ -247,3 +247,94 @@ fn after_an_update_the_first_boot_captures_and_the_second_restores_the_updated_s
     assert!(line.contains("@capture-done"), "{line}");
     s.finish(boottrace::Outcome::Ready);
 }
+
+/// One restore of `bundle` from `store` that must come up unconfirmed, waiting for
+/// `pending` (what snapboot proves it by): with `crash`, the application is told to die at
+/// once and the boot must end with that line (a marker) and no confirmation; without, it
+/// answers and the restore must be confirmed.
+fn restore_once(bundle: &Path, store: &Path, attempt: u32, pending: &str, crash: Option<&str>) {
+    let (mut s, line) = boot_until(bundle, Some(store), &[], false, r"snapboot: @status .*");
+    assert!(
+        line.contains(&format!(
+            "@status restored current generation 2 restore {attempt} of 2 unconfirmed until {pending}"
+        )),
+        "restore {attempt}: {line}"
+    );
+    match crash {
+        Some(ends) => {
+            s.send("crash").unwrap();
+            let re = Regex::new(ends).unwrap();
+            s.wait_for(&re, ends, Duration::from_secs(120))
+                .unwrap_or_else(|e| panic!("restore {attempt}: {e}"));
+            let confirmed = s
+                .timeline()
+                .lines
+                .iter()
+                .any(|l| boottrace::Marker::Confirmed.in_line(&l.text));
+            assert!(!confirmed, "restore {attempt}: a dead application was confirmed");
+        }
+        None => {
+            ask(&mut s, "ping", r"^pong \d+$");
+            let re = Regex::new(r"snapboot: @confirm(ed|-failed) .*").unwrap();
+            let (line, _) = s
+                .wait_for(&re, "the confirmation", Duration::from_secs(120))
+                .unwrap();
+            assert!(
+                line.contains("@confirmed current generation 2: ")
+                    && line.ends_with(" after the restore"),
+                "restore {attempt}: {line}"
+            );
+        }
+    }
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// The third power-on after two unconfirmed restores: the crash-loop guard skips the
+/// image with the reason, and the board boots cold.
+fn boots_cold_as_a_crash_loop(bundle: &Path, store: &Path) {
+    let (s, line) = boot_until(bundle, Some(store), &[], false, r"snapboot: @status .*");
+    assert!(
+        line.contains("@status fallback: ")
+            && line.contains("crash-loop guard: restored 2 times without a confirmation"),
+        "{line}"
+    );
+    s.finish(boottrace::Outcome::Answered);
+}
+
+/// The `app` board (its own init, no systemd) with the default confirmation: `auto` is `up`
+/// there, so a restore is confirmed once the system stayed up `snapboot.grace` seconds (3 on
+/// the board). A restore that answers is confirmed that way; an application that dies right
+/// after each restore takes the board down first (its init powers off), so those restores
+/// stay unconfirmed, and after two the board boots cold with `crash-loop` in the status.
+#[test]
+fn an_app_that_dies_after_each_restore_is_restored_twice_then_the_board_boots_cold() {
+    let b = crate::common::bundle("app");
+    let store = crate::snapshot::copy_store(&crate::snapshot::captured("app"), "test-app-dies.store");
+    restore_once(&b, &store, 1, "up 3 s", None);
+    let exited = r"snapboot: @poweroff application exited with 70";
+    restore_once(&b, &store, 1, "up 3 s", Some(exited));
+    restore_once(&b, &store, 2, "up 3 s", Some(exited));
+    boots_cold_as_a_crash_loop(&b, &store);
+}
+
+/// The `debian` board (systemd) with the default confirmation: `auto` is `boot-complete`
+/// there, so after a restore snapboot restarts `boot-complete.target` and the application's
+/// health check (`snapboot-app-check.service`, required by the target) runs on the restored
+/// system. It passes while the application runs: confirmed. An application that dies right
+/// after the restore fails the check, the target is not reached (`confirm-failed`, naming
+/// the failed service), and after two such restores the board boots cold.
+#[test]
+fn a_debian_service_that_dies_after_each_restore_fails_boot_complete_and_the_board_boots_cold() {
+    let b = crate::common::bundle("debian");
+    let store = crate::common::home().join("test-debian-dies.store");
+    let _ = std::fs::remove_file(&store);
+    let so = board_capture(&b, &store, &[]);
+    assert!(so.contains("image current generation 2"), "{so}");
+    let pending = "boot-complete.target";
+    restore_once(&b, &store, 1, pending, None);
+    // The check's `Requisite=` fails it without running it; the failed unit is the service.
+    let failed = r"snapboot: @confirm-failed .*boot-complete\.target was not reached after the restore: .*failed units: .*snapboot-app\.service";
+    restore_once(&b, &store, 1, pending, Some(failed));
+    restore_once(&b, &store, 2, pending, Some(failed));
+    boots_cold_as_a_crash_loop(&b, &store);
+}
