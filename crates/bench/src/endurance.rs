@@ -11,6 +11,14 @@
 //! clock within [`board::app_state::CLOCK_BOUND_S`] of the host's and its random bytes
 //! unlike every earlier restore's. TTI is measured as every benchmark measures it: the
 //! workload's probe, typed after `restored`.
+//!
+//! Every restore that answered must also be confirmed (snapboot's default confirmation:
+//! boot-complete under systemd, up for `snapboot.grace` seconds otherwise). With
+//! [`Plan::faults`], a share of the restores, spread evenly, are faults: the application is
+//! told to die (`crash`) as soon as `restored` shows. Such a restore must end without a
+//! confirmation (the board's init powers off, or `confirm-failed`), and the restore after
+//! it must come up restored and confirmed again: a recovery. A fault that was confirmed, or
+//! a restore after one that fell back, is a failure.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -40,13 +48,29 @@ pub struct Plan {
     pub checksum: String,
     /// How far the guest's clock may be from the host's, in seconds.
     pub clock_bound_s: f64,
+    /// Percent of the restores whose application dies right after the restore (0 to
+    /// [`MAX_FAULT_PERCENT`]).
+    pub faults: u32,
 }
+
+/// At most this share of faults: two in a row would reach the crash-loop guard's default
+/// limit, and the device would boot cold (what the end-to-end tests check).
+pub const MAX_FAULT_PERCENT: u32 = 50;
 
 impl Plan {
     /// Whether the restored system re-captures itself after restore `i` (from 1): every
     /// `recapture_every` restores, never after the last.
     pub fn recaptures_after(&self, i: usize) -> bool {
-        self.recapture_every > 0 && i.is_multiple_of(self.recapture_every) && i < self.restores
+        self.recapture_every > 0
+            && i.is_multiple_of(self.recapture_every)
+            && i < self.restores
+            && !self.faulted(i)
+    }
+
+    /// Whether restore `i` (from 1) is a fault: spread evenly, the share [`Plan::faults`].
+    pub fn faulted(&self, i: usize) -> bool {
+        let p = self.faults as usize;
+        i > 0 && i * p / 100 > (i - 1) * p / 100
     }
 
     /// How many times `endurance` calls `tick`: the first capture and every restore.
@@ -74,6 +98,13 @@ pub struct RestoreRecord {
     /// Why the re-capture after this restore failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recapture_error: Option<String>,
+    /// Whether the restore was confirmed (`None`: not looked at, a restore that re-captured
+    /// itself before its confirmation was due, or one that did not come up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<bool>,
+    /// A fault restore: the application was told to die; how the boot ended (the marker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault_end: Option<String>,
     /// Seconds the whole cycle took on the host: power-on to power-off, re-capture included.
     pub cycle_s: f64,
 }
@@ -112,6 +143,14 @@ pub struct Summary {
     pub cycle: Option<Stats>,
     /// Images captured: the first and every successful re-capture.
     pub captures: usize,
+    /// Restores whose application was made to die.
+    pub faults: usize,
+    /// Fault restores followed by a restore that came up and was confirmed.
+    pub recovered: usize,
+    /// Restores that were confirmed, of those looked at.
+    pub confirmed: usize,
+    /// Restores whose confirmation was looked at.
+    pub confirm_checked: usize,
 }
 
 /// The JSON of `bench endurance`: the restores' benchmark report (TTI and phases, as every
@@ -166,6 +205,22 @@ impl Summary {
                 None => "none answered".into(),
             },
         );
+        line(
+            "confirmed",
+            format!(
+                "{} of {} restores looked at",
+                self.confirmed, self.confirm_checked
+            ),
+        );
+        if self.faults > 0 {
+            line(
+                "faults",
+                format!(
+                    "{} application deaths after a restore, {} recovered at the next restore",
+                    self.faults, self.recovered
+                ),
+            );
+        }
         line("TTI", s3(&self.tti));
         line("cycle", s3(&self.cycle));
         for f in &self.failures {
@@ -224,7 +279,31 @@ pub fn summarize(records: &[RestoreRecord], plan: &Plan, captures: usize) -> Sum
         if let Some(e) = &r.recapture_error {
             fail(format!("re-capture: {e}"));
         }
+        match (&r.fault_end, r.confirmed) {
+            (Some(_), Some(true)) => {
+                fail("the application died, and the restore was confirmed".into())
+            }
+            (None, Some(false)) => fail("the restore was not confirmed".into()),
+            _ => {}
+        }
     }
+    // A fault recovers when the restore after it came up and was confirmed.
+    let recovered = records
+        .windows(2)
+        .filter(|w| w[0].fault_end.is_some())
+        .filter(|w| {
+            w[1].boot_error.is_none() && w[1].fault_end.is_none() && w[1].confirmed != Some(false)
+        })
+        .count();
+    for w in records.windows(2).filter(|w| w[0].fault_end.is_some()) {
+        if w[1].boot_error.is_some() {
+            failures.push(Failure {
+                restore: w[1].restore,
+                reason: format!("did not recover from restore {}'s fault", w[0].restore),
+            });
+        }
+    }
+    failures.sort_by_key(|f| f.restore);
     let mut failed: Vec<usize> = failures.iter().map(|f| f.restore).collect();
     failed.dedup();
     let stats = |v: Vec<f64>| Stats::from_samples(&v);
@@ -243,6 +322,10 @@ pub fn summarize(records: &[RestoreRecord], plan: &Plan, captures: usize) -> Sum
         tti: stats(records.iter().filter_map(|r| r.tti_s).collect()),
         cycle: stats(records.iter().map(|r| r.cycle_s).collect()),
         captures,
+        faults: records.iter().filter(|r| r.fault_end.is_some()).count(),
+        recovered,
+        confirmed: records.iter().filter(|r| r.confirmed == Some(true)).count(),
+        confirm_checked: records.iter().filter(|r| r.confirmed.is_some()).count(),
     }
 }
 
@@ -279,8 +362,11 @@ pub fn endurance(
     };
     for i in 1..=plan.restores {
         let started = Instant::now();
-        let (mut record, tl) =
-            restore_once(bundle, &restore_opts, &expect, plan.recaptures_after(i));
+        let (mut record, tl) = if plan.faulted(i) {
+            fault_once(bundle, &restore_opts)
+        } else {
+            restore_once(bundle, &restore_opts, &expect, plan.recaptures_after(i))
+        };
         record.restore = i;
         record.image = run.captures;
         record.cycle_s = started.elapsed().as_secs_f64();
@@ -309,6 +395,8 @@ fn restore_once(
         tti_s: None,
         app: None,
         recapture_error: None,
+        confirmed: None,
+        fault_end: None,
         cycle_s: 0.0,
     };
     let mut s = match Session::start(bundle, opts) {
@@ -347,7 +435,8 @@ fn restore_once(
             tl.outcome = Outcome::Answered;
             tl.finalize();
             if !recapture {
-                s.finish(Outcome::Answered);
+                // `finish` waits for a confirmation still due.
+                record.confirmed = Some(confirmed(&s.finish(Outcome::Answered)));
             } else if let Err(e) = recapture_now(s, left()) {
                 record.recapture_error = Some(error_chain(&e));
             }
@@ -355,6 +444,82 @@ fn restore_once(
         }
     }
 }
+
+/// Whether the timeline shows the restore confirmed: at once (the status marker), or later
+/// (the `confirmed` marker).
+fn confirmed(tl: &Timeline) -> bool {
+    tl.lines.iter().any(|l| match Marker::parse(&l.text) {
+        Some((Marker::Confirmed, _)) => true,
+        Some((Marker::Status, Some(d))) => d.starts_with("restored ") && d.ends_with(" confirmed"),
+        _ => false,
+    })
+}
+
+/// A fault restore: waits for `restored`, tells the application to die at once and waits
+/// for the boot to end: the board's init powering off, or the confirmation failing (or, a
+/// failure, succeeding). No TTI: the application never answers.
+fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
+    let mut record = RestoreRecord {
+        restore: 0,
+        image: 0,
+        boot_error: None,
+        tti_s: None,
+        app: None,
+        recapture_error: None,
+        confirmed: None,
+        fault_end: None,
+        cycle_s: 0.0,
+    };
+    let mut s = match Session::start(bundle, opts) {
+        Ok(s) => s,
+        Err(e) => {
+            record.boot_error = Some(error_chain(&e));
+            let mut tl = Timeline::new(&bundle.workload.name);
+            tl.outcome = e.outcome();
+            tl.finalize();
+            return (record, tl);
+        }
+    };
+    let deadline = Instant::now() + opts.timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let ended = s
+        .wait_for_marker(
+            &[Marker::Restored, Marker::Fallback],
+            "the restored (or fallback) marker",
+            left(),
+        )
+        .map_err(BootError::from)
+        .and_then(|_| check_boot(s.timeline(), true))
+        .and_then(|()| s.send(FAULT_QUERY).map_err(BootError::from))
+        .and_then(|()| {
+            s.wait_for_marker(
+                &[Marker::Poweroff, Marker::ConfirmFailed, Marker::Confirmed],
+                "the end of a restore whose application died",
+                left(),
+            )
+            .map_err(BootError::from)
+        });
+    match ended {
+        Ok((marker, _, _)) => {
+            record.fault_end = Some(marker.name().to_string());
+            record.confirmed = Some(marker == Marker::Confirmed);
+            (record, s.finish(Outcome::Answered))
+        }
+        Err(e) => {
+            record.boot_error = Some(error_chain(&e));
+            let outcome = match &e {
+                BootError::Run(r) => r.outcome(),
+                other => Outcome::Exited {
+                    reason: other.to_string(),
+                },
+            };
+            (record, s.finish(outcome))
+        }
+    }
+}
+
+/// What the `app` program answers by dying at once (exit status 70).
+pub const FAULT_QUERY: &str = "crash";
 
 /// Waits for the restore, types the probe and asks the restored application its state.
 fn restored_app(
@@ -385,6 +550,7 @@ mod tests {
             recapture_every: 2,
             checksum: SUM.into(),
             clock_bound_s: 2.0,
+            faults: 0,
         }
     }
 
@@ -401,8 +567,97 @@ mod tests {
                 random: random.into(),
             }),
             recapture_error: None,
+            confirmed: Some(true),
+            fault_end: None,
             cycle_s: 10.0,
         }
+    }
+
+    fn fault(restore: usize, end: &str, confirmed: bool) -> RestoreRecord {
+        RestoreRecord {
+            tti_s: None,
+            app: None,
+            confirmed: Some(confirmed),
+            fault_end: Some(end.into()),
+            ..good(restore, "", 0.0, 0.0)
+        }
+    }
+
+    #[test]
+    fn faults_are_spread_evenly_never_recapture_and_each_needs_a_recovery() {
+        let p = Plan {
+            restores: 10,
+            faults: 20,
+            ..plan()
+        };
+        let faulted: Vec<usize> = (1..=10).filter(|&i| p.faulted(i)).collect();
+        assert_eq!(faulted, [5, 10]);
+        let half = Plan {
+            faults: 50,
+            ..p.clone()
+        };
+        assert_eq!((1..=6).filter(|&i| half.faulted(i)).count(), 3);
+        assert!((1..=100).all(|i| !plan().faulted(i)));
+        // Restore 4 would re-capture, restore 10 is a fault: never after a fault.
+        let p = Plan {
+            recapture_every: 5,
+            ..p
+        };
+        assert!(!p.recaptures_after(5));
+
+        let records = [
+            good(1, "aa", 0.1, 10.0),
+            fault(2, "poweroff", false),
+            good(3, "bb", 0.1, 10.0),
+            fault(4, "confirm-failed", false),
+            good(5, "cc", 0.1, 10.0),
+        ];
+        let s = summarize(&records, &plan(), 1);
+        assert_eq!(
+            (s.failed, s.faults, s.recovered),
+            (0, 2, 2),
+            "{:?}",
+            s.failures
+        );
+        assert_eq!((s.confirmed, s.confirm_checked), (3, 5));
+        let t = s.text();
+        assert!(
+            t.contains("  confirmed      3 of 5 restores looked at\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  faults         2 application deaths after a restore, 2 recovered at the next restore\n"),
+            "{t}"
+        );
+
+        // A dead application confirmed, an answering one not, and no recovery after a fault.
+        let mut unconfirmed = good(2, "bb", 0.1, 10.0);
+        unconfirmed.confirmed = Some(false);
+        let mut cold = good(4, "", 0.0, 0.0);
+        cold.app = None;
+        cold.boot_error = Some("expected a restore, got a cold boot: crash-loop guard".into());
+        let records = [
+            fault(1, "confirmed", true),
+            unconfirmed,
+            fault(3, "poweroff", false),
+            cold,
+        ];
+        let s = summarize(&records, &plan(), 1);
+        let reasons: Vec<(usize, &str)> = s
+            .failures
+            .iter()
+            .map(|f| (f.restore, f.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (1, "the application died, and the restore was confirmed"),
+                (2, "the restore was not confirmed"),
+                (4, "expected a restore, got a cold boot: crash-loop guard"),
+                (4, "did not recover from restore 3's fault"),
+            ]
+        );
+        assert_eq!((s.failed, s.recovered), (3, 0));
     }
 
     #[test]

@@ -443,7 +443,10 @@ impl Session {
         {
             let settled = |l: &str| {
                 Marker::parse(l).is_some_and(|(m, _)| {
-                    matches!(m, Marker::Confirmed | Marker::ConfirmFailed | Marker::Poweroff)
+                    matches!(
+                        m,
+                        Marker::Confirmed | Marker::ConfirmFailed | Marker::Poweroff
+                    )
                 })
             };
             let _ = self.wait_until(&settled, "the restore's confirmation", CONFIRM_WAIT);
@@ -582,17 +585,27 @@ mod tests {
     #[test]
     fn a_restore_snapboot_is_still_confirming_is_waited_for_and_nothing_else() {
         let status = |d: &str| Marker::Status.line(Some(d));
-        let pending = status("restored current generation 2 restore 1 of 2 unconfirmed until up 3 s");
+        let pending =
+            status("restored current generation 2 restore 1 of 2 unconfirmed until up 3 s");
         let cases: [(&[String], bool); 6] = [
             (&[], false),
             (&[pending.clone()], true),
             (
-                &[pending.clone(), Marker::Confirmed.line(Some("current generation 2: up 3 s"))],
+                &[
+                    pending.clone(),
+                    Marker::Confirmed.line(Some("current generation 2: up 3 s")),
+                ],
                 false,
             ),
-            (&[pending.clone(), Marker::ConfirmFailed.line(Some("why"))], false),
             (
-                &[pending.clone(), Marker::Poweroff.line(Some("application exited with 70"))],
+                &[pending.clone(), Marker::ConfirmFailed.line(Some("why"))],
+                false,
+            ),
+            (
+                &[
+                    pending.clone(),
+                    Marker::Poweroff.line(Some("application exited with 70")),
+                ],
                 false,
             ),
             // The application confirms, or the restore was confirmed at once: nothing to wait for.
@@ -606,7 +619,11 @@ mod tests {
             ),
         ];
         for (lines, want) in cases {
-            assert_eq!(confirmation_pending(lines.iter().map(String::as_str)), want, "{lines:?}");
+            assert_eq!(
+                confirmation_pending(lines.iter().map(String::as_str)),
+                want,
+                "{lines:?}"
+            );
         }
     }
 

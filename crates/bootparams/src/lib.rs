@@ -63,6 +63,10 @@
 //!                           (at once, as soon as the restored system runs)
 //! snapboot.grace=S          at capture: seconds a restored system must stay up to be
 //!                           confirmed with confirm=up (default 15)
+//! snapboot.watchdog=S       arm the hardware watchdog (/dev/watchdog0) with an S-second
+//!                           timeout before each restore hands over to the image; the
+//!                           restored system feeds it until the restore is confirmed, so a
+//!                           restored system that hangs first is reset (default off)
 //! snapboot.norecapture      a boot whose images were refused because the system changed
 //!                           (an update) does not capture a new one at the ready point
 //! snapboot.encrypt=E        images are encrypted with the device key, and only images
@@ -156,12 +160,14 @@ pub mod key {
     pub const CONFIRM: &str = "snapboot.confirm";
     /// How long a restored system stays up before `confirm=up` confirms it.
     pub const GRACE: &str = "snapboot.grace";
+    /// The hardware watchdog across a restore.
+    pub const WATCHDOG: &str = "snapboot.watchdog";
     /// No capture after an update made the images unusable.
     pub const NORECAPTURE: &str = "snapboot.norecapture";
     /// Encrypted images, and where the device key comes from.
     pub const ENCRYPT: &str = "snapboot.encrypt";
     /// Every key.
-    pub const ALL: [&str; 31] = [
+    pub const ALL: [&str; 32] = [
         STORE,
         CAPTURE,
         THEN,
@@ -191,6 +197,7 @@ pub mod key {
         ATTEMPTS,
         CONFIRM,
         GRACE,
+        WATCHDOG,
         NORECAPTURE,
         ENCRYPT,
     ];
@@ -321,6 +328,8 @@ pub struct BootParams {
     pub confirm: Confirm,
     /// `snapboot.grace=S`.
     pub grace: u32,
+    /// `snapboot.watchdog=S`: the watchdog's timeout across a restore (`None`: not armed).
+    pub watchdog: Option<u32>,
     /// Not `snapboot.norecapture`.
     pub recapture: bool,
     /// `snapboot.encrypt=E`.
@@ -547,6 +556,7 @@ impl Default for BootParams {
             attempts: DEFAULT_ATTEMPTS,
             confirm: Confirm::Auto,
             grace: DEFAULT_GRACE,
+            watchdog: None,
             recapture: true,
             encrypt: Encrypt::Off,
             resume: true,
@@ -845,6 +855,16 @@ impl BootParams {
                 let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
                 p.grace = n.ok_or_else(|| bad("expected seconds (1 or more)"))?;
             }
+            key::WATCHDOG => {
+                p.watchdog = match value {
+                    Some("off") => None,
+                    v => Some(
+                        v.and_then(|v| v.parse().ok())
+                            .filter(|&n| n > 0)
+                            .ok_or_else(|| bad("expected seconds (1 or more) or off"))?,
+                    ),
+                };
+            }
             key::NORECAPTURE => p.recapture = !flag(value)?,
             key::ENCRYPT => {
                 p.encrypt = value
@@ -899,6 +919,7 @@ impl BootParams {
             (self.attempts != DEFAULT_ATTEMPTS).then(|| with(key::ATTEMPTS, &self.attempts)),
             (self.confirm != Confirm::Auto).then(|| with(key::CONFIRM, &self.confirm.word())),
             (self.grace != DEFAULT_GRACE).then(|| with(key::GRACE, &self.grace)),
+            self.watchdog.map(|t| with(key::WATCHDOG, &t)),
             (!self.recapture).then(|| key::NORECAPTURE.to_string()),
             self.encrypt
                 .on()

@@ -73,7 +73,7 @@ const ONE_BOOT: &str = "it asks one boot for something";
 const MEASURING: &str = "it is for measuring one boot";
 
 /// Every setting, in [`key::ALL`] order.
-pub const SETTINGS: [Setting; 31] = [
+pub const SETTINGS: [Setting; 32] = [
     Setting {
         key: key::STORE,
         example: "PARTLABEL=snapstore",
@@ -332,6 +332,16 @@ pub const SETTINGS: [Setting; 31] = [
         scope: Scope::Anywhere,
     },
     Setting {
+        key: key::WATCHDOG,
+        example: "30",
+        values: "seconds, 1 or more",
+        default: "off",
+        meaning: "arm the hardware watchdog (/dev/watchdog0) with this timeout before each \
+                  restore hands over to the image; the restored system feeds it until the \
+                  restore is confirmed, so one that hangs first is reset",
+        scope: Scope::Anywhere,
+    },
+    Setting {
         key: key::NORECAPTURE,
         example: "yes",
         values: FLAG,
@@ -405,7 +415,7 @@ mod tests {
             assert!(!words.iter().any(key), "{} has a default word", s.key);
             checked += 1;
         }
-        assert_eq!(checked, 10);
+        assert_eq!(checked, 11);
     }
 
     /// `swapsize`'s default is said once, in words that match the divisor the capture uses.

@@ -22,7 +22,7 @@ fn each_word_sets_its_field() {
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
-         snapboot.attempts=5 snapboot.confirm=app snapboot.grace=4 snapboot.norecapture \
+         snapboot.attempts=5 snapboot.confirm=app snapboot.grace=4 snapboot.watchdog=20 snapboot.norecapture \
          snapboot.encrypt=tpm:7+0 noresume",
     )
     .unwrap();
@@ -61,6 +61,7 @@ fn each_word_sets_its_field() {
             attempts: 5,
             confirm: Confirm::App,
             grace: 4,
+            watchdog: Some(20),
             recapture: false,
             encrypt: Encrypt::Tpm { pcrs: vec![0, 7] },
             resume: false,
@@ -154,6 +155,10 @@ fn bad_words_are_named() {
         (
             "snapboot.confirm=never",
             "snapboot.confirm=never: expected auto, boot-complete, up, app or restored",
+        ),
+        (
+            "snapboot.watchdog=never",
+            "snapboot.watchdog=never: expected seconds (1 or more) or off",
         ),
         (
             "snapboot.grace=0",
@@ -350,6 +355,7 @@ prop_compose! {
         attempts in 1u32..10,
         confirm in proptest::sample::select(Confirm::ALL.to_vec()),
         grace in 1u32..100,
+        watchdog in proptest::option::of(1u32..600),
         recapture in any::<bool>(),
         resume in any::<bool>(),
         encrypt in prop_oneof![
@@ -389,6 +395,7 @@ prop_compose! {
             attempts,
             confirm,
             grace,
+            watchdog,
             recapture,
             encrypt,
             resume,

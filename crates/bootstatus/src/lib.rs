@@ -576,7 +576,9 @@ mod tests {
         s.confirm_by = "up".into();
         s.grace = Some(15);
         assert!(s.marker_text().ends_with(" unconfirmed until up 15 s"));
-        assert!(s.human().contains("restore 1 of at most 2 unconfirmed, not confirmed yet (until up 15 s)"));
+        assert!(s
+            .human()
+            .contains("restore 1 of at most 2 unconfirmed, not confirmed yet (until up 15 s)"));
         s.confirmed = true;
         assert!(s.marker_text().ends_with(" restore 1 of 2 confirmed"));
         s.confirmed = false;

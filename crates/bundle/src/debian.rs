@@ -698,7 +698,11 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         &format!("etc/systemd/system/multi-user.target.wants/{APP_UNIT}"),
         &format!("/etc/systemd/system/{APP_UNIT}"),
     )?;
-    write(stage, &format!("etc/systemd/system/{APP_CHECK}"), APP_CHECK_UNIT)?;
+    write(
+        stage,
+        &format!("etc/systemd/system/{APP_CHECK}"),
+        APP_CHECK_UNIT,
+    )?;
     link(
         stage,
         &format!("etc/systemd/system/boot-complete.target.requires/{APP_CHECK}"),

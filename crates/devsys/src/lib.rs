@@ -18,3 +18,4 @@ pub mod snapshot;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod system;
+pub mod watchdog;

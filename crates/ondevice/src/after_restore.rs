@@ -4,8 +4,8 @@
 //! the kernel RNG with fresh entropy and runs the hook directory.
 
 use crate::guest::print_marker;
-use boottrace::Marker;
 use bootparams::Confirm;
+use boottrace::Marker;
 use devinstall::install::{CONFIRM_UNIT_NAME, RESTORED_TARGET_NAME};
 use devsys::sys::random::{cpu_random, RandomDev};
 use std::io::Read;

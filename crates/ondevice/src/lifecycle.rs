@@ -55,6 +55,13 @@ pub enum LifecycleError {
     /// The store or its boot log cannot be used.
     #[error(transparent)]
     Use(#[from] StoreUseError),
+    /// The restore this confirmation waited for is not this boot's any more: a capture took
+    /// the waiting confirmation into its image, and that image was restored since.
+    #[error(
+        "another restore began while this confirmation waited (a capture took it into its \
+         image): it confirms nothing"
+    )]
+    Superseded,
     /// systemd did not reach `boot-complete.target` again after the restore.
     #[error("{BOOT_COMPLETE} was not reached after the restore: {0}")]
     NotComplete(String),
@@ -178,12 +185,22 @@ impl Proof {
 /// Waits for `proof`, then confirms this boot's restore ([`confirm`]). A restored system
 /// that dies or hangs meanwhile never gets here: its restore stays unconfirmed.
 pub fn confirm_after(store: &CommandStore, proof: Proof) -> Result<ImageRef, LifecycleError> {
+    let before = crate::status::read()?;
     match proof {
         Proof::Asked => {}
         Proof::BootComplete => reach_boot_complete()?,
         Proof::Up(secs) => std::thread::sleep(Duration::from_secs(secs.into())),
     }
+    if !same_restore(&before, &crate::status::read()?) {
+        return Err(LifecycleError::Superseded);
+    }
     confirm(store)
+}
+
+/// Whether two readings of this boot's status are of the same restore: the same image,
+/// written at the same second (every restore writes its own status).
+fn same_restore(a: &BootStatus, b: &BootStatus) -> bool {
+    a.written_unix == b.written_unix && a.image == b.image && a.attempt == b.attempt
 }
 
 /// Restarts [`BOOT_COMPLETE`] and waits for the job: it fails when a unit it requires
@@ -199,7 +216,13 @@ fn reach_boot_complete() -> Result<(), LifecycleError> {
         return Ok(());
     }
     let failed = std::process::Command::new("systemctl")
-        .args(["list-units", "--failed", "--plain", "--no-legend", "--no-pager"])
+        .args([
+            "list-units",
+            "--failed",
+            "--plain",
+            "--no-legend",
+            "--no-pager",
+        ])
         .output()
         .map(|o| failed_units(&String::from_utf8_lossy(&o.stdout)))
         .unwrap_or_default();
@@ -365,15 +388,21 @@ mod tests {
         assert_eq!(restored.attempt, Some(2));
         if under_systemd() {
             assert_eq!(restored.confirm_by, "boot-complete");
-            assert!(restored.marker_text().ends_with("until boot-complete.target"));
+            assert!(restored
+                .marker_text()
+                .ends_with("until boot-complete.target"));
         } else {
-            assert_eq!((restored.confirm_by.as_str(), restored.grace), ("up", Some(7)));
-            assert!(restored.marker_text().ends_with("restore 2 of 2 unconfirmed until up 7 s"));
+            assert_eq!(
+                (restored.confirm_by.as_str(), restored.grace),
+                ("up", Some(7))
+            );
+            assert!(restored
+                .marker_text()
+                .ends_with("restore 2 of 2 unconfirmed until up 7 s"));
         }
         // The store's count is not reset: the next resume sees two unconfirmed restores.
-        let count = crate::store::update_boot_log(&store, WAIT, |log| {
-            log.unconfirmed("current", 3)
-        });
+        let count =
+            crate::store::update_boot_log(&store, WAIT, |log| log.unconfirmed("current", 3));
         assert_eq!(count.unwrap(), 2);
     }
 
@@ -399,6 +428,24 @@ mod tests {
              boot-complete.target: exit status: 1"
         );
         assert_eq!(Proof::Up(15).said(), "up 15 s after the restore");
+        // A confirmation a capture took into its image wakes up in a later restore.
+        let params = BootParams::default();
+        let mut first = crate::status::new(Outcome::Restored, &params);
+        first.written_unix = 100;
+        first.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 2,
+        });
+        assert!(same_restore(&first, &first.clone()));
+        let mut later = first.clone();
+        later.written_unix = 160;
+        assert!(!same_restore(&first, &later));
+        later.written_unix = 100;
+        later.image = Some(ImageRef {
+            name: "current".into(),
+            generation: 3,
+        });
+        assert!(!same_restore(&first, &later));
         assert_eq!(failed_units(""), Vec::<String>::new());
     }
 }

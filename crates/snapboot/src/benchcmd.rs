@@ -532,6 +532,11 @@ pub struct EnduranceArgs {
     /// The restored system re-captures itself after every this many restores (0: never).
     #[arg(long, default_value_t = 10)]
     recapture_every: usize,
+    /// Percent of the restores, spread evenly, whose application is made to die right
+    /// after the restore (its `crash` query; at most 50): each must stay unconfirmed and
+    /// the next restore must come up and be confirmed (a recovery).
+    #[arg(long, value_name = "PERCENT", default_value_t = 0)]
+    faults: u32,
     /// Restore with the stock kernel even when a restore kernel is built (the default is
     /// the restore kernel, when one is built).
     #[arg(long, conflicts_with = "restore_kernel")]
@@ -547,6 +552,13 @@ pub struct EnduranceArgs {
 /// Exits with [`Exit::NotUsable`](snapboot_device::Exit::NotUsable) when any restore failed.
 pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     anyhow::ensure!(a.restores > 0, "--restores must be at least 1");
+    anyhow::ensure!(
+        a.faults <= bench::MAX_FAULT_PERCENT,
+        "--faults {} is more than {}%: two faults in a row reach the crash-loop guard's \
+         limit and the device boots cold, which the end-to-end tests check",
+        a.faults,
+        bench::MAX_FAULT_PERCENT
+    );
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let scale = match bundle.workload.name.as_str() {
         "app" => "1.0",
@@ -566,6 +578,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
         recapture_every: a.recapture_every,
         checksum: board::app_state::host_checksum(scale)?,
         clock_bound_s: board::app_state::CLOCK_BOUND_S,
+        faults: a.faults,
     };
     let work = workdir(&a.out.workdir);
     let pb = progress(plan.steps(), "endurance");

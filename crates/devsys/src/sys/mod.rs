@@ -12,6 +12,7 @@
 //! | [`devnum`]   | `MAJOR:MINOR` device numbers: encoding, decoding, `mknod(2)`        |
 //! | [`kexec`]    | `kexec_file_load(2)`, `reboot(LINUX_REBOOT_CMD_KEXEC)`              |
 //! | [`mm`]       | `pidfd_open(2)`, `process_madvise(2)`, `process_vm_readv(2)`        |
+//! | [`watchdog`] | `WDIOC_SETTIMEOUT`, `WDIOC_KEEPALIVE`, the magic close             |
 //!
 //! Each wrapper that issues an ioctl takes a handle it opened itself (on the device node the
 //! ioctl belongs to), so a request code can never reach a driver that reads it differently.
@@ -25,6 +26,7 @@ pub mod mm;
 pub mod random;
 pub mod snapshot;
 pub mod swap;
+pub mod watchdog;
 
 pub use devnum::{DevNum, NodeKind};
 pub use swap::MemoryLock;

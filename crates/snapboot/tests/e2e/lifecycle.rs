@@ -271,7 +271,10 @@ fn restore_once(bundle: &Path, store: &Path, attempt: u32, pending: &str, crash:
                 .lines
                 .iter()
                 .any(|l| boottrace::Marker::Confirmed.in_line(&l.text));
-            assert!(!confirmed, "restore {attempt}: a dead application was confirmed");
+            assert!(
+                !confirmed,
+                "restore {attempt}: a dead application was confirmed"
+            );
         }
         None => {
             ask(&mut s, "ping", r"^pong \d+$");
@@ -309,7 +312,8 @@ fn boots_cold_as_a_crash_loop(bundle: &Path, store: &Path) {
 #[test]
 fn an_app_that_dies_after_each_restore_is_restored_twice_then_the_board_boots_cold() {
     let b = crate::common::bundle("app");
-    let store = crate::snapshot::copy_store(&crate::snapshot::captured("app"), "test-app-dies.store");
+    let store =
+        crate::snapshot::copy_store(&crate::snapshot::captured("app"), "test-app-dies.store");
     restore_once(&b, &store, 1, "up 3 s", None);
     let exited = r"snapboot: @poweroff application exited with 70";
     restore_once(&b, &store, 1, "up 3 s", Some(exited));
