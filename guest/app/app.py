@@ -29,6 +29,7 @@
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -660,6 +661,13 @@ def serve(st):
                 # once with status 70, before any confirmation could prove it alive.
                 say("app: crashing on request")
                 os._exit(70)
+            elif cmd == "hang" and not arg:
+                # A system that hangs: every process but init stops (SIGSTOP to all, then to
+                # itself), so nothing answers and nothing feeds a watchdog any more.
+                say("app: hanging the system on request")
+                os.kill(-1, signal.SIGSTOP)
+                os.kill(os.getpid(), signal.SIGSTOP)
+                out = "app: continued after a hang"
             elif cmd == "stats" and not arg:
                 out = f"stats rss={rss_mib()} records={n} uptime={time.monotonic() - T0:.1f}"
             else:

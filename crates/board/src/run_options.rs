@@ -121,6 +121,9 @@ pub struct RunOptions {
     /// The store on an SD card (`--store-on sd`, the arm64 board): [`Disk::sd`], found by
     /// its label, read by U-Boot's MMC driver (`crate::uboot::u_boot_bin`).
     pub store_on_sd: bool,
+    /// A hardware watchdog (QEMU's i6300esb, PCI) whose reset resets the board, which boots
+    /// again, rather than ending the run ([`reboot_args`]).
+    pub watchdog: bool,
     /// Give up after this long.
     pub timeout: Duration,
     /// Copy console output to our stdout as it arrives.
@@ -144,6 +147,7 @@ impl RunOptions {
             boot_disk: None,
             acpi_tables: Vec::new(),
             store_on_sd: false,
+            watchdog: false,
             timeout: Duration::from_secs(300),
             echo: false,
         }
@@ -315,8 +319,21 @@ pub(crate) fn pc_machine(opts: &RunOptions) -> Command {
     for t in &opts.acpi_tables {
         c.arg("-acpitable").arg(format!("file={}", t.display()));
     }
-    c.args(["-display", "none", "-no-reboot"]);
+    c.args(["-display", "none"]);
+    reboot_args(&mut c, opts);
     c
+}
+
+/// What a reset does. Without a watchdog the board exits on it (`-no-reboot`): a run that
+/// reboots ends rather than loops. With one (`watchdog`: QEMU's i6300esb on the PCI bus)
+/// the watchdog's reset resets the board, which boots again by itself, as a real board
+/// does; a test follows the boots on one console.
+pub(crate) fn reboot_args(c: &mut Command, opts: &RunOptions) {
+    if opts.watchdog {
+        c.args(["-device", "i6300esb", "-action", "watchdog=reset"]);
+    } else {
+        c.arg("-no-reboot");
+    }
 }
 
 pub(crate) fn memory_args(c: &mut Command, opts: &RunOptions) {

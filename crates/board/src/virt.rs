@@ -83,7 +83,8 @@ pub fn command(
     c.args(["-M", "virt", "-accel", accel, "-cpu", CPU]);
     c.args(["-nodefaults", "-no-user-config"]);
     memory_args(&mut c, opts);
-    c.args(["-display", "none", "-no-reboot"]);
+    c.args(["-display", "none"]);
+    crate::run_options::reboot_args(&mut c, opts);
     let sd = opts.disks.iter().any(|d| d.sd);
     c.arg("-bios").arg(uboot::u_boot_bin(sd)?);
     c.arg("-drive").arg(format!(

@@ -169,6 +169,10 @@ pub struct BootStatus {
     /// With `confirm_by` `up`: the seconds the restored system must stay up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace: Option<u32>,
+    /// The hardware watchdog's timeout the restoring boot armed across the restore: the
+    /// restored system feeds it until the restore is confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog: Option<u32>,
     /// A cold boot handed over by a restore kernel.
     pub handed_over: bool,
     /// The re-capture after an update.
@@ -195,6 +199,7 @@ impl BootStatus {
             confirmed: false,
             confirm_by: confirm_by.into(),
             grace: None,
+            watchdog: None,
             handed_over: false,
             recapture: Recapture::No,
             kernel,

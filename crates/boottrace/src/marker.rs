@@ -71,6 +71,9 @@ markers! {
     /// The restored system did not prove itself alive: the restore stays unconfirmed and
     /// counts toward the crash-loop guard (detail: why).
     ConfirmFailed = "confirm-failed",
+    /// What the hardware watchdog does across a restore: armed before it, fed by the
+    /// restored system until the confirmation, then stopped (detail: which, or why not).
+    Watchdog = "watchdog",
     /// A restore hook failed.
     HookFailed = "hook-failed",
     /// Nothing was restored; the cold boot continues (detail: why).

@@ -53,6 +53,11 @@ pub const LAZY_CRYPT_MODULES: &[&str] = &[
 /// driver and the MMC block device (`/dev/mmcblk0`), dependencies resolved in order.
 pub const SD_MODULES: &[&str] = &["sdhci_pci", "mmc_block"];
 
+/// Modules the board's initramfs loads when the machine has QEMU's i6300esb watchdog on PCI
+/// (`board … --watchdog`): its driver, before resume, which arms it across the restore
+/// (`snapboot.watchdog`); dependencies resolved in order.
+pub const WATCHDOG_MODULES: &[&str] = &["i6300esb"];
+
 /// Modules the booted system loads later, not at boot: virtio-mem, which adds deferred
 /// memory after ready or restored (`snapboot.defermem`). The initramfs copies them to
 /// `/run/snapboot/modules`, which outlives the switch to the root filesystem.
@@ -349,6 +354,11 @@ impl Bundle {
             .into_iter()
             .filter(|l| !modules.iter().any(|m| m.name == l.name))
             .collect();
+        let watchdog_modules: Vec<_> = tree
+            .resolve(WATCHDOG_MODULES)?
+            .into_iter()
+            .filter(|l| !modules.iter().any(|m| m.name == l.name))
+            .collect();
         let late_modules: Vec<_> = tree
             .resolve(LATE_MODULES)?
             .into_iter()
@@ -372,6 +382,7 @@ impl Bundle {
             .chain(&lazy_modules)
             .chain(&lazy_crypt_modules)
             .chain(&sd_modules)
+            .chain(&watchdog_modules)
             .chain(&late_modules)
         {
             ir.file(
@@ -385,6 +396,7 @@ impl Bundle {
             lazy_modules: lazy_modules.iter().map(|m| m.name.clone()).collect(),
             lazy_crypt_modules: lazy_crypt_modules.iter().map(|m| m.name.clone()).collect(),
             sd_modules: sd_modules.iter().map(|m| m.name.clone()).collect(),
+            watchdog_modules: watchdog_modules.iter().map(|m| m.name.clone()).collect(),
             late_modules: late_modules.iter().map(|m| m.name.clone()).collect(),
             root_dev: crate::workload::root_device(opts.kernel.arch).into(),
             root_fs: "squashfs".into(),

@@ -162,6 +162,10 @@ pub fn sh_quote(s: &str) -> String {
 /// 0x05 SD host), as `/sys/bus/pci/devices/*/class` shows it without the interface byte.
 pub const SD_HOST_CLASS: &str = "0x0805";
 
+/// The PCI device id of Intel's 6300ESB watchdog (QEMU's `i6300esb`), as
+/// `/sys/bus/pci/devices/*/device` shows it.
+pub const I6300ESB_DEVICE: &str = "0x25ab";
+
 /// What the generated `/init` does.
 #[derive(Debug, Clone)]
 pub struct InitScript {
@@ -176,6 +180,9 @@ pub struct InitScript {
     /// Modules loaded (after `modules`, before resume) when the machine has an SD host
     /// controller on its PCI bus (class 0x0805): the store on an SD card (`mmcblk`).
     pub sd_modules: Vec<String>,
+    /// Modules loaded (after `modules`, before resume) when the machine has an i6300esb
+    /// watchdog on its PCI bus: resume arms it across the restore.
+    pub watchdog_modules: Vec<String>,
     /// Modules copied to `/run/snapboot/modules` on a cold boot with deferred memory
     /// (`snapboot.defermem`), for `snapboot memory add` to load after ready or restored.
     pub late_modules: Vec<String>,
@@ -233,6 +240,18 @@ impl InitScript {
                 "  if grep -qs '^{SD_HOST_CLASS}' /sys/bus/pci/devices/*/class; then\n"
             ));
             for module in &self.sd_modules {
+                s.push_str(&format!(
+                    "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+                ));
+            }
+            s.push_str("  fi\n");
+        }
+        if !self.watchdog_modules.is_empty() {
+            // As udev would: the watchdog's driver only where there is one.
+            s.push_str(&format!(
+                "  if grep -qs '^{I6300ESB_DEVICE}' /sys/bus/pci/devices/*/device; then\n"
+            ));
+            for module in &self.watchdog_modules {
                 s.push_str(&format!(
                     "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
                 ));
@@ -325,6 +344,7 @@ mod tests {
             lazy_modules: Vec::new(),
             lazy_crypt_modules: Vec::new(),
             sd_modules: Vec::new(),
+            watchdog_modules: Vec::new(),
             late_modules: Vec::new(),
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -421,6 +441,7 @@ mod tests {
             lazy_modules: vec!["dm_mod".into(), "dm_snapshot".into()],
             lazy_crypt_modules: vec!["dm_crypt".into(), "xts".into()],
             sd_modules: vec!["sdhci_pci".into(), "mmc_block".into()],
+            watchdog_modules: vec!["watchdog".into(), "i6300esb".into()],
             late_modules: vec!["virtio_mem".into()],
             root_dev: "/dev/vda".into(),
             root_fs: "squashfs".into(),
@@ -445,6 +466,13 @@ mod tests {
             .unwrap();
         assert!(blk < sd && sd < s.find("sdhci_pci.ko").unwrap());
         assert!(s.find("mmc_block.ko").unwrap() < s.find("resume --from-cmdline").unwrap());
+        // The watchdog's driver, where the PCI bus has one, before resume arms it.
+        let wd = s
+            .find("grep -qs '^0x25ab' /sys/bus/pci/devices/*/device")
+            .unwrap();
+        assert!(wd < s.find("/watchdog.ko").unwrap());
+        assert!(s.find("/watchdog.ko").unwrap() < s.find("i6300esb.ko").unwrap());
+        assert!(s.find("i6300esb.ko").unwrap() < s.find("resume --from-cmdline").unwrap());
         // dm-crypt only for an encrypted lazy capture: inside the lazy case, after its modules.
         let lazy = s.find("\" snapboot.lazy\"").unwrap();
         let snap = s.find("dm_snapshot.ko").unwrap();

@@ -66,7 +66,11 @@ pub fn fires_during_capture(w: &WatchdogState) -> Option<String> {
              written; give it at least {CAPTURE_MIN_TIMEOUT} s (systemd: RuntimeWatchdogSec=) \
              or stop it for the capture boot (snapboot.watchdog= arms one across each restore)",
             w.name,
-            if w.identity.is_empty() { "unknown driver" } else { &w.identity },
+            if w.identity.is_empty() {
+                "unknown driver"
+            } else {
+                &w.identity
+            },
             t.map_or("unknown length".to_string(), |t| format!("{t} s")),
         )),
     }

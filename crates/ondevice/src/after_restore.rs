@@ -72,6 +72,7 @@ pub fn after_restore() -> RestoreReport {
     if proving && mode == Confirm::Up {
         crate::guest::spawn_detached(&["confirm", "--after-up", &params.grace.to_string()]);
     }
+    crate::watchdog::after_restore(&status);
     let systemd_secs = t.elapsed().as_secs_f64();
     if profile_check && crate::profile::has_profile() {
         crate::profile::check_after_restore();

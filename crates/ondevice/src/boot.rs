@@ -294,6 +294,7 @@ fn carry_out(
                 public_key: None,
                 key: crate::devicekey::KeyConfig::new(params.encrypt.clone()),
                 attempts: params.attempts,
+                watchdog: params.watchdog,
                 started: Some(started),
             });
             let mut s = cold(Outcome::Fallback, chain(&err));

@@ -116,6 +116,10 @@ pub enum CaptureError {
         fstype: String,
         target: String,
     },
+    /// A hardware watchdog runs with a timeout shorter than a capture may take: nothing
+    /// feeds it while every process is frozen (devsys::watchdog::fires_during_capture).
+    #[error("refusing to capture: {0}")]
+    Watchdog(String),
     /// A FAT-family filesystem could not be remounted read-only for the capture.
     #[error("refusing to capture")]
     Remount(#[source] RemountError),
@@ -211,6 +215,13 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         });
     }
     crate::memory::check_capture().map_err(CaptureError::Memory)?;
+    let watchdogs = devsys::watchdog::watchdogs(Path::new(devsys::watchdog::SYSFS));
+    if let Some(why) = watchdogs
+        .iter()
+        .find_map(devsys::watchdog::fires_during_capture)
+    {
+        return Err(CaptureError::Watchdog(why));
+    }
     if o.key.encrypt.on() {
         // The key itself is read only after the snapshot (so the image never holds it);
         // whether it can be is checked now, before anything changes.

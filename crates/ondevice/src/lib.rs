@@ -27,4 +27,5 @@ pub mod resume;
 pub mod settings;
 pub mod status;
 pub mod store;
+pub mod watchdog;
 pub mod zram;

@@ -199,7 +199,7 @@ pub fn confirm_after(store: &CommandStore, proof: Proof) -> Result<ImageRef, Lif
 
 /// Whether two readings of this boot's status are of the same restore: the same image,
 /// written at the same second (every restore writes its own status).
-fn same_restore(a: &BootStatus, b: &BootStatus) -> bool {
+pub fn same_restore(a: &BootStatus, b: &BootStatus) -> bool {
     a.written_unix == b.written_unix && a.image == b.image && a.attempt == b.attempt
 }
 

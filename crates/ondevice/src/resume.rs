@@ -55,6 +55,9 @@ pub struct ResumeOptions {
     /// The crash-loop guard's limit: an image restored this many times without a
     /// confirmation is skipped (`snapboot.attempts`).
     pub attempts: u32,
+    /// The hardware watchdog's timeout across the restore (`snapboot.watchdog`; `None`: it
+    /// is not armed).
+    pub watchdog: Option<u32>,
     /// When this boot's resume started (for the status's timings).
     pub started: Option<Instant>,
 }
@@ -353,11 +356,56 @@ fn try_resume(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeError
 }
 
 /// Freezes and jumps into the loaded image; returns only if the kernel did not restore.
-fn restore(mut dev: SnapshotDev) -> Result<std::convert::Infallible, ResumeError> {
+/// With `watchdog`, the hardware watchdog is armed first and left running into the image:
+/// the restored system must feed it until its restore is confirmed, or the machine resets
+/// (and the attempt, already counted, counts toward the crash-loop guard). A restore that
+/// does not happen stops it again, so the cold boot that follows is not reset.
+fn restore(
+    mut dev: SnapshotDev,
+    armed: Option<devsys::watchdog::Watchdog>,
+) -> Result<std::convert::Infallible, ResumeError> {
     dev.freeze()?;
     let err = dev.atomic_restore();
     let _ = dev.unfreeze();
+    if let Some(w) = armed {
+        let _ = w.disarm();
+    }
     Err(err.into())
+}
+
+/// Arms [`devsys::watchdog::WATCHDOG0`] with `secs` for the restore and says so (the
+/// `watchdog` marker); returns it and the timeout the driver set. A watchdog that cannot be
+/// armed is said too, and the restore goes on without it (it is a safety net, not a
+/// condition of the restore).
+fn arm_watchdog(secs: u32) -> Option<(devsys::watchdog::Watchdog, u32)> {
+    let path = Path::new(devsys::watchdog::WATCHDOG0);
+    let armed = devsys::watchdog::Watchdog::open(path).and_then(|w| {
+        let set = w.set_timeout(secs)?;
+        w.keepalive()?;
+        Ok((w, set))
+    });
+    match armed {
+        Ok((w, set)) => {
+            print_marker(
+                Marker::Watchdog,
+                Some(&format!(
+                    "{} armed for {set} s across the restore",
+                    path.display()
+                )),
+            );
+            Some((w, set))
+        }
+        Err(e) => {
+            print_marker(
+                Marker::Watchdog,
+                Some(&format!(
+                    "{} not armed: {e}; restoring without it",
+                    path.display()
+                )),
+            );
+            None
+        }
+    }
 }
 
 /// Restores from the store: the images in [`crate::store::candidates`] order, each checked
@@ -421,12 +469,22 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
                 if o.once {
                     store.remove(&name).map_err(StoreUseError::from)?;
                 }
-                match record_attempt(&mut store, (&name, generation), o, &refused, load_secs) {
+                // Armed before the attempt is recorded, so the restored system reads that
+                // it must feed it.
+                let armed = o.watchdog.and_then(arm_watchdog);
+                let timeout = armed.as_ref().map(|(_, t)| *t);
+                let counted = (name.as_str(), generation);
+                match record_attempt(&mut store, counted, o, &refused, load_secs, timeout) {
                     Ok(()) => {
                         drop(store);
-                        return restore(dev);
+                        return restore(dev, armed.map(|(w, _)| w));
                     }
-                    Err(e) => refused.push(refuse(&name, &e)),
+                    Err(e) => {
+                        if let Some((w, _)) = armed {
+                            let _ = w.disarm();
+                        }
+                        refused.push(refuse(&name, &e))
+                    }
                 }
             }
             Err(e) => refused.push(refuse(&name, &e)),
@@ -452,6 +510,7 @@ fn record_attempt(
     o: &ResumeOptions,
     refused: &[RefusalRecord],
     load_secs: f64,
+    watchdog: Option<u32>,
 ) -> Result<(), Refused> {
     let started = o.started;
     store
@@ -467,6 +526,7 @@ fn record_attempt(
             s.refused = refused.to_vec();
             s.timings.load = Some(load_secs);
             s.timings.resume = started.map(|t| t.elapsed().as_secs_f64());
+            s.watchdog = watchdog;
             log.last_boot = crate::status::to_boot_log(&s);
         })
         .map_err(|e| Refused::Unrecorded(chain(&e)))

@@ -76,6 +76,14 @@ pub enum DeviceCmd {
     /// restored image. The application's health check runs it (snapboot.confirm=app);
     /// snapboot runs it with --after-boot-complete or --after-up for the other modes.
     Confirm(lifecyclecmd::ConfirmArgs),
+    /// (restored; snapboot runs it after a restore with snapboot.watchdog) Feed the hardware
+    /// watchdog the restoring boot armed, every third of TIMEOUT seconds, until the restore
+    /// is confirmed (then stop it) or its confirmation fails (then let it reset the
+    /// machine).
+    FeedWatchdog {
+        /// The watchdog's timeout, seconds.
+        timeout: u32,
+    },
     /// An update changed the system: mark every stored image stale, so the next boot does
     /// not try them and captures a new one (the kernel and initramfs update hooks run
     /// `snapboot invalidate --if-configured`).
@@ -131,6 +139,10 @@ pub fn dispatch(cmd: DeviceCmd) -> Result<ExitCode> {
         DeviceCmd::Config(c) => crate::configcmd::config(c),
         DeviceCmd::Status(a) => lifecyclecmd::status(a),
         DeviceCmd::Confirm(a) => lifecyclecmd::confirm(a),
+        DeviceCmd::FeedWatchdog { timeout } => {
+            ondevice::watchdog::feed_until_confirmed(timeout);
+            Ok(crate::exit::Exit::Success.into())
+        }
         DeviceCmd::Invalidate(a) => lifecyclecmd::invalidate(a),
         DeviceCmd::Image(ImageCmd::Inspect(a)) => imagecmd::inspect(a),
         DeviceCmd::Store(c) => crate::storecmd::store(c),

@@ -154,6 +154,11 @@ pub fn confirm(a: ConfirmArgs) -> Result<ExitCode> {
                 boottrace::Marker::ConfirmFailed,
                 Some(&format!("{:#}", e)),
             );
+            if proof != Proof::Asked {
+                // The watchdog's feeder (snapboot.watchdog) stops: the machine resets and
+                // the next power-on counts this restore as unconfirmed.
+                let _ = std::fs::write(ondevice::watchdog::CONFIRM_FAILED_FLAG, format!("{e:#}\n"));
+            }
             return Err(e.context("the restore is not confirmed"));
         }
     };

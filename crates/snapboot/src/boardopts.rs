@@ -64,6 +64,12 @@ pub(crate) struct BoardOpts {
     /// every boot of the store.
     #[arg(long, value_enum, default_value = "virtio")]
     store_on: StoreOnArg,
+    /// A hardware watchdog on the board (QEMU's i6300esb on the PCI bus), and a reset by it
+    /// resets the board, which boots again, instead of ending the run. Give it on every
+    /// boot of an image (the device is part of the machine); `snapboot.watchdog=S` arms it
+    /// across each restore.
+    #[arg(long)]
+    watchdog: bool,
     /// Accelerator (auto: KVM only with real vmx/svm).
     #[arg(long, value_enum, default_value = "auto")]
     accel: AccelArg,
@@ -164,6 +170,7 @@ impl BoardOpts {
             .collect();
         o.tpm = self.tpm.clone();
         o.store_on_sd = self.store_on == StoreOnArg::Sd;
+        o.watchdog = self.watchdog;
         match self.accel {
             AccelArg::Auto => {}
             AccelArg::Tcg => o.accel = Accel::Tcg,

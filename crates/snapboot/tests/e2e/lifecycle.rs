@@ -342,3 +342,94 @@ fn a_debian_service_that_dies_after_each_restore_fails_boot_complete_and_the_boa
     restore_once(&b, &store, 2, pending, Some(failed));
     boots_cold_as_a_crash_loop(&b, &store);
 }
+
+/// The hardware watchdog across a restore (`board --watchdog`: QEMU's i6300esb, whose reset
+/// boots the board again by itself; `snapboot.watchdog=5` on the restoring boots). Resume
+/// arms it before the restore; the restored system feeds it until the restore is
+/// confirmed (here `up` for 3 s, as the app board's default), then stops it. A restored
+/// system that hangs before that (every process stopped) is reset by the watchdog and
+/// restored again, the count growing, until the crash-loop guard boots it cold: one power
+/// cycle of the board, no one touching it after the first hang.
+#[test]
+fn a_restored_system_that_hangs_before_its_confirmation_is_reset_by_the_watchdog_until_it_boots_cold(
+) {
+    let b = crate::common::bundle("shell");
+    let store = crate::common::home().join("test-watchdog.store");
+    let _ = std::fs::remove_file(&store);
+    board_capture(
+        &b,
+        &store,
+        &["--watchdog", "--cmdline", "snapboot.confirm=up"],
+    );
+    let bundle = bundle::Bundle::load(&b).unwrap();
+    let mut o = crate::common::store_options(&bundle, &store);
+    o.watchdog = true;
+    o.cmdline.push("snapboot.watchdog=5".into());
+    let mut s = board::qemu::Session::start(&bundle, &o).unwrap();
+    let expect = |s: &mut board::qemu::Session, pattern: &str| {
+        let re = Regex::new(pattern).unwrap();
+        s.wait_for(&re, pattern, Duration::from_secs(180))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .0
+    };
+    // A restore that comes up: fed until its confirmation, then the watchdog is stopped,
+    // and the board runs on well past the timeout.
+    expect(
+        &mut s,
+        r"@watchdog /dev/watchdog0 armed for 5 s across the restore",
+    );
+    expect(
+        &mut s,
+        r"@status restored current generation 2 restore 1 of 2 unconfirmed until up 3 s",
+    );
+    expect(
+        &mut s,
+        r"@watchdog /dev/watchdog0 fed by snapboot every 1 s",
+    );
+    expect(
+        &mut s,
+        r"@confirmed current generation 2: up 3 s after the restore",
+    );
+    expect(
+        &mut s,
+        r"@watchdog /dev/watchdog0 stopped: the restore is confirmed",
+    );
+    let again = Regex::new(r"snapboot: @init").unwrap();
+    assert!(
+        s.wait_for(&again, "a reset", Duration::from_secs(15))
+            .is_err(),
+        "the board was reset after the watchdog was stopped"
+    );
+    ask(&mut s, "echo probe-$((6*7))", "^probe-42$");
+    // A reboot (the board resets rather than ends, with a watchdog): two restores that
+    // hang before their confirmation, each reset by the watchdog.
+    s.send("reboot -f").unwrap();
+    for attempt in 1..=2 {
+        let status = expect(&mut s, r"snapboot: @status .*");
+        assert!(
+            status.contains(&format!(
+                "@status restored current generation 2 restore {attempt} of 2 unconfirmed until up 3 s"
+            )),
+            "{status}"
+        );
+        expect(&mut s, r"@watchdog /dev/watchdog0 fed by snapboot");
+        s.send("kill -STOP -1; kill -STOP $$").unwrap();
+        expect(&mut s, r"snapboot: @init");
+    }
+    // The third power-on after the confirmation: skipped as a crash loop, booted cold.
+    let status = expect(&mut s, r"snapboot: @status .*");
+    assert!(
+        status.contains("@status fallback: ")
+            && status.contains("crash-loop guard: restored 2 times without a confirmation"),
+        "{status}"
+    );
+    expect(&mut s, r"snapboot: @ready");
+    ask(&mut s, "echo probe-$((6*7))", "^probe-42$");
+    let tl = s.finish(boottrace::Outcome::Answered);
+    let confirmed = tl
+        .lines
+        .iter()
+        .filter(|l| boottrace::Marker::Confirmed.in_line(&l.text))
+        .count();
+    assert_eq!(confirmed, 1, "a hung restore was confirmed");
+}
