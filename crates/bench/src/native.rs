@@ -145,6 +145,7 @@ mod tests {
             boot_disk: None,
             acpi_tables: Vec::new(),
             store_on_sd: false,
+            watchdog: false,
             timeout: Duration::from_secs(1),
             echo: false,
         };

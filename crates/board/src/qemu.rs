@@ -589,7 +589,7 @@ mod tests {
             status("restored current generation 2 restore 1 of 2 unconfirmed until up 3 s");
         let cases: [(&[String], bool); 6] = [
             (&[], false),
-            (&[pending.clone()], true),
+            (std::slice::from_ref(&pending), true),
             (
                 &[
                     pending.clone(),
@@ -611,7 +611,7 @@ mod tests {
             // The application confirms, or the restore was confirmed at once: nothing to wait for.
             (
                 &[
-                    pending,
+                    pending.clone(),
                     status("restored current generation 2 restore 1 of 2 unconfirmed"),
                     status("restored current generation 2 restore 1 of 2 confirmed"),
                 ],

@@ -197,10 +197,15 @@ pub fn confirm_after(store: &CommandStore, proof: Proof) -> Result<ImageRef, Lif
     confirm(store)
 }
 
-/// Whether two readings of this boot's status are of the same restore: the same image,
-/// written at the same second (every restore writes its own status).
+/// Whether two readings of this boot's status are of the same restore: the same image and
+/// attempt, with the restoring boot's own measurements (resume's and the load's seconds,
+/// which every restore measures anew). Not the time it was written: every write (a
+/// confirmation's too) stamps it anew.
 pub fn same_restore(a: &BootStatus, b: &BootStatus) -> bool {
-    a.written_unix == b.written_unix && a.image == b.image && a.attempt == b.attempt
+    a.image == b.image
+        && a.attempt == b.attempt
+        && a.timings.resume == b.timings.resume
+        && a.timings.load == b.timings.load
 }
 
 /// Restarts [`BOOT_COMPLETE`] and waits for the job: it fails when a unit it requires
@@ -432,15 +437,22 @@ mod tests {
         let params = BootParams::default();
         let mut first = crate::status::new(Outcome::Restored, &params);
         first.written_unix = 100;
+        first.timings.load = Some(0.481);
+        first.timings.resume = Some(0.612);
         first.image = Some(ImageRef {
             name: "current".into(),
             generation: 2,
         });
-        assert!(same_restore(&first, &first.clone()));
+        // Confirmed and written again a second later: the same restore.
+        let mut confirmed = first.clone();
+        confirmed.confirmed = true;
+        confirmed.written_unix = 101;
+        assert!(same_restore(&first, &confirmed));
+        // The same image restored again, even at the same attempt: another restore.
         let mut later = first.clone();
-        later.written_unix = 160;
+        later.timings.load = Some(0.502);
         assert!(!same_restore(&first, &later));
-        later.written_unix = 100;
+        later.timings.load = first.timings.load;
         later.image = Some(ImageRef {
             name: "current".into(),
             generation: 3,

@@ -177,14 +177,16 @@ mod tests {
             generation: 2,
         });
         s.written_unix = 1000;
+        s.timings.load = Some(0.5);
         s.watchdog = Some(10);
         assert_eq!(next_step(&s, &s, false), None);
         assert_eq!(next_step(&s, &s, true), Some(FeedEnd::Failed));
         let mut confirmed = s.clone();
         confirmed.confirmed = true;
+        confirmed.written_unix = 1003;
         assert_eq!(next_step(&s, &confirmed, false), Some(FeedEnd::Confirmed));
         let mut later = s.clone();
-        later.written_unix = 1090;
+        later.timings.load = Some(0.6);
         assert_eq!(next_step(&s, &later, true), Some(FeedEnd::Superseded));
         assert_eq!(feed_every(10), Duration::from_secs(3));
         assert_eq!(feed_every(2), Duration::from_secs(1));
