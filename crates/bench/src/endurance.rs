@@ -235,7 +235,8 @@ impl Summary {
 pub struct Endurance {
     /// Every restore, in order.
     pub records: Vec<RestoreRecord>,
-    /// Every restore's timeline, in order.
+    /// Every restore's timeline, in order, but the faults': the application died before it
+    /// answered, so they measure no TTI (the table is of the restores that answered).
     pub timelines: Vec<Timeline>,
     /// Images captured.
     pub captures: usize,
@@ -373,8 +374,10 @@ pub fn endurance(
         if plan.recaptures_after(i) && record.app.is_some() && record.recapture_error.is_none() {
             run.captures += 1;
         }
+        if record.fault_end.is_none() {
+            run.timelines.push(tl);
+        }
         run.records.push(record);
-        run.timelines.push(tl);
         tick();
     }
     Ok(run)

@@ -585,6 +585,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     let run = bench::endurance(&bundle, &opts, &work, &plan, &mut || pb.inc(1));
     pb.finish_and_clear();
     let run = run?;
+    let measured = run.timelines.len();
     let restores = MethodRuns {
         method: bench::ENDURANCE_METHOD,
         timelines: run.timelines,
@@ -595,7 +596,7 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
         "endurance",
         &bundle,
         &opts,
-        a.restores,
+        measured,
         vec![restores.summary()],
         Vec::new(),
         None,
