@@ -391,38 +391,17 @@ fn restore_once(
     expect: &Regex,
     recapture: bool,
 ) -> (RestoreRecord, Timeline) {
-    let mut record = RestoreRecord {
-        restore: 0,
-        image: 0,
-        boot_error: None,
-        tti_s: None,
-        app: None,
-        recapture_error: None,
-        confirmed: None,
-        fault_end: None,
-        cycle_s: 0.0,
-    };
+    let mut record = RestoreRecord::unknown();
     let mut s = match Session::start(bundle, opts) {
         Ok(s) => s,
-        Err(e) => {
-            record.boot_error = Some(error_chain(&e));
-            let mut tl = Timeline::new(&bundle.workload.name);
-            tl.outcome = e.outcome();
-            tl.finalize();
-            return (record, tl);
-        }
+        Err(e) => return not_started(bundle, record, &e),
     };
     let deadline = Instant::now() + opts.timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     match restored_app(&mut s, &bundle.workload.probe.send, expect, left) {
         Err(e) => {
             record.boot_error = Some(error_chain(&e));
-            let outcome = match &e {
-                BootError::Run(r) => r.outcome(),
-                other => Outcome::Exited {
-                    reason: other.to_string(),
-                },
-            };
+            let outcome = outcome_of(&e);
             let mut tl = s.finish(outcome);
             // TTI only where the probe was answered (not a `restored` that answered nothing).
             tl.tti = tl.first(MilestoneKind::ProbeAnswered);
@@ -448,6 +427,46 @@ fn restore_once(
     }
 }
 
+impl RestoreRecord {
+    /// A restore nothing is known of yet (its numbers are filled in by `endurance`).
+    fn unknown() -> Self {
+        RestoreRecord {
+            restore: 0,
+            image: 0,
+            boot_error: None,
+            tti_s: None,
+            app: None,
+            recapture_error: None,
+            confirmed: None,
+            fault_end: None,
+            cycle_s: 0.0,
+        }
+    }
+}
+
+/// A restore whose board did not start: the reason, and a timeline with just its outcome.
+fn not_started(
+    bundle: &Bundle,
+    mut record: RestoreRecord,
+    e: &board::RunError,
+) -> (RestoreRecord, Timeline) {
+    record.boot_error = Some(error_chain(e));
+    let mut tl = Timeline::new(&bundle.workload.name);
+    tl.outcome = e.outcome();
+    tl.finalize();
+    (record, tl)
+}
+
+/// How a restore that ended with `e` ended, for its timeline.
+fn outcome_of(e: &BootError) -> Outcome {
+    match e {
+        BootError::Run(r) => r.outcome(),
+        other => Outcome::Exited {
+            reason: other.to_string(),
+        },
+    }
+}
+
 /// Whether the timeline shows the restore confirmed: at once (the status marker), or later
 /// (the `confirmed` marker).
 fn confirmed(tl: &Timeline) -> bool {
@@ -462,26 +481,10 @@ fn confirmed(tl: &Timeline) -> bool {
 /// for the boot to end: the board's init powering off, or the confirmation failing (or, a
 /// failure, succeeding). No TTI: the application never answers.
 fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
-    let mut record = RestoreRecord {
-        restore: 0,
-        image: 0,
-        boot_error: None,
-        tti_s: None,
-        app: None,
-        recapture_error: None,
-        confirmed: None,
-        fault_end: None,
-        cycle_s: 0.0,
-    };
+    let mut record = RestoreRecord::unknown();
     let mut s = match Session::start(bundle, opts) {
         Ok(s) => s,
-        Err(e) => {
-            record.boot_error = Some(error_chain(&e));
-            let mut tl = Timeline::new(&bundle.workload.name);
-            tl.outcome = e.outcome();
-            tl.finalize();
-            return (record, tl);
-        }
+        Err(e) => return not_started(bundle, record, &e),
     };
     let deadline = Instant::now() + opts.timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
@@ -510,12 +513,7 @@ fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
         }
         Err(e) => {
             record.boot_error = Some(error_chain(&e));
-            let outcome = match &e {
-                BootError::Run(r) => r.outcome(),
-                other => Outcome::Exited {
-                    reason: other.to_string(),
-                },
-            };
+            let outcome = outcome_of(&e);
             (record, s.finish(outcome))
         }
     }

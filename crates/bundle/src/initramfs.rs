@@ -153,6 +153,21 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
+/// Appends the lines that load `modules` in order when `grep -qs PATTERN` finds the device
+/// (a PCI class or device id in sysfs); nothing for no module.
+fn pci_modules(s: &mut String, pattern: &str, modules: &[String]) {
+    if modules.is_empty() {
+        return;
+    }
+    s.push_str(&format!("  if grep -qs {pattern}; then\n"));
+    for module in modules {
+        s.push_str(&format!(
+            "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
+        ));
+    }
+    s.push_str("  fi\n");
+}
+
 /// Quotes `s` for a POSIX shell (single quotes).
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -234,30 +249,17 @@ impl InitScript {
                 "  insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
             ));
         }
-        if !self.sd_modules.is_empty() {
-            // As udev would: the SD host's driver only where there is one.
-            s.push_str(&format!(
-                "  if grep -qs '^{SD_HOST_CLASS}' /sys/bus/pci/devices/*/class; then\n"
-            ));
-            for module in &self.sd_modules {
-                s.push_str(&format!(
-                    "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
-                ));
-            }
-            s.push_str("  fi\n");
-        }
-        if !self.watchdog_modules.is_empty() {
-            // As udev would: the watchdog's driver only where there is one.
-            s.push_str(&format!(
-                "  if grep -qs '^{I6300ESB_DEVICE}' /sys/bus/pci/devices/*/device; then\n"
-            ));
-            for module in &self.watchdog_modules {
-                s.push_str(&format!(
-                    "    insmod /lib/modules/{module}.ko || echo \"snapboot: init: insmod {module} failed\"\n"
-                ));
-            }
-            s.push_str("  fi\n");
-        }
+        // As udev would: a device's driver only where the PCI bus has the device.
+        pci_modules(
+            &mut s,
+            &format!("'^{SD_HOST_CLASS}' /sys/bus/pci/devices/*/class"),
+            &self.sd_modules,
+        );
+        pci_modules(
+            &mut s,
+            &format!("'^{I6300ESB_DEVICE}' /sys/bus/pci/devices/*/device"),
+            &self.watchdog_modules,
+        );
         s.push_str(";; esac\n");
         s.push_str("# Snapshot resume runs here, before any filesystem is mounted.\n");
         s.push_str(&format!(
