@@ -1,5 +1,5 @@
 //! The one sequence an image passes before any of its pages is read: the boot log's guard,
-//! trust, the description and what it is bound to, and a lazy image's swap region. The
+//! trust, the description, its rollback counter, what it is bound to, and a lazy image's swap region. The
 //! path reads through an [`ImageSource`] (the device's store through `flashstore`, the
 //! restorer's virtio disks); the stream header is checked with [`crate::check_header`]
 //! when the path has page 0 in hand.
@@ -19,6 +19,14 @@ pub trait ImageSource {
     /// Checks that a lazy image's swap region is `rec`'s own raw region of the store and
     /// still holds what the capture wrote.
     fn check_swap_region(&mut self, rec: &ImageRec, swap: &SwapRegion) -> Result<(), Refused>;
+    /// The value of TPM NV counter `counter` (`None`: this TPM never counted it), for
+    /// rollback protection ([`crate::check_rollback`]); `Err` says why it cannot be read.
+    /// A path without a TPM keeps the default, and refuses every image stamped with one.
+    fn rollback_counter(&mut self, counter: u32) -> Result<Option<u64>, alloc::string::String> {
+        Err(alloc::format!(
+            "this restoring path has no TPM to read counter {counter:#010x} from"
+        ))
+    }
 }
 
 /// An image that passed every check before its pages.
@@ -42,6 +50,8 @@ pub struct Rules<'a> {
     pub trust: &'a Trust,
     /// What it must match.
     pub expected: &'a Expected,
+    /// Every image must carry a rollback counter value (`snapboot.rollback=` in effect).
+    pub rollback: bool,
 }
 
 /// Admits `candidate` of the store whose catalog is `catalog`, or says why not.
@@ -58,6 +68,10 @@ pub fn admit<S: ImageSource>(
     let trusted = rules.trust.check(catalog, rec)?;
     let (user, pages) = src.page_list(rec)?;
     let description = Description::decode(user).map_err(Refused::Description)?;
+    // An older copy written back is named as one, before what else it no longer matches.
+    crate::check_rollback(description.rollback, rules.rollback, |c| {
+        src.rollback_counter(c)
+    })?;
     let bound = check_description(&description, pages, rules.expected)?;
     let running = src.running_binding(&bound)?;
     check_binding(&bound, &running)?;

@@ -8,8 +8,9 @@
 //!  catalog + snapboot.image= ──► [order]   candidates: asked-for names first (each checked,
 //!                                          missing ones named), then the rest, newest first
 //!  each candidate ─────────────► [admit]   boot log guard ─► trust (encryption, signature)
-//!                                          ─► description (version, page count, kernel,
-//!                                          RAM and memory map) ─► binding ─► swap region
+//!                                          ─► description ─► [rollback] TPM counter ─►
+//!                                          (version, page count, kernel, RAM and memory
+//!                                          map) ─► binding ─► swap region
 //!  page 0, when the driver has it ► [checks::check_header]   arch record, e820, RAM pages,
 //!                                                            stream length
 //!  any refusal ────────────────► [Refused]  its kind ([`Refused::kind`]) decides whether
@@ -25,10 +26,12 @@ pub mod admit;
 pub mod checks;
 pub mod order;
 pub mod refused;
+pub mod rollback;
 pub mod trust;
 
 pub use admit::{admit, Admitted, ImageSource, Rules};
 pub use checks::{check_binding, check_description, check_header, Expected, Memory};
 pub use order::{candidates, Candidate};
 pub use refused::{chain, Refused};
+pub use rollback::check_rollback;
 pub use trust::{Sealing, Trust, Trusted};

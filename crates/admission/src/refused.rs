@@ -53,6 +53,48 @@ pub enum Refused {
         /// The device's.
         device: KeyId,
     },
+    /// The image's rollback counter value is below the TPM's: a newer image of its name was
+    /// captured (or the counter raised) since, so this one is an older copy written back.
+    #[error(
+        "rollback: the image was captured at {counter:#010x} value {image}, and this device's \
+         TPM counter is at {device}: a newer image of this name replaced it, so this is an older \
+         copy written back to the store"
+    )]
+    RolledBack {
+        /// The counter's NV index.
+        counter: u32,
+        /// The value the image records.
+        image: u64,
+        /// The TPM's value.
+        device: u64,
+    },
+    /// The image records a counter this TPM has never counted (another TPM, or cleared).
+    #[error(
+        "rollback: the image records TPM counter {counter:#010x} at value {image}, and this \
+         TPM has no such counter: the image was captured with another TPM, or this one was \
+         cleared since"
+    )]
+    NoCounter {
+        /// The counter's NV index.
+        counter: u32,
+        /// The value the image records.
+        image: u64,
+    },
+    /// This device requires a rollback counter value and the image has none.
+    #[error(
+        "rollback: this device restores only images that carry a TPM counter value \
+         (snapboot.rollback=tpm, the default with snapboot.encrypt=tpm), and this one was \
+         captured without"
+    )]
+    Unstamped,
+    /// The image's counter could not be read: whether it is older cannot be told.
+    #[error("rollback: cannot read TPM counter {counter:#010x} the image records: {why}")]
+    CounterUnread {
+        /// The counter's NV index.
+        counter: u32,
+        /// Why not.
+        why: String,
+    },
     /// The device key cannot be had: no encrypted image can be opened.
     #[error("no device key to open the images with: {0}")]
     DeviceKey(String),
@@ -135,6 +177,9 @@ impl Refused {
             Refused::DeviceKey(_) | Refused::ForeignKey { .. } | Refused::Sealed(_) => {
                 Refusal::Key
             }
+            Refused::RolledBack { .. } | Refused::NoCounter { .. } | Refused::Unstamped => {
+                Refusal::Rollback
+            }
             Refused::Damaged(_)
             | Refused::PageCount { .. }
             | Refused::Header(_)
@@ -145,7 +190,9 @@ impl Refused {
             | Refused::BadName(_)
             | Refused::Unobservable(_)
             | Refused::NotPlaced(_)
-            | Refused::Unrecorded(_) => Refusal::Other,
+            | Refused::Unrecorded(_)
+            // The TPM cannot be asked now: the next boot may.
+            | Refused::CounterUnread { .. } => Refusal::Other,
         }
     }
 
@@ -248,6 +295,29 @@ mod tests {
             ),
             (Refused::Unreadable("disk".into()), Refusal::Damaged),
             (Refused::NotPlaced("PFN".into()), Refusal::Other),
+            (
+                Refused::RolledBack {
+                    counter: 0x0181_0001,
+                    image: 7,
+                    device: 9,
+                },
+                Refusal::Rollback,
+            ),
+            (
+                Refused::NoCounter {
+                    counter: 0x0181_0001,
+                    image: 7,
+                },
+                Refusal::Rollback,
+            ),
+            (Refused::Unstamped, Refusal::Rollback),
+            (
+                Refused::CounterUnread {
+                    counter: 0x0181_0001,
+                    why: "no TPM".into(),
+                },
+                Refusal::Other,
+            ),
         ];
         for (r, kind) in cases {
             assert_eq!(r.kind(), kind, "{r}");

@@ -73,6 +73,11 @@
 //!                           encrypted with it restore: tpm (a key sealed to the TPM, kept in
 //!                           the store), tpm:N+N (sealed to those SHA-256 PCRs too) or key
 //!                           (the key file /etc/snapboot/device.key in the initramfs)
+//! snapboot.rollback=R       rollback protection: tpm (each capture raises a TPM NV counter
+//!                           of its image's name and records the value in the image; an
+//!                           image with a lower value than the counter is an older copy
+//!                           written back, and refused), off, or auto (the default: tpm
+//!                           when snapboot.encrypt=tpm, else off)
 //! noresume                  the kernel's own word: restore nothing this boot (a cold boot
 //!                           that says so), whatever names a store
 //! ```
@@ -166,8 +171,10 @@ pub mod key {
     pub const NORECAPTURE: &str = "snapboot.norecapture";
     /// Encrypted images, and where the device key comes from.
     pub const ENCRYPT: &str = "snapboot.encrypt";
+    /// Rollback protection.
+    pub const ROLLBACK: &str = "snapboot.rollback";
     /// Every key.
-    pub const ALL: [&str; 32] = [
+    pub const ALL: [&str; 33] = [
         STORE,
         CAPTURE,
         THEN,
@@ -200,6 +207,7 @@ pub mod key {
         WATCHDOG,
         NORECAPTURE,
         ENCRYPT,
+        ROLLBACK,
     ];
 }
 
@@ -334,6 +342,8 @@ pub struct BootParams {
     pub recapture: bool,
     /// `snapboot.encrypt=E`.
     pub encrypt: Encrypt,
+    /// `snapboot.rollback=R`.
+    pub rollback: Rollback,
     /// Not [`NORESUME`] (the kernel's own word): this boot may restore.
     pub resume: bool,
 }
@@ -390,6 +400,50 @@ impl Encrypt {
     /// Images are encrypted.
     pub fn on(&self) -> bool {
         *self != Encrypt::Off
+    }
+}
+
+/// Whether images carry, and must carry, a TPM counter value that an older copy of the store
+/// written back cannot match.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rollback {
+    /// [`Rollback::Tpm`] when images are encrypted with a key sealed to the TPM (the device
+    /// has one), else [`Rollback::Off`].
+    #[default]
+    Auto,
+    /// Each capture raises the image name's TPM NV counter and records the new value in
+    /// the image; resume refuses an image whose value is below the counter, or that has
+    /// none.
+    Tpm,
+    /// No counter: an older copy of the store written back restores if it authenticates.
+    Off,
+}
+
+impl Rollback {
+    /// Every mode, in the order the word list names them.
+    pub const ALL: [Self; 3] = [Self::Auto, Self::Tpm, Self::Off];
+
+    /// The word, as `snapboot.rollback=` takes it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Tpm => "tpm",
+            Self::Off => "off",
+        }
+    }
+
+    /// Parses [`Rollback::word`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.word() == s)
+    }
+
+    /// Whether the TPM counter is kept, with `encrypt` in effect.
+    pub fn on(self, encrypt: &Encrypt) -> bool {
+        match self {
+            Self::Auto => matches!(encrypt, Encrypt::Tpm { .. }),
+            Self::Tpm => true,
+            Self::Off => false,
+        }
     }
 }
 
@@ -559,6 +613,7 @@ impl Default for BootParams {
             watchdog: None,
             recapture: true,
             encrypt: Encrypt::Off,
+            rollback: Rollback::Auto,
             resume: true,
         }
     }
@@ -871,6 +926,11 @@ impl BootParams {
                     .and_then(Encrypt::parse)
                     .ok_or_else(|| bad("expected tpm, tpm:PCR+PCR... (0-23) or key"))?;
             }
+            key::ROLLBACK => {
+                p.rollback = value
+                    .and_then(Rollback::parse)
+                    .ok_or_else(|| bad("expected auto, tpm or off"))?;
+            }
             _ => {
                 return Err(BootParamsError::Unknown {
                     word: word.to_string(),
@@ -924,6 +984,7 @@ impl BootParams {
             self.encrypt
                 .on()
                 .then(|| with(key::ENCRYPT, &self.encrypt.word())),
+            (self.rollback != Rollback::Auto).then(|| with(key::ROLLBACK, &self.rollback.word())),
             (!self.resume).then(|| NORESUME.to_string()),
         ];
         words.into_iter().flatten().collect()

@@ -73,7 +73,7 @@ const ONE_BOOT: &str = "it asks one boot for something";
 const MEASURING: &str = "it is for measuring one boot";
 
 /// Every setting, in [`key::ALL`] order.
-pub const SETTINGS: [Setting; 32] = [
+pub const SETTINGS: [Setting; 33] = [
     Setting {
         key: key::STORE,
         example: "PARTLABEL=snapstore",
@@ -359,6 +359,16 @@ pub const SETTINGS: [Setting; 32] = [
                   to the TPM (and to these PCRs), or the key file /etc/snapboot/device.key",
         scope: Scope::Anywhere,
     },
+    Setting {
+        key: key::ROLLBACK,
+        example: "tpm",
+        values: "auto|tpm|off",
+        default: "auto (tpm with encrypt=tpm)",
+        meaning: "rollback protection: each capture raises a TPM counter and records it in the \
+                  image; an image below the counter (an older copy of the store written back) \
+                  is refused",
+        scope: Scope::Anywhere,
+    },
 ];
 
 /// The setting of a key, `snapboot.` or not.
@@ -415,7 +425,7 @@ mod tests {
             assert!(!words.iter().any(key), "{} has a default word", s.key);
             checked += 1;
         }
-        assert_eq!(checked, 11);
+        assert_eq!(checked, 12);
     }
 
     /// `swapsize`'s default is said once, in words that match the divisor the capture uses.

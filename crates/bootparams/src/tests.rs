@@ -23,7 +23,7 @@ fn each_word_sets_its_field() {
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
          snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
          snapboot.attempts=5 snapboot.confirm=app snapboot.grace=4 snapboot.watchdog=20 snapboot.norecapture \
-         snapboot.encrypt=tpm:7+0 noresume",
+         snapboot.encrypt=tpm:7+0 snapboot.rollback=off noresume",
     )
     .unwrap();
     assert_eq!(
@@ -64,6 +64,7 @@ fn each_word_sets_its_field() {
             watchdog: Some(20),
             recapture: false,
             encrypt: Encrypt::Tpm { pcrs: vec![0, 7] },
+            rollback: Rollback::Off,
             resume: false,
         }
     );
@@ -91,6 +92,25 @@ fn encrypt_words() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("tpm, tpm:PCR+PCR"), "{e}");
+}
+
+#[test]
+fn rollback_words_and_what_auto_means() {
+    for r in Rollback::ALL {
+        assert_eq!(Rollback::parse(r.word()), Some(r));
+    }
+    assert_eq!(Rollback::parse("yes"), None);
+    let tpm = Encrypt::Tpm { pcrs: vec![] };
+    assert!(Rollback::Auto.on(&tpm));
+    assert!(Rollback::Auto.on(&Encrypt::Tpm { pcrs: vec![7] }));
+    assert!(!Rollback::Auto.on(&Encrypt::KeyFile));
+    assert!(!Rollback::Auto.on(&Encrypt::Off));
+    assert!(Rollback::Tpm.on(&Encrypt::Off));
+    assert!(!Rollback::Off.on(&tpm));
+    let e = BootParams::parse("snapboot.rollback=on")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("auto, tpm or off"), "{e}");
 }
 
 #[test]
@@ -358,6 +378,7 @@ prop_compose! {
         watchdog in proptest::option::of(1u32..600),
         recapture in any::<bool>(),
         resume in any::<bool>(),
+        rollback in proptest::sample::select(Rollback::ALL.to_vec()),
         encrypt in prop_oneof![
             Just(Encrypt::Off),
             Just(Encrypt::KeyFile),
@@ -398,6 +419,7 @@ prop_compose! {
             watchdog,
             recapture,
             encrypt,
+            rollback,
             resume,
         }
     }

@@ -77,6 +77,10 @@ pub enum Refusal {
     /// Encrypted with a key this device does not have (TPM cleared or replaced, store moved,
     /// key changed): only a new capture under the device's key helps.
     Key,
+    /// Older than the newest image of its name this device accepted (its rollback counter
+    /// value is below the TPM's), or without the counter value this device requires: an
+    /// older copy of the store written back. A new capture fixes it.
+    Rollback,
     /// Anything else (the store or the kernel cannot do it now).
     Other,
 }
@@ -91,6 +95,7 @@ impl Refusal {
             Refusal::Damaged => "damaged",
             Refusal::Untrusted => "untrusted",
             Refusal::Key => "key",
+            Refusal::Rollback => "rollback",
             Refusal::Other => "other",
         }
     }
@@ -494,9 +499,12 @@ pub fn recapture_after(
     policy: RecapturePolicy,
 ) -> Recapture {
     let changed = held == Held::Nothing
-        || refused
-            .iter()
-            .any(|r| matches!(r.kind, Refusal::Changed | Refusal::Stale | Refusal::Key));
+        || refused.iter().any(|r| {
+            matches!(
+                r.kind,
+                Refusal::Changed | Refusal::Stale | Refusal::Key | Refusal::Rollback
+            )
+        });
     let looped = refused.iter().any(|r| r.kind == Refusal::CrashLoop);
     match (changed && !looped && !policy.signed_only, policy.allowed) {
         (false, _) => Recapture::No,
@@ -550,7 +558,9 @@ mod tests {
             "{text}"
         );
         use Refusal::*;
-        for kind in [Changed, Stale, CrashLoop, Damaged, Untrusted, Key, Other] {
+        for kind in [
+            Changed, Stale, CrashLoop, Damaged, Untrusted, Key, Rollback, Other,
+        ] {
             assert_eq!(
                 serde_json::to_string(&kind).unwrap(),
                 format!("\"{}\"", kind.word())

@@ -292,7 +292,10 @@ fn carry_out(
                 boot_setup,
                 images,
                 public_key: None,
-                key: crate::devicekey::KeyConfig::new(params.encrypt.clone()),
+                key: crate::devicekey::KeyConfig::with_rollback(
+                    params.encrypt.clone(),
+                    params.rollback,
+                ),
                 attempts: params.attempts,
                 watchdog: params.watchdog,
                 started: Some(started),
@@ -528,7 +531,7 @@ pub fn capture_options(p: &BootParams, store: &StoreAddress) -> CaptureOptions {
     o.dedupe = p.dedupe;
     o.pin = p.pin;
     o.pm_times = p.pm_times;
-    o.key = crate::devicekey::KeyConfig::new(p.encrypt.clone());
+    o.key = crate::devicekey::KeyConfig::with_rollback(p.encrypt.clone(), p.rollback);
     o
 }
 

@@ -104,6 +104,9 @@ pub enum CaptureError {
     /// The device key the image is to be encrypted with is not at hand.
     #[error("refusing to capture an encrypted image")]
     Key(#[source] crate::devicekey::DeviceKeyError),
+    /// The image's rollback counter cannot be raised: an image without it would be refused.
+    #[error("refusing to capture an image without rollback protection")]
+    Rollback(#[source] crate::rollback::RollbackError),
     /// A writable, block-backed filesystem is mounted.
     #[error(
         "refusing to capture: {device} ({fstype}) is mounted read-write on {target}; its \
@@ -414,6 +417,11 @@ fn take_image(
     // Unlocked only now: the memory the image holds never held the key.
     let unlocked =
         crate::devicekey::unlock_for_capture(&mut store, &o.key).map_err(CaptureError::Key)?;
+    // Raised before the commit: from here on every older image of this name is refused.
+    let stamp = match o.key.rollback {
+        true => Some(crate::rollback::advance(&o.key, &o.image).map_err(CaptureError::Rollback)?),
+        false => None,
+    };
     let opts = flashstore::WriteOptions {
         compression: o.compression,
         dedupe: o
@@ -432,6 +440,7 @@ fn take_image(
             swap,
             (devsys::system::resume_entry(), devsys::system::boot_path()),
         )
+        .map(|d| d.with_rollback(stamp))
     })?;
     let generation = c.image.generation;
     let st = c.image.stats;
@@ -447,6 +456,12 @@ fn take_image(
     );
     if let Some(u) = &unlocked {
         stored.push_str(&format!(", encrypted with {u}"));
+    }
+    if let Some(st) = stamp {
+        stored.push_str(&format!(
+            ", rollback counter {:#010x} at {}",
+            st.counter, st.value
+        ));
     }
     if let Some(k) = &o.sign_key {
         let key = imagekey::SecretKey::load(k).map_err(StoreUseError::from)?;

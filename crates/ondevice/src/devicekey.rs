@@ -126,11 +126,15 @@ impl std::fmt::Display for Unlocked {
     }
 }
 
-/// Where the device key comes from, as configured.
+/// Where the device key comes from, as configured, and whether the TPM keeps the images'
+/// rollback counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyConfig {
     /// `snapboot.encrypt=`.
     pub encrypt: Encrypt,
+    /// `snapboot.rollback=` in effect: captures raise their image's TPM counter, and every
+    /// image restored must carry its value ([`crate::rollback`]).
+    pub rollback: bool,
     /// The key file `snapboot.encrypt=key` reads.
     pub key_file: PathBuf,
     /// The TPM device (`None`: `/dev/tpmrm0`, else `/dev/tpm0`).
@@ -138,9 +142,16 @@ pub struct KeyConfig {
 }
 
 impl KeyConfig {
-    /// The configuration `encrypt` asks for, with the standard paths.
+    /// The configuration `encrypt` asks for, with the standard paths and the default
+    /// rollback protection.
     pub fn new(encrypt: Encrypt) -> Self {
+        Self::with_rollback(encrypt, bootparams::Rollback::Auto)
+    }
+
+    /// The configuration `encrypt` and `rollback` ask for, with the standard paths.
+    pub fn with_rollback(encrypt: Encrypt, rollback: bootparams::Rollback) -> Self {
         KeyConfig {
+            rollback: rollback.on(&encrypt),
             encrypt,
             key_file: PathBuf::from(DEVICE_KEY_FILE),
             tpm: None,
@@ -148,11 +159,16 @@ impl KeyConfig {
     }
 
     fn open_tpm(&self) -> Result<Tpm<DeviceTransport>, DeviceKeyError> {
+        self.tpm_device().map_err(DeviceKeyError::NoTpm)
+    }
+
+    /// The configured TPM.
+    pub fn tpm_device(&self) -> Result<Tpm<DeviceTransport>, TpmError> {
         let t = match &self.tpm {
             Some(p) => DeviceTransport::open_path(p),
             None => DeviceTransport::open(),
         };
-        t.map(Tpm::new).map_err(DeviceKeyError::NoTpm)
+        t.map(Tpm::new)
     }
 }
 

@@ -24,6 +24,7 @@ pub mod markers;
 pub mod memory;
 pub mod profile;
 pub mod resume;
+pub mod rollback;
 pub mod settings;
 pub mod status;
 pub mod store;

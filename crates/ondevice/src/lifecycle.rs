@@ -263,7 +263,11 @@ fn not_complete_reason(status: &str, stderr: &str, failed: &[String]) -> String 
 /// `snapboot invalidate`: marks every image now on the store stale (after an update), so
 /// the next boot does not try them and captures a new one. Returns the generation they
 /// were marked through. The store is looked for as the disks are now, never waited for.
-pub fn invalidate(store: &CommandStore) -> Result<u64, LifecycleError> {
+///
+/// Where this device's TPM keeps an image's rollback counter, it is raised too: a stale
+/// image is then refused as a rollback even if an older copy of the store (whose boot log
+/// does not say stale) is written back. Returns the images whose counter was raised.
+pub fn invalidate(store: &CommandStore) -> Result<(u64, Vec<String>), LifecycleError> {
     let (mut s, at) = store.open(true)?;
     let through = s.generation();
     s.update_boot_log(|log| log.stale_through = through)
@@ -271,7 +275,9 @@ pub fn invalidate(store: &CommandStore) -> Result<u64, LifecycleError> {
             store: at.to_string(),
             source,
         })?;
-    Ok(through)
+    let names: Vec<String> = s.images().iter().map(|r| r.name.clone()).collect();
+    drop(s);
+    Ok((through, crate::rollback::raise_kept(&names)))
 }
 
 /// The status of this boot, when it plans a re-capture at the ready point.

@@ -159,18 +159,23 @@ pub struct FlashSource<'s, M: Medium> {
     store: &'s flashstore::Store<M>,
     reader: Option<flashstore::ImageReader<'s, M>>,
     observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+    tpm: Option<&'s crate::devicekey::KeyConfig>,
 }
 
 impl<'s, M: Medium> FlashSource<'s, M> {
-    /// A source over `store`, observing this boot with `observe`.
+    /// A source over `store`, observing this boot with `observe`, reading rollback counters
+    /// from the TPM `tpm` configures (`None`: this is not the device, and a stamped image
+    /// is refused).
     pub fn new(
         store: &'s flashstore::Store<M>,
         observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+        tpm: Option<&'s crate::devicekey::KeyConfig>,
     ) -> Self {
         FlashSource {
             store,
             reader: None,
             observe,
+            tpm,
         }
     }
 
@@ -203,6 +208,15 @@ impl<M: Medium> admission::ImageSource for FlashSource<'_, M> {
                 .map_err(|e| Refused::SwapRegion(format!("reading the {what} at byte {at}: {e}")))
         })
     }
+
+    fn rollback_counter(&mut self, counter: u32) -> Result<Option<u64>, String> {
+        match self.tpm {
+            Some(cfg) => crate::rollback::read(cfg, counter),
+            None => Err(format!(
+                "counter {counter:#010x} is the device's TPM's, and this check runs elsewhere"
+            )),
+        }
+    }
 }
 
 /// Admits `candidate` of `store` by the one rule, and checks its stream header as the
@@ -213,8 +227,9 @@ pub fn admit_image<'s, M: Medium>(
     candidate: Candidate<'_>,
     rules: &Rules<'_>,
     observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
+    tpm: Option<&'s crate::devicekey::KeyConfig>,
 ) -> Result<(flashstore::ImageReader<'s, M>, Admitted), Refused> {
-    let mut src = FlashSource::new(store, observe);
+    let mut src = FlashSource::new(store, observe, tpm);
     let admitted = admission::admit(&mut src, candidate, store.catalog(), rules)?;
     let reader = src.into_reader().expect("admit read the page list");
     Ok((reader, admitted))
@@ -231,7 +246,7 @@ pub fn check_image<'s, M: Medium>(
     rules: &Rules<'_>,
     observe: &'s mut dyn FnMut(&Binding) -> Result<Binding, Refused>,
 ) -> Result<u64, Refused> {
-    let (mut reader, _) = admit_image(store, candidate, rules, observe)?;
+    let (mut reader, _) = admit_image(store, candidate, rules, observe, None)?;
     let pages = reader.pages();
     let mut read = 0u64;
     loop {
@@ -457,6 +472,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
             log: (&log, o.attempts),
             trust: &trust,
             expected: &expected,
+            rollback: o.key.rollback,
         };
         let loaded = match &no_key {
             Some(why) => Err(Refused::DeviceKey(why.clone())),
@@ -546,7 +562,7 @@ fn load_flash_image(
     let candidate = Candidate::Image(rec);
     let t = Instant::now();
     let mut observe = |image: &Binding| observe_running(image, o);
-    let (mut reader, admitted) = admit_image(store, candidate, rules, &mut observe)?;
+    let (mut reader, admitted) = admit_image(store, candidate, rules, &mut observe, Some(&o.key))?;
     let trusted = admitted.trusted;
     print_marker(
         Marker::ResumeBound,

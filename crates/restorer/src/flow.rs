@@ -273,6 +273,10 @@ pub(crate) fn restore_from<S: Disks>(
             log: (log, limit),
             trust: &run.trust,
             expected: &run.expected,
+            // No TPM here: an image stamped with a rollback counter is refused when its stamp
+            // cannot be read (`ImageSource::rollback_counter`'s default), unstamped ones are
+            // judged as everywhere else.
+            rollback: false,
         };
         let chosen = match image::check(disks, at, store, candidate, &run, &rules) {
             Ok(c) => c,

@@ -498,6 +498,7 @@ mod tests {
             log: (&log, bootstatus::DEFAULT_ATTEMPTS),
             trust: &run.trust,
             expected: &run.expected,
+            rollback: false,
         };
         check(&mut disks, 1, &s, candidate, run, &rules)
     }

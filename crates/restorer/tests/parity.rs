@@ -177,6 +177,7 @@ fn resume(boot: &Boot) -> Outcome {
         log: (&log, bootstatus::DEFAULT_ATTEMPTS),
         trust: &trust,
         expected: &expected,
+        rollback: false,
     };
     let mut refused = Vec::new();
     for c in &candidates {
@@ -228,6 +229,7 @@ fn restorer(boot: &Boot) -> Outcome {
         log: record.guard(),
         trust: &run.trust,
         expected: &run.expected,
+        rollback: false,
     };
     let candidates: Vec<Candidate> = store.candidates(&boot.wanted);
     let mut refused = Vec::new();

@@ -186,11 +186,19 @@ pub fn invalidate(a: InvalidateArgs) -> Result<ExitCode> {
         Err(e) if a.if_configured && e.is_unconfigured() => return Ok(Exit::Success.into()),
         chosen => chosen.context("images not marked stale")?,
     };
-    let through = ondevice::lifecycle::invalidate(&store).context("images not marked stale")?;
+    let (through, raised) =
+        ondevice::lifecycle::invalidate(&store).context("images not marked stale")?;
     println!(
         "images on {store} up to store generation {through} are stale: the next boot boots \
          cold and captures a new image at its ready point"
     );
+    if !raised.is_empty() {
+        println!(
+            "rollback counters raised in the TPM for {}: an older copy of the store written \
+             back is refused too",
+            raised.join(", ")
+        );
+    }
     Ok(Exit::Success.into())
 }
 

@@ -21,7 +21,9 @@ use thiserror::Error;
 /// 4: the binding's boot setup is the initramfs's manifest, file by file
 /// ([`crate::listing`]; binding encoding 2).
 /// 5: the memory layout carries the EFI runtime map ([`crate::EfiRuntimeRegion`]).
-pub const DESCRIPTION_VERSION: u32 = 6;
+/// 6: the arm64 resume entry and the boot path.
+/// 7: the rollback counter's value at capture ([`RollbackStamp`]).
+pub const DESCRIPTION_VERSION: u32 = 7;
 /// Room for the binding record: a manifest of a few thousand files fits (it is bounded by
 /// [`crate::binding::MAX_MANIFEST_FILES`] too).
 const BINDING_ROOM: usize = 1 << 20;
@@ -70,6 +72,20 @@ pub struct Description {
     /// whether the kernel has EFI; `None` elsewhere): a restorer started another way
     /// refuses the image.
     pub boot_path: Option<String>,
+    /// The TPM counter the capture raised and the value it raised it to (`None`: captured
+    /// without rollback protection).
+    pub rollback: Option<RollbackStamp>,
+}
+
+/// Where an image stands in its name's line of captures: each capture with rollback
+/// protection raises a TPM NV counter and records the new value here, so an image whose
+/// value is below the counter is an older copy of the store written back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackStamp {
+    /// The counter's NV index.
+    pub counter: u32,
+    /// The counter's value right after this capture raised it.
+    pub value: u64,
 }
 
 impl Description {
@@ -98,7 +114,13 @@ impl Description {
             swap,
             resume_entry,
             boot_path,
+            rollback: None,
         })
+    }
+
+    /// The same, stamped with the rollback counter's value.
+    pub fn with_rollback(self, rollback: Option<RollbackStamp>) -> Self {
+        Description { rollback, ..self }
     }
 
     /// Its bytes.
@@ -180,7 +202,11 @@ mod tests {
                 s,
                 (Some(0x410f_d038), Some("U-Boot 2023.01, booti".into())),
             )
-            .unwrap();
+            .unwrap()
+            .with_rollback(Some(RollbackStamp {
+                counter: 0x0181_2345,
+                value: 1 << 40,
+            }));
             let back = Description::decode(&d.encode()).unwrap();
             assert_eq!(back, d);
             assert_eq!(back.binding().unwrap(), None);
@@ -194,10 +220,10 @@ mod tests {
         let mut d = Description::new(identity(), 0, None, 1, None, (None, None)).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 6"), "{e}");
+        assert!(e.contains("version 1, this snapboot reads 7"), "{e}");
         // Version 2 had no memory layout, version 4 no EFI runtime map, version 5 no resume
-        // entry: named by their version, not as garbage.
-        for old in [2, 4, 5] {
+        // entry, version 6 no rollback stamp: named by their version, not as garbage.
+        for old in [2, 4, 5, 6] {
             d.version = old;
             let e = Description::decode(&d.encode()).unwrap_err();
             assert!(

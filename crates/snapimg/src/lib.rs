@@ -35,7 +35,7 @@ pub mod verity;
 pub use binding::{
     bound_cmdline, hex, Binding, BindingError, BindingMismatch, BootSetup, BoundDevice, Difference,
 };
-pub use description::{Description, DescriptionError, DESCRIPTION_VERSION};
+pub use description::{Description, DescriptionError, RollbackStamp, DESCRIPTION_VERSION};
 pub use identity::{Identity, Incompat};
 pub use kstream::{
     collect_stream, synthetic_stream, ArchRecord, Page, PageCount, PageKind, PageProducer, Pfn,

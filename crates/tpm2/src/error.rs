@@ -92,6 +92,16 @@ pub enum TpmError {
     /// A PCR index outside the SHA-256 bank's 0..=23.
     #[error("PCR {pcr} does not exist (PCRs are 0 to 23)")]
     PcrIndex { pcr: u32 },
+    /// An NV index outside the owner's range.
+    #[error(
+        "NV index {index:#010x} is not an owner index ({:#010x} to {:#010x})",
+        crate::marshal::NV_OWNER_FIRST,
+        crate::marshal::NV_OWNER_LAST
+    )]
+    NvIndex { index: u32 },
+    /// A counter just incremented reads as undefined.
+    #[error("{counter} reads as undefined right after it was incremented")]
+    CounterLost { counter: crate::marshal::NvCounter },
     /// A response larger than this crate accepts.
     #[error("{command}: response of {len} bytes, more than {MAX_RESPONSE}")]
     ResponseTooLarge { command: CommandCode, len: usize },
@@ -118,9 +128,10 @@ impl TpmError {
             }
             (_, rc::RC_LOCKOUT) => TpmError::Lockout { command, rc },
             (_, rc::RC_INITIALIZE) => TpmError::NotStarted { command, rc },
-            (CommandCode::CreatePrimary, rc::RC_AUTH_FAIL | rc::RC_BAD_AUTH) => {
-                TpmError::OwnerAuth { command, rc }
-            }
+            (
+                CommandCode::CreatePrimary | CommandCode::NvDefineSpace,
+                rc::RC_AUTH_FAIL | rc::RC_BAD_AUTH,
+            ) => TpmError::OwnerAuth { command, rc },
             _ => TpmError::Command { command, rc },
         }
     }

@@ -67,6 +67,9 @@ pub enum CommandCode {
     PcrExtend,
     GetCapability,
     GetRandom,
+    NvDefineSpace,
+    NvIncrement,
+    NvRead,
 }
 
 impl CommandCode {
@@ -84,6 +87,9 @@ impl CommandCode {
             CommandCode::PcrRead => 0x17E,
             CommandCode::PolicyPcr => 0x17F,
             CommandCode::PcrExtend => 0x182,
+            CommandCode::NvDefineSpace => 0x12A,
+            CommandCode::NvIncrement => 0x134,
+            CommandCode::NvRead => 0x14E,
         }
     }
 
@@ -101,6 +107,9 @@ impl CommandCode {
             CommandCode::PcrExtend => "TPM2_PCR_Extend",
             CommandCode::GetCapability => "TPM2_GetCapability",
             CommandCode::GetRandom => "TPM2_GetRandom",
+            CommandCode::NvDefineSpace => "TPM2_NV_DefineSpace",
+            CommandCode::NvIncrement => "TPM2_NV_Increment",
+            CommandCode::NvRead => "TPM2_NV_Read",
         }
     }
 }
@@ -108,6 +117,38 @@ impl CommandCode {
 impl fmt::Display for CommandCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The first NV index of the owner's range.
+pub const NV_OWNER_FIRST: u32 = 0x0180_0000;
+/// The last NV index of the owner's range.
+pub const NV_OWNER_LAST: u32 = 0x01BF_FFFF;
+
+/// An NV counter's index, in the owner's range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NvCounter(u32);
+
+impl NvCounter {
+    /// The counter at `index`, which must be an owner NV index (else `Err(index)`; the
+    /// error is `TpmError::NvIndex`).
+    pub fn new(index: u32) -> Result<Self, u32> {
+        if (NV_OWNER_FIRST..=NV_OWNER_LAST).contains(&index) {
+            Ok(NvCounter(index))
+        } else {
+            Err(index)
+        }
+    }
+
+    /// Its NV index.
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for NvCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NV counter {:#010x}", self.0)
     }
 }
 

@@ -248,7 +248,7 @@ impl<T: Transport> Tpm<T> {
 
     /// Sends one command and hands the parsed areas of its successful response to `parse`.
     /// `pcrs` names the PCRs at stake, for the error message of a policy failure.
-    fn call<R>(
+    pub(crate) fn call<R>(
         &mut self,
         command: CommandCode,
         cmd: &[u8],

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
-use tpm2::{HandleKind, SealedBlob, TcpTransport, Tpm, TpmError};
+use tpm2::{HandleKind, NvCounter, SealedBlob, TcpTransport, Tpm, TpmError};
 
 const KEY: [u8; 32] = *b"snapboot device key, 32 bytes!!!";
 
@@ -353,4 +353,49 @@ fn seal_and_unseal_timings() {
         assert!(u < Duration::from_secs(2), "unseal median {u:?}");
     }
     assert_nothing_loaded(&mut tpm, "the timing runs");
+}
+
+#[test]
+fn a_counter_starts_undefined_only_goes_up_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Swtpm::start(dir.path());
+    let a = NvCounter::new(0x0181_0001).unwrap();
+    let b = NvCounter::new(0x0181_0002).unwrap();
+    let (after_two, b_value) = {
+        let mut tpm = first.tpm();
+        assert_eq!(
+            tpm.counter_read(a).unwrap(),
+            None,
+            "a new TPM has no counter"
+        );
+        let one = tpm.counter_increment(a).unwrap();
+        assert_eq!(tpm.counter_read(a).unwrap(), Some(one));
+        let two = tpm.counter_increment(a).unwrap();
+        assert_eq!(two, one + 1);
+        // Another index is another counter.
+        assert_eq!(tpm.counter_read(b).unwrap(), None);
+        let b_value = tpm.counter_increment(b).unwrap();
+        assert_eq!(tpm.counter_read(a).unwrap(), Some(two));
+        assert_nothing_loaded(&mut tpm, "counters");
+        (two, b_value)
+    };
+    let again = Swtpm::start(&first.stop());
+    let mut tpm = again.tpm();
+    assert_eq!(tpm.counter_read(a).unwrap(), Some(after_two));
+    assert_eq!(tpm.counter_read(b).unwrap(), Some(b_value));
+    assert_eq!(tpm.counter_increment(a).unwrap(), after_two + 1);
+}
+
+#[test]
+fn another_tpm_has_none_of_this_ones_counters() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let c = NvCounter::new(0x0181_0003).unwrap();
+    Swtpm::start(dir_a.path())
+        .tpm()
+        .counter_increment(c)
+        .unwrap();
+    assert_eq!(
+        Swtpm::start(dir_b.path()).tpm().counter_read(c).unwrap(),
+        None
+    );
 }

@@ -309,6 +309,26 @@ fn run_with_tpm(bundle: &Path, store: &Path, tpm: &Path, probe: &[&str]) -> Stri
     so
 }
 
+/// The `@fallback` line of a console: every image was refused.
+fn fallback_of(console: &str) -> &str {
+    console
+        .lines()
+        .find(|l| l.contains("@fallback"))
+        .unwrap_or_else(|| panic!("no fallback:\n{console}"))
+}
+
+/// The rollback counter and value a capture's console says it stamped its image with.
+fn rollback_stamp(console: &str) -> (String, u64) {
+    let at = console
+        .split_once(", rollback counter ")
+        .unwrap_or_else(|| panic!("no rollback counter in the capture:\n{console}"))
+        .1;
+    let mut words = at.split([' ', ',', '\n']);
+    let counter = words.next().unwrap().to_string();
+    assert_eq!(words.next(), Some("at"), "{at}");
+    (counter, words.next().unwrap().trim().parse().unwrap())
+}
+
 /// The probe line of the TPM driver, the stock kernel's and the restore kernel's alike.
 const TPM2_PROBED: &str = "tpm_tis MSFT0101:00: 2.0 TPM";
 
@@ -318,7 +338,8 @@ const TPM2_PROBED: &str = "tpm_tis MSFT0101:00: 2.0 TPM";
 /// in DIR. The image restores on the restore kernel with that TPM; on a board with another
 /// TPM (cleared, replaced, the store moved) it is refused with the TPM's reason and the
 /// board boots cold; the next capture there makes a new key, sealed to the new TPM, which
-/// replaces the store's key slot, and its image restores.
+/// replaces the store's key slot, and its image restores. An older copy of the store written
+/// back after a newer capture is refused as a rollback (the TPM's counter moved past it).
 #[test]
 fn both_kernels_see_the_tpm_and_a_key_sealed_to_it_restores_there_only_and_a_new_tpm_gets_a_new_key(
 ) {
@@ -331,7 +352,8 @@ fn both_kernels_see_the_tpm_and_a_key_sealed_to_it_restores_there_only_and_a_new
         let t = tpm.to_str().unwrap();
         crate::common::board_capture(&b, &store, &["--tpm", t, "--encrypt", "tpm", "--console"])
     };
-    let so = capture(&tpm_a);
+    let first_capture = capture(&tpm_a);
+    let so = first_capture.as_str();
     assert!(so.contains("encrypted with new device key"), "{so}");
     assert!(
         so.contains(TPM2_PROBED),
@@ -368,12 +390,40 @@ fn both_kernels_see_the_tpm_and_a_key_sealed_to_it_restores_there_only_and_a_new
     );
     assert!(after.contains("probe_answered"), "{so}");
 
+    // Rollback protection (on by default with a TPM-sealed key): a copy of the store taken
+    // now, written back after a newer capture, is refused as a rollback and boots cold.
+    let older = dir.path().join("older.store");
+    let cp = |from: &Path, to: &Path| {
+        let st = std::process::Command::new("cp")
+            .args(["--sparse=always", "-f"])
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    cp(&store, &older);
+    let (counter, old_value) = rollback_stamp(&first_capture);
+    let so = capture(&tpm_a);
+    let (again, new_value) = rollback_stamp(&so);
+    assert_eq!(counter, again, "one image name, one counter");
+    assert!(new_value > old_value, "{old_value} then {new_value}");
+    cp(&older, &store);
+    let so = run_with_tpm(&b, &store, &tpm_a, &["--probe"]);
+    let fallback = fallback_of(&so);
+    assert!(
+        fallback.contains(&format!(
+            "rollback: the image was captured at {counter} value {old_value}, and this \
+             device's TPM counter is at {new_value}"
+        )),
+        "{fallback}"
+    );
+    assert!(!so.contains("snapboot: @restored"), "{so}");
+    cp(&older, &store);
+
     // Another TPM: the key does not unseal; every image refused with why; a cold boot.
     let so = run_with_tpm(&b, &store, &tpm_b, &["--probe"]);
-    let fallback = so
-        .lines()
-        .find(|l| l.contains("@fallback"))
-        .unwrap_or_else(|| panic!("no fallback:\n{so}"));
+    let fallback = fallback_of(&so);
     assert!(
         fallback.contains(&format!(
             "this TPM cannot unseal the store's device key {id_a}"
