@@ -2,7 +2,7 @@
 SNAPBOOT := target/x86_64-unknown-linux-gnu/release/snapboot
 export SNAPBOOT_HOME ?= $(CURDIR)/.snapboot
 
-APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap swtpm ovmf grub-efi-amd64-bin mtools dosfstools
+APT_PACKAGES := qemu-system-x86 busybox-static cpio squashfs-tools python3 xz-utils util-linux chromium mmdebstrap swtpm ovmf grub-efi-amd64-bin mtools dosfstools rauc
 # The arm64 board: its emulator and firmware (U-Boot), the tools that make its partitioned
 # boot disk, the cross build of its device binary (Debian's Rust with the arm64 standard
 # library: rustup here has x86_64 only), and qemu-user for the arm64 Debian root's own

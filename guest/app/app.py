@@ -434,6 +434,24 @@ def run_device_cmd(var):
     return str(r.returncode)
 
 
+DEVICE_DIR = "/usr/lib/snapboot-board/device.d"
+DEVICE_NAME = re.compile(r"^[a-z0-9-]+$")
+
+
+def run_device_query(name):
+    """`device NAME`: runs DEVICE_DIR/NAME (the board's device queries: a RAUC slot, GRUB's
+    environment, an install), passing its output through line by line, and answers
+    `device NAME exit N`; a badly named or absent query answers exit 127 without running."""
+    path = os.path.join(DEVICE_DIR, name)
+    if not DEVICE_NAME.fullmatch(name) or not os.access(path, os.X_OK):
+        return f"device {name} exit 127"
+    r = subprocess.run([path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, errors="replace")
+    for line in r.stdout.splitlines():
+        say(line)
+    return f"device {name} exit {r.returncode}"
+
+
 def notify_ready():
     """Under systemd (Type=notify, $NOTIFY_SOCKET set): tells the service manager the
     application is ready, so units ordered after it (snapboot's capture) start now."""
@@ -645,6 +663,8 @@ def serve(st):
                 # power-off: $APP_NEXT_BOOT_CMD (the `debian` workload: `snapboot capture
                 # --next-boot` with the ESP mounted, then a power-off).
                 out = f"next-boot {run_device_cmd('APP_NEXT_BOOT_CMD')}"
+            elif cmd == "device" and arg:
+                out = run_device_query(arg)
             elif cmd == "system" and not arg:
                 out = system_state()
             elif cmd == "journal" and arg:

@@ -13,6 +13,7 @@ pub mod bootdisk;
 pub mod capture;
 pub mod partdisk;
 pub mod qemu;
+pub mod rauc;
 pub mod restorer_boot;
 pub mod run_options;
 #[cfg(any(test, feature = "testutil"))]

@@ -11,6 +11,11 @@
 //!                                             |  grub/grub.cfg grub/grubenv |          |                 |             |
 //!                                             |  snapboot-restore-kernel    |          |                 |             |
 //!                                             |  bundle.id                  |          |                 |             |
+//!                                        an A/B disk ([`ensure_ab_disk`]) goes on after partition 4:
+//!                                             | 5 root-b            | 6 rauc-update (FAT32) |
+//!                                             |  slot B's root: zero |  update.raucb: the    |
+//!                                             |  until RAUC installs |  RAUC bundle          |
+//!                                             |  an update into it   |  (`crate::rauc`)      |
 //!                                        virtio disk 1… the run's extra disks
 //! ```
 //!
@@ -39,11 +44,21 @@
 //! capture onto an older one makes it anew (a new installation), a snapshot boot refuses it.
 //! A run without a store boots the bundle's disk, which has no store partition.
 //!
-//! The files are put on the FAT partition with mtools (`mcopy -i disk@@offset`): no mounts.
+//! An A/B disk ([`ensure_ab_disk`]) is a store disk with two partitions more, for RAUC
+//! (`crate::rauc`): slot B's root ([`ROOT_B_NAME`], [`ROOT_B_PARTITION`]; slot A's is
+//! partition 2) and the update's ([`UPDATE_NAME`]). A run on it writes RAUC's slot selection
+//! as grub.cfg ([`grub_cfg_ab`]): GRUB picks the slot from `ORDER`, `A_OK`/`A_TRY`,
+//! `B_OK`/`B_TRY` in the grubenv, which RAUC's grub backend edits in the running root. Its
+//! images are the re-captures of each slot's cold boot, named by the slot's entry; a capture
+//! run, the restore kernel and the EFI restorer are refused there ([`AbRefusal`]).
+//!
+//! The files are put on the FAT partitions with mtools (`mcopy -i disk@@offset`): no mounts.
 
 use crate::partdisk::{format_store_in, gpt_disk, DiskError, GptPartition, Placed};
-use crate::run_options::{kernel_cmdline, virtio_disks, RunOptions};
+pub use crate::rauc::grub_cfg_ab;
+use crate::run_options::{kernel_cmdline, virtio_disks, KernelImage, RunOptions};
 use bundle::bundle::Bundle;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -106,6 +121,21 @@ pub const NORMAL_ENTRY: &str = "snapboot";
 pub const CAPTURE_ENTRY: &str = "snapboot-capture";
 /// GRUB's entries as shipped (installed by `snapboot install` as /etc/grub.d/42_snapboot).
 pub const GRUB_SNIPPET: &str = include_str!("../../../guest/grub/42_snapboot");
+/// GRUB's environment on the ESP (`load_env`, `save_env`; RAUC's `grubenv=`).
+const GRUBENV: &str = "::/grub/grubenv";
+/// The run's grub.cfg on the ESP.
+const GRUB_CFG: &str = "::/grub/grub.cfg";
+/// Slot B's root partition's name on an A/B disk: its presence makes a disk A/B.
+pub const ROOT_B_NAME: &str = "root-b";
+/// Slot B's root partition as the kernel sees it (slot A's is [`ROOT_PARTITION`]).
+pub const ROOT_B_PARTITION: &str = crate::rauc::SLOTS[1].root;
+/// The name of an A/B disk's partition holding the RAUC bundle (FAT32, [`UPDATE_FILE`]).
+pub const UPDATE_NAME: &str = "rauc-update";
+/// The RAUC bundle on the update partition.
+pub const UPDATE_FILE: &str = "::/update.raucb";
+/// The grubenv an A/B disk starts with: slot A first and good, slot B never booted.
+pub const AB_GRUBENV: [&str; 5] = ["ORDER=A B", "A_OK=1", "A_TRY=0", "B_OK=0", "B_TRY=0"];
+const MIB: u64 = 1 << 20;
 
 /// Why the UEFI board could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -138,13 +168,23 @@ pub enum UefiError {
         /// The bundle's.
         want: String,
     },
-    /// The disk has no store partition.
-    #[error("{} has no partition named {STORE_NAME}: {reason}", disk.display())]
-    NoStorePartition {
+    /// The disk has no partition of that name (the store's, slot B's, the update's).
+    #[error("{} has no partition named {name}: {reason}", disk.display())]
+    NoPartition {
         /// The PC's disk.
         disk: PathBuf,
+        /// The partition's name.
+        name: String,
         /// What its table says.
         reason: String,
+    },
+    /// A run an A/B disk does not take.
+    #[error("{} is an A/B disk (it has a partition named {ROOT_B_NAME}): {refusal}", disk.display())]
+    AbRun {
+        /// The PC's disk.
+        disk: PathBuf,
+        /// Why not.
+        refusal: AbRefusal,
     },
     /// The restore kernel's build kept no bzImage (GRUB boots that, not the vmlinux).
     #[error(
@@ -174,6 +214,41 @@ pub enum UefiError {
     },
 }
 
+/// Why a run does not boot an A/B disk ([`UefiError::AbRun`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AbRefusal {
+    /// The restore kernel: out of scope on A/B (its entry is not in RAUC's slot selection).
+    #[error(
+        "its grub.cfg is RAUC's slot selection, which boots each slot's stock kernel: \
+         the restore kernel is not supported there"
+    )]
+    RestoreKernel,
+    /// The EFI restorer: likewise.
+    #[error(
+        "its grub.cfg is RAUC's slot selection, which boots each slot's stock kernel: \
+         the EFI restorer is not supported there"
+    )]
+    Restorer,
+    /// A capture run: a slot's image is the re-capture of its cold boot.
+    #[error(
+        "a capture run has no capture entry there: each slot's image is the re-capture of \
+         its cold boot (recapture on, the run without `{capture}`)",
+        capture = bootparams::key::CAPTURE
+    )]
+    Capture,
+    /// The disk carries another build of the bundle.
+    #[error(
+        "it carries another build of the bundle ({have}; the bundle is {want}): make it \
+         again (`ensure_ab_disk`)"
+    )]
+    Stale {
+        /// The build it carries.
+        have: String,
+        /// The bundle's.
+        want: String,
+    },
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UefiError + '_ {
     move |source| UefiError::Io {
         path: path.to_path_buf(),
@@ -189,18 +264,46 @@ fn tool(cmd: &mut Command) -> Result<Vec<u8>, UefiError> {
     })
 }
 
-/// An mtools command on the ESP inside `disk` (`-i disk@@offset`).
-fn mtools(program: &str, disk: &Path) -> Command {
+/// An mtools command on the FAT filesystem at byte `offset` of `disk` (`-i disk@@offset`).
+fn mtools_at(program: &str, disk: &Path, offset: u64) -> Command {
     let mut c = Command::new(program);
     c.env("MTOOLS_SKIP_CHECK", "1")
         .arg("-i")
-        .arg(format!("{}@@{ESP_OFFSET}", disk.display()));
+        .arg(format!("{}@@{offset}", disk.display()));
     c
+}
+
+/// An mtools command on the ESP inside `disk`.
+fn mtools(program: &str, disk: &Path) -> Command {
+    mtools_at(program, disk, ESP_OFFSET)
+}
+
+/// Copies `src` to `dest` (`::/path`) on the FAT filesystem at byte `offset` of `disk`,
+/// replacing it.
+fn put_at(disk: &Path, offset: u64, src: &Path, dest: &str) -> Result<(), UefiError> {
+    tool(
+        mtools_at("mcopy", disk, offset)
+            .arg("-o")
+            .arg(src)
+            .arg(dest),
+    )
+    .map(|_| ())
 }
 
 /// Copies `src` to `dest` (`::/path`) on the ESP of `disk`, replacing it.
 fn put(disk: &Path, src: &Path, dest: &str) -> Result<(), UefiError> {
-    tool(mtools("mcopy", disk).arg("-o").arg(src).arg(dest)).map(|_| ())
+    put_at(disk, ESP_OFFSET, src, dest)
+}
+
+/// Makes the FAT32 filesystem image `path` of `bytes` (whole KiB) labelled `label`.
+fn fat_image(path: &Path, label: &str, bytes: u64) -> Result<(), UefiError> {
+    tool(
+        Command::new("mkfs.vfat")
+            .args(["-F", "32", "-n", label, "-C"])
+            .arg(path)
+            .arg((bytes / 1024).to_string()),
+    )
+    .map(|_| ())
 }
 
 fn need(path: &str, package: &'static str) -> Result<(), UefiError> {
@@ -281,14 +384,9 @@ fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     let root_bytes = bytes(&bundle.rootfs())?;
     let pack_bytes = bytes(&bundle.kernel_pack())?;
     let tmp = bundle.dir.join("uefi-disk.img.tmp");
-    let placed = pc_disk(&tmp, root_bytes, pack_bytes, None)?;
+    let placed = pc_disk(&tmp, root_bytes, pack_bytes, &[])?;
     let esp = w.join("esp.img");
-    tool(
-        Command::new("mkfs.vfat")
-            .args(["-F", "32", "-n", "ESP", "-C"])
-            .arg(&esp)
-            .arg((ESP_BYTES / 1024).to_string()),
-    )?;
+    fat_image(&esp, "ESP", ESP_BYTES)?;
     for (src, at) in [
         (&esp, &placed[0]),
         (&bundle.rootfs(), &placed[1]),
@@ -301,21 +399,21 @@ fn bundle_disk(bundle: &Bundle) -> Result<(PathBuf, String), UefiError> {
     put(&tmp, &grub, "::/EFI/BOOT/BOOTX64.EFI")?;
     put(&tmp, &bundle.bzimage(), "::/vmlinuz")?;
     put(&tmp, &bundle.initramfs(), "::/initrd.img")?;
-    put(&tmp, &env, "::/grub/grubenv")?;
+    put(&tmp, &env, GRUBENV)?;
     put(&tmp, &id, BUNDLE_ID)?;
     fs::rename(&tmp, &disk).map_err(io(&disk))?;
     Ok((disk, build))
 }
 
 /// Writes the PC's partition table at `path`: the ESP, the root of `root_bytes`, the kernel
-/// pack's partition of `pack_bytes`, and a store partition of `store_bytes` when given. The
-/// same sizes place the partitions at the same sectors, so the bundle's disk and every store
-/// disk made from it agree on the first three.
+/// pack's partition of `pack_bytes`, then `more` (the store; on an A/B disk slot B's root and
+/// the update after it). The same sizes place the partitions at the same sectors, so the
+/// bundle's disk and every store disk made from it agree on the first three.
 fn pc_disk(
     path: &Path,
     root_bytes: u64,
     pack_bytes: u64,
-    store_bytes: Option<u64>,
+    more: &[GptPartition],
 ) -> Result<Vec<Placed>, UefiError> {
     let mut parts = vec![
         GptPartition {
@@ -334,13 +432,7 @@ fn pc_disk(
             bytes: pack_bytes,
         },
     ];
-    if let Some(bytes) = store_bytes {
-        parts.push(GptPartition {
-            name: STORE_NAME.into(),
-            uuid: "3f9c2e4a-8b1d-4c6e-a5f7-2d8e9b0c1a3f".into(),
-            bytes,
-        });
-    }
+    parts.extend_from_slice(more);
     let placed = gpt_disk(path, &parts)?;
     tool(
         Command::new("sfdisk")
@@ -348,6 +440,47 @@ fn pc_disk(
             .arg(path)
             .args(["1", ESP_TYPE]),
     )?;
+    Ok(placed)
+}
+
+/// `path` with `.tmp` after its name: where a disk is made before it replaces `path`.
+fn tmp_beside(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
+/// Makes the PC's disk with its store at `path` (replacing any file there): the ESP of the
+/// bundle's disk `template`, the bundle's root and kernel pack, an empty store of
+/// `store_bytes` in partition 4, then the partitions `more`, left zero. Where each
+/// partition is.
+fn write_store_disk(
+    bundle: &Bundle,
+    template: &Path,
+    path: &Path,
+    store_bytes: u64,
+    more: &[GptPartition],
+) -> Result<Vec<Placed>, UefiError> {
+    let root = bundle.rootfs();
+    let root_bytes = fs::metadata(&root).map_err(io(&root))?.len();
+    let pack = bundle.kernel_pack();
+    let pack_bytes = fs::metadata(&pack).map_err(io(&pack))?.len();
+    let mut after_pack = vec![GptPartition {
+        name: STORE_NAME.into(),
+        uuid: "3f9c2e4a-8b1d-4c6e-a5f7-2d8e9b0c1a3f".into(),
+        bytes: store_bytes,
+    }];
+    after_pack.extend_from_slice(more);
+    let placed = pc_disk(path, root_bytes, pack_bytes, &after_pack)?;
+    let mut esp = fs::File::open(template).map_err(io(template))?;
+    esp.seek(SeekFrom::Start(ESP_OFFSET))
+        .map_err(io(template))?;
+    copy_into(&mut esp.take(ESP_BYTES), template, path, placed[0].offset)?;
+    for (src, at) in [(&root, &placed[1]), (&pack, &placed[2])] {
+        let mut from = fs::File::open(src).map_err(io(src))?;
+        copy_into(&mut from, src, path, at.offset)?;
+    }
+    format_store_in(path, &placed[3], STORE_LABEL)?;
     Ok(placed)
 }
 
@@ -375,30 +508,81 @@ pub fn ensure_store_disk(
             });
         }
     }
-    let root = bundle.rootfs();
-    let root_bytes = fs::metadata(&root).map_err(io(&root))?.len();
-    let mut tmp = disk.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let pack = bundle.kernel_pack();
-    let pack_bytes = fs::metadata(&pack).map_err(io(&pack))?.len();
-    let placed = pc_disk(&tmp, root_bytes, pack_bytes, Some(store_bytes))?;
-    let mut esp = fs::File::open(&template).map_err(io(&template))?;
-    esp.seek(SeekFrom::Start(ESP_OFFSET))
-        .map_err(io(&template))?;
-    copy_into(&mut esp.take(ESP_BYTES), &template, &tmp, placed[0].offset)?;
-    for (src, at) in [(&root, &placed[1]), (&pack, &placed[2])] {
-        let mut from = fs::File::open(src).map_err(io(src))?;
-        copy_into(&mut from, src, &tmp, at.offset)?;
-    }
-    format_store_in(&tmp, &placed[3], STORE_LABEL)?;
+    let tmp = tmp_beside(disk);
+    write_store_disk(bundle, &template, &tmp, store_bytes, &[])?;
     fs::rename(&tmp, disk).map_err(io(disk))
 }
 
-/// Where the store partition of the PC's disk `disk` is (`sfdisk --json`).
-pub fn store_partition(disk: &Path) -> Result<Placed, UefiError> {
-    let missing = |reason: String| UefiError::NoStorePartition {
+/// Bytes of slot B's root partition for a root of `root_bytes`: room for an update's larger
+/// root, a quarter more and at least 32 MiB more, in whole MiB.
+pub fn root_b_bytes(root_bytes: u64) -> u64 {
+    (root_bytes + (root_bytes / 4).max(32 * MIB)).div_ceil(MIB) * MIB
+}
+
+/// Bytes of the update partition for a RAUC bundle of `update_bytes`: the bundle and 16 MiB
+/// for the filesystem, at least 64 MiB, in whole MiB.
+pub fn update_partition_bytes(update_bytes: u64) -> u64 {
+    (update_bytes + 16 * MIB).max(64 * MIB).div_ceil(MIB) * MIB
+}
+
+/// Makes the A/B PC's disk at `disk` for RAUC, always anew: the store disk a capture makes
+/// ([`ensure_store_disk`]: the same partitions 1 to 4 at the same sectors, the store empty,
+/// sized for the bundle's RAM), then slot B's root ([`ROOT_B_NAME`], zero, sized by
+/// [`root_b_bytes`]) and the update partition ([`UPDATE_NAME`]: FAT32 holding `update`, the
+/// RAUC bundle, as [`UPDATE_FILE`]). Its grubenv has RAUC's variables ([`AB_GRUBENV`]).
+pub fn ensure_ab_disk(bundle: &Bundle, disk: &Path, update: &Path) -> Result<(), UefiError> {
+    let (template, _) = bundle_disk(bundle)?;
+    let bytes = |p: &Path| fs::metadata(p).map(|m| m.len()).map_err(io(p));
+    let root_b = GptPartition {
+        name: ROOT_B_NAME.into(),
+        uuid: "9d4e6f8a-2b3c-4d5e-8f6a-1b2c3d4e5f6a".into(),
+        bytes: root_b_bytes(bytes(&bundle.rootfs())?),
+    };
+    let update_part = GptPartition {
+        name: UPDATE_NAME.into(),
+        uuid: "5b7d9f1a-3c4e-4a6b-9d8e-2f3a4b5c6d7e".into(),
+        bytes: update_partition_bytes(bytes(update)?),
+    };
+    let tmp = tmp_beside(disk);
+    let store_bytes = crate::run_options::store_size(bundle.workload.mem_mib);
+    let placed = write_store_disk(bundle, &template, &tmp, store_bytes, &[root_b, update_part])?;
+    let mut env = vec!["set"];
+    env.extend(AB_GRUBENV);
+    edit_grubenv(&tmp, &env)?;
+    let near = match disk.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let work = tempfile::Builder::new()
+        .prefix("snapboot-ab-")
+        .tempdir_in(near)
+        .map_err(io(near))?;
+    let fat = work.path().join("update.img");
+    fat_image(&fat, "UPDATE", placed[5].bytes)?;
+    let mut from = fs::File::open(&fat).map_err(io(&fat))?;
+    copy_into(&mut from, &fat, &tmp, placed[5].offset)?;
+    put_update(&tmp, update)?;
+    fs::rename(&tmp, disk).map_err(io(disk))
+}
+
+/// Copies the RAUC bundle `update` onto the update partition of the A/B disk `disk`, as
+/// [`UPDATE_FILE`], replacing it.
+pub fn put_update(disk: &Path, update: &Path) -> Result<(), UefiError> {
+    let at = partition(disk, UPDATE_NAME)?;
+    put_at(disk, at.offset, update, UPDATE_FILE)
+}
+
+/// Whether `disk` is an A/B disk: it has a partition named [`ROOT_B_NAME`]. A disk whose
+/// table cannot be read is not.
+pub fn is_ab_disk(disk: &Path) -> bool {
+    partition(disk, ROOT_B_NAME).is_ok()
+}
+
+/// Where the partition named `name` of the PC's disk `disk` is (`sfdisk --json`).
+pub fn partition(disk: &Path, name: &str) -> Result<Placed, UefiError> {
+    let missing = |reason: String| UefiError::NoPartition {
         disk: disk.to_path_buf(),
+        name: name.to_string(),
         reason,
     };
     let out = tool(Command::new("sfdisk").arg("--json").arg(disk))?;
@@ -410,13 +594,18 @@ pub fn store_partition(disk: &Path) -> Result<Placed, UefiError> {
         .unwrap_or_default();
     let part = parts
         .iter()
-        .find(|p| p["name"] == STORE_NAME)
+        .find(|p| p["name"] == name)
         .ok_or_else(|| missing(format!("{} partitions", parts.len())))?;
     let sector = |k: &str| part[k].as_u64().map(|n| n * 512);
     match (sector("start"), sector("size")) {
         (Some(offset), Some(bytes)) => Ok(Placed { offset, bytes }),
         _ => Err(missing(format!("no start or size: {part}"))),
     }
+}
+
+/// Where the store partition of the PC's disk `disk` is.
+pub fn store_partition(disk: &Path) -> Result<Placed, UefiError> {
+    partition(disk, STORE_NAME)
 }
 
 /// Opens the store in the PC's disk `disk`, read-only unless `rw`: what a boot wrote there.
@@ -466,7 +655,7 @@ pub fn grub_header() -> String {
 }
 
 /// The last line of the board's grub.cfg: which entry GRUB boots, on the console.
-const GRUB_TAIL: &str = "echo \"grub: booting ${default}\"\n";
+pub(crate) const GRUB_TAIL: &str = "echo \"grub: booting ${default}\"\n";
 
 /// The restoring entry of a run besides the normal one, the default.
 #[derive(Debug, Clone, Copy)]
@@ -540,30 +729,40 @@ pub fn grub_words(cmdline: &str) -> (String, bool) {
     (words.join(" "), capture)
 }
 
+/// Runs `grub-editenv` with `args` on the host's copy of the ESP's grubenv of `disk`, and
+/// puts it back.
+fn edit_grubenv(disk: &Path, args: &[&str]) -> Result<(), UefiError> {
+    let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
+    let env = dir.path().join("grubenv");
+    tool(mtools("mcopy", disk).arg(GRUBENV).arg(&env))?;
+    tool(Command::new("grub-editenv").arg(&env).args(args))?;
+    put(disk, &env, GRUBENV)
+}
+
 /// Sets `next_entry` in the ESP's grubenv (`grub-reboot` on the host's copy of it), or
 /// with `None` unsets it (no request: the default entry boots).
 pub fn set_next_entry(disk: &Path, entry: Option<&str>) -> Result<(), UefiError> {
-    let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
-    let env = dir.path().join("grubenv");
-    tool(mtools("mcopy", disk).arg("::/grub/grubenv").arg(&env))?;
-    let mut edit = Command::new("grub-editenv");
-    edit.arg(&env);
     match entry {
-        Some(e) => edit.arg("set").arg(format!("next_entry={e}")),
-        None => edit.args(["unset", "next_entry"]),
-    };
-    tool(&mut edit)?;
-    put(disk, &env, "::/grub/grubenv")
+        Some(e) => edit_grubenv(disk, &["set", &format!("next_entry={e}")]),
+        None => edit_grubenv(disk, &["unset", "next_entry"]),
+    }
+}
+
+/// The variables of the ESP's grubenv of `disk` (GRUB's environment block: `NAME=value`
+/// lines, `#` comment and padding).
+pub fn grubenv_vars(disk: &Path) -> Result<BTreeMap<String, String>, UefiError> {
+    let out = tool(mtools("mtype", disk).arg(GRUBENV))?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
 }
 
 /// Reads a variable of the ESP's grubenv (none when unset).
 pub fn grubenv_var(disk: &Path, name: &str) -> Result<Option<String>, UefiError> {
-    let out = tool(mtools("mtype", disk).arg("::/grub/grubenv"))?;
-    let text = String::from_utf8_lossy(&out);
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")))
-        .map(str::to_string))
+    Ok(grubenv_vars(disk)?.remove(name))
 }
 
 /// The PC of a run: OVMF's code, the variable store `vars`, `disk` and the run's disks.
@@ -594,7 +793,7 @@ fn settle_vars(opts: &RunOptions, disk: &Path, vars: &Path) -> Result<(), UefiEr
     let dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let cfg = dir.path().join("grub.cfg");
     fs::write(&cfg, format!("echo \"{SETTLED}\"\n")).map_err(io(&cfg))?;
-    put(disk, &cfg, "::/grub/grub.cfg")?;
+    put(disk, &cfg, GRUB_CFG)?;
     let mut c = pc(opts, &partial, disk);
     c.args(["-serial", "stdio", "-monitor", "none"]);
     c.stdin(std::process::Stdio::null())
@@ -630,7 +829,59 @@ fn settle_vars(opts: &RunOptions, disk: &Path, vars: &Path) -> Result<(), UefiEr
     fs::rename(&partial, vars).map_err(io(vars))
 }
 
-/// The QEMU command of one run on the UEFI PC.
+/// Why a run (`kernel`, a capture run or not) does not boot the A/B disk `disk`, if it does
+/// not: the restore kernel, the EFI restorer, a capture run, another build of the bundle.
+fn ab_refusal(
+    bundle: &Bundle,
+    disk: &Path,
+    kernel: &KernelImage,
+    capture: bool,
+) -> Result<Option<AbRefusal>, UefiError> {
+    Ok(match kernel {
+        KernelImage::Restore(_) => Some(AbRefusal::RestoreKernel),
+        KernelImage::Restorer { .. } => Some(AbRefusal::Restorer),
+        _ if capture => Some(AbRefusal::Capture),
+        _ => {
+            let want = bundle_id(bundle)?;
+            let have = carried_id(disk);
+            (have != want).then_some(AbRefusal::Stale { have, want })
+        }
+    })
+}
+
+/// The restoring entry of a run on `kernel`, its program put on the ESP of `disk`.
+fn restore_entry(
+    disk: &Path,
+    kernel: &KernelImage,
+) -> Result<Option<RestoreEntry<'static>>, UefiError> {
+    Ok(match kernel {
+        KernelImage::Restore(vmlinux) => {
+            let bz = hostkernel::restore_kernel::bzimage_beside(vmlinux);
+            if !bz.is_file() {
+                return Err(UefiError::NoRestoreBzImage(bz));
+            }
+            put(disk, &bz, &format!("::{RESTORE_KERNEL_ON_ESP}"))?;
+            Some(RestoreEntry::Kernel {
+                linux: RESTORE_KERNEL_ON_ESP,
+                pack: PACK_PARTITION,
+            })
+        }
+        KernelImage::Restorer { elf } => {
+            // `mmd` fails when the directory is there: its result does not matter.
+            let _ = tool(mtools("mmd", disk).arg(RESTORER_DIR_ON_ESP));
+            put(disk, elf, &format!("::{RESTORER_ON_ESP}"))?;
+            Some(RestoreEntry::Restorer {
+                efi: RESTORER_ON_ESP,
+                pack: PACK_ADDRESS,
+            })
+        }
+        _ => None,
+    })
+}
+
+/// The QEMU command of one run on the UEFI PC. On an A/B disk ([`is_ab_disk`]) the run's
+/// grub.cfg is RAUC's slot selection ([`grub_cfg_ab`]), and the runs it does not take are
+/// refused ([`AbRefusal`]).
 pub fn command(
     bundle: &Bundle,
     opts: &RunOptions,
@@ -644,10 +895,20 @@ pub fn command(
     let vars = bundle.dir.join("uefi-vars.fd");
     // The stock kernel's words: the restore kernel's entry adds its own two.
     let mut stock = opts.clone();
-    stock.kernel = crate::run_options::KernelImage::Vmlinux;
+    stock.kernel = KernelImage::Vmlinux;
     let cmdline = kernel_cmdline(bundle, &stock, base_cmdline, "");
     let (words, capture) = grub_words(&cmdline);
+    let ab = opts.boot_disk.as_deref().is_some_and(is_ab_disk);
     let disk = match &opts.boot_disk {
+        Some(d) if ab => {
+            if let Some(refusal) = ab_refusal(bundle, d, &opts.kernel, capture)? {
+                return Err(UefiError::AbRun {
+                    disk: d.clone(),
+                    refusal,
+                });
+            }
+            d.clone()
+        }
         Some(d) => {
             let bytes = crate::run_options::store_size(opts.mem_mib);
             ensure_store_disk(bundle, d, capture, bytes)?;
@@ -658,33 +919,16 @@ pub fn command(
     if !vars.is_file() {
         settle_vars(opts, &disk, &vars)?;
     }
-    let restore = match &opts.kernel {
-        crate::run_options::KernelImage::Restore(vmlinux) => {
-            let bz = hostkernel::restore_kernel::bzimage_beside(vmlinux);
-            if !bz.is_file() {
-                return Err(UefiError::NoRestoreBzImage(bz));
-            }
-            put(&disk, &bz, &format!("::{RESTORE_KERNEL_ON_ESP}"))?;
-            Some(RestoreEntry::Kernel {
-                linux: RESTORE_KERNEL_ON_ESP,
-                pack: PACK_PARTITION,
-            })
-        }
-        crate::run_options::KernelImage::Restorer { elf } => {
-            // `mmd` fails when the directory is there: its result does not matter.
-            let _ = tool(mtools("mmd", &disk).arg(RESTORER_DIR_ON_ESP));
-            put(&disk, elf, &format!("::{RESTORER_ON_ESP}"))?;
-            Some(RestoreEntry::Restorer {
-                efi: RESTORER_ON_ESP,
-                pack: PACK_ADDRESS,
-            })
-        }
-        _ => None,
+    let text = if ab {
+        let words: Vec<String> = words.split_whitespace().map(str::to_string).collect();
+        grub_cfg_ab(&words, GRUB_TAIL)
+    } else {
+        grub_cfg(&words, restore_entry(&disk, &opts.kernel)?)?
     };
     let cfg_dir = tempfile::tempdir().map_err(io(Path::new("/tmp")))?;
     let cfg = cfg_dir.path().join("grub.cfg");
-    fs::write(&cfg, grub_cfg(&words, restore)?).map_err(io(&cfg))?;
-    put(&disk, &cfg, "::/grub/grub.cfg")?;
+    fs::write(&cfg, text).map_err(io(&cfg))?;
+    put(&disk, &cfg, GRUB_CFG)?;
     if capture {
         set_next_entry(&disk, Some(CAPTURE_ENTRY))?;
     }
@@ -715,20 +959,30 @@ mod tests {
         assert!(!capture);
     }
 
-    #[test]
-    fn a_capture_makes_the_pcs_disk_with_an_empty_store_which_a_new_build_replaces() {
-        let tools = ["grub-mkimage", "mkfs.vfat", "mcopy", "sfdisk"];
+    /// Whether the tools that make the PC's disks are missing (the test is skipped then).
+    fn disk_tools_missing() -> bool {
+        let tools = [
+            "grub-mkimage",
+            "grub-editenv",
+            "mkfs.vfat",
+            "mcopy",
+            "sfdisk",
+        ];
         if !Path::new(GRUB_EFI_MODULES).is_dir()
             || tools
                 .iter()
                 .any(|t| Command::new(t).arg("--version").output().is_err())
         {
-            eprintln!("no GRUB EFI modules, mtools, dosfstools or sfdisk: skipped");
-            return;
+            eprintln!("no GRUB EFI modules, grub-common, mtools, dosfstools or sfdisk: skipped");
+            return true;
         }
-        let dir = tempfile::tempdir().unwrap();
+        false
+    }
+
+    /// A bundle in `dir` whose kernel, initramfs, root (3 MiB of 0x5a) and pack are filler.
+    fn filler_bundle(dir: &Path) -> Bundle {
         let mut b = crate::testutil::bundle();
-        b.dir = dir.path().to_path_buf();
+        b.dir = dir.to_path_buf();
         for (p, bytes) in [
             (b.bzimage(), 4096),
             (b.initramfs(), 4096),
@@ -737,6 +991,16 @@ mod tests {
         ] {
             fs::write(p, vec![0x5a; bytes]).unwrap();
         }
+        b
+    }
+
+    #[test]
+    fn a_capture_makes_the_pcs_disk_with_an_empty_store_which_a_new_build_replaces() {
+        if disk_tools_missing() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let b = filler_bundle(dir.path());
         let disk = dir.path().join("pc.img");
         let store_bytes = 16 << 20;
         ensure_store_disk(&b, &disk, true, store_bytes).unwrap();
@@ -775,6 +1039,136 @@ mod tests {
             (1 << 20) + ESP_BYTES + (2 << 20) + (1 << 20)
         );
         ensure_store_disk(&b, &disk, false, store_bytes).unwrap();
+    }
+
+    #[test]
+    fn slot_bs_root_and_the_update_partition_have_room_in_whole_mib() {
+        assert_eq!(root_b_bytes(3 << 20), 35 << 20, "at least 32 MiB more");
+        assert_eq!(root_b_bytes(400 << 20), 500 << 20, "a quarter more");
+        assert_eq!(root_b_bytes((400 << 20) + 1), 501 << 20);
+        assert_eq!(update_partition_bytes(1), 64 << 20);
+        assert_eq!(update_partition_bytes(100 << 20), 116 << 20);
+        assert_eq!(update_partition_bytes((100 << 20) + 1), 117 << 20);
+    }
+
+    #[test]
+    fn an_ab_disk_is_the_store_disk_with_slot_b_and_the_update_and_refuses_other_runs() {
+        if disk_tools_missing() || Command::new("mtype").arg("--version").output().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = filler_bundle(dir.path());
+        // A small store: its size is the bundle's RAM's, as a capture makes it.
+        b.workload.mem_mib = 16;
+        let update = dir.path().join("update.raucb");
+        let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(&update, &payload).unwrap();
+        let store_disk = dir.path().join("pc.img");
+        let store_bytes = crate::run_options::store_size(16);
+        ensure_store_disk(&b, &store_disk, true, store_bytes).unwrap();
+        assert!(!is_ab_disk(&store_disk));
+
+        let disk = dir.path().join("ab.img");
+        ensure_ab_disk(&b, &disk, &update).unwrap();
+        assert!(is_ab_disk(&disk));
+        let out = Command::new("sfdisk")
+            .arg("--json")
+            .arg(&disk)
+            .output()
+            .unwrap();
+        let table: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let names: Vec<&str> = table["partitiontable"]["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ESP_NAME,
+                "root",
+                PACK_NAME,
+                STORE_NAME,
+                ROOT_B_NAME,
+                UPDATE_NAME
+            ]
+        );
+        // Partitions 1 to 4 where the store disk has them: images restore across both.
+        for name in [ESP_NAME, "root", PACK_NAME, STORE_NAME] {
+            assert_eq!(
+                partition(&disk, name).unwrap(),
+                partition(&store_disk, name).unwrap(),
+                "{name}"
+            );
+        }
+        let s = open_store(&disk, false).unwrap();
+        assert!(s.images().is_empty());
+        assert_eq!(s.label(), STORE_LABEL);
+        drop(s);
+        let store = store_partition(&disk).unwrap();
+        let b_root = partition(&disk, ROOT_B_NAME).unwrap();
+        assert_eq!(b_root.offset, store.offset + store.bytes);
+        assert_eq!(b_root.bytes, root_b_bytes(3 << 20));
+        let bytes = fs::read(&disk).unwrap();
+        let at = |p: &Placed| &bytes[p.offset as usize..][..p.bytes as usize];
+        assert!(at(&b_root).iter().all(|&x| x == 0), "slot B starts zero");
+        let upd = partition(&disk, UPDATE_NAME).unwrap();
+        assert_eq!(upd.offset, b_root.offset + b_root.bytes);
+        assert_eq!(upd.bytes, 64 << 20);
+        // Partition 6 is FAT32 labelled UPDATE holding the bundle.
+        let listing = tool(mtools_at("mdir", &disk, upd.offset).arg("::/")).unwrap();
+        let listing = String::from_utf8_lossy(&listing);
+        assert!(listing.contains("UPDATE"), "{listing}");
+        assert!(listing.to_lowercase().contains("update.raucb"), "{listing}");
+        let copied = tool(mtools_at("mtype", &disk, upd.offset).arg(UPDATE_FILE)).unwrap();
+        assert!(copied == payload, "update.raucb differs from the bundle");
+        drop(bytes);
+
+        // RAUC's grubenv: slot A first and good.
+        let env = grubenv_vars(&disk).unwrap();
+        for want in AB_GRUBENV {
+            let (k, v) = want.split_once('=').unwrap();
+            assert_eq!(env.get(k).map(String::as_str), Some(v), "{k}: {env:?}");
+        }
+        assert_eq!(grubenv_var(&disk, "ORDER").unwrap().as_deref(), Some("A B"));
+        assert!(grubenv_var(&disk, "next_entry").unwrap().is_none());
+
+        // A normal run boots it; the restore kernel, the restorer and a capture run do not.
+        let vmlinux = KernelImage::Vmlinux;
+        assert_eq!(ab_refusal(&b, &disk, &vmlinux, false).unwrap(), None);
+        let capture = ab_refusal(&b, &disk, &vmlinux, true).unwrap().unwrap();
+        assert_eq!(capture, AbRefusal::Capture);
+        let restore = KernelImage::Restore(PathBuf::from("/k/vmlinux"));
+        assert_eq!(
+            ab_refusal(&b, &disk, &restore, false).unwrap(),
+            Some(AbRefusal::RestoreKernel)
+        );
+        let restorer = KernelImage::Restorer {
+            elf: PathBuf::from("/r.elf"),
+        };
+        assert_eq!(
+            ab_refusal(&b, &disk, &restorer, false).unwrap(),
+            Some(AbRefusal::Restorer)
+        );
+        let err = UefiError::AbRun {
+            disk: disk.clone(),
+            refusal: capture,
+        }
+        .to_string();
+        assert!(err.contains("is an A/B disk"), "{err}");
+        assert!(err.contains("re-capture of its cold boot"), "{err}");
+        // Another build of the bundle: refused, to be made again.
+        fs::write(b.rootfs(), vec![0xa5; 3 << 20]).unwrap();
+        let stale = ab_refusal(&b, &disk, &vmlinux, false).unwrap();
+        assert!(matches!(stale, Some(AbRefusal::Stale { .. })), "{stale:?}");
+
+        // Made anew, always: the bundle replaced too.
+        fs::write(&update, b"another").unwrap();
+        ensure_ab_disk(&b, &disk, &update).unwrap();
+        let copied = tool(mtools_at("mtype", &disk, upd.offset).arg(UPDATE_FILE)).unwrap();
+        assert_eq!(copied, b"another");
+        assert_eq!(ab_refusal(&b, &disk, &vmlinux, false).unwrap(), None);
     }
 
     #[test]

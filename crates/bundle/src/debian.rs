@@ -14,6 +14,8 @@
 //!          + apt-get install /tmp/snapboot_VERSION_ARCH.deb (`crate::debpkg`), the capture
 //!            ordered after the application, the store's modules listed, the store named
 //!            in /etc/snapboot/snapboot.conf (the UEFI PC's partition; `board::uefi`)
+//!          + x86_64 initramfs-tools: RAUC's A/B set-up and the board's device queries
+//!            (guest/rauc/; inert unless GRUB boots it with rauc.slot=)
 //!          + chroot stage mkinitramfs  --> BUNDLE/initramfs.cpio (initramfs-tools' archive)
 //!        |  mksquashfs
 //!        v
@@ -34,7 +36,7 @@ use devinstall::install::Generator;
 use guestarch::Arch;
 use hostkernel::modules::{ModuleError, ModuleTree};
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -62,6 +64,16 @@ pub fn packages(g: Generator) -> Vec<&'static str> {
             _ => p,
         })
         .collect()
+}
+
+/// The packages mmdebstrap includes in the base root of `arch` whose initramfs `g` makes:
+/// [`packages`], and RAUC's ([`crate::rauc_root::RAUC_PACKAGES`]) for the UEFI PC's root.
+pub fn root_packages(g: Generator, arch: Arch) -> Vec<&'static str> {
+    let mut p = packages(g);
+    if crate::rauc_root::rauc_root(arch, g) {
+        p.extend(crate::rauc_root::RAUC_PACKAGES);
+    }
+    p
 }
 
 /// The initramfs generator of a Debian workload.
@@ -133,6 +145,9 @@ pub const ROOT_MODULES: &[&str] = &[
     "nls_cp437",
     "nls_ascii",
     "nls_utf8",
+    // RAUC's update bundle (a squashfs with dm-verity) is set up on
+    // a loop device (`install_rauc`): a module in Debian's kernel.
+    "loop",
     // The UEFI board's EFI variables (/sys/firmware/efi/efivars, which systemd mounts): a
     // module in Debian's kernel; the `efivar` query calls the firmware through it.
     "efivarfs",
@@ -229,7 +244,7 @@ pub enum DebianError {
     },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebianError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DebianError + '_ {
     move |source| DebianError::Io {
         path: path.to_path_buf(),
         source,
@@ -388,7 +403,7 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     need("chroot", "coreutils")?;
     // The chroot steps run the root's programs, a cached root's too.
     crate::emulation::ensure(b.arch)?;
-    let tar = base_tarball(b.cache_dir, &packages(b.generator), b.arch)?;
+    let tar = base_tarball(b.cache_dir, &root_packages(b.generator, b.arch), b.arch)?;
     let stage = b.stage;
     let _ = fs::remove_dir_all(stage);
     fs::create_dir_all(stage).map_err(io(stage))?;
@@ -410,6 +425,12 @@ pub fn build(b: &DebianBuild) -> Result<(), DebianError> {
     configure(b, stage)?;
     esp_mount_point(stage)?;
     install_package(b, stage)?;
+    if crate::rauc_root::rauc_root(b.arch, b.generator) {
+        crate::rauc_root::install_rauc(stage).map_err(|e| DebianError::Io {
+            path: e.path,
+            source: e.source,
+        })?;
+    }
     if b.overlayroot {
         install_overlayroot(stage)?;
     }
@@ -599,7 +620,7 @@ fn add_modules(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         .args(["depmod", "-a", b.release]))
 }
 
-fn write(stage: &Path, rel: &str, text: &str) -> Result<(), DebianError> {
+pub(crate) fn write(stage: &Path, rel: &str, text: &str) -> Result<(), DebianError> {
     let p = stage.join(rel);
     if let Some(d) = p.parent() {
         fs::create_dir_all(d).map_err(io(d))?;
@@ -607,7 +628,7 @@ fn write(stage: &Path, rel: &str, text: &str) -> Result<(), DebianError> {
     fs::write(&p, text).map_err(io(&p))
 }
 
-fn link(stage: &Path, rel: &str, target: &str) -> Result<(), DebianError> {
+pub(crate) fn link(stage: &Path, rel: &str, target: &str) -> Result<(), DebianError> {
     let p = stage.join(rel);
     if let Some(d) = p.parent() {
         fs::create_dir_all(d).map_err(io(d))?;
@@ -680,6 +701,15 @@ pub const APP_CHECK_UNIT: &str = "[Unit]\n\
      [Install]\n\
      RequiredBy=boot-complete.target\n";
 
+/// The root's confirmed.d hook.
+const CONFIRMED_HOOK: &str = "etc/snapboot/confirmed.d/50-board-console";
+
+/// What it runs: one console line naming the confirmed restore.
+const CONFIRMED_HOOK_SCRIPT: &str = "#!/bin/sh\n\
+     # snapboot runs this once a restore is confirmed; a device would mark its boot good here.\n\
+     echo \"snapboot-board: confirmed.d: $SNAPBOOT_IMAGE generation $SNAPBOOT_GENERATION, \
+     confirmed by $SNAPBOOT_CONFIRMED_BY\" > /dev/console\n";
+
 /// The health check's unit name.
 pub const APP_CHECK: &str = "snapboot-app-check.service";
 
@@ -708,6 +738,11 @@ fn configure(b: &DebianBuild, stage: &Path) -> Result<(), DebianError> {
         &format!("etc/systemd/system/boot-complete.target.requires/{APP_CHECK}"),
         &format!("/etc/systemd/system/{APP_CHECK}"),
     )?;
+    // A confirmed.d hook where a device tells its boot loader that the boot is good (`rauc
+    // status mark-good`, `fw_setenv upgrade_available 0`); here it says so on the console.
+    write(stage, CONFIRMED_HOOK, CONFIRMED_HOOK_SCRIPT)?;
+    let hook = stage.join(CONFIRMED_HOOK);
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).map_err(io(&hook))?;
     // Writable data, the supported pattern: a block filesystem mounted on every boot after
     // the capture point (never at capture, which refuses while one is mounted), here a disk
     // labelled `snapdata` when the board has one, with a service that counts the boots on it.
@@ -814,6 +849,27 @@ mod tests {
     }
 
     #[test]
+    fn only_the_uefi_pc_root_has_rauc() {
+        let pc = root_packages(Generator::InitramfsTools, Arch::X86_64);
+        for p in crate::rauc_root::RAUC_PACKAGES {
+            assert!(pc.contains(p), "{p}: {pc:?}");
+        }
+        // The arm64 and dracut roots keep their lists, hence their cached tarballs.
+        let arm = root_packages(Generator::InitramfsTools, Arch::Arm64);
+        assert_eq!(arm, packages(Generator::InitramfsTools));
+        assert_eq!(
+            root_packages(Generator::Dracut, Arch::X86_64),
+            packages(Generator::Dracut)
+        );
+        assert!(
+            !arm.iter()
+                .any(|p| crate::rauc_root::RAUC_PACKAGES.contains(p)),
+            "{arm:?}"
+        );
+        assert!(ROOT_MODULES.contains(&"loop"));
+    }
+
+    #[test]
     fn dracut_puts_systemd_in_only_when_asked() {
         let plain = dracut_modules(false);
         let sd = dracut_modules(true);
@@ -895,5 +951,25 @@ mod tests {
             .join("etc/systemd/system/multi-user.target.wants")
             .join(APP_UNIT);
         assert!(wants.symlink_metadata().is_ok());
+        let hook = d.path().join(CONFIRMED_HOOK);
+        let mode = fs::metadata(&hook).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+        // Run with a file for the console: the line it writes.
+        let console = d.path().join("console");
+        let text = fs::read_to_string(&hook).unwrap();
+        let script = text.replace("/dev/console", console.to_str().unwrap());
+        assert_ne!(script, text, "it writes to /dev/console");
+        let ok = Command::new("sh")
+            .args(["-c", &script])
+            .env("SNAPBOOT_IMAGE", "current")
+            .env("SNAPBOOT_GENERATION", "2")
+            .env("SNAPBOOT_CONFIRMED_BY", "boot-complete")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        assert_eq!(
+            fs::read_to_string(&console).unwrap(),
+            "snapboot-board: confirmed.d: current generation 2, confirmed by boot-complete\n"
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod foreign;
 pub mod home;
 pub mod initramfs;
 pub mod python;
+pub mod rauc_root;
 pub mod workload;
 pub mod workload_error;
 

@@ -14,8 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Executables run in name order after every restore.
-pub const HOOK_DIR: &str = "/etc/snapboot/restore.d";
+pub use crate::hooks::RESTORE_DIR as HOOK_DIR;
 
 /// With `snapboot.profilecheck`: how long after the restore the major faults are counted
 /// (long enough for a probe's first requests).
@@ -55,12 +54,15 @@ pub fn after_restore() -> RestoreReport {
         hooks: Vec::new(),
         systemd: false,
     };
-    r.hooks = run_hooks(Path::new(HOOK_DIR));
+    r.hooks = crate::hooks::run(Path::new(HOOK_DIR), crate::hooks::Event::Restored, &[]);
     // The status before the target: units started by it may read it.
     let t = std::time::Instant::now();
     let mut status = crate::lifecycle::restored_status(&params);
     status.timings.after_restore = Some(started.elapsed().as_secs_f64());
     crate::status::write(&status);
+    if status.confirmed {
+        crate::hooks::after_confirmation(&status, "restored");
+    }
     let status_secs = t.elapsed().as_secs_f64();
     // The request to systemd goes out before the marker, but `restored` does not wait for
     // it: the application runs since the restore, and `systemctl` takes ~0.4 s under TCG.
@@ -250,42 +252,6 @@ fn read_with_deadline(
     Ok(n)
 }
 
-/// Runs the executables in `dir` in name order; returns (name, exit status).
-pub fn run_hooks(dir: &Path) -> Vec<(String, i32)> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut paths: Vec<_> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
-    paths.sort();
-    let mut out = Vec::new();
-    for p in paths {
-        use std::os::unix::fs::PermissionsExt;
-        let exec =
-            std::fs::metadata(&p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        if !exec {
-            continue;
-        }
-        let name = p
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let code = Command::new(&p)
-            .env("SNAPBOOT_EVENT", "restored")
-            .status()
-            .map(|s| s.code().unwrap_or(128))
-            .unwrap_or(127);
-        if code != 0 {
-            print_marker(
-                Marker::HookFailed,
-                Some(&format!("{name} exited with {code}")),
-            );
-        }
-        out.push((name, code));
-    }
-    out
-}
-
 /// Drops the kernel's cached blocks of a block device (no-op for plain files).
 pub fn flush_block_cache(path: &Path) {
     // Best effort: BLKFLSBUF needs CAP_SYS_ADMIN, which capture (run as root) has.
@@ -303,40 +269,5 @@ mod tests {
         assert_eq!(clock_step(100, 98.75), Some(1.75));
         // An image captured an hour ago.
         assert_eq!(clock_step(7200, 3600.0), Some(3600.5));
-    }
-
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn hooks_run_in_name_order_and_report_failures() {
-        let d = tempfile::tempdir().unwrap();
-        let log = d.path().join("log");
-        for (name, body) in [
-            (
-                "20-second",
-                format!("echo second >> {}\nexit 3", log.display()),
-            ),
-            (
-                "10-first",
-                format!("echo first-$SNAPBOOT_EVENT >> {}", log.display()),
-            ),
-            ("30-not-executable", "exit 9".to_string()),
-        ] {
-            let p = d.path().join(name);
-            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-            let mode = if name.contains("not") { 0o644 } else { 0o755 };
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-        }
-        let ran = run_hooks(d.path());
-        assert_eq!(
-            ran,
-            vec![("10-first".to_string(), 0), ("20-second".to_string(), 3)]
-        );
-        assert_eq!(
-            std::fs::read_to_string(&log).unwrap(),
-            "first-restored\nsecond\n"
-        );
-        assert!(run_hooks(&d.path().join("missing")).is_empty());
     }
 }

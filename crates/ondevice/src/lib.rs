@@ -17,6 +17,7 @@ pub mod device_check;
 pub mod devicekey;
 pub mod guest;
 pub mod handover;
+pub mod hooks;
 pub mod kernel_native;
 pub mod lazy;
 pub mod lifecycle;

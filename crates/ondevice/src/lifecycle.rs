@@ -142,7 +142,8 @@ pub fn history(store: &CommandStore, n: usize) -> Result<Vec<PastBoot>, Lifecycl
 }
 
 /// `snapboot confirm`: the application's health check passed on a restored system, so
-/// the crash-loop guard's count of its image starts again. Returns the image confirmed.
+/// the crash-loop guard's count of its image starts again; then the confirmed.d hooks run
+/// ([`crate::hooks`]). Returns the image confirmed.
 pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
     let mut status = crate::status::read()?;
     let Some(image) = status
@@ -156,6 +157,7 @@ pub fn confirm(store: &CommandStore) -> Result<ImageRef, LifecycleError> {
     crate::store::update_located_boot_log(&at, |log| log.confirm(&image.name, image.generation))?;
     status.confirmed = true;
     crate::status::write_to(&status, Path::new(crate::status::STATUS_FILE))?;
+    crate::hooks::after_confirmation(&status, &status.confirm_by);
     Ok(image)
 }
 

@@ -278,6 +278,15 @@ fn restore_once(bundle: &Path, store: &Path, attempt: u32, pending: &str, crash:
         }
         None => {
             ask(&mut s, "ping", r"^pong \d+$");
+            if pending == "boot-complete.target" {
+                // The debian root's confirmed.d hook (where a device tells its boot loader
+                // the boot is good) runs once the store has the confirmation.
+                let hook =
+                    "snapboot-board: confirmed.d: current generation 2, confirmed by boot-complete";
+                let re = Regex::new(&regex::escape(hook)).unwrap();
+                s.wait_for(&re, hook, Duration::from_secs(120))
+                    .unwrap_or_else(|e| panic!("restore {attempt}: {e}"));
+            }
             let re = Regex::new(r"snapboot: @confirm(ed|-failed) .*").unwrap();
             let (line, _) = s
                 .wait_for(&re, "the confirmation", Duration::from_secs(120))

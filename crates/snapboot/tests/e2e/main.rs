@@ -24,6 +24,7 @@ mod flash;
 mod guards;
 mod lifecycle;
 mod package;
+mod rauc_ab;
 mod restore_kernel;
 mod restorer;
 mod snapshot;
