@@ -14,11 +14,15 @@
 //!
 //! Every restore that answered must also be confirmed (snapboot's default confirmation:
 //! boot-complete under systemd, up for `snapboot.grace` seconds otherwise). With
-//! [`Plan::faults`], a share of the restores, spread evenly, are faults: the application is
-//! told to die (`crash`) as soon as `restored` shows. Such a restore must end without a
-//! confirmation (the board's init powers off, or `confirm-failed`), and the restore after
-//! it must come up restored and confirmed again: a recovery. A fault that was confirmed, or
-//! a restore after one that fell back, is a failure.
+//! [`Plan::faults`], a share of the restores, spread evenly, are faults of
+//! [`Plan::fault_kind`]: as soon as `restored` shows, the application is told to die
+//! (`crash`), or to hang the whole system (`hang`: every process stopped). A death must end
+//! without a confirmation (the board's init powers off, or `confirm-failed`); a hang must be
+//! reset by the hardware watchdog (the board gets QEMU's i6300esb, the restores
+//! `snapboot.watchdog=`[`HANG_WATCHDOG_S`], and the reset shows as the next boot's `init`
+//! marker). Either way the restore after it must come up restored and confirmed again: a
+//! recovery. A fault that was confirmed, or a restore after one that fell back, is a
+//! failure.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -48,10 +52,26 @@ pub struct Plan {
     pub checksum: String,
     /// How far the guest's clock may be from the host's, in seconds.
     pub clock_bound_s: f64,
-    /// Percent of the restores whose application dies right after the restore (0 to
+    /// Percent of the restores made to fail right after the restore (0 to
     /// [`MAX_FAULT_PERCENT`]).
     pub faults: u32,
+    /// How they fail.
+    pub fault_kind: FaultKind,
 }
+
+/// How a fault restore fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The application dies (`crash`).
+    Die,
+    /// The whole restored system hangs (`hang`), and the watchdog resets it.
+    Hang,
+    /// Deaths and hangs in turn, a death first.
+    Mixed,
+}
+
+/// The watchdog's timeout on the restores of a run with hangs, seconds.
+pub const HANG_WATCHDOG_S: u32 = 5;
 
 /// At most this share of faults: two in a row would reach the crash-loop guard's default
 /// limit, and the device would boot cold (what the end-to-end tests check).
@@ -71,6 +91,30 @@ impl Plan {
     pub fn faulted(&self, i: usize) -> bool {
         let p = self.faults as usize;
         i > 0 && i * p / 100 > (i - 1) * p / 100
+    }
+
+    /// How restore `i` (from 1) fails, if it is a fault.
+    pub fn fault_at(&self, i: usize) -> Option<FaultKind> {
+        if !self.faulted(i) {
+            return None;
+        }
+        Some(match self.fault_kind {
+            FaultKind::Mixed => {
+                // The how-manieth fault this is, from 1.
+                let n = i * self.faults as usize / 100;
+                if n % 2 == 1 {
+                    FaultKind::Die
+                } else {
+                    FaultKind::Hang
+                }
+            }
+            k => k,
+        })
+    }
+
+    /// Whether some restore of the plan hangs (the board then needs its watchdog).
+    pub fn hangs(&self) -> bool {
+        (1..=self.restores).any(|i| self.fault_at(i) == Some(FaultKind::Hang))
     }
 
     /// How many times `endurance` calls `tick`: the first capture and every restore.
@@ -102,7 +146,9 @@ pub struct RestoreRecord {
     /// itself before its confirmation was due, or one that did not come up).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confirmed: Option<bool>,
-    /// A fault restore: the application was told to die; how the boot ended (the marker).
+    /// A fault restore: the application was told to die or the system to hang; how the boot
+    /// ended (the marker: `poweroff` or `confirm-failed` after a death, `init` for the
+    /// watchdog's reset after a hang, `confirmed`: a failure).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault_end: Option<String>,
     /// Seconds the whole cycle took on the host: power-on to power-off, re-capture included.
@@ -143,8 +189,10 @@ pub struct Summary {
     pub cycle: Option<Stats>,
     /// Images captured: the first and every successful re-capture.
     pub captures: usize,
-    /// Restores whose application was made to die.
+    /// Fault restores (deaths and hangs).
     pub faults: usize,
+    /// Of those, hangs the watchdog reset.
+    pub hangs_reset: usize,
     /// Fault restores followed by a restore that came up and was confirmed.
     pub recovered: usize,
     /// Restores that were confirmed, of those looked at.
@@ -213,10 +261,14 @@ impl Summary {
             ),
         );
         if self.faults > 0 {
+            let hangs = match self.hangs_reset {
+                0 => String::new(),
+                n => format!(" ({n} system hangs, each reset by the watchdog)"),
+            };
             line(
                 "faults",
                 format!(
-                    "{} application deaths after a restore, {} recovered at the next restore",
+                    "{} faults after a restore{hangs}, {} recovered at the next restore",
                     self.faults, self.recovered
                 ),
             );
@@ -324,6 +376,10 @@ pub fn summarize(records: &[RestoreRecord], plan: &Plan, captures: usize) -> Sum
         cycle: stats(records.iter().map(|r| r.cycle_s).collect()),
         captures,
         faults: records.iter().filter(|r| r.fault_end.is_some()).count(),
+        hangs_reset: records
+            .iter()
+            .filter(|r| r.fault_end.as_deref() == Some(Marker::Init.name()))
+            .count(),
         recovered,
         confirmed: records.iter().filter(|r| r.confirmed == Some(true)).count(),
         confirm_checked: records.iter().filter(|r| r.confirmed.is_some()).count(),
@@ -349,6 +405,10 @@ pub fn endurance(
     make_work(work)?;
     let store = work.join("endurance.store");
     let _ = std::fs::remove_file(&store);
+    // A run with hangs has the watchdog from the capture on: the image is of that machine.
+    let mut opts = opts.clone();
+    opts.watchdog |= plan.hangs();
+    let opts = &opts;
     capture_boot(bundle, opts, &store).map_err(|source| BenchError::Capture {
         method: ENDURANCE_METHOD,
         source,
@@ -356,6 +416,11 @@ pub fn endurance(
     tick();
     let mut restore_opts = opts.clone();
     attach_store(&mut restore_opts, &store, false)?;
+    if plan.hangs() {
+        restore_opts
+            .cmdline
+            .push(format!("{}={HANG_WATCHDOG_S}", bootparams::key::WATCHDOG));
+    }
     let mut run = Endurance {
         records: Vec::new(),
         timelines: Vec::new(),
@@ -363,10 +428,9 @@ pub fn endurance(
     };
     for i in 1..=plan.restores {
         let started = Instant::now();
-        let (mut record, tl) = if plan.faulted(i) {
-            fault_once(bundle, &restore_opts)
-        } else {
-            restore_once(bundle, &restore_opts, &expect, plan.recaptures_after(i))
+        let (mut record, tl) = match plan.fault_at(i) {
+            Some(kind) => fault_once(bundle, &restore_opts, kind),
+            None => restore_once(bundle, &restore_opts, &expect, plan.recaptures_after(i)),
         };
         record.restore = i;
         record.image = run.captures;
@@ -477,10 +541,18 @@ fn confirmed(tl: &Timeline) -> bool {
     })
 }
 
-/// A fault restore: waits for `restored`, tells the application to die at once and waits
-/// for the boot to end: the board's init powering off, or the confirmation failing (or, a
-/// failure, succeeding). No TTI: the application never answers.
-fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
+/// A fault restore: waits for `restored`, tells the application to die at once (or the
+/// system to hang) and waits for the boot to end: the board's init powering off or the
+/// confirmation failing (a hang: the watchdog's reset, the next boot's `init`), or, a
+/// failure, the confirmation succeeding. No TTI: the application never answers.
+fn fault_once(bundle: &Bundle, opts: &RunOptions, kind: FaultKind) -> (RestoreRecord, Timeline) {
+    let (query, ends): (&str, &[Marker]) = match kind {
+        FaultKind::Hang => (HANG_QUERY, &[Marker::Init, Marker::Confirmed]),
+        _ => (
+            FAULT_QUERY,
+            &[Marker::Poweroff, Marker::ConfirmFailed, Marker::Confirmed],
+        ),
+    };
     let mut record = RestoreRecord::unknown();
     let mut s = match Session::start(bundle, opts) {
         Ok(s) => s,
@@ -496,14 +568,10 @@ fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
         )
         .map_err(BootError::from)
         .and_then(|_| check_boot(s.timeline(), true))
-        .and_then(|()| s.send(FAULT_QUERY).map_err(BootError::from))
+        .and_then(|()| s.send(query).map_err(BootError::from))
         .and_then(|()| {
-            s.wait_for_marker(
-                &[Marker::Poweroff, Marker::ConfirmFailed, Marker::Confirmed],
-                "the end of a restore whose application died",
-                left(),
-            )
-            .map_err(BootError::from)
+            s.wait_for_marker(ends, "the end of a restore made to fail", left())
+                .map_err(BootError::from)
         });
     match ended {
         Ok((marker, _, _)) => {
@@ -521,6 +589,8 @@ fn fault_once(bundle: &Bundle, opts: &RunOptions) -> (RestoreRecord, Timeline) {
 
 /// What the `app` program answers by dying at once (exit status 70).
 pub const FAULT_QUERY: &str = "crash";
+/// What the `app` program answers by stopping every process of the system, itself last.
+pub const HANG_QUERY: &str = "hang";
 
 /// Waits for the restore, types the probe and asks the restored application its state.
 fn restored_app(
@@ -552,6 +622,7 @@ mod tests {
             checksum: SUM.into(),
             clock_bound_s: 2.0,
             faults: 0,
+            fault_kind: FaultKind::Die,
         }
     }
 
@@ -627,7 +698,9 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("  faults         2 application deaths after a restore, 2 recovered at the next restore\n"),
+            t.contains(
+                "  faults         2 faults after a restore, 2 recovered at the next restore\n"
+            ),
             "{t}"
         );
 
@@ -659,6 +732,60 @@ mod tests {
             ]
         );
         assert_eq!((s.failed, s.recovered), (3, 0));
+    }
+
+    #[test]
+    fn mixed_faults_take_turns_and_hangs_reset_by_the_watchdog_count_as_recovered() {
+        let p = Plan {
+            restores: 8,
+            faults: 50,
+            fault_kind: FaultKind::Mixed,
+            ..plan()
+        };
+        let kinds: Vec<Option<FaultKind>> = (1..=8).map(|i| p.fault_at(i)).collect();
+        use FaultKind::{Die, Hang};
+        assert_eq!(
+            kinds,
+            [
+                None,
+                Some(Die),
+                None,
+                Some(Hang),
+                None,
+                Some(Die),
+                None,
+                Some(Hang)
+            ]
+        );
+        assert!(p.hangs());
+        let die = Plan {
+            fault_kind: Die,
+            ..p.clone()
+        };
+        assert!(!die.hangs());
+        assert!(!Plan {
+            faults: 0,
+            fault_kind: Hang,
+            ..p
+        }
+        .hangs());
+        let records = [
+            good(1, "aa", 0.1, 10.0),
+            fault(2, "poweroff", false),
+            good(3, "bb", 0.1, 10.0),
+            fault(4, "init", false),
+            good(5, "cc", 0.1, 10.0),
+        ];
+        let s = summarize(&records, &plan(), 1);
+        assert_eq!(
+            (s.failed, s.faults, s.hangs_reset, s.recovered),
+            (0, 2, 1, 2)
+        );
+        let t = s.text();
+        assert!(
+            t.contains("  faults         2 faults after a restore (1 system hangs, each reset by the watchdog), 2 recovered at the next restore\n"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -19,9 +19,9 @@ mod recapture;
 
 pub use compare::{cold, compare, report, write_json, write_json_value};
 pub use endurance::{
-    endurance, summarize as endurance_summary, Endurance, Failure as EnduranceFailure,
+    endurance, summarize as endurance_summary, Endurance, Failure as EnduranceFailure, FaultKind,
     Plan as EndurancePlan, Report as EnduranceReport, RestoreRecord, Summary as EnduranceSummary,
-    ENDURANCE_METHOD, FAULT_QUERY, MAX_FAULT_PERCENT,
+    ENDURANCE_METHOD, FAULT_QUERY, HANG_QUERY, HANG_WATCHDOG_S, MAX_FAULT_PERCENT,
 };
 pub use lazy::{lazy_notes, lazy_sizes, lazy_steps, size_word};
 pub use measure::{check_boot, measured_boot, BenchError, BootError, MethodRuns, PROFILE_ROUNDS};

@@ -537,6 +537,11 @@ pub struct EnduranceArgs {
     /// the next restore must come up and be confirmed (a recovery).
     #[arg(long, value_name = "PERCENT", default_value_t = 0)]
     faults: u32,
+    /// How the faults fail: `die` (the application exits), `hang` (every process of the
+    /// restored system stops; the board gets its watchdog, the restores
+    /// `snapboot.watchdog=5`, and the watchdog must reset it) or `mixed` (in turn).
+    #[arg(long, value_enum, default_value_t = FaultArg::Die)]
+    fault_kind: FaultArg,
     /// Restore with the stock kernel even when a restore kernel is built (the default is
     /// the restore kernel, when one is built).
     #[arg(long, conflicts_with = "restore_kernel")]
@@ -545,6 +550,17 @@ pub struct EnduranceArgs {
     out: ReportOpts,
     #[command(flatten)]
     board: BoardOpts,
+}
+
+/// `bench endurance --fault-kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultArg {
+    /// The application dies.
+    Die,
+    /// The restored system hangs.
+    Hang,
+    /// Deaths and hangs in turn.
+    Mixed,
 }
 
 /// `snapboot bench endurance`: one image restored `--restores` times in a row, re-captured
@@ -579,6 +595,11 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
         checksum: board::app_state::host_checksum(scale)?,
         clock_bound_s: board::app_state::CLOCK_BOUND_S,
         faults: a.faults,
+        fault_kind: match a.fault_kind {
+            FaultArg::Die => bench::FaultKind::Die,
+            FaultArg::Hang => bench::FaultKind::Hang,
+            FaultArg::Mixed => bench::FaultKind::Mixed,
+        },
     };
     let work = workdir(&a.out.workdir);
     let pb = progress(plan.steps(), "endurance");
