@@ -52,6 +52,9 @@
 //!                           missing is onlined or requested again (default 30)
 //! snapboot.memfault=F       tests: break the first attempt to add deferred memory:
 //!                           offline (added but left offline) or noload (never requested)
+//! snapboot.baseline=medium  benchmarks: instead of restoring, read the stored bytes of the
+//!                           image resume would restore with plain sequential reads, print
+//!                           the medium's throughput and power off
 //! snapboot.attempts=N       crash-loop guard: restore an image at most N times without a
 //!                           confirmation from the restored system (default 2), then skip it
 //! snapboot.confirm=C        at capture: when a restore of the image counts as confirmed:
@@ -159,6 +162,8 @@ pub mod key {
     pub const MEMDEADLINE: &str = "snapboot.memdeadline";
     /// Deferred memory: break the first attempt (tests).
     pub const MEMFAULT: &str = "snapboot.memfault";
+    /// Benchmarks: the medium's baseline instead of a restore.
+    pub const BASELINE: &str = "snapboot.baseline";
     /// Crash-loop guard: unconfirmed restores before an image is skipped.
     pub const ATTEMPTS: &str = "snapboot.attempts";
     /// Who confirms a restore.
@@ -174,7 +179,7 @@ pub mod key {
     /// Rollback protection.
     pub const ROLLBACK: &str = "snapboot.rollback";
     /// Every key.
-    pub const ALL: [&str; 33] = [
+    pub const ALL: [&str; 34] = [
         STORE,
         CAPTURE,
         THEN,
@@ -201,6 +206,7 @@ pub mod key {
         MEMONLINE,
         MEMDEADLINE,
         MEMFAULT,
+        BASELINE,
         ATTEMPTS,
         CONFIRM,
         GRACE,
@@ -330,6 +336,8 @@ pub struct BootParams {
     pub mem_deadline: u32,
     /// `snapboot.memfault=F`.
     pub mem_fault: Option<MemFault>,
+    /// `snapboot.baseline=medium`: read the image's stored bytes, report, power off.
+    pub medium_baseline: bool,
     /// `snapboot.attempts=N`.
     pub attempts: u32,
     /// `snapboot.confirm=C`.
@@ -607,6 +615,7 @@ impl Default for BootParams {
             mem_online: MemOnline::Movable,
             mem_deadline: DEFAULT_MEM_DEADLINE,
             mem_fault: None,
+            medium_baseline: false,
             attempts: DEFAULT_ATTEMPTS,
             confirm: Confirm::Auto,
             grace: DEFAULT_GRACE,
@@ -897,6 +906,12 @@ impl BootParams {
                 let f = value.and_then(MemFault::parse);
                 p.mem_fault = Some(f.ok_or_else(|| bad("expected offline or noload"))?);
             }
+            key::BASELINE => {
+                if value != Some("medium") {
+                    return Err(bad("expected medium"));
+                }
+                p.medium_baseline = true;
+            }
             key::ATTEMPTS => {
                 let n = value.and_then(|v| v.parse().ok()).filter(|&n| n > 0);
                 p.attempts = n.ok_or_else(|| bad("expected a count (1 or more)"))?;
@@ -976,6 +991,7 @@ impl BootParams {
             (self.mem_deadline != DEFAULT_MEM_DEADLINE)
                 .then(|| with(key::MEMDEADLINE, &self.mem_deadline)),
             self.mem_fault.map(|f| with(key::MEMFAULT, &f.word())),
+            self.medium_baseline.then(|| with(key::BASELINE, &"medium")),
             (self.attempts != DEFAULT_ATTEMPTS).then(|| with(key::ATTEMPTS, &self.attempts)),
             (self.confirm != Confirm::Auto).then(|| with(key::CONFIRM, &self.confirm.word())),
             (self.grace != DEFAULT_GRACE).then(|| with(key::GRACE, &self.grace)),

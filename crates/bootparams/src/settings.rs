@@ -73,7 +73,7 @@ const ONE_BOOT: &str = "it asks one boot for something";
 const MEASURING: &str = "it is for measuring one boot";
 
 /// Every setting, in [`key::ALL`] order.
-pub const SETTINGS: [Setting; 33] = [
+pub const SETTINGS: [Setting; 34] = [
     Setting {
         key: key::STORE,
         example: "PARTLABEL=snapstore",
@@ -304,6 +304,15 @@ pub const SETTINGS: [Setting; 33] = [
         scope: Scope::KernelOnly("it breaks one boot on purpose, for tests"),
     },
     Setting {
+        key: key::BASELINE,
+        example: "medium",
+        values: "medium",
+        default: "none",
+        meaning: "benchmarks: instead of restoring, read the image's stored bytes with plain \
+                  sequential reads, print the medium's throughput and power off",
+        scope: Scope::KernelOnly("it replaces one boot's restore with a measurement"),
+    },
+    Setting {
         key: key::ATTEMPTS,
         example: "3",
         values: "a count, 1 or more",
@@ -425,7 +434,7 @@ mod tests {
             assert!(!words.iter().any(key), "{} has a default word", s.key);
             checked += 1;
         }
-        assert_eq!(checked, 12);
+        assert_eq!(checked, 13);
     }
 
     /// `swapsize`'s default is said once, in words that match the divisor the capture uses.

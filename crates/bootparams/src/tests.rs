@@ -21,7 +21,7 @@ fn each_word_sets_its_field() {
          snapboot.coldkernel=/dev/vde snapboot.handedover snapboot.image=new,factory \
          snapboot.dedupe=runs:4 snapboot.pin snapboot.pmtimes snapboot.noverity \
          snapboot.profile=prefetch snapboot.profilecheck snapboot.afterudev snapboot.defermem=16G \
-         snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload \
+         snapboot.memonline=kernel snapboot.memdeadline=5 snapboot.memfault=noload snapboot.baseline=medium \
          snapboot.attempts=5 snapboot.confirm=app snapboot.grace=4 snapboot.watchdog=20 snapboot.norecapture \
          snapboot.encrypt=tpm:7+0 snapboot.rollback=off noresume",
     )
@@ -58,6 +58,7 @@ fn each_word_sets_its_field() {
             mem_online: MemOnline::Kernel,
             mem_deadline: 5,
             mem_fault: Some(MemFault::NoLoad),
+            medium_baseline: true,
             attempts: 5,
             confirm: Confirm::App,
             grace: 4,
@@ -372,6 +373,7 @@ prop_compose! {
         mem_online in prop_oneof![Just(MemOnline::Movable), Just(MemOnline::Kernel)],
         mem_deadline in 1u32..1000,
         mem_fault in proptest::option::of(prop_oneof![Just(MemFault::Offline), Just(MemFault::NoLoad)]),
+        medium_baseline in any::<bool>(),
         attempts in 1u32..10,
         confirm in proptest::sample::select(Confirm::ALL.to_vec()),
         grace in 1u32..100,
@@ -413,6 +415,7 @@ prop_compose! {
             mem_online,
             mem_deadline,
             mem_fault,
+            medium_baseline,
             attempts,
             confirm,
             grace,

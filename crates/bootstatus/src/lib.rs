@@ -16,6 +16,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
+mod throughput;
+pub use throughput::{Bound, Throughput, LARGE_REQUEST};
+
 /// Unconfirmed restores of one image before the crash-loop guard skips it, when
 /// `snapboot.attempts` does not say.
 pub const DEFAULT_ATTEMPTS: u32 = 2;
@@ -188,6 +191,9 @@ pub struct BootStatus {
     pub written_unix: u64,
     /// How long the steps took.
     pub timings: Timings,
+    /// The load phase's throughput, stage by stage (a restore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<Throughput>,
 }
 
 impl BootStatus {
@@ -210,6 +216,7 @@ impl BootStatus {
             kernel,
             written_unix: 0,
             timings: Timings::default(),
+            throughput: None,
         }
     }
 

@@ -51,6 +51,12 @@ markers! {
     ResumeBound = "resume-bound",
     /// Every page of the image is in the kernel's hands.
     ResumeLoaded = "resume-loaded",
+    /// The load phase's throughput, stage by stage (detail:
+    /// `bootstatus::Throughput::line`).
+    Throughput = "throughput",
+    /// A plain sequential read of the store's image extent, the medium's baseline (detail:
+    /// `bootstatus::Throughput::line` with only the read fields); the board then powers off.
+    MediumBaseline = "medium-baseline",
     /// One image of the store was refused (detail: name and reason); the next is tried.
     ImageRefused = "image-refused",
     /// The system runs again from the image.

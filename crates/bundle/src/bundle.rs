@@ -103,6 +103,16 @@ pub enum BundleError {
     /// mksquashfs failed.
     #[error("building the root filesystem failed: {0}")]
     Rootfs(String),
+    /// A file the build adds to a user's root ([`mksquashfs_adding`]) cannot go there.
+    #[error("cannot add /{path} to the root image of {}: {reason}", root.display())]
+    AddToRoot {
+        /// The user's tree.
+        root: PathBuf,
+        /// Where the file goes, relative to the root's top.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
     /// The bundle directory is not a bundle.
     #[error("{path} is not a snapboot bundle: {reason}")]
     NotABundle { path: PathBuf, reason: String },
@@ -158,12 +168,13 @@ pub struct BuildOptions {
     /// only images signed for it.
     pub image_key: Option<PathBuf>,
     /// A device key file (`snapboot key device`) to put in the initramfs (resume reads it)
-    /// and in a built-in workload's root (a capture reads it): images are encrypted with it
-    /// under `snapboot.encrypt=key`. A `rootfs_dir` must hold it itself.
+    /// and in the root (a capture reads it; a `rootfs_dir`'s image gets it added, the tree
+    /// itself untouched: [`mksquashfs_adding`]): images are encrypted with it under
+    /// `snapboot.encrypt=key`.
     pub device_key: Option<PathBuf>,
-    /// A config file (`snapboot.conf(5)`) to put in the initramfs (resume reads it) and in a
-    /// built-in workload's root (the ready point reads it), as it is: one that does not
-    /// parse makes the board boot cold saying why. A `rootfs_dir` must hold it itself.
+    /// A config file (`snapboot.conf(5)`) to put in the initramfs (resume reads it) and in
+    /// the root (the ready point reads it; added to a `rootfs_dir`'s image like
+    /// `device_key`), as it is: one that does not parse makes the board boot cold saying why.
     pub config: Option<PathBuf>,
     /// Output directory.
     pub out: PathBuf,
@@ -430,7 +441,25 @@ impl Bundle {
         match &opts.rootfs_dir {
             Some(dir) => {
                 check_tree(dir)?;
-                mksquashfs(dir, &rootfs_img)?;
+                // A capture runs in the root, after the initramfs is gone: it reads the
+                // device key and the config file from the same paths there. Added to the
+                // image, the user's tree left as it is.
+                let mut files = Vec::new();
+                if let Some(k) = &opts.device_key {
+                    files.push(AddedFile {
+                        path: DEVICE_KEY,
+                        src: k,
+                        mode: 0o600,
+                    });
+                }
+                if let Some(c) = &opts.config {
+                    files.push(AddedFile {
+                        path: config_path(),
+                        src: c,
+                        mode: 0o644,
+                    });
+                }
+                mksquashfs_adding(dir, &rootfs_img, &files)?;
             }
             None => {
                 let stage = out.join("stage");
@@ -605,6 +634,120 @@ pub fn mkext4(src: &Path, img: &Path) -> Result<(), BundleError> {
 
 /// Makes the board's read-only root filesystem image of the tree `src` (squashfs, LZ4).
 pub fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {
+    squash(src, img, Vec::new())
+}
+
+/// A host file put into a root image at `path` (relative to the root's top, no leading
+/// `/`), owned by root, with `mode`.
+#[derive(Debug, Clone, Copy)]
+pub struct AddedFile<'a> {
+    /// Where it goes in the root.
+    pub path: &'a str,
+    /// The host file it is read from.
+    pub src: &'a Path,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+/// Makes the board's root image of a user's tree `src` ([`mksquashfs`]) with `files` in
+/// it, leaving `src` as it is (neither changed nor copied: it may be large, and it is
+/// not ours). The files are mksquashfs pseudo definitions (`PATH f MODE 0 0 cat SRC`),
+/// with a `d` definition for each directory above them that `src` lacks.
+///
+/// A file `src` already has at one of those paths is left out of the image (`-e`): ours
+/// wins, since the initramfs carries ours, a capture in the root must read the key and
+/// settings a resume in the initramfs reads, and the command line named ours. A
+/// directory above one that is in `src` but is not a directory (a symlink `etc`, say) is
+/// refused: mksquashfs would silently drop the file. mksquashfs also stores a file whose
+/// command fails as an empty one and goes on (only `-exit-on-error` stops it, and that
+/// would also stop at any file of `src` a non-root build cannot read), so each file is
+/// read back from the image (`unsquashfs -cat`) and compared.
+pub fn mksquashfs_adding(src: &Path, img: &Path, files: &[AddedFile]) -> Result<(), BundleError> {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let refuse = |f: &AddedFile, reason: String| BundleError::AddToRoot {
+        root: src.to_path_buf(),
+        path: f.path.to_string(),
+        reason,
+    };
+    let (mut dirs, mut defs, mut excluded) = (Vec::new(), Vec::new(), Vec::new());
+    for f in files {
+        let parents: Vec<_> = Path::new(f.path).ancestors().skip(1).collect();
+        for d in parents
+            .into_iter()
+            .rev()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            match fs::symlink_metadata(src.join(d)) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    let why = format!("/{} is not a directory in it", d.display());
+                    return Err(refuse(f, why));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if !dirs.contains(&d) {
+                        dirs.push(d);
+                        defs.push(OsString::from(format!("{} d 755 0 0", d.display())));
+                    }
+                }
+                Err(e) => return Err(io(&src.join(d))(e)),
+            }
+        }
+        if fs::symlink_metadata(src.join(f.path)).is_ok() {
+            excluded.push(f.path);
+        }
+        // The command runs under `sh -c`: the path single-quoted, each `'` as `'\''`.
+        let mut def = format!("{} f {:o} 0 0 cat '", f.path, f.mode).into_bytes();
+        for &b in f.src.as_os_str().as_bytes() {
+            def.extend_from_slice(if b == b'\'' {
+                b"'\\''"
+            } else {
+                std::slice::from_ref(&b)
+            });
+        }
+        def.push(b'\'');
+        defs.push(OsString::from_vec(def));
+    }
+    let mut args = Vec::new();
+    for d in defs {
+        args.extend([OsString::from("-p"), d]);
+    }
+    // `-e` takes the rest of the command line; a relative path is taken in `src`.
+    if !excluded.is_empty() {
+        args.push("-e".into());
+        args.extend(excluded.into_iter().map(OsString::from));
+    }
+    squash(src, img, args)?;
+    for f in files {
+        let want = fs::read(f.src).map_err(io(f.src))?;
+        let got = Command::new("unsquashfs")
+            .arg("-cat")
+            .arg(img)
+            .arg(f.path)
+            .output()
+            .map_err(|e| refuse(f, format!("unsquashfs (package squashfs-tools): {e}")))?;
+        if !got.status.success() {
+            let why = format!(
+                "mksquashfs left it out (unsquashfs -cat: {})",
+                String::from_utf8_lossy(&got.stderr).trim()
+            );
+            return Err(refuse(f, why));
+        }
+        if got.stdout != want {
+            let why = format!(
+                "mksquashfs stored {} bytes, not the {} of {}",
+                got.stdout.len(),
+                want.len(),
+                f.src.display()
+            );
+            return Err(refuse(f, why));
+        }
+    }
+    Ok(())
+}
+
+/// Runs mksquashfs on `src` with the board's options, then `extra` (an `-e` list last).
+fn squash(src: &Path, img: &Path, extra: Vec<std::ffi::OsString>) -> Result<(), BundleError> {
     let _ = fs::remove_file(img);
     let out = Command::new("mksquashfs")
         .arg(src)
@@ -617,6 +760,7 @@ pub fn mksquashfs(src: &Path, img: &Path) -> Result<(), BundleError> {
             "-quiet",
             "-no-progress",
         ])
+        .args(extra)
         .output()
         .map_err(|e| BundleError::Rootfs(format!("mksquashfs (package squashfs-tools): {e}")))?;
     if !out.status.success() {
@@ -639,6 +783,104 @@ mod tests {
             assert!(is_static_elf(&bb), "busybox-static is static");
         }
         assert!(!is_static_elf(b"#!/bin/sh\n"));
+    }
+
+    /// Whether a squashfs tool is installed (package squashfs-tools).
+    fn have(tool: &str) -> bool {
+        Command::new(tool).arg("-version").output().is_ok()
+    }
+
+    /// `unsquashfs -lls`'s line for `path` in `img`: mode string first, name last.
+    fn listed(img: &Path, path: &str) -> Option<String> {
+        let out = Command::new("unsquashfs")
+            .arg("-lls")
+            .arg(img)
+            .output()
+            .unwrap();
+        let name = format!("squashfs-root/{path}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn a_users_root_gets_the_device_key_and_config_untouched() {
+        if !have("mksquashfs") {
+            eprintln!("skipped: no mksquashfs (package squashfs-tools)");
+            return;
+        }
+        assert!(
+            have("unsquashfs"),
+            "mksquashfs is installed but unsquashfs is not: install squashfs-tools whole"
+        );
+        let t = tempfile::tempdir().unwrap();
+        // The key in a directory whose name the shell would otherwise mangle.
+        let keys = t.path().join("it's a $dir");
+        fs::create_dir(&keys).unwrap();
+        let (key, conf) = (keys.join("device.key"), keys.join("snapboot.conf"));
+        fs::write(&key, b"\x00secret'\n").unwrap();
+        fs::write(&conf, "snapboot.encrypt = key\n").unwrap();
+        let files = [
+            AddedFile {
+                path: DEVICE_KEY,
+                src: &key,
+                mode: 0o600,
+            },
+            AddedFile {
+                path: config_path(),
+                src: &conf,
+                mode: 0o644,
+            },
+        ];
+        let cat = |img: &Path, path: &str| {
+            let out = Command::new("unsquashfs")
+                .arg("-cat")
+                .arg(img)
+                .arg(path)
+                .output()
+                .unwrap();
+            out.stdout
+        };
+
+        // A root without /etc: the directories are made, the files are in at their paths.
+        let bare = t.path().join("bare");
+        fs::create_dir_all(bare.join("bin")).unwrap();
+        let img = t.path().join("bare.img");
+        mksquashfs_adding(&bare, &img, &files).unwrap();
+        let line = listed(&img, DEVICE_KEY).expect("the key is in the image");
+        assert!(line.starts_with("-rw------- root/root "), "{line}");
+        let line = listed(&img, config_path()).expect("the config is in the image");
+        assert!(line.starts_with("-rw-r--r-- root/root "), "{line}");
+        let line = listed(&img, "etc/snapboot").unwrap();
+        assert!(line.starts_with("drwxr-xr-x "), "{line}");
+        assert_eq!(cat(&img, DEVICE_KEY), fs::read(&key).unwrap());
+        assert_eq!(cat(&img, config_path()), fs::read(&conf).unwrap());
+        assert!(
+            !bare.join("etc").exists(),
+            "the user's tree is left as it is"
+        );
+
+        // A root with a key of its own: ours wins in the image, theirs stays in the tree.
+        let own = t.path().join("own");
+        fs::create_dir_all(own.join("etc/snapboot")).unwrap();
+        fs::write(own.join(DEVICE_KEY), "theirs").unwrap();
+        fs::write(own.join("etc/hostname"), "board").unwrap();
+        let img = t.path().join("own.img");
+        mksquashfs_adding(&own, &img, &files).unwrap();
+        assert_eq!(cat(&img, DEVICE_KEY), fs::read(&key).unwrap());
+        assert!(listed(&img, DEVICE_KEY).unwrap().starts_with("-rw------- "));
+        assert_eq!(cat(&img, "etc/hostname"), b"board");
+        assert_eq!(fs::read(own.join(DEVICE_KEY)).unwrap(), b"theirs");
+
+        // A root whose /etc is a symlink: refused, saying why.
+        let linked = t.path().join("linked");
+        fs::create_dir_all(linked.join("usr/etc")).unwrap();
+        std::os::unix::fs::symlink("usr/etc", linked.join("etc")).unwrap();
+        let err = mksquashfs_adding(&linked, &t.path().join("linked.img"), &files)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc is not a directory"), "{err}");
     }
 
     #[test]

@@ -12,7 +12,8 @@
 
 use crate::error::StoreError;
 use crate::medium::Medium;
-use crate::reader::{read_stored, ChunkTimes};
+use crate::pipeline::ChunkTimes;
+use crate::reader::read_stored;
 use crate::store::Store;
 use std::collections::{BTreeMap, BTreeSet};
 use storelayout::{encode, ChunkRec};

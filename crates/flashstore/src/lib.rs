@@ -13,6 +13,7 @@ mod compact;
 mod error;
 mod fsck;
 mod medium;
+mod pipeline;
 mod reader;
 mod seal;
 mod sign;
@@ -24,7 +25,8 @@ pub use compact::CompactReport;
 pub use error::StoreError;
 pub use fsck::FsckReport;
 pub use medium::{FailingMedium, Medium, MemMedium, Window};
-pub use reader::{ChunkTimes, ImageReader, ReadCost};
+pub use pipeline::{ChunkTimes, ReadStats, BATCH_BYTES, GAP_BYTES};
+pub use reader::{ImageReader, ReadCost};
 pub use seal::{DeviceKey, SEAL_OVERHEAD};
 pub use store::{read_label, valid_name, FormatOptions, GcReport, Store, Usage};
 pub use storelayout::{

@@ -1,15 +1,23 @@
-//! Reading an image back in stream order. Each chunk is read once, its BLAKE3 checked before
-//! it is decompressed, and kept only while pages still to come need it.
+//! Reading an image back in stream order. Chunks are read in the order the stream first
+//! needs them, adjacent ones together ([`crate::pipeline`]'s batches), each checked before it
+//! is decompressed, and kept only while pages still to come need it. [`ImageReader::stream`]
+//! reads, checks and decompresses on several CPUs while the caller takes the pages in order.
 
 use crate::error::StoreError;
 use crate::medium::Medium;
+use crate::pipeline::{self, Batch, ChunkTimes, Decoded, ReadClock, ReadStats};
 use crate::store::Store;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
 use storelayout::pages::check_page_ref;
 use storelayout::{ChunkRec, Damage, ImageMeta, Page, PageRef, PAGE};
 
-/// Stored bytes the reader asks the medium to fetch ahead of the chunk it is loading.
+/// Stored bytes the reader asks the medium to fetch ahead of the batch it is loading.
 const READ_AHEAD: u64 = 8 << 20;
+
+/// Batches each worker of [`ImageReader::stream`] may decode ahead of the pages taken.
+const AHEAD_PER_WORKER: usize = 2;
 
 /// What a zero page reads as.
 static ZERO_PAGE: Page = [0; PAGE];
@@ -18,36 +26,33 @@ static ZERO_PAGE: Page = [0; PAGE];
 pub struct ImageReader<'s, M: Medium> {
     store: &'s Store<M>,
     meta: ImageMeta,
-    chunks: HashMap<u64, ChunkRec>,
+    plan: Plan,
+    cursor: Cursor,
+}
+
+/// What the reader's workers share: the batches in the order the stream needs them, and
+/// the medium's clock.
+struct Plan {
+    batches: Vec<Batch>,
+    /// The batch of each chunk.
+    batch_of: HashMap<u64, usize>,
+    clock: ReadClock,
+}
+
+/// Where the stream is: the pages handed out, the chunks loaded and still needed.
+struct Cursor {
     /// Uses still to come per chunk.
     uses: HashMap<u64, u32>,
-    /// Chunks in the order the stream first needs them, and how far read-ahead advice has
-    /// been given ([`Medium::will_need`]).
-    order: Vec<u64>,
+    /// The next batch to load, and how far read-ahead advice has been given
+    /// ([`Medium::will_need`]).
+    next_batch: usize,
     advised: usize,
-    loaded: usize,
     cache: HashMap<u64, Vec<u8>>,
     /// Chunks the last run used for the last time: dropped at the next call, once the
     /// caller no longer borrows them.
     release: Vec<u64>,
     cur: usize,
-    /// Chunks read (a chunk read twice counts twice) and their stored bytes.
-    pub chunks_read: u64,
-    /// Stored bytes read.
-    pub bytes_read: u64,
-    /// Time spent reading, checking (BLAKE3) and decompressing chunks.
-    pub times: ChunkTimes,
-}
-
-/// Where a reader's time went.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChunkTimes {
-    /// Reading stored bytes from the medium.
-    pub read: std::time::Duration,
-    /// Checking their checksum, or opening them (decrypting and authenticating) when sealed.
-    pub check: std::time::Duration,
-    /// Decompressing them.
-    pub decode: std::time::Duration,
+    stats: ReadStats,
 }
 
 impl<M: Medium> Store<M> {
@@ -66,25 +71,34 @@ impl<M: Medium> Store<M> {
                 check_page_ref(rec, chunk, slot, chunks.get(&chunk))?;
                 let n = uses.entry(chunk).or_default();
                 if *n == 0 {
-                    order.push(chunk);
+                    order.push(chunks[&chunk]);
                 }
                 *n += 1;
             }
         }
+        let batches = pipeline::plan(self, order.into_iter());
+        let batch_of = batches
+            .iter()
+            .enumerate()
+            .flat_map(|(i, b)| b.chunks.iter().map(move |(c, _)| (c.id, i)))
+            .collect();
         Ok(ImageReader {
             store: self,
             meta,
-            chunks,
-            uses,
-            order,
-            advised: 0,
-            loaded: 0,
-            cache: HashMap::new(),
-            release: Vec::new(),
-            cur: 0,
-            chunks_read: 0,
-            bytes_read: 0,
-            times: ChunkTimes::default(),
+            plan: Plan {
+                batches,
+                batch_of,
+                clock: ReadClock::default(),
+            },
+            cursor: Cursor {
+                uses,
+                next_batch: 0,
+                advised: 0,
+                cache: HashMap::new(),
+                release: Vec::new(),
+                cur: 0,
+                stats: ReadStats::default(),
+            },
         })
     }
 }
@@ -98,6 +112,18 @@ impl<M: Medium> ImageReader<'_, M> {
     /// Pages in the image.
     pub fn pages(&self) -> u64 {
         self.meta.pages.len() as u64
+    }
+
+    /// What was read so far, and where the time went.
+    pub fn stats(&self) -> ReadStats {
+        let mut s = self.cursor.stats;
+        s.times.read = self.plan.clock.busy();
+        s
+    }
+
+    /// Read requests the image takes: one per batch.
+    pub fn requests(&self) -> usize {
+        self.plan.batches.len()
     }
 
     /// Fills `buf` with the next page; `Ok(false)` at the end.
@@ -114,21 +140,139 @@ impl<M: Medium> ImageReader<'_, M> {
 
     /// The next pages in stream order, at most `max`, borrowed from the reader's buffers
     /// (every chunk among them already checked); empty at the end. A run stops before a page
-    /// whose chunk is not loaded yet, so each call reads at most one chunk.
+    /// whose chunk is not loaded yet, so each call reads at most one batch, on this thread.
     pub fn next_run(&mut self, max: usize) -> Result<Vec<&Page>, StoreError> {
+        let (store, plan) = (self.store, &self.plan);
+        let mut load = |i: usize| pipeline::decode(store, &plan.batches[i], &plan.clock);
+        self.cursor.run(&self.meta, plan, store, max, &mut load)
+    }
+}
+
+impl<M: Medium + Sync> ImageReader<'_, M> {
+    /// Hands every page still to come to `sink`, in stream order, in runs of at most `max`,
+    /// while `workers` threads read, check and decompress the batches ahead of it (at most
+    /// [`AHEAD_PER_WORKER`] each); with one worker, this thread does it all. Returns the
+    /// first error: a damaged or unreadable batch (the batches before it were handed over
+    /// whole), or the sink's.
+    pub fn stream<E: From<StoreError>>(
+        &mut self,
+        workers: usize,
+        max: usize,
+        mut sink: impl FnMut(&[&Page]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if workers <= 1 {
+            loop {
+                let run = self.next_run(max)?;
+                if run.is_empty() {
+                    return Ok(());
+                }
+                sink(&run)?;
+            }
+        }
+        let (store, plan, meta, cursor) = (self.store, &self.plan, &self.meta, &mut self.cursor);
+        let total = plan.batches.len();
+        let window = workers * AHEAD_PER_WORKER;
+        let claimed = AtomicUsize::new(cursor.next_batch);
+        let stop = AtomicBool::new(false);
+        // The batches taken so far: a worker waits before decoding one too far ahead.
+        let taken = (Mutex::new(cursor.next_batch), Condvar::new());
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel::<(usize, Result<Decoded, StoreError>)>();
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (claimed, stop, taken) = (&claimed, &stop, &taken);
+                s.spawn(move || loop {
+                    let i = claimed.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        return;
+                    }
+                    {
+                        let mut t = taken.0.lock().unwrap_or_else(|e| e.into_inner());
+                        while i >= *t + window && !stop.load(Ordering::Relaxed) {
+                            t = taken.1.wait(t).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let r = pipeline::decode(store, &plan.batches[i], &plan.clock);
+                    if tx.send((i, r)).is_err() {
+                        return;
+                    }
+                });
+            }
+            drop(tx);
+            let mut ready: HashMap<usize, Result<Decoded, StoreError>> = HashMap::new();
+            let mut load = |i: usize| loop {
+                if let Some(r) = ready.remove(&i) {
+                    *taken.0.lock().unwrap_or_else(|e| e.into_inner()) = i + 1;
+                    taken.1.notify_all();
+                    return r;
+                }
+                match rx.recv() {
+                    Ok((j, r)) => {
+                        ready.insert(j, r);
+                    }
+                    Err(_) => {
+                        return Err(StoreError::io(format!("decoding batch {i}"))(
+                            std::io::Error::other("every worker stopped before it"),
+                        ))
+                    }
+                }
+            };
+            let out = loop {
+                let run = match cursor.run(meta, plan, store, max, &mut load) {
+                    Ok(run) => run,
+                    Err(e) => break Err(e.into()),
+                };
+                if run.is_empty() {
+                    break Ok(());
+                }
+                if let Err(e) = sink(&run) {
+                    break Err(e);
+                }
+            };
+            // Workers still waiting for room stop; those decoding finish their batch and
+            // find nobody listening.
+            stop.store(true, Ordering::Relaxed);
+            taken.1.notify_all();
+            out
+        })
+    }
+}
+
+impl Cursor {
+    /// [`ImageReader::next_run`], with batch `i` loaded by `load(i)`.
+    fn run<'a, M: Medium>(
+        &'a mut self,
+        meta: &'a ImageMeta,
+        plan: &Plan,
+        store: &Store<M>,
+        max: usize,
+        load: &mut dyn FnMut(usize) -> Result<Decoded, StoreError>,
+    ) -> Result<Vec<&'a Page>, StoreError> {
         for id in self.release.drain(..) {
             self.cache.remove(&id);
         }
         let start = self.cur;
         let mut end = start;
-        while end < self.meta.pages.len() && end - start < max.max(1) {
-            if let PageRef::At { chunk, .. } = self.meta.pages[end] {
+        while end < meta.pages.len() && end - start < max.max(1) {
+            if let PageRef::At { chunk, .. } = meta.pages[end] {
                 if !self.cache.contains_key(&chunk) {
                     if end > start {
                         break;
                     }
-                    let raw = self.load(chunk)?;
-                    self.cache.insert(chunk, raw);
+                    // Chunks are loaded in first-use order and dropped after their last
+                    // use, so a chunk not loaded is the first of the next batch.
+                    let i = self.next_batch;
+                    if plan.batch_of.get(&chunk) != Some(&i) {
+                        return Err(Damage::Overused { chunk }.into());
+                    }
+                    self.next_batch += 1;
+                    self.advise_ahead(plan, store);
+                    let d = load(i)?;
+                    self.stats.add(&d.stats);
+                    self.cache.extend(d.chunks);
                 }
                 let n = self
                     .uses
@@ -144,7 +288,7 @@ impl<M: Medium> ImageReader<'_, M> {
         }
         self.cur = end;
         let cache = &self.cache;
-        Ok(self.meta.pages[start..end]
+        Ok(meta.pages[start..end]
             .iter()
             .map(|r| match *r {
                 PageRef::Zero => &ZERO_PAGE,
@@ -157,51 +301,27 @@ impl<M: Medium> ImageReader<'_, M> {
             .collect())
     }
 
-    /// Keeps read-ahead advice about [`READ_AHEAD`] stored bytes ahead of the chunks loaded
-    /// so far, topped up once less than half of that is left; chunks adjacent on the medium
-    /// are advised as one range.
-    fn advise_ahead(&mut self) {
-        let start = self.advised.max(self.loaded);
-        let mut pending: u64 = self.order[self.loaded.min(start)..start]
+    /// Keeps read-ahead advice about [`READ_AHEAD`] stored bytes ahead of the batches loaded
+    /// so far, topped up once less than half of that is left.
+    fn advise_ahead<M: Medium>(&mut self, plan: &Plan, store: &Store<M>) {
+        let start = self.advised.max(self.next_batch);
+        let pending: u64 = plan.batches[self.next_batch.min(start)..start]
             .iter()
-            .map(|id| u64::from(self.chunks[id].stored_len))
+            .map(|b| b.len)
             .sum();
         if pending >= READ_AHEAD / 2 {
             return;
         }
-        let cb = self.store.cluster_bytes();
-        let mut range: Option<(u64, u64)> = None;
+        let mut pending = pending;
         self.advised = start;
-        while self.advised < self.order.len() && pending < READ_AHEAD {
-            let c = self.chunks[&self.order[self.advised]];
-            let at = c.cluster * cb + u64::from(c.offset);
-            let end = at + u64::from(c.stored_len);
-            range = match range {
-                Some((s, e)) if (e..=e.next_multiple_of(512)).contains(&at) => Some((s, end)),
-                Some((s, e)) => {
-                    self.store.medium.will_need(s, e - s);
-                    Some((at, end))
-                }
-                None => Some((at, end)),
-            };
-            pending += u64::from(c.stored_len);
+        while self.advised < plan.batches.len() && pending < READ_AHEAD {
+            let b = &plan.batches[self.advised];
+            if let Some(at) = b.at {
+                store.medium.will_need(at, b.len);
+            }
+            pending += b.len;
             self.advised += 1;
         }
-        if let Some((s, e)) = range {
-            self.store.medium.will_need(s, e - s);
-        }
-    }
-
-    /// Reads, checks and decompresses chunk `id` (the next in first-use order), after
-    /// advising the medium of the chunks that follow it.
-    fn load(&mut self, id: u64) -> Result<Vec<u8>, StoreError> {
-        self.loaded += 1;
-        self.advise_ahead();
-        let c = self.chunks[&id];
-        let raw = read_chunk_timed(self.store, &c, &mut self.times)?;
-        self.chunks_read += 1;
-        self.bytes_read += u64::from(c.stored_len);
-        Ok(raw)
     }
 }
 
@@ -252,6 +372,27 @@ impl<M: Medium> Store<M> {
                 f64::from(c.stored_len) * used[&c.id].len() as f64 / f64::from(c.pages.max(1));
         }
         Ok(cost)
+    }
+}
+
+impl<M: Medium> Store<M> {
+    /// The bytes of the medium holding `rec`'s chunks: from the first byte of the lowest to
+    /// the last of the highest (`None`: the image has only zero pages). What a plain
+    /// sequential read of the image covers: the medium's baseline for its restore.
+    pub fn extent(&self, rec: &storelayout::ImageRec) -> Result<Option<(u64, u64)>, StoreError> {
+        let wanted: std::collections::HashSet<u64> = rec.chunks.iter().copied().collect();
+        let mut span: Option<(u64, u64)> = None;
+        for c in self
+            .catalog
+            .chunks
+            .iter()
+            .filter(|c| wanted.contains(&c.id))
+        {
+            let at = self.sb.chunk_place(c)?;
+            let end = at + u64::from(c.stored_len);
+            span = Some(span.map_or((at, end), |(s, e)| (s.min(at), e.max(end))));
+        }
+        Ok(span.map(|(s, e)| (s, e - s)))
     }
 }
 

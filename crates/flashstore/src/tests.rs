@@ -1021,3 +1021,4 @@ fn the_reader_advises_every_chunk_after_the_first_once_in_merged_ranges() {
 }
 
 mod sealed;
+mod stream;

@@ -285,6 +285,9 @@ fn carry_out(
             once,
             images,
         } => {
+            if params.medium_baseline {
+                crate::baseline::measure_and_power_off(&store, &images, NODE_WAIT);
+            }
             let err = resume(&ResumeOptions {
                 store,
                 once,

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod after_restore;
+pub mod baseline;
 pub mod binding;
 pub mod boot;
 pub mod capture;

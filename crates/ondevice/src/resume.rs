@@ -20,6 +20,7 @@ use crate::status::{ImageRef, Outcome, RefusalRecord};
 use crate::store::StoreUseError;
 use admission::{Admitted, Candidate, Expected, Refused, Rules, Sealing, Trust};
 use bootparams::StoreAddress;
+use bootstatus::Throughput;
 use boottrace::error_chain as chain;
 use boottrace::Marker;
 use devsys::devicetree::{boot_device_tree, DeviceTreeError};
@@ -267,86 +268,110 @@ pub fn check_page0(page0: &Page, pages: u64, expected: &Expected) -> Result<(), 
     admission::check_header(&header, pages, expected)
 }
 
-/// Hands every page of `src` to a fresh `/dev/snapshot` and reports the `resume-loaded`
-/// marker; `check_header` sees page 0 first, and the device is opened only if it passes.
-/// On error the device is closed, which discards what it was given.
-fn load<M: flashstore::Medium>(
+/// Why loading stopped: the store's reader, or the kernel or the header check.
+enum LoadStop {
+    Store(flashstore::StoreError),
+    Refused(Refused),
+}
+
+impl From<flashstore::StoreError> for LoadStop {
+    fn from(e: flashstore::StoreError) -> Self {
+        LoadStop::Store(e)
+    }
+}
+
+/// The CPUs that read, check and decompress the image: every online one this process may
+/// run on (the restore kernels are built with SMP for it).
+pub fn decode_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Hands every page of `src` to a fresh `/dev/snapshot` while [`decode_workers`] threads
+/// read, check and decompress ahead, in stream order; reports the `resume-loaded` and
+/// `throughput` markers and returns the device and the throughput. `check_header` sees page 0
+/// first, and the device is opened only if it passes. On error the device is closed, which
+/// discards what it was given.
+fn load<M: flashstore::Medium + Sync>(
     src: &mut flashstore::ImageReader<'_, M>,
     what: &str,
     check_header: impl FnOnce(&Page) -> Result<(), Refused>,
-) -> Result<SnapshotDev, Refused> {
-    let kernel = |e: SnapshotError| Refused::NotPlaced(chain(&e));
+) -> Result<(SnapshotDev, Throughput), Refused> {
+    let kernel = |e: SnapshotError| LoadStop::Refused(Refused::NotPlaced(chain(&e)));
     let started = Instant::now();
-    let (mut read_time, mut write_time) = (Duration::ZERO, Duration::ZERO);
+    let workers = decode_workers();
+    let mut place = Duration::ZERO;
     let mut slowest = (Duration::ZERO, 0u64);
     let mut check_header = Some(check_header);
-    let mut dev = None;
-    let mut t = Instant::now();
-    loop {
-        let run = src.next_run(RUN_PAGES).map_err(refusal)?;
-        let now = Instant::now();
-        read_time += now - t;
-        t = now;
-        let Some(page0) = run.first() else {
-            break;
-        };
-        let dev = match &mut dev {
-            Some(dev) => dev,
-            None => {
-                if let Some(check) = check_header.take() {
-                    check(page0)?;
+    let mut dev: Option<SnapshotDev> = None;
+    let streamed = src.stream(
+        workers,
+        RUN_PAGES,
+        |run: &[&Page]| -> Result<(), LoadStop> {
+            let dev = match &mut dev {
+                Some(dev) => dev,
+                None => {
+                    if let Some(check) = check_header.take() {
+                        check(run[0]).map_err(LoadStop::Refused)?;
+                    }
+                    dev.insert(SnapshotDev::open_restore().map_err(kernel)?)
                 }
-                t = Instant::now();
-                dev.insert(SnapshotDev::open_restore().map_err(kernel)?)
+            };
+            let t = Instant::now();
+            let first = dev.pages();
+            dev.write_pages(run).map_err(kernel)?;
+            let spent = t.elapsed();
+            if spent > slowest.0 {
+                slowest = (spent, first);
             }
-        };
-        let first = dev.pages();
-        dev.write_pages(&run).map_err(kernel)?;
-        let now = Instant::now();
-        if now - t > slowest.0 {
-            slowest = (now - t, first);
-        }
-        write_time += now - t;
-        t = now;
+            place += spent;
+            Ok(())
+        },
+    );
+    match streamed {
+        Ok(()) => {}
+        Err(LoadStop::Store(e)) => return Err(refusal(e)),
+        Err(LoadStop::Refused(r)) => return Err(r),
     }
     let dev = dev.ok_or(Refused::Header(snapimg::StreamError::Incomplete {
         received: 0,
         expected: 0,
     }))?;
-    let secs = started.elapsed().as_secs_f64();
+    let st = src.stats();
+    let throughput = Throughput {
+        read_bytes: st.bytes,
+        requests: st.requests,
+        large_bytes: st.large_bytes,
+        decoded_bytes: st.decoded,
+        placed_bytes: dev.pages() * PAGE_SIZE as u64,
+        read_s: st.times.read.as_secs_f64(),
+        check_s: st.times.check.as_secs_f64(),
+        decode_s: st.times.decode.as_secs_f64(),
+        place_s: place.as_secs_f64(),
+        wall_s: started.elapsed().as_secs_f64(),
+        workers: workers as u32,
+    };
     print_marker(
         Marker::ResumeLoaded,
         Some(&format!(
-            "{what}{} pages ({:.1} MiB) in {secs:.2} s (read+verify {:.2} s, kernel writes {:.2} s; \
-             {}; slowest kernel write {:.3} s at stream page {})",
+            "{what}{} pages ({:.1} MiB) in {:.2} s ({} chunks; slowest kernel write {:.3} s at \
+             stream page {})",
             dev.pages(),
             (dev.pages() * PAGE_SIZE as u64) as f64 / 1048576.0,
-            read_time.as_secs_f64(),
-            write_time.as_secs_f64(),
-            stages(src),
+            throughput.wall_s,
+            st.chunks,
             slowest.0.as_secs_f64(),
             slowest.1
         )),
     );
-    Ok(dev)
-}
-
-/// Where a reader's time went, for the `resume-loaded` marker.
-fn stages<M: flashstore::Medium>(r: &flashstore::ImageReader<'_, M>) -> String {
-    let t = r.times;
-    format!(
-        "{} chunks, {:.1} MiB read in {:.2} s, checked in {:.2} s, decompressed in {:.2} s",
-        r.chunks_read,
-        r.bytes_read as f64 / 1048576.0,
-        t.read.as_secs_f64(),
-        t.check.as_secs_f64(),
-        t.decode.as_secs_f64()
-    )
+    print_marker(Marker::Throughput, Some(&throughput.line()));
+    Ok((dev, throughput))
 }
 
 /// What this boot checks every image against, observed once: the image kernel's identity
 /// (the running kernel's, or on a restore kernel the stock kernel's it records), this
-/// machine's RAM and memory layout, and its CPUs.
+/// machine's RAM and memory layout, and its CPUs (the boot device tree's MPIDRs, and how
+/// many are online: on the restore kernel too, which is SMP so that it sees them all; a
+/// count that cannot be read is not checked).
 fn observe_expected() -> Result<Expected, ResumeError> {
     let dt = boot_device_tree().map_err(ResumeError::DeviceTree)?;
     let efi = devsys::efi_runtime::read_runtime_map(Path::new(devsys::efi_runtime::RUNTIME_MAP))
@@ -355,6 +380,7 @@ fn observe_expected() -> Result<Expected, ResumeError> {
     Ok(Expected::observed(
         devsys::system::image_kernel(running_identity(&dt, efi), record.as_deref()),
         dt.cpus,
+        devsys::cpus::online_cpus().ok(),
     ))
 }
 
@@ -479,7 +505,7 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
             None => load_flash_image(&store, &name, o, &rules, key_secs),
         };
         match loaded {
-            Ok(dev) => {
+            Ok((dev, throughput)) => {
                 let load_secs = t.elapsed().as_secs_f64();
                 let generation = store.image(&name).map_or(0, |r| r.generation);
                 if o.once {
@@ -490,7 +516,8 @@ fn resume_store(o: &ResumeOptions) -> Result<std::convert::Infallible, ResumeErr
                 let armed = o.watchdog.and_then(arm_watchdog);
                 let timeout = armed.as_ref().map(|(_, t)| *t);
                 let counted = (name.as_str(), generation);
-                match record_attempt(&mut store, counted, o, &refused, load_secs, timeout) {
+                let measured = (load_secs, throughput);
+                match record_attempt(&mut store, counted, o, &refused, measured, timeout) {
                     Ok(()) => {
                         drop(store);
                         return restore(dev, armed.map(|(w, _)| w));
@@ -525,7 +552,7 @@ fn record_attempt(
     (name, generation): (&str, u64),
     o: &ResumeOptions,
     refused: &[RefusalRecord],
-    load_secs: f64,
+    (load_secs, throughput): (f64, Throughput),
     watchdog: Option<u32>,
 ) -> Result<(), Refused> {
     let started = o.started;
@@ -541,6 +568,7 @@ fn record_attempt(
             s.attempt = Some(attempt);
             s.refused = refused.to_vec();
             s.timings.load = Some(load_secs);
+            s.throughput = Some(throughput.clone());
             s.timings.resume = started.map(|t| t.elapsed().as_secs_f64());
             s.watchdog = watchdog;
             log.last_boot = crate::status::to_boot_log(&s);
@@ -555,7 +583,7 @@ fn load_flash_image(
     o: &ResumeOptions,
     rules: &Rules<'_>,
     key_secs: f64,
-) -> Result<SnapshotDev, Refused> {
+) -> Result<(SnapshotDev, Throughput), Refused> {
     let rec = store
         .image(name)
         .ok_or_else(|| Refused::Missing(name.into()))?;

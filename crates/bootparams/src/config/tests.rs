@@ -128,7 +128,8 @@ fn each_kernel_only_key_is_refused_in_the_file() {
             "coldkernel",
             "handedover",
             "pmtimes",
-            "memfault"
+            "memfault",
+            "baseline"
         ]
     );
 }
