@@ -1,6 +1,6 @@
-//! What an image must match here: the kernel it was made by, this machine's RAM and memory
-//! layout, what it is bound to, and a stream header the restoring side can take. Each path
-//! tells what it observed of this boot in one [`Expected`]; how much it can observe
+//! What an image must match here: the kernel it was made by, this machine's RAM, memory
+//! layout and CPUs, what it is bound to, and a stream header the restoring side can take.
+//! Each path tells what it observed of this boot in one [`Expected`]; how much it can observe
 //! differs (a running kernel reads `/proc/iomem`, a restorer before any kernel reads the
 //! firmware's map), so the memory is checked against whichever it has.
 
@@ -57,6 +57,11 @@ pub struct Expected {
     pub memory: Memory,
     /// MPIDRs of this machine's CPUs (arm64; empty: not known).
     pub cpus: Vec<u64>,
+    /// How many CPUs this machine has online (`None`: not known, not checked). An image
+    /// captured with more is refused ([`Incompat::FewerCpus`]); one captured with fewer is
+    /// admitted: the restored kernel brings back the CPUs it had, and the extra ones stay
+    /// offline until the restored system onlines them.
+    pub online_cpus: Option<u32>,
     /// How this boot was started, when an image must have been captured the same way
     /// (the arm64 restorer: `U-Boot VERSION, booti`, the kernel U-Boot's script would
     /// boot; `None`: not checked).
@@ -64,8 +69,9 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// What a running kernel observed: the image kernel's identity, with RAM and layout.
-    pub fn observed(identity: Identity, cpus: Vec<u64>) -> Self {
+    /// What a running kernel observed: the image kernel's identity, with RAM and layout,
+    /// its CPUs' MPIDRs and how many CPUs are online.
+    pub fn observed(identity: Identity, cpus: Vec<u64>, online_cpus: Option<u32>) -> Self {
         Expected {
             release: identity.release,
             version: identity.version,
@@ -75,14 +81,16 @@ impl Expected {
                 map: identity.memory,
             },
             cpus,
+            online_cpus,
             boot_path: None,
         }
     }
 }
 
 /// Checks an image's description against this boot: the stream length it records against
-/// the `listed` pages of its page list, the kernel, RAM and memory layout; returns what it
-/// is bound to, which the path observes and hands to [`check_binding`].
+/// the `listed` pages of its page list, the kernel, RAM and memory layout, the CPUs online
+/// (when both the image and this boot know them); returns what it is bound to, which the
+/// path observes and hands to [`check_binding`].
 pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<Binding, Refused> {
     if listed != d.stream_pages {
         return Err(Refused::PageCount {
@@ -121,9 +129,25 @@ pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<B
         }
         checked.map_err(|m| Refused::Incompatible(Incompat::MemoryLayout(m)))?;
     }
+    check_online_cpus(d.online_cpus, e.online_cpus)?;
     d.binding()
         .map_err(Refused::Description)?
         .ok_or(Refused::Unbound)
+}
+
+/// Refuses an image captured with more CPUs online (`image`) than this machine has
+/// (`running`); either unknown is not checked. Fewer is fine: the CPUs the image kernel did
+/// not have stay offline until the restored system onlines them.
+fn check_online_cpus(image: Option<u32>, running: Option<u32>) -> Result<(), Refused> {
+    match (image, running) {
+        (Some(image), Some(running)) if image > running => {
+            Err(Refused::Incompatible(Incompat::FewerCpus {
+                image,
+                running,
+            }))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks what the image is bound to against what this boot observed of the same things.
@@ -190,8 +214,64 @@ mod tests {
                 map: MemoryMap::default(),
             },
             cpus,
+            online_cpus: None,
             boot_path: None,
         }
+    }
+
+    /// A description of the image kernel `arm64` expects, captured with `online_cpus`.
+    fn description(online_cpus: Option<u32>) -> Description {
+        let identity = Identity {
+            release: "6.1.0-56-arm64".into(),
+            version: VERSION.into(),
+            machine: "aarch64".into(),
+            ram_bytes: 512 << 20,
+            memory: MemoryMap::default(),
+        };
+        let binding = Binding {
+            boot_setup: snapimg::BootSetup::new(Vec::new(), Vec::new()),
+            cmdline: Vec::new(),
+            devices: Vec::new(),
+        };
+        Description::new(identity, 1, Some(&binding), 100, None, (None, None))
+            .unwrap()
+            .with_online_cpus(online_cpus)
+    }
+
+    #[test]
+    fn an_image_captured_with_more_cpus_online_than_this_machine_has_is_refused() {
+        let mut e = arm64(Vec::new());
+        // As many, more (the extra CPUs stay offline), or either side unknown: admitted.
+        for (image, running) in [
+            (Some(2), Some(2)),
+            (Some(1), Some(1)),
+            (Some(2), Some(4)),
+            (Some(2), None),
+            (None, Some(1)),
+            (None, None),
+        ] {
+            e.online_cpus = running;
+            let r = check_description(&description(image), 100, &e);
+            assert!(r.is_ok(), "{image:?} on {running:?}: {r:?}");
+        }
+        e.online_cpus = Some(1);
+        let r = check_description(&description(Some(2)), 100, &e).unwrap_err();
+        assert!(
+            matches!(
+                r,
+                Refused::Incompatible(Incompat::FewerCpus {
+                    image: 2,
+                    running: 1
+                })
+            ),
+            "{r:?}"
+        );
+        assert_eq!(r.kind(), bootstatus::Refusal::Changed);
+        assert_eq!(
+            r.to_string(),
+            "image does not fit this system: the image was captured with 2 CPUs online and \
+             this machine has 1: the restored kernel would wait for CPUs that are not there"
+        );
     }
 
     fn header(page: &Page) -> Result<StreamHeader, Refused> {

@@ -10,7 +10,7 @@
 //!  each candidate ─────────────► [admit]   boot log guard ─► trust (encryption, signature)
 //!                                          ─► description ─► [rollback] TPM counter ─►
 //!                                          (version, page count, kernel, RAM and memory
-//!                                          map) ─► binding ─► swap region
+//!                                          map, CPUs online) ─► binding ─► swap region
 //!  page 0, when the driver has it ► [checks::check_header]   arch record, e820, RAM pages,
 //!                                                            stream length
 //!  any refusal ────────────────► [Refused]  its kind ([`Refused::kind`]) decides whether

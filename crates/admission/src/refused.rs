@@ -118,7 +118,7 @@ pub enum Refused {
         /// Pages that one says.
         said: u64,
     },
-    /// The image belongs to another kernel, RAM size or memory layout.
+    /// The image belongs to another kernel, RAM size, memory layout or more CPUs.
     #[error("image does not fit this system: {0}")]
     Incompatible(Incompat),
     /// The image records nothing of what it is bound to.
@@ -285,6 +285,13 @@ mod tests {
                 Refused::Incompatible(Incompat::RamMismatch {
                     image: 1,
                     running: 2,
+                }),
+                Refusal::Changed,
+            ),
+            (
+                Refused::Incompatible(Incompat::FewerCpus {
+                    image: 2,
+                    running: 1,
                 }),
                 Refusal::Changed,
             ),

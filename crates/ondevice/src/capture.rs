@@ -95,6 +95,9 @@ pub enum CaptureError {
     /// The EFI runtime map, which the image records, cannot be read.
     #[error("cannot record the memory layout")]
     EfiRuntime(#[source] devsys::efi_runtime::BadRegion),
+    /// The CPUs online, which the image records, cannot be counted.
+    #[error("cannot record the CPUs online")]
+    Cpus(#[source] devsys::cpus::CpuCountError),
     /// Deferred memory is online.
     #[error("refusing to capture")]
     Memory(#[source] crate::memory::MemoryError),
@@ -237,6 +240,9 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
         &boot_device_tree().map_err(CaptureError::DeviceTree)?,
         read_runtime_map(Path::new(RUNTIME_MAP)).map_err(CaptureError::EfiRuntime)?,
     );
+    // The CPUs the kernel freezes and brings back with the image: a machine with fewer
+    // refuses it (admission::Expected::online_cpus).
+    let online_cpus = devsys::cpus::online_cpus().map_err(CaptureError::Cpus)?;
     // Opened by its magic before anything else: nothing is written to a device that is not
     // a store, and a capture that cannot succeed leaves the system as it was.
     let (store, at) = crate::store::open_address(&o.store, devsys::locate::NODE_WAIT, true)?;
@@ -248,7 +254,7 @@ pub fn capture(o: &CaptureOptions) -> Result<CaptureOutcome, CaptureError> {
             Some(&format!("read-only for the capture: {list}")),
         );
     }
-    let taken = take_image(o, store, &at, binding, identity);
+    let taken = take_image(o, store, &at, binding, identity, online_cpus);
     // Both continuations, the system that carries on and every restored one (which starts
     // from the state at capture), get their filesystems back writable.
     if !mounts.remount.is_empty() {
@@ -283,6 +289,7 @@ fn take_image(
     at: &devsys::locate::Located,
     binding: snapimg::Binding,
     identity: snapimg::Identity,
+    online_cpus: u32,
 ) -> Result<Taken, CaptureError> {
     // A lazy re-capture from a restored lazy system: what was touched since the restore is
     // visible only now, before swapoff reads everything back in.
@@ -440,7 +447,7 @@ fn take_image(
             swap,
             (devsys::system::resume_entry(), devsys::system::boot_path()),
         )
-        .map(|d| d.with_rollback(stamp))
+        .map(|d| d.with_rollback(stamp).with_online_cpus(Some(online_cpus)))
     })?;
     let generation = c.image.generation;
     let st = c.image.stats;

@@ -84,6 +84,15 @@ pub trait Disk {
 
     /// Fills `buf` from byte `offset`; both `offset` and `buf.len()` must be whole sectors.
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+
+    /// The most bytes one request to the device carries, when [`Disk::read`] splits a
+    /// longer read into requests of this size, the last one shorter (the PC's virtio disks:
+    /// the device's limits and the driver's); `None`: a read is one request as far as the
+    /// restorer sees (the firmware's Block I/O, whose driver may split it further; memory).
+    /// What the throughput's request count follows.
+    fn request_limit(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<D: Disk + ?Sized> Disk for &mut D {
@@ -93,6 +102,10 @@ impl<D: Disk + ?Sized> Disk for &mut D {
 
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         (**self).read(offset, buf)
+    }
+
+    fn request_limit(&self) -> Option<u64> {
+        (**self).request_limit()
     }
 }
 
@@ -216,6 +229,10 @@ impl<D: Disk> Disk for Part<D> {
     fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         let at = self.span.place(offset, buf.len())?;
         self.disk.read(at, buf)
+    }
+
+    fn request_limit(&self) -> Option<u64> {
+        self.disk.request_limit()
     }
 }
 

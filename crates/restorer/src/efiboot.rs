@@ -22,8 +22,8 @@
 //!    attempt is counted: the crash-loop guard ends a loop).
 
 use crate::flow::{
-    __image_start, decide, keep_fallback, place, restore_from, Asked, Disks, NotRestored,
-    MAX_PAGES, PAGE,
+    __image_start, decide, keep_fallback, place, restore_from, Asked, Disks, Load, NotRestored,
+    Phase, MAX_PAGES, PAGE,
 };
 use crate::heap;
 use crate::hw::efi::{self, BlockDisk, Firmware};
@@ -45,8 +45,8 @@ use storelayout::SlotWrite;
 /// ([`HEAP_SLACK`] kept) is free RAM for the image's pages once boot services are gone.
 const HEAP_TRIES: [u64; 3] = [256 << 20, 128 << 20, 64 << 20];
 /// Heap kept beyond its top once an image passed its checks, for what is allocated after
-/// (the memory map, the virtual address map, the checks of another image if this one
-/// cannot be read).
+/// (the memory map, the virtual address map, the throughput line once the pages are
+/// placed, the checks of another image if this one cannot be read).
 const HEAP_SLACK: u64 = 16 << 20;
 /// The image kernel's EFI stub as Debian builds it (`CONFIG_EFI_SOFT_RESERVE=y`).
 #[cfg(target_arch = "x86_64")]
@@ -337,7 +337,7 @@ fn enter(
     let heap_end = (heap::top() + HEAP_SLACK)
         .next_multiple_of(PAGE)
         .clamp(heap.0, old_end);
-    heap::shrink_to(heap_end);
+    heap::end_at(heap_end);
     let heap = (heap.0, heap_end);
     // The firmware's translation tables stay busy on arm64 (the MMU runs on them until
     // the last copy), and where the image kernel is entered: known before anything is read
@@ -377,7 +377,8 @@ fn enter(
     // 4 GiB (identity mapped before and after the exit), used by nothing else.
     let buf = unsafe { core::slice::from_raw_parts_mut(buf_at as *mut u8, pages * PAGE as usize) };
     let mut window = Window::new(buf);
-    let t = crate::flow::cycles();
+    // The load phase starts with the first chunk read (`place` counts on from here).
+    let mut load = Load::new(crate::flow::cycles());
     let Some(disk) = disks.disk(at) else {
         fw.free(buf_at, pages);
         return (fw, Refused::Unreadable("the store's disk is gone".into()));
@@ -392,16 +393,17 @@ fn enter(
             )),
         );
     }
-    let read = crate::flow::cycles().wrapping_sub(t);
+    load.spent
+        .add(Phase::Read, load.start, crate::flow::cycles());
     // Every chunk checked while a refusal can still go back to the loader.
-    if let Err(why) = crate::flow::check_chunks(chosen, store, disk, &mut window) {
+    if let Err(why) = crate::flow::check_chunks(chosen, store, disk, &mut window, &mut load) {
         fw.free(buf_at, pages);
         return (fw, why);
     }
     say!(
         "snapboot-restorer: read {} MiB of chunks in {count} requests, checked them ({}% of the time reading)",
         bytes >> 20,
-        read * 100 / crate::flow::cycles().wrapping_sub(t).max(1)
+        load.spent.of(Phase::Read) * 100 / load.spent.total().max(1)
     );
     // The crash-loop guard's count, as resume records it: after every check, before the
     // image kernel takes over.
@@ -473,7 +475,7 @@ fn enter(
         // code has run since: no interrupts, the firmware's drivers stopped by the exit.
         // (The soak's checksum failures on a clean store were the firmware's timer writing
         // into the red zone while boot services ran: `hw::efi::firmware_call`.)
-        (&mut window, scratch, true),
+        (&mut window, scratch, Some(load)),
         |_: &mut EfiDisks| {
             if virtual_map.is_empty() {
                 return Ok(());

@@ -16,6 +16,7 @@ use restorer::disk::{DiskMut, Span};
 use restorer::e820::Table;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::{Busy, ImagePages, LastCopy, PlaceError, SafePages};
+pub(crate) use restorer::telemetry::{Load, Phase};
 use storelayout::SlotWrite;
 
 /// `uname -m` of the kernels this program restores.
@@ -252,6 +253,8 @@ pub(crate) fn restore_from<S: Disks>(
             machine: MACHINE.into(),
             memory: memory.clone(),
             cpus: asked.cpus.to_vec(),
+            // The restorer does not count the machine's CPUs: not checked here.
+            online_cpus: None,
             boot_path: asked.boot_path.clone(),
         },
         cmdline,
@@ -346,19 +349,21 @@ pub(crate) fn stock_init<S: Disks>(
     Ok(stock)
 }
 
-/// Bytes the store is read in at a time.
+/// Bytes the store is read in at a time: each refill of the window reads this many (less
+/// only at the disk's end), whatever the chunks need of them.
 #[cfg(not(feature = "efi"))]
 pub(crate) const WINDOW: usize = 4 << 20;
 
 /// Checks the checksum of every chunk of `chosen`, read through `window` from `disk`: the
 /// EFI program's step before it leaves boot services (a damaged chunk found later could
-/// only reset the PC).
+/// only reset the PC). The time goes to `load`'s stages (a chunk read again to its read).
 #[cfg_attr(not(feature = "efi"), allow(dead_code))]
 pub(crate) fn check_chunks<D: restorer::disk::Disk>(
     chosen: &image::Chosen,
     store: &image::Store,
     disk: &mut D,
     window: &mut restorer::window::Window,
+    load: &mut Load,
 ) -> Result<(), admission::Refused> {
     use admission::Refused;
     for group in chosen.plan.by_chunk() {
@@ -367,8 +372,12 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
         })?;
         let (offset, len) = (store.chunk_at(c)?, c.stored_len as usize);
         let unreadable = |e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id));
+        let t = cycles();
         let stored = window.get(disk, offset, len).map_err(unreadable)?;
-        let Err(damage) = c.check_stored(store.catalog.check, stored) else {
+        let t = lap(load, Phase::Read, t);
+        let checked = c.check_stored(store.catalog.check, stored);
+        let t = lap(load, Phase::Check, t);
+        let Err(damage) = checked else {
             continue;
         };
         // Read once more on its own before calling the store damaged: a copy that reads
@@ -377,9 +386,14 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
         let start = offset - offset % restorer::disk::SECTOR;
         let end = (offset + len as u64).next_multiple_of(restorer::disk::SECTOR);
         let mut again = alloc::vec![0u8; (end - start) as usize];
-        disk.read(start, &mut again).map_err(unreadable)?;
+        window
+            .read_beside(disk, start, &mut again)
+            .map_err(unreadable)?;
+        let t = lap(load, Phase::Read, t);
         let fresh = &again[(offset - start) as usize..][..len];
-        if c.check_stored(store.catalog.check, fresh).is_err() {
+        let checked = c.check_stored(store.catalog.check, fresh);
+        lap(load, Phase::Check, t);
+        if checked.is_err() {
             return Err(Refused::from(damage));
         }
         let held = window.held_mut(offset, len).ok_or_else(|| {
@@ -402,10 +416,15 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
 /// not (a chunk that fails its checksum, a PFN that is not RAM, no safe page left, the
 /// boot log not written), having written only pages nothing else uses. `window`: where the
 /// store is read through (the EFI program's holds every chunk already); `scratch`: the
-/// chunk buffer; `checked`: every chunk's checksum was checked already ([`check_chunks`]);
-/// `finish`: the platform's last step before the jump (the PVH program counts the attempt
-/// and resets its disks, the EFI program switches the firmware's runtime services to the
-/// image kernel's virtual map).
+/// chunk buffer; `checked`: every chunk was read and its checksum checked already
+/// ([`check_chunks`]), the load phase counted from its first read; `finish`: the
+/// platform's last step before the jump (the PVH program counts the attempt and resets its
+/// disks, the EFI program switches the firmware's runtime services to the image kernel's
+/// virtual map).
+///
+/// Once every page is placed it prints the load phase's throughput, the `throughput`
+/// marker ([`restorer::telemetry`]): allocating it must not touch a placed page, so the
+/// heap it comes from lies in the busy range (each program keeps some of its heap there).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn place<S: Disks>(
     chosen: &image::Chosen,
@@ -414,7 +433,7 @@ pub(crate) fn place<S: Disks>(
     at: usize,
     table: &Table,
     (busy, target): (Busy, crate::cpu::Target),
-    (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], bool),
+    (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], Option<Load>),
     finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
 ) -> Result<core::convert::Infallible, admission::Refused> {
     use admission::Refused;
@@ -463,7 +482,13 @@ pub(crate) fn place<S: Disks>(
         })?;
 
     // Every page to its place; the ones landing on the restorer's memory go to safe pages,
-    // listed for the last copy.
+    // listed for the last copy. The load phase starts here unless its chunks were read
+    // already.
+    let (checked, mut load) = match checked {
+        Some(load) => (true, load),
+        None => (false, Load::new(cycles())),
+    };
+    let t = cycles();
     let mut last = LastCopy::default();
     for &pfn in &plan.zeros {
         if busy.holds(pfn) {
@@ -475,11 +500,12 @@ pub(crate) fn place<S: Disks>(
             crate::cpu::written(pfn * PAGE, PAGE);
         }
     }
+    load.placed_pages += plan.zeros.len() as u64;
+    lap(&mut load, Phase::Place, t);
     let disk = disks
         .disk(at)
         .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
     let mut in_place = 0u64;
-    let mut spent = Spent::default();
     let check = store.catalog.check;
     // "store is damaged: checksum mismatch in chunk N ...", as every path says it.
     let chunk_error = Refused::from;
@@ -491,11 +517,11 @@ pub(crate) fn place<S: Disks>(
         let stored = window
             .get(disk, store.chunk_at(c)?, c.stored_len as usize)
             .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
-        let t = spent.add(Phase::Read, t);
+        let t = lap(&mut load, Phase::Read, t);
         if !checked {
             c.check_stored(check, stored).map_err(chunk_error)?;
         }
-        let t = spent.add(Phase::Check, t);
+        let t = lap(&mut load, Phase::Check, t);
         let first = restorer::plan::in_place(group, c.pages)
             .filter(|&p| (p..p + u64::from(c.pages)).all(|pfn| !busy.holds(pfn)));
         if let Some(first) = first {
@@ -507,7 +533,9 @@ pub(crate) fn place<S: Disks>(
                 unsafe { core::slice::from_raw_parts_mut((first * PAGE) as *mut u8, c.raw_len()) };
             c.unpack_into(stored, out).map_err(chunk_error)?;
             crate::cpu::written(first * PAGE, out.len() as u64);
-            spent.add(Phase::Unpack, t);
+            lap(&mut load, Phase::Unpack, t);
+            load.decoded_bytes += out.len() as u64;
+            load.placed_pages += u64::from(c.pages);
             in_place += 1;
             continue;
         }
@@ -515,7 +543,8 @@ pub(crate) fn place<S: Disks>(
             Refused::NotPlaced(alloc::format!("chunk {} is larger than any other", c.id))
         })?;
         c.unpack_into(stored, buf).map_err(chunk_error)?;
-        let t = spent.add(Phase::Unpack, t);
+        load.decoded_bytes += buf.len() as u64;
+        let t = lap(&mut load, Phase::Unpack, t);
         for t in group {
             let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
             let dst = t.pfn * PAGE;
@@ -529,16 +558,31 @@ pub(crate) fn place<S: Disks>(
                 crate::cpu::written(dst, PAGE);
             }
         }
-        spent.add(Phase::Copy, t);
+        load.placed_pages += group.len() as u64;
+        lap(&mut load, Phase::Place, t);
     }
+    // The load phase ends here; the counter's rate is learnt after (the PIT's 10 ms are
+    // not the restore's).
+    let end = cycles();
+    let rate = crate::cpu::cycle_rate();
+    let reads = window.requests;
     say!(
-        "snapboot-restorer: {} MiB read in {} requests, {in_place} of {} chunks unpacked in place; {} pages deferred, {} safe pages; time: {spent}; entering the image at {:#x}",
-        window.bytes >> 20,
-        window.reads,
+        "snapboot-restorer: {} MiB read in {} requests, {in_place} of {} chunks unpacked in place; {} pages deferred, {} safe pages; time: {}; counter: {}; entering the image at {:#x}",
+        reads.bytes >> 20,
+        reads.count,
         plan.by_chunk().count(),
         last.count,
         safe.used,
+        load.spent,
+        Counter(rate),
         crate::cpu::describe(&jump)
+    );
+    // The `throughput` marker (`boottrace::Marker::Throughput`, which the restorer cannot
+    // link: boottrace needs std): `snapboot: @throughput ` and the line.
+    let throughput = load.throughput(&reads, end, rate);
+    say!(
+        "snapboot: @throughput {}",
+        restorer::telemetry::detail(&throughput, &load.spent, rate)
     );
     finish(disks)?;
     // SAFETY: every page of the image is in place or listed for the last copy, the boot
@@ -547,45 +591,20 @@ pub(crate) fn place<S: Disks>(
     unsafe { crate::cpu::enter(jump, &last, &busy) }
 }
 
-/// What placing the pages spends its time on.
-#[derive(Clone, Copy)]
-pub(crate) enum Phase {
-    /// Waiting for the disk.
-    Read,
-    /// Checksums of the stored chunks.
-    Check,
-    /// LZ4.
-    Unpack,
-    /// Pages from the buffer to their places.
-    Copy,
+/// Charges the cycles since `since` to `phase` of `load`; returns now.
+fn lap(load: &mut Load, phase: Phase, since: u64) -> u64 {
+    load.spent.add(phase, since, cycles())
 }
 
-/// TSC cycles spent in each [`Phase`], shown as shares of their sum (the restorer has no
-/// calibrated clock; the console's timestamps give the phase's seconds).
-#[derive(Default)]
-pub(crate) struct Spent([u64; 4]);
+/// The cycle counter's rate for the console, or that it is unknown.
+struct Counter(Option<restorer::telemetry::Rate>);
 
-impl Spent {
-    /// Counts the cycles since `since` to `phase`; returns now.
-    fn add(&mut self, phase: Phase, since: u64) -> u64 {
-        let now = cycles();
-        self.0[phase as usize] += now.wrapping_sub(since);
-        now
-    }
-}
-
-impl core::fmt::Display for Spent {
+impl core::fmt::Display for Counter {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let total = self.0.iter().sum::<u64>().max(1);
-        let share = |i: usize| self.0[i] * 100 / total;
-        write!(
-            f,
-            "read {}%, check {}%, unpack {}%, copy {}%",
-            share(0),
-            share(1),
-            share(2),
-            share(3)
-        )
+        match self.0 {
+            Some(rate) => write!(f, "{rate}"),
+            None => f.write_str("rate unknown, no seconds"),
+        }
     }
 }
 

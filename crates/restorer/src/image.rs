@@ -21,7 +21,10 @@ use storelayout::{Catalog, ChunkRec, ImageMeta, ImageRec, PageRef, Superblock, P
 /// The system an image must fit: what the restorer knows of this boot.
 pub struct Running<'a> {
     /// The kernel this device boots (from the kernel pack's bzImage) and this machine's
-    /// firmware memory map ([`admission::Memory::E820`]).
+    /// firmware memory map ([`admission::Memory::E820`]). Its `online_cpus` is `None` (not
+    /// checked): the restorer counts no CPUs of its own. On the PC it reads no MADT; the
+    /// arm64 program's device tree lists the CPUs (`fdt::Machine::cpus`), whose count
+    /// could fill it once it is carried here, as only this CPU's MPIDR is now.
     pub expected: Expected,
     /// This boot's command line (the restorer's own).
     pub cmdline: &'a str,
@@ -439,6 +442,7 @@ mod tests {
                     ram_pages: 1 << 18,
                 },
                 cpus: Vec::new(),
+                online_cpus: None,
                 boot_path: None,
             },
             cmdline,

@@ -10,7 +10,8 @@
 //! configuration ([`pci`]) and the legacy virtio block interface ([`virtio`]); the cold
 //! boot of the stock kernel: the boot protocol ([`bzimage`]) and where its parts go in RAM
 //! ([`placement`]); where pages wait for the last copy ([`safepages`]); sizes in messages
-//! ([`units`]).
+//! ([`units`]); the load phase's throughput, as every restoring path prints it
+//! ([`telemetry`]).
 #![cfg_attr(not(test), no_std)]
 // Everything that touches hardware (port I/O, MMIO, raw physical memory) is the program's
 // (src/main.rs, src/hw/, src/fallback.rs); the logic here is safe code.
@@ -36,6 +37,7 @@ pub mod rtc;
 pub mod safepages;
 pub mod stockinit;
 pub mod stockpack;
+pub mod telemetry;
 pub mod trust;
 pub mod units;
 pub mod virtio;

@@ -143,14 +143,14 @@ mod heap {
     }
 
     /// Where the heap ends now.
-    #[cfg(feature = "efi")]
     pub fn end() -> u64 {
         END.load(Ordering::Relaxed)
     }
 
-    /// Ends the heap at `end` (at or above its top): the EFI program stops using the rest.
-    #[cfg(feature = "efi")]
-    pub fn shrink_to(end: u64) {
+    /// Ends the heap at `end` (at or above its top): the EFI program stops using the rest;
+    /// the PVH program keeps it inside the busy range while pages are placed, then gives
+    /// the rest back.
+    pub fn end_at(end: u64) {
         END.store(end.max(top()), Ordering::Relaxed);
     }
 

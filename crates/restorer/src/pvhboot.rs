@@ -24,6 +24,10 @@ use storelayout::SlotWrite;
 
 global_asm!(include_str!("asm/pvh_entry.s"), options(att_syntax));
 
+/// Heap kept inside the busy range while pages are placed, for what `place` allocates
+/// after them (the throughput line: a few hundred bytes).
+const AFTER_PLACING: u64 = 16 << 10;
+
 impl Disks for virtio::Disks {
     fn count(&self) -> usize {
         self.len()
@@ -137,7 +141,11 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
     let mut scratch = alloc::vec![0u8; store.most_raw()];
     let img_start = core::ptr::addr_of!(__image_start) as u64;
     let mut enter = |disks: &mut virtio::Disks, chosen: &image::Chosen, attempt: &SlotWrite| {
-        let busy = Busy::one(img_start, heap::top().next_multiple_of(PAGE));
+        // What is allocated once pages are placed (the throughput line) comes from heap
+        // inside the busy range: above it, it could land on a page just placed.
+        let heap_end = heap::end();
+        heap::end_at((heap::top() + AFTER_PLACING).min(heap_end));
+        let busy = Busy::one(img_start, heap::end().next_multiple_of(PAGE));
         let mut window = Window::new(&mut window_buf);
         let Err(why) = place(
             chosen,
@@ -146,7 +154,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
             at,
             table,
             (busy, crate::cpu::Target),
-            (&mut window, &mut scratch, false),
+            (&mut window, &mut scratch, None),
             |disks: &mut virtio::Disks| {
                 // The crash-loop guard's count, as resume records it: after every check,
                 // before the image kernel takes over. Written from the buffer encoded
@@ -164,6 +172,8 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
                 Ok(())
             },
         );
+        // Refused: the heap is the next image's checks' again.
+        heap::end_at(heap_end);
         why
     };
     let Err(why) = restore_from(

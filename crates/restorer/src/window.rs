@@ -6,8 +6,16 @@
 //! stretches of the disk its chunks lie in (neighbours closer than [`Runs::GAP`] read as
 //! one), and [`Window::fill_runs`] reads them all into one buffer, which then serves every
 //! chunk with no device left to ask.
+//!
+//! The window counts what it asks of the disk ([`Window::requests`], the throughput's
+//! reads): the PVH program's window is refilled in fixed-size pieces (the whole buffer, or
+//! up to the disk's end), so its bytes are what the disk transferred, chunks or not, and
+//! the EFI program's runs include the gaps merged into them; a read the disk's driver
+//! splits ([`Disk::request_limit`]: the PC's virtio disks) counts as the requests the
+//! device was given.
 
 use crate::disk::{Disk, DiskError, SECTOR};
+use crate::telemetry::Requests;
 use alloc::vec::Vec;
 
 /// Stretches of a disk, ascending and apart: `(offset, len)`, whole sectors each.
@@ -46,10 +54,9 @@ pub struct Window<'b> {
     start: u64,
     filled: usize,
     runs: Runs,
-    /// Device reads made, for the console's summary.
-    pub reads: u64,
-    /// Bytes read from the device.
-    pub bytes: u64,
+    /// The requests made of the disk and their bytes (the module's header says what
+    /// counts), for the console's summary and the throughput.
+    pub requests: Requests,
 }
 
 impl<'b> Window<'b> {
@@ -60,8 +67,7 @@ impl<'b> Window<'b> {
             start: 0,
             filled: 0,
             runs: Runs::default(),
-            reads: 0,
-            bytes: 0,
+            requests: Requests::default(),
         }
     }
 
@@ -78,11 +84,23 @@ impl<'b> Window<'b> {
                 size: disk.size(),
             })?;
             disk.read(offset, dest)?;
-            self.reads += 1;
-            self.bytes += len;
+            self.requests.add(len, disk.request_limit());
             at = end;
         }
         self.runs = runs;
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of `disk` into `buf`, past the window (a chunk
+    /// read once more on its own), counted with the window's requests.
+    pub fn read_beside<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), DiskError> {
+        disk.read(offset, buf)?;
+        self.requests.add(buf.len() as u64, disk.request_limit());
         Ok(())
     }
 
@@ -146,8 +164,7 @@ impl<'b> Window<'b> {
             disk.read(start, &mut self.buf[..n])?;
             self.start = start;
             self.filled = n;
-            self.reads += 1;
-            self.bytes += n as u64;
+            self.requests.add(n as u64, disk.request_limit());
         }
         let at = (offset - self.start) as usize;
         Ok(&self.buf[at..at + len])
@@ -230,19 +247,62 @@ mod tests {
             w.get(&mut disk, 5000, 1000).unwrap(),
             &expect(5000, 1000)[..]
         );
-        assert_eq!(w.reads, 1);
+        assert_eq!(w.requests.count, 1);
         // Past the window: refilled from the sector holding the offset.
         assert_eq!(
             w.get(&mut disk, 16000, 2000).unwrap(),
             &expect(16000, 2000)[..]
         );
-        assert_eq!(w.reads, 2);
+        assert_eq!(w.requests.count, 2);
         // Near the disk's end the fill stops at the end.
         assert_eq!(
             w.get(&mut disk, 65000, 536).unwrap(),
             &expect(65000, 536)[..]
         );
-        assert_eq!(w.bytes, 16384 * 2 + (65536 - 64512));
+        assert_eq!(w.requests.bytes, 16384 * 2 + (65536 - 64512));
+        assert_eq!(w.requests.large_bytes, 0);
+    }
+
+    /// A disk whose driver splits reads into requests of at most `.1` bytes.
+    struct Split<'a>(MemDisk<'a>, u64);
+
+    impl Disk for Split<'_> {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+
+        fn read(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+            self.0.read(offset, buf)
+        }
+
+        fn request_limit(&self) -> Option<u64> {
+            Some(self.1)
+        }
+    }
+
+    #[test]
+    fn requests_are_the_ones_the_device_gets() {
+        let bytes = vec![3u8; 6 << 20];
+        let mut disk = Split(MemDisk(&bytes), 1536 << 10);
+        let mut buf = vec![0u8; 4 << 20];
+        let mut w = Window::new(&mut buf);
+        // One fill of the whole window: 1.5 + 1.5 + 1 MiB, each large.
+        w.get(&mut disk, 0, 4096).unwrap();
+        assert_eq!(w.requests.count, 3);
+        assert_eq!(
+            (w.requests.bytes, w.requests.large_bytes),
+            (4 << 20, 4 << 20)
+        );
+        // The next fill stops at the disk's end: 1.5 MiB and a small 512 KiB.
+        w.get(&mut disk, 4 << 20, 4096).unwrap();
+        assert_eq!(w.requests.count, 5);
+        assert_eq!(w.requests.bytes, 6 << 20);
+        assert_eq!(w.requests.large_bytes, (4 << 20) + (1536 << 10));
+        // A read beside the window is counted too.
+        let mut again = vec![0u8; 1024];
+        w.read_beside(&mut disk, 512, &mut again).unwrap();
+        assert_eq!((w.requests.count, w.requests.bytes), (6, (6 << 20) + 1024));
+        assert!(w.requests.large_bytes <= w.requests.bytes);
     }
 
     #[test]
@@ -261,7 +321,7 @@ mod tests {
         let mut buf = vec![0u8; 2560];
         let mut w = Window::new(&mut buf);
         w.fill_runs(&mut disk, runs).unwrap();
-        assert_eq!(w.reads, 3);
+        assert_eq!(w.requests.count, 3);
         let at = |o: usize, n: usize| bytes[o..o + n].to_vec();
         assert_eq!(w.get(&mut disk, 600, 100).unwrap(), &at(600, 100)[..]);
         assert_eq!(
@@ -274,7 +334,7 @@ mod tests {
         );
         // Outside every run: refused, the disk is not asked.
         assert!(w.get(&mut disk, 2 << 20, 10).is_err());
-        assert_eq!(w.reads, 3);
+        assert_eq!(w.requests.count, 3);
         // A held stretch is writable where it lies; one past a run's end is not held.
         w.held_mut(600, 100).unwrap().fill(0xee);
         assert_eq!(w.get(&mut disk, 600, 100).unwrap(), &[0xee; 100][..]);

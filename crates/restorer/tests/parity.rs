@@ -20,6 +20,8 @@ const CMDLINE: &str = "console=ttyS0 root=/dev/vda snapboot.store=/dev/vdb quiet
 const RELEASE: &str = "6.1.0-56-amd64";
 const VERSION: &str = "#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2";
 const RAM_BYTES: u64 = 1 << 30;
+/// CPUs online at every capture of [`store`].
+const CPUS: u32 = 2;
 /// The root disk (`vda`) the images are bound to.
 const ROOT: [u8; 8192] = [0x55; 8192];
 fn setup() -> BootSetup {
@@ -34,8 +36,8 @@ fn root_digest(root: &[u8]) -> [u8; 32] {
     .unwrap()
 }
 
-/// A store holding `names` (oldest first), each a synthetic x86_64 stream bound to
-/// CMDLINE, setup() and the root `vda`; its boot log changed by `log` (given the newest
+/// A store holding `names` (oldest first), each a synthetic x86_64 stream captured with
+/// [`CPUS`] online and bound to CMDLINE, setup() and the root `vda`; its boot log changed by `log` (given the newest
 /// image's generation); its chunks checksummed with BLAKE3 (so images can be signed).
 fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec<u8> {
     let format = FormatOptions {
@@ -72,7 +74,8 @@ fn store(names: &[&str], log: impl FnOnce(&mut flashstore::BootLog, u64)) -> Vec
             None,
             (None, None),
         )
-        .unwrap();
+        .unwrap()
+        .with_online_cpus(Some(CPUS));
         let mut w = store.writer(name, WriteOptions::default()).unwrap();
         for p in bytes.chunks_exact(PAGE_SIZE) {
             w.push_page(p.try_into().unwrap()).unwrap();
@@ -101,6 +104,8 @@ struct Boot {
     ram_bytes: u64,
     /// The public key images must be signed for.
     key: Option<imagekey::PublicKey>,
+    /// CPUs online (`None`: not counted).
+    online_cpus: Option<u32>,
 }
 
 impl Boot {
@@ -112,6 +117,7 @@ impl Boot {
             release: RELEASE.into(),
             ram_bytes: RAM_BYTES,
             key: None,
+            online_cpus: Some(CPUS),
         }
     }
 
@@ -129,6 +135,7 @@ impl Boot {
             machine: "x86_64".into(),
             memory,
             cpus: Vec::new(),
+            online_cpus: self.online_cpus,
             boot_path: None,
         }
     }
@@ -310,6 +317,27 @@ fn another_ram_size_is_a_changed_system_for_both() {
         );
         assert_eq!(o.recapture, Recapture::Planned);
     }
+}
+
+#[test]
+fn fewer_cpus_than_the_capture_had_is_a_changed_system_more_or_uncounted_restore() {
+    let mut boot = Boot::new(store(&["current"], |_, _| {}));
+    for more_or_uncounted in [Some(CPUS), Some(CPUS + 2), None] {
+        boot.online_cpus = more_or_uncounted;
+        let o = both(&boot);
+        assert_eq!(o.restored.as_deref(), Some("current"), "{o:?}");
+    }
+    boot.online_cpus = Some(1);
+    let o = both(&boot);
+    assert_eq!(
+        only(&o),
+        (
+            Refusal::Changed,
+            "image does not fit this system: the image was captured with 2 CPUs online and \
+             this machine has 1: the restored kernel would wait for CPUs that are not there"
+        )
+    );
+    assert_eq!(o.recapture, Recapture::Planned);
 }
 
 #[test]

@@ -1,11 +1,16 @@
 //! The image description: what snapboot keeps with an image besides its pages. The store
 //! holds it as the image's metadata (checksummed with the catalog, covered by a signature);
 //! resume reads it before the first page and refuses an image whose kernel, machine, RAM
-//! size, memory layout or binding does not match the running system.
+//! size, memory layout, CPUs or binding does not match the running system.
 //!
 //! Encoding: postcard of [`Description`], whose first field is [`DESCRIPTION_VERSION`]; a
 //! decoder refuses any other version with both numbers. The binding keeps its own
 //! versioned encoding ([`Binding::encode`]) inside.
+//!
+//! A new field bumps the version rather than being optional with a default: postcard is not
+//! self-describing (a field missing from older bytes is a parse error, not a default), and
+//! an image of another version is refused as a changed system, so the next cold boot
+//! captures it again with everything this snapboot checks.
 
 use crate::binding::{Binding, BindingError};
 use crate::identity::Identity;
@@ -23,7 +28,8 @@ use thiserror::Error;
 /// 5: the memory layout carries the EFI runtime map ([`crate::EfiRuntimeRegion`]).
 /// 6: the arm64 resume entry and the boot path.
 /// 7: the rollback counter's value at capture ([`RollbackStamp`]).
-pub const DESCRIPTION_VERSION: u32 = 7;
+/// 8: the number of CPUs online at capture ([`Description::online_cpus`]).
+pub const DESCRIPTION_VERSION: u32 = 8;
 /// Room for the binding record: a manifest of a few thousand files fits (it is bounded by
 /// [`crate::binding::MAX_MANIFEST_FILES`] too).
 const BINDING_ROOM: usize = 1 << 20;
@@ -75,6 +81,10 @@ pub struct Description {
     /// The TPM counter the capture raised and the value it raised it to (`None`: captured
     /// without rollback protection).
     pub rollback: Option<RollbackStamp>,
+    /// How many CPUs were online at capture (`/sys/devices/system/cpu/online`; the kernel's
+    /// own header leaves its `cpus` zero): a machine with fewer refuses the image. `None`:
+    /// not recorded (a description made without counting them), not checked.
+    pub online_cpus: Option<u32>,
 }
 
 /// Where an image stands in its name's line of captures: each capture with rollback
@@ -115,12 +125,21 @@ impl Description {
             resume_entry,
             boot_path,
             rollback: None,
+            online_cpus: None,
         })
     }
 
     /// The same, stamped with the rollback counter's value.
     pub fn with_rollback(self, rollback: Option<RollbackStamp>) -> Self {
         Description { rollback, ..self }
+    }
+
+    /// The same, with the number of CPUs online at capture.
+    pub fn with_online_cpus(self, online_cpus: Option<u32>) -> Self {
+        Description {
+            online_cpus,
+            ..self
+        }
     }
 
     /// Its bytes.
@@ -206,11 +225,35 @@ mod tests {
             .with_rollback(Some(RollbackStamp {
                 counter: 0x0181_2345,
                 value: 1 << 40,
-            }));
+            }))
+            .with_online_cpus(Some(3));
             let back = Description::decode(&d.encode()).unwrap();
             assert_eq!(back, d);
             assert_eq!(back.binding().unwrap(), None);
         }
+    }
+
+    #[test]
+    fn an_image_of_version_7_without_a_cpu_count_is_refused_by_its_version() {
+        // Version 7's bytes are version 8's without the trailing `online_cpus` (`None`
+        // encodes as its one 0 byte).
+        let d = Description::new(identity(), 0, None, 1, None, (None, None)).unwrap();
+        assert_eq!(d.online_cpus, None);
+        assert_eq!(Description::decode(&d.encode()).unwrap(), d);
+        let mut v7 = d.encode();
+        assert_eq!((v7[0], v7.pop()), (8, Some(0)));
+        v7[0] = 7;
+        let e = Description::decode(&v7).unwrap_err();
+        assert!(matches!(e, DescriptionError::Version { found: 7 }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "the image's description is version 7, this snapboot reads 8: capture the image again"
+        );
+        let counted = d.with_online_cpus(Some(2));
+        assert_eq!(
+            Description::decode(&counted.encode()).unwrap().online_cpus,
+            Some(2)
+        );
     }
 
     #[test]
@@ -220,10 +263,11 @@ mod tests {
         let mut d = Description::new(identity(), 0, None, 1, None, (None, None)).unwrap();
         d.version = 1;
         let e = Description::decode(&d.encode()).unwrap_err().to_string();
-        assert!(e.contains("version 1, this snapboot reads 7"), "{e}");
+        assert!(e.contains("version 1, this snapboot reads 8"), "{e}");
         // Version 2 had no memory layout, version 4 no EFI runtime map, version 5 no resume
-        // entry, version 6 no rollback stamp: named by their version, not as garbage.
-        for old in [2, 4, 5, 6] {
+        // entry, version 6 no rollback stamp, version 7 no CPU count: named by their
+        // version, not as garbage.
+        for old in [2, 4, 5, 6, 7] {
             d.version = old;
             let e = Description::decode(&d.encode()).unwrap_err();
             assert!(

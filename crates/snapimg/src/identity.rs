@@ -87,6 +87,16 @@ pub enum Incompat {
         /// How this boot was started.
         running: String,
     },
+    /// The image was captured with more CPUs online than this machine has. The restored
+    /// kernel brings back up every CPU that was online at capture; fewer is refused. More
+    /// is fine: the extra CPUs stay offline until the restored system onlines them.
+    #[error("the image was captured with {image} CPUs online and this machine has {running}: the restored kernel would wait for CPUs that are not there")]
+    FewerCpus {
+        /// CPUs online at capture (the description's `online_cpus`).
+        image: u32,
+        /// CPUs of this machine.
+        running: u32,
+    },
     /// The CPU the image hibernated on is not on this machine.
     #[error("the image hibernated on the CPU with MPIDR {mpidr:#x}, this machine has none (its CPUs: {})", hex_list(cpus))]
     NoSleepCpu {

@@ -1,8 +1,9 @@
 //! What differs between the CPUs the restorer runs on: clearing a page and the
-//! compiler's `memcpy` family at the speed TCG allows, the cycle counter, what a page
-//! written for the image needs before another observer reads it, and the way into the
-//! image kernel: set up in safe pages before any page is placed ([`prepare`]), taken after
-//! the last one ([`enter`]), through the relocated last copy loop.
+//! compiler's `memcpy` family at the speed TCG allows, the cycle counter and its rate
+//! (`cycle_rate`), what a page written for the image needs before another observer reads
+//! it, and the way into the image kernel: set up in safe pages before any page is placed
+//! ([`prepare`]), taken after the last one ([`enter`]), through the relocated last copy
+//! loop.
 //!
 //! * x86_64 ([`x86_64`]): temporary identity page tables plus the image kernel's text,
 //!   then `restore_registers` with the image's CR3.

@@ -5,6 +5,7 @@ use crate::phys::{put, Identity};
 use core::arch::{asm, global_asm};
 use restorer::image::Entry;
 use restorer::safepages::{Busy, LastCopy, SafePages};
+use restorer::telemetry::Rate;
 
 // The relocatable last copy loop (asm/last_copy.s, placed by [`prepare`]).
 global_asm!(include_str!("../asm/last_copy.s"), options(att_syntax));
@@ -30,6 +31,43 @@ pub(crate) struct Jump {
 pub(crate) fn cycles() -> u64 {
     // SAFETY: reading the time-stamp counter has no side effect.
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// How fast [`cycles`] counts: what the CPU says (CPUID leaf 0x15, the TSC's ratio to its
+/// crystal with the crystal's rate; else leaf 0x16, the base frequency), else what a
+/// hypervisor says (leaf 0x40000010, the TSC's kHz), else measured once against the PIT
+/// ([`crate::hw::pit`], 10 ms); `None` when none of them gives a plausible rate. Each leaf
+/// is read only when the CPU lists it: above the highest, Intel CPUs answer with the
+/// highest basic leaf's values. Under QEMU's TCG the TSC counts at the host's rate, and
+/// none of these leaves is offered: the PIT, which QEMU keeps on the host's clock, says it.
+pub(crate) fn cycle_rate() -> Option<Rate> {
+    use core::arch::x86_64::{__cpuid, CpuidResult};
+    // CPUID has no side effect, and every x86_64 CPU has it (the intrinsic is safe).
+    let cpuid = |leaf: u32| -> CpuidResult { __cpuid(leaf) };
+    let basic = cpuid(0).eax;
+    let from_cpu = || {
+        let crystal = (basic >= 0x15).then(|| cpuid(0x15));
+        let from_crystal = crystal.and_then(|r| Rate::from_cpuid_15(r.eax, r.ebx, r.ecx));
+        from_crystal.or_else(|| (basic >= 0x16).then(|| Rate::from_cpuid_16(cpuid(0x16).eax))?)
+    };
+    let from_hypervisor = || {
+        // CPUID.1:ECX bit 31: a hypervisor is there, and 0x40000000 says its highest leaf.
+        let hypervisor = cpuid(1).ecx & (1 << 31) != 0;
+        let highest = if hypervisor {
+            cpuid(0x4000_0000).eax
+        } else {
+            0
+        };
+        (0x4000_0010..=0x4000_00ff)
+            .contains(&highest)
+            .then(|| Rate::from_hypervisor(cpuid(0x4000_0010).eax))?
+    };
+    from_cpu().or_else(from_hypervisor).or_else(|| {
+        Rate::from_pit(
+            crate::hw::pit::time(cycles)?,
+            u64::from(crate::hw::pit::TICKS),
+        )
+    })
 }
 
 /// Pages written for the image need nothing more on x86 (coherent caches).

@@ -1,5 +1,6 @@
 //! Port I/O, the one place the restorer reaches devices' registers: COM1, the ACPI power
-//! control, PCI configuration (0xCF8/0xCFC) and the virtio disks' I/O BARs. The restorer is
+//! control, PCI configuration (0xCF8/0xCFC), the virtio disks' I/O BARs and the PIT's
+//! channel 2 (0x42, 0x43, 0x61). The restorer is
 //! the only software running and drives each of these devices alone, so a port access
 //! cannot disturb anyone else's state: the wrappers are safe functions.
 

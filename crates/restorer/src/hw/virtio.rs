@@ -299,6 +299,11 @@ impl Disk for VirtioDisk {
         check_read(offset, buf.len(), self.bytes)?;
         self.transfer(blk::T_IN, offset, Data::In(buf))
     }
+
+    fn request_limit(&self) -> Option<u64> {
+        // `transfer` sends requests of `request_bytes(remaining)`: this many, the last less.
+        Some(self.limits.request_bytes(usize::MAX) as u64)
+    }
 }
 
 impl DiskMut for VirtioDisk {
