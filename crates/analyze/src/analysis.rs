@@ -211,6 +211,9 @@ pub struct Analysis {
     pub initcalls: Vec<Initcall>,
     /// Device PM callbacks the kernel timed (`pm_print_times`), in log order.
     pub device_pm: Vec<crate::devpm::DeviceCallback>,
+    /// The load phase's throughput lines of a restore and the medium baseline's
+    /// (`throughput`, `medium-baseline` markers), in log order.
+    pub throughput: Vec<crate::throughput::ThroughputLine>,
     /// Silent stretches of at least the gap threshold, sorted by time.
     pub gaps: Vec<Gap>,
     /// The gap threshold used, seconds.
@@ -313,6 +316,7 @@ impl Analysis {
             .fold(0.0, f64::max);
         let cmdline = Cmdline::find(lines.iter().map(|l| l.message.as_str()));
         let init_exec = lines.iter().find(|l| is_init_exec(&l.message)).map(|l| l.t);
+        let throughput = crate::throughput::find(&lines);
         let mut a = Analysis {
             source: tl.source.clone(),
             outcome: tl.outcome.to_string(),
@@ -335,6 +339,7 @@ impl Analysis {
             phases: Vec::new(),
             initcalls,
             device_pm,
+            throughput,
             gaps: Vec::new(),
             gap_threshold: opts.gap_threshold,
             console: None,

@@ -195,6 +195,7 @@ fn milestone_table(h: &mut String, analyses: &[&Analysis], names: &[String]) {
         }
         h.push_str("</tr>\n");
     }
+    throughput_rows(h, analyses);
     h.push_str("<tr><th>TTI</th>");
     for a in analyses {
         let _ = write!(h, "<th class=\"num\">{}</th>", secs(a.tti));
@@ -204,6 +205,43 @@ fn milestone_table(h: &mut String, analyses: &[&Analysis], names: &[String]) {
         let _ = write!(h, "<td>{}</td>", esc(&a.outcome));
     }
     h.push_str("</tr>\n</table>\n");
+}
+
+/// The load phase beside the restore's phases, one column per boot: its MB/s, bound and
+/// share read in large requests (the last `throughput` line of each boot), and the medium
+/// baseline's MB/s; nothing when no boot printed either.
+fn throughput_rows(h: &mut String, analyses: &[&Analysis]) {
+    use crate::throughput::{ThroughputKind as K, ThroughputLine};
+    let last = |a: &Analysis, k: K| -> Option<ThroughputLine> {
+        a.throughput.iter().rev().find(|l| l.kind == k).cloned()
+    };
+    type Cell = fn(&ThroughputLine) -> String;
+    let rows: [(K, &str, Cell); 5] = [
+        (K::Load, "load phase MB/s", |l| {
+            format!("{:.1}", l.load_mbps)
+        }),
+        (K::Load, "load phase medium MB/s", |l| {
+            format!("{:.1}", l.medium_mbps)
+        }),
+        (K::Load, "load phase &ge; 1 MiB reads", |l| {
+            format!("{:.0}%", l.large_share * 100.0)
+        }),
+        (K::Load, "load phase bound by", |l| l.bound.to_string()),
+        (K::MediumBaseline, "medium baseline MB/s", |l| {
+            format!("{:.1}", l.stored_mbps)
+        }),
+    ];
+    for (kind, name, cell) in rows {
+        if analyses.iter().all(|a| last(a, kind).is_none()) {
+            continue;
+        }
+        let _ = write!(h, "<tr><td><i>{name}</i></td>");
+        for a in analyses {
+            let v = last(a, kind).map_or_else(|| "–".to_string(), |l| esc(&cell(&l)));
+            let _ = write!(h, "<td class=\"num\">{v}</td>");
+        }
+        h.push_str("</tr>\n");
+    }
 }
 
 fn run_section(h: &mut String, run: &HtmlRun<'_>, name: &str) {
@@ -238,6 +276,7 @@ fn run_section(h: &mut String, run: &HtmlRun<'_>, name: &str) {
             }
         );
     }
+    crate::throughput::html(h, &a.throughput);
     if !a.initcalls.is_empty() {
         let mut top: Vec<_> = a.initcalls.iter().collect();
         top.sort_by(|x, y| y.duration.total_cmp(&x.duration));

@@ -1,8 +1,9 @@
 //! Boot-time analysis for snapboot: boot logs (timeline JSON, stamped grabserial-like logs,
-//! raw console or dmesg captures) become phases, initcalls, silent gaps and console cost
-//! ([`Analysis`]), advice with the time each fix saves on that log ([`advise`]), kernel
-//! config checks ([`check_kernel`]), and reports: text, JSON, a standalone SVG boot graph and a
-//! self-contained interactive HTML page comparing several boots on one time axis ([`Report`]).
+//! raw console or dmesg captures) become phases, initcalls, silent gaps, console cost and a
+//! restore's load-phase throughput ([`Analysis`]), advice with the time each fix saves on
+//! that log ([`advise`]), kernel config checks ([`check_kernel`]), and reports: text, JSON, a
+//! standalone SVG boot graph and a self-contained interactive HTML page comparing several
+//! boots on one time axis ([`Report`]).
 
 pub mod advisor;
 pub mod analysis;
@@ -14,6 +15,7 @@ pub mod initcall;
 pub mod kconfig;
 pub mod report;
 pub mod svg;
+pub mod throughput;
 
 pub use advisor::{advise, run_rule, total_saving, Finding, RULES};
 pub use analysis::{Analysis, AnalysisOptions, Gap, Line, Mark, Phase, PhaseKind};
@@ -27,3 +29,4 @@ pub use kconfig::{
     Verdict,
 };
 pub use report::{analyze_files, analyze_texts, Report, RunReport};
+pub use throughput::{ThroughputKind, ThroughputLine};

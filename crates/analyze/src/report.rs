@@ -136,8 +136,9 @@ impl Report {
         Ok(serde_json::to_string_pretty(self)?)
     }
 
-    /// A human summary: per boot its phases, slowest initcalls, gaps, console cost and the
-    /// findings with their savings; then the kernel checks that are not ok.
+    /// A human summary: per boot its phases, a restore's load-phase throughput, slowest
+    /// initcalls, gaps, console cost and the findings with their savings; then the kernel
+    /// checks that are not ok.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for r in &self.runs {
@@ -199,6 +200,7 @@ fn run_text(out: &mut String, r: &RunReport) {
             );
         }
     }
+    crate::throughput::text(out, &a.throughput);
     if a.has_initcall_debug {
         let mut top: Vec<_> = a.initcalls.iter().collect();
         top.sort_by(|x, y| y.duration.total_cmp(&x.duration));
@@ -347,5 +349,55 @@ mod tests {
         assert!(text.contains("no initcall_debug output"));
         let json = report.to_json().expect("json");
         assert!(json.contains("\"rule\": \"lpj\""));
+    }
+
+    /// A restore's console with the device's throughput line: the text and the HTML page
+    /// show its stages, its bound and its share of large reads beside the restore's phases.
+    #[test]
+    fn a_restore_s_throughput_line_is_in_the_text_and_the_page() {
+        let load = boottrace::report::Throughput {
+            read_bytes: 40_000_000,
+            requests: 20,
+            large_bytes: 38_000_000,
+            decoded_bytes: 100_000_000,
+            placed_bytes: 120_000_000,
+            read_s: 0.5,
+            check_s: 0.4,
+            decode_s: 1.0,
+            place_s: 0.2,
+            wall_s: 1.0,
+            workers: 2,
+        };
+        let marker = boottrace::Marker::Throughput.line(Some(&load.line()));
+        let log = format!(
+            "[    0.000000] Linux version 6.1.0 (x)\n[    0.500000] Run /init as init process\n\
+             snapboot: @resume-start /dev/vdb\n\
+             snapboot: @resume-loaded 23014 pages (89.9 MiB)\n{marker}\nsnapboot: @restored\n"
+        );
+        let report = analyze_texts(&[("restore.log".into(), log)], None).expect("report");
+        let text = report.to_text();
+        assert!(
+            text.contains("load phase at ")
+                && text.contains(
+                    "bound by cpu\n  read        40.0 MB in 20 requests (95% in >= 1 MiB)"
+                ),
+            "{text}"
+        );
+        let page = report.to_html();
+        assert!(page.contains("<table class=\"throughput\">"), "{page}");
+        assert!(
+            page.contains("<tr><td><i>load phase MB/s</i></td><td class=\"num\">120.0</td></tr>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<tr><td><i>load phase bound by</i></td><td class=\"num\">cpu</td></tr>"),
+            "{page}"
+        );
+        assert!(
+            !page.contains("medium baseline MB/s"),
+            "no baseline in this log"
+        );
+        let json = report.to_json().expect("json");
+        assert!(json.contains("\"bound\": \"cpu\""), "{json}");
     }
 }

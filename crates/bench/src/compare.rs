@@ -8,10 +8,12 @@
 //! (`hostkernel::restore_kernel`), it adds three more: the same snapboot images restored by
 //! the restore kernel instead of the stock one. On the PC booted through PVH it adds the
 //! `snapboot` image restored by the restorer, with no kernel before the image
-//! ([`board::restorer_boot`]). [`ComparePlan`] says which methods a run
-//! measures and notes the ones it leaves out. Images are made once per method and
-//! reused for every run; the kernel-native one is restored from a saved copy of the swap
-//! device, because the kernel consumes it on resume.
+//! ([`board::restorer_boot`]). With a restore kernel it also reads the `snapboot` image's
+//! extent on the store once per round with plain sequential reads, the medium's baseline
+//! ([`crate::MEDIUM_BASELINE`]) every method's load phase is set against. [`ComparePlan`]
+//! says which methods a run measures and notes the ones it leaves out. Images are made once
+//! per method and reused for every run; the kernel-native one is restored from a saved copy
+//! of the swap device, because the kernel consumes it on resume.
 //!
 //! Progress is reported through a `tick` callback, once per boot, so the caller decides how
 //! to show it.
@@ -21,17 +23,19 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bootparams::Reclaim;
-use boottrace::report::{BenchReport, MethodResult};
-use boottrace::Timeline;
+use boottrace::report::{boot_throughput, BenchReport, MediumBaseline, MethodResult};
+use boottrace::{Marker, Timeline};
 
 use crate::measure::{
-    make_work, measured_boot, profiled_image, resume_boot, BenchError, Captured, MethodRuns,
+    make_work, measured_boot, medium_boot, profiled_image, resume_boot, BenchError, Captured,
+    MethodRuns,
 };
 use crate::native;
 use crate::plan::{
-    ComparePlan, COMPARE_METHODS, ENCRYPTED_METHODS, RESTORER_METHODS, RESTORE_KERNEL_METHODS,
+    ComparePlan, COMPARE_METHODS, ENCRYPTED_METHODS, MEDIUM_BASELINE, RESTORER_METHODS,
+    RESTORE_KERNEL_METHODS,
 };
-use board::capture::capture_boot;
+use board::capture::{attach_store, capture_boot};
 use board::qemu::run_probe;
 use board::restorer_boot::restorer_options;
 use board::run_options::{KernelImage, RunOptions};
@@ -81,12 +85,37 @@ enum Boot<'a> {
     ImageOf(&'a Bundle, &'a Path, &'a RunOptions),
     /// A restore by the restorer: these options start it on the image's store.
     Restorer(&'a RunOptions),
+    /// The medium baseline: these options (the restore kernel, the store,
+    /// `snapboot.baseline=medium`) read the image's extent instead of restoring it.
+    Medium(&'a RunOptions),
+}
+
+/// What `compare` measured: every method's boots, and the medium baseline's.
+#[derive(Debug, Clone)]
+pub struct Compared {
+    /// The methods of the plan, in its order.
+    pub methods: Vec<MethodRuns>,
+    /// The medium baseline's boots, one per round (none unless the plan measures it).
+    pub medium: Vec<Timeline>,
+}
+
+impl Compared {
+    /// The medium baseline of the run: the `snapboot` image's extent read once per round.
+    pub fn medium_baseline(&self) -> Option<MediumBaseline> {
+        let reads: Vec<_> = self
+            .medium
+            .iter()
+            .filter_map(|tl| boot_throughput(tl, Marker::MediumBaseline))
+            .collect();
+        MediumBaseline::from_runs(COMPARE_METHODS[2], &reads)
+    }
 }
 
 /// `bench compare`: the methods of `plan` ([`ComparePlan::methods`]), `runs` boots each,
-/// with the stores and swap images under `work` (created if missing). Calls `tick`
-/// [`ComparePlan::steps`] times. `encrypted`: the bundle with a device key and how images
-/// are encrypted, for the encrypted methods.
+/// and the medium baseline once per round when the plan measures it, with the stores and
+/// swap images under `work` (created if missing). Calls `tick` [`ComparePlan::steps`]
+/// times. `encrypted`: the bundle with a device key and how images are encrypted, for the
+/// encrypted methods. Every boot of the run, the captures too, has `opts`'s CPUs.
 pub fn compare(
     bundle: &Bundle,
     opts: &RunOptions,
@@ -95,7 +124,7 @@ pub fn compare(
     plan: &ComparePlan,
     encrypted: Option<(&Bundle, &bootparams::Encrypt)>,
     tick: &mut dyn FnMut(),
-) -> Result<Vec<MethodRuns>, BenchError> {
+) -> Result<Compared, BenchError> {
     if runs == 0 {
         return Err(BenchError::NoRuns);
     }
@@ -154,6 +183,11 @@ pub fn compare(
         o.kernel = KernelImage::Restore(vmlinux.clone());
         o
     });
+    let medium_opts = rk_opts
+        .as_ref()
+        .filter(|_| plan.medium_baseline)
+        .map(|rk| medium_options(rk, &snap.store))
+        .transpose()?;
     // Each method, and how it boots.
     let mut methods = vec![
         (
@@ -220,6 +254,9 @@ pub fn compare(
             methods.push((image.runs(method), Boot::ImageOf(b, &image.store, rk)));
         }
     }
+    if let Some(o) = medium_opts.as_ref() {
+        methods.push((snap.runs(MEDIUM_BASELINE), Boot::Medium(o)));
+    }
     let n = methods.len();
     for round in 0..runs {
         for j in 0..n {
@@ -229,6 +266,10 @@ pub fn compare(
                 Boot::ImageOf(b, store, o) => resume_boot(b, o, store, methods[k].0.method)?,
                 Boot::Cold => boot(&cold, false, "cold boot")?,
                 Boot::Restorer(o) => boot(o, true, "restorer restore")?,
+                Boot::Medium(o) => medium_boot(bundle, o).map_err(|source| BenchError::Boot {
+                    what: "medium baseline read".into(),
+                    source,
+                })?,
                 Boot::KernelNative => {
                     native::sparse_copy(&swap_saved, &swap)?;
                     let o = native::with_swap(opts, &swap, false);
@@ -239,7 +280,24 @@ pub fn compare(
             tick();
         }
     }
-    Ok(methods.into_iter().map(|(m, _)| m).collect())
+    let (medium, methods): (Vec<_>, Vec<_>) = methods
+        .into_iter()
+        .map(|(m, _)| m)
+        .partition(|m| m.method == MEDIUM_BASELINE);
+    Ok(Compared {
+        methods,
+        medium: medium.into_iter().flat_map(|m| m.timelines).collect(),
+    })
+}
+
+/// The medium baseline's boot: the restore kernel's options `rk`, on the full image's
+/// `store`, told to read the image's extent instead of restoring it
+/// (`snapboot.baseline=medium`).
+fn medium_options(rk: &RunOptions, store: &Path) -> Result<RunOptions, BenchError> {
+    let mut o = rk.clone();
+    attach_store(&mut o, store, false)?;
+    o.params.medium_baseline = true;
+    Ok(o)
 }
 
 /// Captures one snapboot image (full or lazy) into its own store under `work`.
@@ -297,9 +355,11 @@ fn report_at(
         accel: format!("{:?}", opts.accel).to_lowercase(),
         mem_mib: opts.mem_mib,
         max_mem_mib: board::run_options::deferred_mib(opts).and(opts.max_mem_mib),
+        smp: Some(opts.smp),
         finished_unix,
         runs,
         methods,
+        medium_baseline: None,
         notes: Vec::new(),
     }
 }

@@ -17,18 +17,22 @@ pub mod native;
 mod plan;
 mod recapture;
 
-pub use compare::{cold, compare, report, write_json, write_json_value};
+pub use compare::{cold, compare, report, write_json, write_json_value, Compared};
 pub use endurance::{
     endurance, summarize as endurance_summary, Endurance, Failure as EnduranceFailure, FaultKind,
     Plan as EndurancePlan, Report as EnduranceReport, RestoreRecord, Summary as EnduranceSummary,
     ENDURANCE_METHOD, FAULT_QUERY, HANG_QUERY, HANG_WATCHDOG_S, MAX_FAULT_PERCENT,
 };
 pub use lazy::{lazy_notes, lazy_sizes, lazy_steps, size_word};
-pub use measure::{check_boot, measured_boot, BenchError, BootError, MethodRuns, PROFILE_ROUNDS};
+pub use measure::{
+    check_boot, check_medium_baseline, measured_boot, medium_boot, BenchError, BootError,
+    MethodRuns, PROFILE_ROUNDS,
+};
 pub use memory::{boards as memory_board_list, memory_boards, memory_steps, mib_word, MemBoard};
 pub use plan::{
     no_recapture_note, ComparePlan, RestoreKernelUse, RestorerUse, COMPARE_METHODS,
-    ENCRYPTED_METHODS, PROFILED_METHODS, RESTORER_METHOD, RESTORER_METHODS, RESTORE_KERNEL_METHODS,
+    ENCRYPTED_METHODS, MEDIUM_BASELINE, PROFILED_METHODS, RESTORER_METHOD, RESTORER_METHODS,
+    RESTORE_KERNEL_METHODS,
 };
 pub use recapture::{
     recapture, recapture_steps, CaptureCost, Plan as RecapturePlan, Recapture,

@@ -4,14 +4,15 @@
 //! modules beside this one) are built from these, so none of them imports another.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use thiserror::Error;
 
-use boottrace::report::{summarize, MethodResult};
-use boottrace::{MilestoneKind, Timeline};
+use boottrace::report::{boot_throughput, line_throughput, summarize, MethodResult, Throughput};
+use boottrace::{Marker, MilestoneKind, Outcome, Timeline};
 
 use crate::native::{self, NativeError};
 use board::capture::{attach_store, recapture_boot, CaptureBootError};
-use board::qemu::{run_probe, RunError};
+use board::qemu::{run_probe, RunError, Session};
 use board::run_options::RunOptions;
 use bundle::bundle::Bundle;
 
@@ -27,6 +28,10 @@ pub enum BootError {
     /// A restore was expected; the board came up without one and without saying why.
     #[error("the board came up without restoring an image")]
     NotRestored,
+    /// The medium baseline was asked for (`snapboot.baseline=medium`); the boot did not
+    /// print a `medium-baseline` line that reads back.
+    #[error("expected the medium-baseline marker (snapboot.baseline=medium): {0}")]
+    NoBaseline(String),
 }
 
 /// Why a benchmark stopped.
@@ -146,6 +151,67 @@ pub fn check_boot(tl: &Timeline, want_restore: bool) -> Result<(), BootError> {
         return Err(BootError::NotRestored);
     }
     Ok(())
+}
+
+/// Checks that a medium-baseline boot read the medium: its console carries a
+/// `medium-baseline` marker whose detail reads back as a throughput line; returns it.
+/// Otherwise the reason names what the device did instead (fell back, restored, printed
+/// something else).
+pub fn check_medium_baseline(tl: &Timeline) -> Result<Throughput, BootError> {
+    if let Some(t) = boot_throughput(tl, Marker::MediumBaseline) {
+        return Ok(t);
+    }
+    let unreadable = tl.lines.iter().find_map(|l| match Marker::parse(&l.text) {
+        Some((Marker::MediumBaseline, d)) if line_throughput(&l.text).is_none() => {
+            Some(d.unwrap_or("").to_string())
+        }
+        _ => None,
+    });
+    let why = if let Some(d) = unreadable {
+        format!("its detail does not read as a throughput line: {d:?}")
+    } else if let Some(m) = tl.milestone(MilestoneKind::ResumeFallback) {
+        format!(
+            "the device fell back to a cold boot: {}",
+            m.detail.as_deref().unwrap_or("no reason given")
+        )
+    } else if tl.milestone(MilestoneKind::Restored).is_some() {
+        "the device restored the image instead (a device without the medium baseline?)".into()
+    } else {
+        "the console has none".into()
+    };
+    Err(BootError::NoBaseline(why))
+}
+
+/// How long a medium-baseline boot may take to power off after its marker.
+const BASELINE_POWEROFF: Duration = Duration::from_secs(30);
+
+/// Runs one medium-baseline boot (`opts` carry the store and `snapboot.baseline=medium`):
+/// waits for the `medium-baseline` marker, or for the first sign that none is coming (a
+/// fallback, a restore, a hand-over, the application ready), then for the power-off, and
+/// checks it ([`check_medium_baseline`]).
+pub fn medium_boot(bundle: &Bundle, opts: &RunOptions) -> Result<Timeline, BootError> {
+    let mut s = Session::start(bundle, opts)?;
+    let ends = [
+        Marker::MediumBaseline,
+        Marker::Fallback,
+        Marker::Restored,
+        Marker::Handover,
+        Marker::HandoverFailed,
+        Marker::Ready,
+    ];
+    let res = s.wait_for_marker(&ends, "the medium-baseline marker", opts.timeout);
+    let outcome = match &res {
+        Ok((Marker::MediumBaseline, ..)) => match s.wait_exit(BASELINE_POWEROFF) {
+            Ok(()) => Outcome::PoweredOff,
+            Err(e) => e.outcome(),
+        },
+        Ok(_) => Outcome::Incomplete,
+        Err(e) => e.outcome(),
+    };
+    let tl = s.finish(outcome);
+    res?;
+    check_medium_baseline(&tl)?;
+    Ok(tl)
 }
 
 /// Runs one scripted boot with the workload's probe and insists it came up the expected way.

@@ -48,6 +48,13 @@ pub const PROFILED_METHODS: [&str; 3] = [
     RESTORER_METHODS[1],
 ];
 
+/// The name of `compare`'s medium baseline (`boottrace::report::MediumBaseline`): once per
+/// round, the restore kernel boots with the `snapboot` image's store and reads the image's
+/// extent with plain sequential 1 MiB reads instead of restoring it, prints the
+/// `medium-baseline` marker and powers off. It is no method of the report: each method's
+/// load phase is set against it (`of medium`).
+pub const MEDIUM_BASELINE: &str = "medium";
+
 /// Whether `compare` measures the restore kernel's methods, and if not, why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreKernelUse {
@@ -82,6 +89,9 @@ pub struct ComparePlan {
     pub profiled: bool,
     /// Whether the encrypted methods are measured (`--encrypt`, with a restore kernel).
     pub encrypted: bool,
+    /// Whether the medium baseline ([`MEDIUM_BASELINE`]) is measured, once per round (with
+    /// a restore kernel, unless `--no-medium-baseline`).
+    pub medium_baseline: bool,
     /// Why methods are left out, one line each.
     pub notes: Vec<String>,
 }
@@ -120,8 +130,27 @@ impl ComparePlan {
             restorer: None,
             profiled,
             encrypted: false,
+            medium_baseline: false,
             notes,
         }
+    }
+
+    /// The plan with the medium baseline when `wanted` (not `--no-medium-baseline`) and a
+    /// restore kernel reads it; otherwise a note why there is none.
+    pub fn with_medium_baseline(mut self, wanted: bool) -> Self {
+        let why = if !wanted {
+            "--no-medium-baseline"
+        } else if self.restore_kernel.is_none() {
+            "the restore kernel reads it (`snapboot.baseline=medium`) and none is measured"
+        } else {
+            self.medium_baseline = true;
+            return self;
+        };
+        self.notes.push(format!(
+            "medium baseline left out: {why}; no load phase is set against the medium's \
+             sequential read (\"of medium\")"
+        ));
+        self
     }
 
     /// The plan with the restorer's methods, or a note why they are left out.
@@ -176,10 +205,12 @@ impl ComparePlan {
 
     /// How many times `compare` calls `tick` for `runs` boots per method: every boot, plus
     /// the image captures (kernel-native, full, lazy, and the profiled lazy re-capture; the
-    /// restorer restores the full one and the profiled lazy one).
+    /// restorer restores the full one and the profiled lazy one), plus the medium
+    /// baseline's boot per round.
     pub fn steps(&self, runs: usize) -> u64 {
         let captures = if self.profiled { 4 } else { 3 } + 2 * u64::from(self.encrypted);
-        self.methods().len() as u64 * runs as u64 + captures
+        let boots = self.methods().len() + usize::from(self.medium_baseline);
+        boots as u64 * runs as u64 + captures
     }
 }
 
@@ -313,6 +344,40 @@ mod tests {
         let kiosk = ComparePlan::new(&custom(), rk())
             .with_restorer(RestorerUse::Measured("/r/restorer".into()));
         assert_eq!(kiosk.methods().last(), Some(&"restorer"));
+    }
+
+    #[test]
+    fn the_medium_baseline_is_read_by_the_restore_kernel_once_per_round_or_noted_out() {
+        let w = Workload::shell();
+        let rk = || RestoreKernelUse::Measured("/rk".into());
+        let plain = ComparePlan::new(&w, rk());
+        let plan = ComparePlan::new(&w, rk()).with_medium_baseline(true);
+        assert!(plan.medium_baseline && plan.notes.is_empty());
+        assert_eq!(plan.methods(), plain.methods(), "it is no method");
+        assert_eq!(plan.steps(3), plain.steps(3) + 3);
+        let declined = ComparePlan::new(&w, rk()).with_medium_baseline(false);
+        assert!(!declined.medium_baseline);
+        assert_eq!(
+            declined.notes,
+            [
+                "medium baseline left out: --no-medium-baseline; no load phase is set against \
+              the medium's sequential read (\"of medium\")"
+            ]
+        );
+        let none = ComparePlan::new(&w, RestoreKernelUse::Declined).with_medium_baseline(true);
+        assert!(!none.medium_baseline);
+        assert_eq!(
+            none.steps(2),
+            ComparePlan::new(&w, RestoreKernelUse::Declined).steps(2)
+        );
+        assert!(
+            none.notes[1].starts_with(
+                "medium baseline left out: the restore kernel reads it \
+                 (`snapboot.baseline=medium`) and none is measured"
+            ),
+            "{:?}",
+            none.notes
+        );
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub struct CompareArgs {
     /// or $SNAPBOOT_RESTORER_EFI_ARM64).
     #[arg(long)]
     no_restorer: bool,
+    /// Leave out the medium baseline: once per round the restore kernel reads the
+    /// `snapboot` image's extent on the store with plain sequential 1 MiB reads
+    /// (`snapboot.baseline=medium`), and every method's load phase is reported as a share
+    /// of that ("of medium"). Without a restore kernel there is none.
+    #[arg(long)]
+    no_medium_baseline: bool,
     #[command(flatten)]
     board: BoardOpts,
 }
@@ -427,7 +433,9 @@ pub fn cold(a: ColdArgs) -> Result<ExitCode> {
 /// `snapboot bench compare`: cold, kernel-native resume, snapboot, lazy and profiled lazy
 /// snapboot, the snapboot images restored by the restore kernel when one is built, and the
 /// snapboot image restored by the restorer on the PC booted through PVH; what the workload,
-/// board or host cannot support is left out with a note ([`bench::ComparePlan`]).
+/// board or host cannot support is left out with a note ([`bench::ComparePlan`]). With a
+/// restore kernel, the medium baseline every load phase is set against. Every boot, the
+/// captures too, has `--smp` CPUs; the report records them.
 pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     if a.runs == 0 {
         bail!(bench::BenchError::NoRuns);
@@ -467,8 +475,9 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
         )?;
         bench::RestorerUse::Measured(elf)
     };
-    let mut plan =
-        bench::ComparePlan::new(&bundle.workload, restore_kernel).with_restorer(restorer);
+    let mut plan = bench::ComparePlan::new(&bundle.workload, restore_kernel)
+        .with_restorer(restorer)
+        .with_medium_baseline(!a.no_medium_baseline);
     let keyed = match a.board.encrypt() {
         None => None,
         Some(how @ bootparams::Encrypt::KeyFile) => {
@@ -489,33 +498,30 @@ pub fn compare(a: CompareArgs) -> Result<ExitCode> {
     print_notes(&plan.notes);
     let pb = progress(plan.steps(a.runs), "compare");
     let encrypted = keyed.as_ref().map(|(b, how)| (b, how));
-    let methods = bench::compare(&bundle, &opts, &work, a.runs, &plan, encrypted, &mut || {
+    let compared = bench::compare(&bundle, &opts, &work, a.runs, &plan, encrypted, &mut || {
         pb.inc(1)
     });
     pb.finish_and_clear();
-    let methods = methods?;
+    let compared = compared?;
 
     if let Some(p) = &a.analyze {
-        let runs = methods
+        let medium = compared.medium.first().map(|t| (bench::MEDIUM_BASELINE, t));
+        let runs = compared
+            .methods
             .iter()
-            .filter_map(|m| {
-                m.timelines
-                    .first()
-                    .map(|t| (m.method.to_string(), t.clone()))
-            })
+            .filter_map(|m| m.timelines.first().map(|t| (m.method, t)))
+            .chain(medium)
+            .map(|(name, t)| (name.to_string(), t.clone()))
             .collect();
         report_runs(runs, p)?;
     }
-    let methods = methods.iter().map(MethodRuns::summary).collect();
-    publish(
-        "compare",
-        &bundle,
-        &opts,
-        a.runs,
-        methods,
-        plan.notes,
-        a.out.json.as_deref(),
-    )?;
+    let methods = compared.methods.iter().map(MethodRuns::summary).collect();
+    let report = bench::report("compare", &bundle, &opts, a.runs, methods, plan.notes)
+        .with_medium_baseline(compared.medium_baseline());
+    print!("{}", report.table());
+    if let Some(p) = &a.out.json {
+        bench::write_json(&report, p)?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

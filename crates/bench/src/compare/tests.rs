@@ -162,3 +162,241 @@ fn the_report_names_the_board_and_its_json_is_the_contract() {
         "the message names the file, the source says why"
     );
 }
+
+/// A load phase as the device prints it: 40 MB read, 120 MB placed in `wall` seconds.
+fn load(wall: f64) -> boottrace::report::Throughput {
+    boottrace::report::Throughput {
+        read_bytes: 40_000_000,
+        requests: 20,
+        large_bytes: 38_000_000,
+        decoded_bytes: 100_000_000,
+        placed_bytes: 120_000_000,
+        read_s: 0.5,
+        check_s: 0.4,
+        decode_s: 1.0,
+        place_s: 0.2,
+        wall_s: wall,
+        workers: 2,
+    }
+}
+
+/// A restore's console excerpt, stamped as the board records it, with the throughput line
+/// after `resume-loaded` (the restore kernel's, behind a printk prefix).
+fn restore_console(tti: f64, wall: f64) -> Timeline {
+    let throughput = boottrace::Marker::Throughput.line(Some(&load(wall).line()));
+    let mut tl = Timeline::new("restore-kernel");
+    tl.push_lines([
+        boottrace::ConsoleLine::new(0.96, "snapboot: @resume-start /dev/vdb"),
+        boottrace::ConsoleLine::new(1.60, "snapboot: @resume-loaded 23014 pages (89.9 MiB)"),
+        boottrace::ConsoleLine::new(1.60, format!("[    1.180000] {throughput}")),
+        boottrace::ConsoleLine::new(1.87, "snapboot: @restored"),
+    ]);
+    tl.push_event(MilestoneKind::ProbeAnswered, tti, None);
+    tl.tti = Some(tti);
+    tl.finalize();
+    tl
+}
+
+/// A medium-baseline boot: the restore kernel reads the image's extent, prints the marker
+/// and powers off.
+fn medium_console(read_s: f64) -> Timeline {
+    let read = boottrace::report::Throughput {
+        read_bytes: 40_000_000,
+        requests: 39,
+        large_bytes: 40_000_000,
+        read_s,
+        wall_s: read_s,
+        workers: 1,
+        ..Default::default()
+    };
+    let mut tl = Timeline::new("medium");
+    tl.push_lines([
+        boottrace::ConsoleLine::new(0.88, "snapboot: @init"),
+        boottrace::ConsoleLine::new(
+            1.20,
+            boottrace::Marker::MediumBaseline.line(Some(&read.line())),
+        ),
+        boottrace::ConsoleLine::new(1.25, "snapboot: @poweroff"),
+    ]);
+    tl.finalize();
+    tl
+}
+
+#[test]
+fn each_run_s_throughput_line_becomes_the_method_s_load_phase() {
+    let runs = MethodRuns {
+        method: "restore-kernel",
+        timelines: vec![
+            restore_console(2.0, 1.0),
+            restore_console(2.1, 0.5),
+            restore_console(1.9, 2.0),
+        ],
+        image_bytes: Some(120_000_000),
+        stored_bytes: Some(40_000_000),
+    };
+    let t = runs.summary().throughput.expect("every run printed one");
+    assert_eq!(t.n, 3);
+    assert_eq!(
+        (t.load_mbps.median, t.load_mbps.min, t.load_mbps.max),
+        (120.0, 60.0, 240.0)
+    );
+    assert_eq!((t.stored_load_mbps, t.medium_mbps), (40.0, 80.0));
+    assert_eq!((t.decode_mbps_per_cpu, t.large_share), (100.0, 0.95));
+    assert_eq!((t.workers, t.read_mb, t.bound.as_str()), (2, 40.0, "cpu"));
+    // A cold boot has no load phase.
+    let cold = MethodRuns {
+        method: "cold",
+        timelines: vec![boot(30.0, None)],
+        image_bytes: None,
+        stored_bytes: None,
+    };
+    assert!(cold.summary().throughput.is_none());
+}
+
+#[test]
+fn a_medium_baseline_boot_counts_only_with_its_marker_and_says_why_not() {
+    let t = crate::check_medium_baseline(&medium_console(0.25)).unwrap();
+    assert_eq!((t.read_bytes, t.requests, t.read_s), (40_000_000, 39, 0.25));
+
+    let mut missing = Timeline::new("medium");
+    missing.push_lines([
+        boottrace::ConsoleLine::new(0.88, "snapboot: @init"),
+        boottrace::ConsoleLine::new(1.25, "snapboot: @poweroff"),
+    ]);
+    missing.finalize();
+    let err = crate::check_medium_baseline(&missing).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "expected the medium-baseline marker (snapboot.baseline=medium): the console has none"
+    );
+    let mut fell_back = missing.clone();
+    fell_back.push_line(boottrace::ConsoleLine::new(
+        1.0,
+        "snapboot: @fallback unknown boot parameter \"snapboot.baseline=medium\"",
+    ));
+    let err = crate::check_medium_baseline(&fell_back).unwrap_err();
+    assert!(
+        err.to_string().ends_with(
+            "the device fell back to a cold boot: unknown boot parameter \
+             \"snapboot.baseline=medium\""
+        ),
+        "{err}"
+    );
+    let restored = restore_console(2.0, 1.0);
+    let err = crate::check_medium_baseline(&restored).unwrap_err();
+    assert!(
+        err.to_string().contains("restored the image instead"),
+        "{err}"
+    );
+    let mut garbled = missing;
+    garbled.push_line(boottrace::ConsoleLine::new(
+        1.2,
+        "snapboot: @medium-baseline 40 MB",
+    ));
+    let err = crate::check_medium_baseline(&garbled).unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("its detail does not read as a throughput line: \"40 MB\""),
+        "{err}"
+    );
+    let failed = BenchError::Boot {
+        what: "medium baseline read".into(),
+        source: err,
+    };
+    assert!(format!("{:#}", boottrace::error_chain(&failed))
+        .starts_with("medium baseline read: expected the medium-baseline marker"));
+}
+
+/// The medium reads 40 MB in 0.25, 0.2 and 0.5 s (160 MB/s median); the restore kernel's
+/// load phase reads its 40 MB in 1 s of wall time (40 MB/s): 25 % of the medium.
+#[test]
+fn the_report_sets_every_load_phase_against_the_medium_baseline() {
+    let compared = Compared {
+        methods: vec![
+            MethodRuns {
+                method: "cold",
+                timelines: vec![boot(30.0, None)],
+                image_bytes: None,
+                stored_bytes: None,
+            },
+            MethodRuns {
+                method: "restore-kernel",
+                timelines: vec![restore_console(2.0, 1.0)],
+                image_bytes: Some(120_000_000),
+                stored_bytes: Some(40_000_000),
+            },
+        ],
+        medium: vec![
+            medium_console(0.25),
+            medium_console(0.2),
+            medium_console(0.5),
+        ],
+    };
+    let b = compared.medium_baseline().expect("three reads");
+    assert_eq!(
+        (b.image.as_str(), b.mbps.median, b.mbps.n),
+        ("snapboot", 160.0, 3)
+    );
+    let mut o = opts();
+    o.smp = 4;
+    let methods = compared.methods.iter().map(MethodRuns::summary).collect();
+    let r = report_at("compare", &bundle(), &o, 1, methods, 1_795_400_000)
+        .with_medium_baseline(Some(b));
+    assert_eq!(r.smp, Some(4));
+    let t = r.methods[1].throughput.as_ref().expect("load phase");
+    assert_eq!(t.of_medium, Some(0.25));
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["smp"], 4);
+    assert_eq!(v["medium_baseline"]["mbps"]["median"], 160.0);
+    assert_eq!(v["methods"][1]["throughput"]["of_medium"], 0.25);
+    assert!(v["methods"][0].get("throughput").is_none());
+    let table = r.table();
+    assert!(table.contains(", 4 CPUs, 1 runs each)"), "{table}");
+    assert!(table.contains("medium baseline: 160.0 MB/s"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("restore-kernel "))
+        .unwrap_or_default();
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        [
+            "restore-kernel",
+            "120.0",
+            "80.0",
+            "100.0",
+            "95%",
+            "2",
+            "cpu",
+            "25%"
+        ],
+        "{table}"
+    );
+
+    // Without a baseline boot: no baseline, and no share.
+    let none = Compared {
+        medium: Vec::new(),
+        ..compared
+    };
+    assert!(none.medium_baseline().is_none());
+}
+
+#[test]
+fn the_medium_baseline_boots_the_restore_kernel_on_the_full_image_s_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("snapboot.store");
+    let mut rk = opts();
+    rk.kernel = KernelImage::Restore("/rk/vmlinux".into());
+    let err = medium_options(&rk, &store).unwrap_err();
+    assert!(
+        err.to_string().contains("snapboot.store"),
+        "no store, no baseline: {err}"
+    );
+    std::fs::write(&store, b"").unwrap();
+    let o = medium_options(&rk, &store).unwrap();
+    assert!(matches!(o.kernel, KernelImage::Restore(_)));
+    assert_eq!(o.disks[0].path, store);
+    assert_eq!(
+        o.params.render(),
+        ["snapboot.store=/dev/vdb", "snapboot.baseline=medium"]
+    );
+}

@@ -92,12 +92,66 @@ fn restore_kernel_restores_the_app_repeatedly() {
             r"Linux version \S+-snapboot-restore",
             "restore kernel banner",
         );
+        let t = throughput_of(&mut s);
+        assert_eq!(t.workers, 1, "one CPU: {t:?}");
         expect(&mut s, r"snapboot: @restored", "restored marker");
         assert_restored_on_first_try(&s, &format!("restore {boot}"));
         randoms.push(check_restored_app(&mut s, boot, &expected));
         s.finish(boottrace::Outcome::Answered);
     }
     assert_all_differ(randoms);
+}
+
+/// The `throughput` line of a restore: it parses, and its numbers add up.
+fn throughput_of(s: &mut board::qemu::Session) -> bootstatus::Throughput {
+    let line = expect(s, r"snapboot: @throughput ", "throughput marker");
+    let detail = line.split("@throughput ").nth(1).unwrap_or_default();
+    let t = bootstatus::Throughput::parse_line(detail)
+        .unwrap_or_else(|| panic!("the throughput line does not parse: {line}"));
+    assert!(
+        t.read_bytes > 0 && t.requests > 0 && t.large_bytes <= t.read_bytes,
+        "{line}"
+    );
+    assert!(
+        t.placed_bytes >= t.decoded_bytes / 2 && t.wall_s > 0.0,
+        "{line}"
+    );
+    assert!(t.place_s <= t.wall_s + 0.001, "{line}");
+    t
+}
+
+/// A board of 2 CPUs captures; the restore kernel (built with SMP) restores on 2 CPUs with
+/// both decoding (the throughput line says so); a board of 1 CPU refuses the image by the
+/// CPUs it records and boots cold.
+#[test]
+fn two_cpus_capture_restore_on_two_and_are_refused_on_one() {
+    let b = bundle("shell");
+    restore_kernel();
+    let store = crate::common::home().join("test-rk-smp2.store");
+    let _ = std::fs::remove_file(&store);
+    crate::common::board_capture(&b, &store, &["--smp", "2"]);
+    let bundle = bundle::Bundle::load(&b).unwrap();
+    let start = |cpus: u32| {
+        let mut o = crate::common::store_options(&bundle, &store);
+        o.kernel = board::run_options::KernelImage::Restore(restore_kernel());
+        o.smp = cpus;
+        board::qemu::Session::start(&bundle, &o).unwrap()
+    };
+    let mut s = start(2);
+    let t = throughput_of(&mut s);
+    assert_eq!(t.workers, 2, "both CPUs decode: {t:?}");
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    assert_restored_on_first_try(&s, "2 CPUs");
+    s.finish(boottrace::Outcome::Answered);
+
+    let mut s = start(1);
+    let fallback = expect(&mut s, r"snapboot: @fallback", "fallback marker");
+    assert!(
+        fallback.contains("captured with 2 CPUs online and this machine has 1"),
+        "{fallback}"
+    );
+    expect(&mut s, r"snapboot: @ready", "the cold boot reaching ready");
+    s.finish(boottrace::Outcome::Ready);
 }
 
 /// A refused image on the restore kernel: the reason is on the console, the cold boot is
