@@ -70,6 +70,10 @@ struct Pending {
     slot: u16,
 }
 
+/// Pages a chunk closed early to fill its cluster holds at least: a smaller room is left as
+/// slack rather than filled with tiny chunks.
+const EARLY_CLOSE_PAGES: usize = 8;
+
 /// Writes one image; nothing is visible until [`ImageWriter::commit`].
 pub struct ImageWriter<'s, M: Medium> {
     store: &'s mut Store<M>,
@@ -92,6 +96,9 @@ pub struct ImageWriter<'s, M: Medium> {
     /// while the writer holds the store): never written again by this image.
     taken: BTreeSet<u64>,
     head: Option<(u64, u64)>,
+    /// Stored bytes per 1000 raw bytes of the last chunk closed: what the open chunk is
+    /// expected to shrink to ([`ImageWriter::fills_the_cluster`]).
+    ratio: u64,
     stats: ImageStats,
     next_chunk: u64,
     table: DedupeTable,
@@ -156,6 +163,7 @@ impl<M: Medium> Store<M> {
             shared: Default::default(),
             taken: self.used_clusters(),
             head: None,
+            ratio: 1000,
             stats: ImageStats::default(),
             next_chunk: next_chunk + 1,
             table,
@@ -311,6 +319,7 @@ impl<M: Medium> ImageWriter<'_, M> {
         data.extend_from_slice(page);
         keys.push(key);
         let (id, full) = (*id, keys.len() == usize::from(self.opts.chunk_pages));
+        let full = full || self.fills_the_cluster();
         // Later copies of this content in this image refer here.
         self.known.insert(key, (id, slot));
         self.referenced.insert(id);
@@ -318,6 +327,30 @@ impl<M: Medium> ImageWriter<'_, M> {
             self.close_chunk()?;
         }
         Ok((id, slot))
+    }
+
+    /// Whether the open chunk, compressed as the last one was, would fill what is left of
+    /// the cluster at the log head: it is then closed early, so the cluster's tail holds
+    /// pages instead of slack and the image's chunks lie back to back (a restore reads them
+    /// in long requests, `crate::pipeline`). A room of fewer than [`EARLY_CLOSE_PAGES`]
+    /// pages' worth is left as slack: the chunk goes to the next cluster whole.
+    fn fills_the_cluster(&self) -> bool {
+        let pages = self.open.2.len();
+        if pages < EARLY_CLOSE_PAGES {
+            return false;
+        }
+        let room = match self.head {
+            Some((_, fill)) => self.store.cluster_bytes().saturating_sub(fill),
+            None => return false,
+        };
+        let overhead = if self.store.key.is_some() {
+            crate::seal::SEAL_OVERHEAD as u64
+        } else {
+            0
+        };
+        // One page more would not fit: close now.
+        let predicted = |pages: usize| (pages * PAGE) as u64 * self.ratio / 1000 + overhead;
+        predicted(pages) <= room && predicted(pages + 1) > room
     }
 
     /// The re-pack of selective dedupe (module docs): pages in old chunks this image uses
@@ -406,6 +439,7 @@ impl<M: Medium> ImageWriter<'_, M> {
         let next = (self.next_chunk, Vec::new(), Vec::new());
         self.next_chunk += 1;
         let (id, raw, keys) = std::mem::replace(&mut self.open, next);
+        let raw_len = raw.len();
         let packed = lz4_flex::block::compress(&raw);
         let (stored, lz4) = if self.opts.compression == Compression::Lz4 && packed.len() < raw.len()
         {
@@ -414,6 +448,9 @@ impl<M: Medium> ImageWriter<'_, M> {
             (raw, false)
         };
         let pages = keys.len() as u16;
+        self.ratio = (stored.len() as u64 * 1000)
+            .div_ceil(raw_len.max(1) as u64)
+            .max(1);
         let stored = match &self.store.key {
             Some(k) => k.seal_chunk(id, pages, lz4, &stored)?,
             None => stored,
