@@ -316,7 +316,7 @@ impl Analysis {
             .fold(0.0, f64::max);
         let cmdline = Cmdline::find(lines.iter().map(|l| l.message.as_str()));
         let init_exec = lines.iter().find(|l| is_init_exec(&l.message)).map(|l| l.t);
-        let throughput = crate::throughput::find(&lines);
+        let throughput = crate::throughput::find(lines.iter().map(|l| (l.t, l.message.as_str())));
         let mut a = Analysis {
             source: tl.source.clone(),
             outcome: tl.outcome.to_string(),

@@ -12,9 +12,6 @@ use boottrace::report::{line_throughput, Throughput};
 use boottrace::Marker;
 use serde::Serialize;
 
-use crate::analysis::Line;
-use crate::svg::esc;
-
 /// Which measurement a line is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -90,13 +87,13 @@ impl ThroughputLine {
     }
 }
 
-/// Every throughput line among `lines`, in log order.
-pub fn find(lines: &[Line]) -> Vec<ThroughputLine> {
+/// Every throughput line among `lines` (each its time and message), in log order.
+pub fn find<'a>(lines: impl IntoIterator<Item = (f64, &'a str)>) -> Vec<ThroughputLine> {
     lines
-        .iter()
-        .filter_map(|l| {
-            let (m, t) = line_throughput(&l.message)?;
-            ThroughputLine::new(l.t, m, t)
+        .into_iter()
+        .filter_map(|(at, message)| {
+            let (m, t) = line_throughput(message)?;
+            ThroughputLine::new(at, m, t)
         })
         .collect()
 }
@@ -189,13 +186,14 @@ pub fn html(h: &mut String, lines: &[ThroughputLine]) {
             h,
             "<tr data-kind=\"{}\"><th colspan=\"5\">{} at {:.3} s: bound by <b>{}</b>, {:.0}% \
              read in requests of &ge; 1 MiB, {} CPU(s)</th></tr>",
-            esc(match l.kind {
+            // Fixed words: nothing to escape.
+            match l.kind {
                 ThroughputKind::Load => "load",
                 ThroughputKind::MediumBaseline => "medium_baseline",
-            }),
+            },
             l.kind.title(),
             l.t,
-            esc(l.bound),
+            l.bound,
             l.large_share * 100.0,
             t.workers
         );
