@@ -30,7 +30,7 @@ fn two_generations() -> (Store<MemMedium>, Vec<Page>) {
         ..wo()
     };
     let mut mem = memory(3000, 51);
-    write(&mut s, "base", &mem, opts.clone()).unwrap();
+    write(&mut s, "base", &mem, opts).unwrap();
     mutate(&mut mem, 30, 52);
     write(&mut s, "next", &mem, opts).unwrap();
     (s, mem)
