@@ -22,8 +22,13 @@ fn changed_initramfs_bundle(from: &Path, dir: &Path) -> PathBuf {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let name = e.file_name();
-        // The UEFI disk and the old pack are not needed (the pack is made anew).
-        if name == "uefi-disk.img" || name == "coldkernel.pack" {
+        // The UEFI disk and the old pack are not needed (the pack is made anew), nor the
+        // temporary files a test building the UEFI disk beside this one keeps there for a
+        // moment (`snapboot-uefi-*`: gone by the time `cp` looks, 2026-11-29).
+        if name == "uefi-disk.img"
+            || name == "coldkernel.pack"
+            || name.to_string_lossy().starts_with("snapboot-uefi-")
+        {
             continue;
         }
         let (out, so, se) = run({
