@@ -16,11 +16,13 @@
 //!    the store they lie in (neighbours within 1 MiB merged: `restorer::window::Runs`),
 //!    each checked, and the attempt counted in the boot log;
 //! 4. `ExitBootServices`, then the CPU taken over (`hw::efi`), the pages placed
-//!    (`crate::place`, with the program, its heap and its read buffer as busy ranges) and,
-//!    last, the runtime services switched to the image kernel's virtual map
+//!    (`crate::place`, with the program, its heap and its read buffer as busy ranges; on
+//!    arm64 the board's other CPUs, started through PSCI, unpack chunks too) and, last,
+//!    the runtime services switched to the image kernel's virtual map
 //!    (`SetVirtualAddressMap`) before the jump. A failure after step 4 resets the PC (the
 //!    attempt is counted: the crash-loop guard ends a loop).
 
+use crate::cpu::{Cpus, OneCpu};
 use crate::flow::{
     __image_start, decide, keep_fallback, place, restore_from, Asked, Disks, Load, NotRestored,
     Phase, MAX_PAGES, PAGE,
@@ -127,12 +129,13 @@ fn device_tree(fw: &Firmware) -> Result<restorer::fdt::Machine, NotRestored> {
 }
 
 /// What the image kernel's boot saw of this machine: the RAM pages may go to, the memory
-/// the images' checks compare, and the CPUs.
+/// the images' checks compare, and the CPUs; and the other CPUs that decode chunks.
 struct Machine {
     table: Table,
     memory: admission::Memory,
     cpus: Vec<u64>,
     boot_path: Option<alloc::string::String>,
+    helpers: alloc::boxed::Box<dyn Cpus>,
 }
 
 /// The PC: the memory map as the image kernel's EFI stub turns it into e820 (its checksum
@@ -153,13 +156,15 @@ fn machine(map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
         memory,
         cpus: Vec::new(),
         boot_path: None,
+        helpers: alloc::boxed::Box::new(OneCpu),
     })
 }
 
 /// The arm64 board: the device tree U-Boot passes, which is what the image kernel was
 /// booted with (U-Boot's own memory is RAM to a kernel it boots): its RAM, less what it
 /// does not map, its reservations (the layout capture recorded), and this CPU (the image
-/// is entered on the CPU that hibernated).
+/// is entered on the CPU that hibernated); the other CPUs decode chunks too when PSCI can
+/// start them (else the console says why not).
 #[cfg(target_arch = "aarch64")]
 fn machine(m: restorer::fdt::Machine) -> Result<Machine, NotRestored> {
     // The image kernel's own resume puts a GICv2 back (its CPU-PM notifiers); a GICv3's
@@ -186,11 +191,22 @@ fn machine(m: restorer::fdt::Machine) -> Result<Machine, NotRestored> {
         Some(v) => alloc::format!("U-Boot {v}, booti"),
         None => "no U-Boot, direct".into(),
     };
+    let helpers: alloc::boxed::Box<dyn Cpus> = match crate::cpu::Psci::of(m.psci, &m.cpus) {
+        Ok(psci) => alloc::boxed::Box::new(psci),
+        Err(why) => {
+            say!(
+                "snapboot-restorer: decoding on this CPU alone, not on the board's {}: {why}",
+                m.cpus.len()
+            );
+            alloc::boxed::Box::new(OneCpu)
+        }
+    };
     Ok(Machine {
         table,
         memory,
         cpus: alloc::vec![crate::cpu::mpidr()],
         boot_path: Some(boot_path),
+        helpers,
     })
 }
 
@@ -238,6 +254,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         memory,
         cpus,
         boot_path,
+        helpers,
     } = {
         #[cfg(target_arch = "x86_64")]
         let m = machine(&map)?;
@@ -287,6 +304,7 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
             attempt,
             (busy_image, (heap_at, heap_at + heap_bytes)),
             &mut scratch,
+            &*helpers,
         );
         fw = Some(f);
         why
@@ -328,6 +346,7 @@ fn enter(
     attempt: &SlotWrite,
     (program, heap): ((u64, u64), (u64, u64)),
     scratch: &mut [u8],
+    cpus: &dyn Cpus,
 ) -> (Firmware, Refused) {
     // The image passed its checks: the heap ends a little above what they used, so its
     // pages after that are free RAM for the image once boot services are gone. They are
@@ -470,7 +489,7 @@ fn enter(
         disks,
         at,
         table,
-        (busy, target),
+        (busy, target, cpus),
         // Every chunk was checked before the exit (`check_chunks`), and nothing but this
         // code has run since: no interrupts, the firmware's drivers stopped by the exit.
         // (The soak's checksum failures on a clean store were the firmware's timer writing

@@ -2,8 +2,9 @@
 //! device tree), read for what the image kernel saw of the machine when U-Boot booted it:
 //! its RAM (`/memory` nodes, less the `no-map` reservations the kernel does not count as
 //! System RAM), what it reserves (`/memreserve/` and `/reserved-memory`'s children, as
-//! `devsys::devicetree` reads them on the device), its CPUs (`/cpus/cpu@*`'s MPIDRs) and the
-//! console's UART (`/chosen`'s `stdout-path`).
+//! `devsys::devicetree` reads them on the device), its CPUs (`/cpus/cpu@*`'s MPIDRs), how
+//! PSCI is called to start and stop them (`/psci`'s `method`) and the console's UART
+//! (`/chosen`'s `stdout-path`).
 //!
 //! A walk of the structure block with bounds checked at every step: nothing here can panic
 //! on a damaged blob (a general parser crate panicked on the tree QEMU's `virt` machine and
@@ -260,11 +261,21 @@ impl<'a> Fdt<'a> {
             cpus,
             uart: self.stdout_uart(),
             gic: self.gic(),
+            psci: self.psci(),
             uboot: self
                 .node("/chosen")
                 .and_then(|c| c.prop("u-boot,version"))
                 .and_then(|v| core::str::from_utf8(v).ok())
                 .map(|v| v.trim_end_matches('\0').to_string()),
+        }
+    }
+
+    /// How `/psci` says its functions are called; `None` without the node or a method.
+    fn psci(&self) -> Option<PsciMethod> {
+        match self.node("/psci")?.prop("method")? {
+            b"hvc\0" | b"hvc" => Some(PsciMethod::Hvc),
+            b"smc\0" | b"smc" => Some(PsciMethod::Smc),
+            _ => None,
         }
     }
 
@@ -327,6 +338,16 @@ pub enum Gic {
     V3,
 }
 
+/// The instruction PSCI (the firmware's or the hypervisor's CPU power interface) is
+/// called with: `/psci`'s `method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PsciMethod {
+    /// `hvc`: QEMU's `virt` board without EL2, or a hypervisor.
+    Hvc,
+    /// `smc`: the secure firmware (or QEMU's board with EL2 and no EL3).
+    Smc,
+}
+
 /// The console a device tree names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Uart {
@@ -347,6 +368,8 @@ pub struct Machine {
     pub uart: Option<Uart>,
     /// The interrupt controller (`None`: no GIC the reader knows).
     pub gic: Option<Gic>,
+    /// How PSCI is called (`None`: no `/psci` node with a method this reader knows).
+    pub psci: Option<PsciMethod>,
     /// `/chosen`'s `u-boot,version`: U-Boot wrote this tree.
     pub uboot: Option<String>,
 }
@@ -499,6 +522,10 @@ mod tests {
         b.begin("intc@8000000")
             .prop("compatible", b"arm,cortex-a15-gic\0")
             .end();
+        b.begin("psci")
+            .prop("compatible", b"arm,psci-1.0\0arm,psci-0.2\0arm,psci\0")
+            .prop("method", b"hvc\0")
+            .end();
         b.begin("chosen")
             .prop("stdout-path", b"/pl011@9000000\0")
             .prop("u-boot,version", b"2023.01+dfsg-2+deb12u3\0")
@@ -544,6 +571,7 @@ mod tests {
         assert_eq!(m.cpus, vec![0, 1]);
         assert_eq!(m.uart, Some(Uart::Pl011(0x900_0000)));
         assert_eq!(m.gic, Some(Gic::V2));
+        assert_eq!(m.psci, Some(PsciMethod::Hvc));
         assert_eq!(m.uboot.as_deref(), Some("2023.01+dfsg-2+deb12u3"));
     }
 

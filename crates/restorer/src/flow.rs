@@ -3,7 +3,8 @@
 //! rule and entered by the platform ([`restore_from`]), and the pages put in place
 //! ([`place`]): in place when a chunk fills consecutive pages, else through the chunk
 //! buffer, deferred to safe pages and the relocated last copy when the restorer's own
-//! memory holds them.
+//! memory holds them. Chunks unpacked in place are shared out among every CPU the board
+//! has ([`crate::smp`]) when the window holds them all (the EFI program's).
 
 use crate::hw;
 pub use crate::phys::PAGE;
@@ -15,6 +16,7 @@ use restorer::bootrecord::BootRecord;
 use restorer::disk::{DiskMut, Span};
 use restorer::e820::Table;
 use restorer::image::{self, DiskSet};
+use restorer::parallel::{Chunk, Jobs, Pages, Split};
 use restorer::safepages::{Busy, ImagePages, LastCopy, PlaceError, SafePages};
 pub(crate) use restorer::telemetry::{Load, Phase};
 use storelayout::SlotWrite;
@@ -420,7 +422,8 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
 /// ([`check_chunks`]), the load phase counted from its first read; `finish`: the
 /// platform's last step before the jump (the PVH program counts the attempt and resets its
 /// disks, the EFI program switches the firmware's runtime services to the image kernel's
-/// virtual map).
+/// virtual map); `cpus`: the board's other CPUs, which unpack chunks in place too when
+/// `window` holds every chunk, and are off again before `finish`.
 ///
 /// Once every page is placed it prints the load phase's throughput, the `throughput`
 /// marker ([`restorer::telemetry`]): allocating it must not touch a placed page, so the
@@ -432,7 +435,7 @@ pub(crate) fn place<S: Disks>(
     disks: &mut S,
     at: usize,
     table: &Table,
-    (busy, target): (Busy, crate::cpu::Target),
+    (busy, target, cpus): (Busy, crate::cpu::Target, &dyn crate::cpu::Cpus),
     (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], Option<Load>),
     finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
 ) -> Result<core::convert::Infallible, admission::Refused> {
@@ -505,62 +508,24 @@ pub(crate) fn place<S: Disks>(
     let disk = disks
         .disk(at)
         .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
-    let mut in_place = 0u64;
     let check = store.catalog.check;
-    // "store is damaged: checksum mismatch in chunk N ...", as every path says it.
-    let chunk_error = Refused::from;
-    for group in plan.by_chunk() {
-        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
-            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
-        })?;
-        let t = cycles();
-        let stored = window
-            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
-            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
-        let t = lap(&mut load, Phase::Read, t);
-        if !checked {
-            c.check_stored(check, stored).map_err(chunk_error)?;
+    let held = if cpus.others().is_empty() {
+        None
+    } else {
+        held_chunks(plan, store, window)
+    };
+    let in_place = match held {
+        Some(chunks) => {
+            let deferred = (&mut safe, &mut mem, &mut last);
+            let state = (scratch, &busy, deferred, &mut load);
+            on_every_cpu(chunks, cpus, (!checked).then_some(check), state)?
         }
-        let t = lap(&mut load, Phase::Check, t);
-        let first = restorer::plan::in_place(group, c.pages)
-            .filter(|&p| (p..p + u64::from(c.pages)).all(|pfn| !busy.holds(pfn)));
-        if let Some(first) = first {
-            // SAFETY: `c.pages` consecutive pages from `first`: RAM pages of this image
-            // (checked against the memory map above), outside the restorer's busy range,
-            // each written by this chunk alone; identity mapped. A failed unpack leaves
-            // them partly written, which is harmless: nothing lives there.
-            let out =
-                unsafe { core::slice::from_raw_parts_mut((first * PAGE) as *mut u8, c.raw_len()) };
-            c.unpack_into(stored, out).map_err(chunk_error)?;
-            crate::cpu::written(first * PAGE, out.len() as u64);
-            lap(&mut load, Phase::Unpack, t);
-            load.decoded_bytes += out.len() as u64;
-            load.placed_pages += u64::from(c.pages);
-            in_place += 1;
-            continue;
+        None => {
+            let deferred = (&mut safe, &mut mem, &mut last);
+            let state = (scratch, &busy, deferred, &mut load);
+            on_this_cpu(plan, store, disk, window, (checked, check), state)?
         }
-        let buf = scratch.get_mut(..c.raw_len()).ok_or_else(|| {
-            Refused::NotPlaced(alloc::format!("chunk {} is larger than any other", c.id))
-        })?;
-        c.unpack_into(stored, buf).map_err(chunk_error)?;
-        load.decoded_bytes += buf.len() as u64;
-        let t = lap(&mut load, Phase::Unpack, t);
-        for t in group {
-            let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
-            let dst = t.pfn * PAGE;
-            if busy.holds(t.pfn) {
-                let page = safe.take(&mut mem).map_err(placing)?;
-                copy_page(src, page);
-                crate::cpu::written(page, PAGE);
-                last.push(&mut safe, &mut mem, page, dst).map_err(placing)?;
-            } else {
-                copy_page(src, dst);
-                crate::cpu::written(dst, PAGE);
-            }
-        }
-        load.placed_pages += group.len() as u64;
-        lap(&mut load, Phase::Place, t);
-    }
+    };
     // The load phase ends here; the counter's rate is learnt after (the PIT's 10 ms are
     // not the restore's).
     let end = cycles();
@@ -585,10 +550,196 @@ pub(crate) fn place<S: Disks>(
         restorer::telemetry::detail(&throughput, &load.spent, rate)
     );
     finish(disks)?;
-    // SAFETY: every page of the image is in place or listed for the last copy, the boot
+    // SAFETY: every page of the image is in place or listed for the last copy (every
+    // other CPU's pages finished, cleaned and the CPU off: `crate::smp::run`), the boot
     // log is written and the platform's last step done; nothing of this program is used
     // after the jump.
     unsafe { crate::cpu::enter(jump, &last, &busy) }
+}
+
+/// Where pages bound for the restorer's own memory wait: safe pages, listed for the last
+/// copy.
+type Deferred<'d, 's> = (&'d mut SafePages<'s>, &'d mut Identity, &'d mut LastCopy);
+/// What placing a chunk's pages uses: the chunk buffer, the busy ranges, the deferred
+/// pages and the load phase's counts.
+type State<'d, 's> = (&'d mut [u8], &'d Busy, Deferred<'d, 's>, &'d mut Load);
+
+/// Every chunk of `plan` with its stored bytes, when `window` holds them all (the EFI
+/// program read them before it left the firmware); `None` when one is not held, or not in
+/// the catalog (the one-CPU path then says why).
+fn held_chunks<'a>(
+    plan: &'a restorer::plan::Plan,
+    store: &'a image::Store,
+    window: &'a restorer::window::Window,
+) -> Option<Vec<Chunk<'a>>> {
+    plan.by_chunk()
+        .map(|group| {
+            let rec = store.catalog.chunk(group[0].chunk)?;
+            let stored = window.held(store.chunk_at(rec).ok()?, rec.stored_len as usize)?;
+            Some(Chunk { group, rec, stored })
+        })
+        .collect()
+}
+
+/// The chunks on every CPU: those unpacked in place are jobs for all ([`crate::smp::run`]),
+/// the boot CPU places the others meanwhile; `check`: the store's checksum when the chunks
+/// are not checked yet. Returns how many were unpacked in place. A job that failed on any
+/// CPU is done again here, to refuse with the one-CPU path's reason (or, when it unpacks
+/// right here, because the other CPU's work cannot be trusted).
+fn on_every_cpu(
+    chunks: Vec<Chunk>,
+    cpus: &dyn crate::cpu::Cpus,
+    check: Option<storelayout::ChunkCheck>,
+    (scratch, busy, (safe, mem, last), load): State,
+) -> Result<u64, admission::Refused> {
+    use admission::Refused;
+    let split = Split::of(chunks, |pfn| !busy.holds(pfn));
+    let jobs = Jobs::new(split.jobs, check);
+    let rest = &split.rest;
+    let (placed, outcome) = crate::smp::run(&jobs, cpus, || {
+        for c in rest {
+            let t = cycles();
+            if let Some(check) = check {
+                c.rec.check_stored(check, c.stored).map_err(Refused::from)?;
+            }
+            let t = lap(load, Phase::Check, t);
+            through_scratch(
+                c,
+                t,
+                (
+                    &mut *scratch,
+                    busy,
+                    (&mut *safe, &mut *mem, &mut *last),
+                    &mut *load,
+                ),
+            )?;
+        }
+        Ok::<(), Refused>(())
+    })
+    .map_err(|why| Refused::NotPlaced(alloc::format!("decoding on every CPU: {why}")))?;
+    for note in &outcome.notes {
+        say!("snapboot-restorer: {note}");
+    }
+    load.add_decoded(&outcome.tally);
+    load.workers = outcome.workers;
+    placed?;
+    if let Some(i) = jobs.failed() {
+        let job = jobs.job(i).expect("a failed job is one of the jobs");
+        let c = job.chunk;
+        if let Some(check) = check {
+            c.check_stored(check, job.stored).map_err(Refused::from)?;
+        }
+        crate::smp::Phys
+            .fill(job.to, c.raw_len(), &mut |out| {
+                c.unpack_into(job.stored, out)
+            })
+            .map_err(Refused::from)?;
+        // The same bytes unpacked right here: what failed was the other CPU (or the memory
+        // it read through), and more jobs may have failed than the lowest one kept. Nothing
+        // it placed can be trusted, so the image is not entered.
+        return Err(Refused::NotPlaced(alloc::format!(
+            "chunk {} failed on another CPU and unpacked right on this one: the other CPUs' pages are not trusted",
+            c.id
+        )));
+    }
+    Ok(jobs.len() as u64)
+}
+
+/// The chunks on this CPU alone, in plan order, read through `window` from `disk` and
+/// checked first unless `checked` already (against `check`). Returns how many were
+/// unpacked in place.
+fn on_this_cpu<D: DiskMut>(
+    plan: &restorer::plan::Plan,
+    store: &image::Store,
+    disk: &mut D,
+    window: &mut restorer::window::Window,
+    (checked, check): (bool, storelayout::ChunkCheck),
+    (scratch, busy, (safe, mem, last), load): State,
+) -> Result<u64, admission::Refused> {
+    use admission::Refused;
+    let chunk_error = Refused::from;
+    let mut in_place = 0u64;
+    for group in plan.by_chunk() {
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
+        let t = cycles();
+        let stored = window
+            .get(disk, store.chunk_at(c)?, c.stored_len as usize)
+            .map_err(|e| Refused::Unreadable(alloc::format!("reading chunk {}: {e}", c.id)))?;
+        let t = lap(load, Phase::Read, t);
+        if !checked {
+            c.check_stored(check, stored).map_err(chunk_error)?;
+        }
+        let t = lap(load, Phase::Check, t);
+        let first = restorer::plan::in_place(group, c.pages)
+            .filter(|&p| (p..p + u64::from(c.pages)).all(|pfn| !busy.holds(pfn)));
+        if let Some(first) = first {
+            crate::smp::Phys
+                .fill(first * PAGE, c.raw_len(), &mut |out| {
+                    c.unpack_into(stored, out)
+                })
+                .map_err(chunk_error)?;
+            lap(load, Phase::Unpack, t);
+            load.decoded_bytes += c.raw_len() as u64;
+            load.placed_pages += u64::from(c.pages);
+            in_place += 1;
+            continue;
+        }
+        let chunk = Chunk {
+            group,
+            rec: c,
+            stored,
+        };
+        through_scratch(
+            &chunk,
+            t,
+            (
+                &mut *scratch,
+                busy,
+                (&mut *safe, &mut *mem, &mut *last),
+                &mut *load,
+            ),
+        )?;
+    }
+    Ok(in_place)
+}
+
+/// Unpacks chunk `c` into the chunk buffer and copies its pages to their places (to safe
+/// pages, for the last copy, when the restorer's memory holds them); the counter read
+/// `since` the chunk was checked.
+fn through_scratch(
+    c: &Chunk,
+    since: u64,
+    (scratch, busy, (safe, mem, last), load): State,
+) -> Result<(), admission::Refused> {
+    use admission::Refused;
+    let placing = |e: PlaceError| Refused::NotPlaced(e.to_string());
+    let buf = scratch.get_mut(..c.rec.raw_len()).ok_or_else(|| {
+        Refused::NotPlaced(alloc::format!(
+            "chunk {} is larger than any other",
+            c.rec.id
+        ))
+    })?;
+    c.rec.unpack_into(c.stored, buf).map_err(Refused::from)?;
+    load.decoded_bytes += buf.len() as u64;
+    let t = lap(load, Phase::Unpack, since);
+    for t in c.group {
+        let src = scratch.as_ptr() as u64 + u64::from(t.slot) * PAGE;
+        let dst = t.pfn * PAGE;
+        if busy.holds(t.pfn) {
+            let page = safe.take(mem).map_err(placing)?;
+            copy_page(src, page);
+            crate::cpu::written(page, PAGE);
+            last.push(safe, mem, page, dst).map_err(placing)?;
+        } else {
+            copy_page(src, dst);
+            crate::cpu::written(dst, PAGE);
+        }
+    }
+    load.placed_pages += c.group.len() as u64;
+    lap(load, Phase::Place, t);
+    Ok(())
 }
 
 /// Charges the cycles since `since` to `phase` of `load`; returns now.

@@ -11,7 +11,7 @@
 //! boot of the stock kernel: the boot protocol ([`bzimage`]) and where its parts go in RAM
 //! ([`placement`]); where pages wait for the last copy ([`safepages`]); sizes in messages
 //! ([`units`]); the load phase's throughput, as every restoring path prints it
-//! ([`telemetry`]).
+//! ([`telemetry`]); the chunks shared out among several CPUs ([`parallel`]).
 #![cfg_attr(not(test), no_std)]
 // Everything that touches hardware (port I/O, MMIO, raw physical memory) is the program's
 // (src/main.rs, src/hw/, src/fallback.rs); the logic here is safe code.
@@ -29,6 +29,7 @@ pub mod fdt;
 pub mod formats;
 pub mod gpt;
 pub mod image;
+pub mod parallel;
 pub mod pci;
 pub mod placement;
 pub mod plan;

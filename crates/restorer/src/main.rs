@@ -113,6 +113,7 @@ mod hw;
 mod phys;
 #[cfg(not(feature = "efi"))]
 mod pvhboot;
+mod smp;
 
 /// The restorer's heap: a bump allocator over the RAM right after its own image, growing
 /// up to [`heap::LIMIT`]. Nothing is freed; the high-water mark is where the restorer's
@@ -157,7 +158,8 @@ mod heap {
     struct Bump;
 
     // SAFETY: hands out disjoint, aligned ranges of RAM that nothing else uses (above the
-    // restorer's image, below `END`, which `init` checked is RAM); one CPU, no interrupts.
+    // restorer's image, below `END`, which `init` checked is RAM); one CPU, no interrupts
+    // (the other CPUs that decode chunks, `crate::smp`, never allocate).
     unsafe impl GlobalAlloc for Bump {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             let next = NEXT.load(Ordering::Relaxed);

@@ -153,7 +153,7 @@ fn restore(handed: &fallback::Handed) -> Result<core::convert::Infallible, NotRe
             disks,
             at,
             table,
-            (busy, crate::cpu::Target),
+            (busy, crate::cpu::Target, &crate::cpu::OneCpu),
             (&mut window, &mut scratch, None),
             |disks: &mut virtio::Disks| {
                 // The crash-loop guard's count, as resume records it: after every check,

@@ -13,11 +13,14 @@
 //!                              one before it ended)               last step and the jump)
 //! ```
 //!
-//! The restorer is one CPU doing one thing at a time, so its stages never overlap: their
-//! ticks add up to at most the wall's, and `workers` is 1. A chunk unpacked straight into
-//! its pages is placed by its decoding: its pages count as placed (so `placed_bytes` is
-//! every page of the image, and the loaded MB/s what the user waited for), its time as
-//! decoding; `place_s` is the copying from the chunk buffer and the zeroing alone, so the
+//! On one CPU the restorer does one thing at a time, so its stages never overlap: their
+//! ticks add up to at most the wall's, and `workers` is 1. When other CPUs decode too
+//! (`crate::parallel`), `workers` counts the CPUs that decoded and the checking and
+//! unpacking ticks are summed over them, as every path sums its workers' seconds (their
+//! MB/s is then per CPU, and the stages may add up to more than the wall). A chunk
+//! unpacked straight into its pages is placed by its decoding: its pages count as placed
+//! (so `placed_bytes` is every page of the image, and the loaded MB/s what the user waited
+//! for), its time as decoding; `place_s` is the copying from the chunk buffer and the zeroing alone, so the
 //! placing MB/s is higher than that step's own rate by the share unpacked in place.
 //!
 //! Seconds are never invented: without a rate (no CPUID leaf says it, no PIT answers,
@@ -242,6 +245,8 @@ pub struct Load {
     /// last copy, when the restorer's own memory holds their frame), unpacked straight
     /// into their frames, or zeroed.
     pub placed_pages: u64,
+    /// CPUs that checked and decoded chunks (the boot CPU among them).
+    pub workers: u32,
 }
 
 /// Bytes of a page.
@@ -255,12 +260,23 @@ impl Load {
             spent: Spent::default(),
             decoded_bytes: 0,
             placed_pages: 0,
+            workers: 1,
         }
+    }
+
+    /// Counts another CPU's (or the boot CPU's own) share of the chunks decoded in
+    /// parallel: its ticks checking and unpacking, summed into [`Phase::Check`] and
+    /// [`Phase::Unpack`], the bytes it unpacked and the pages it wrote.
+    pub fn add_decoded(&mut self, t: &crate::parallel::Tally) {
+        self.spent.add(Phase::Check, 0, t.check_ticks);
+        self.spent.add(Phase::Unpack, 0, t.unpack_ticks);
+        self.decoded_bytes += t.decoded_bytes;
+        self.placed_pages += t.pages;
     }
 
     /// The phase's throughput when it ends at counter `end`, `reads` the requests that
     /// read its chunks: seconds by `rate`, each 0.0 without one (see the module's
-    /// header); one worker, the boot CPU.
+    /// header); [`Load::workers`] CPUs.
     pub fn throughput(&self, reads: &Requests, end: u64, rate: Option<Rate>) -> Throughput {
         let s = |ticks: u64| rate.map_or(0.0, |r| r.seconds(ticks));
         Throughput {
@@ -274,7 +290,7 @@ impl Load {
             decode_s: s(self.spent.of(Phase::Unpack)),
             place_s: s(self.spent.of(Phase::Place)),
             wall_s: s(end.wrapping_sub(self.start)),
-            workers: 1,
+            workers: self.workers,
         }
     }
 }
@@ -393,6 +409,31 @@ mod tests {
         let back = Throughput::parse_line(&line).unwrap();
         assert_eq!((back.requests, back.workers), (30, 1));
         assert_eq!(back.read_s, (t.read_s * 1e3).round() / 1e3);
+    }
+
+    #[test]
+    fn other_cpus_decoding_are_summed_and_counted() {
+        let (mut load, reads, end) = sample();
+        let before = load.throughput(&reads, end, None);
+        // A second CPU unpacked 100 MiB in 150,000,000 ticks.
+        load.add_decoded(&crate::parallel::Tally {
+            jobs: 10,
+            check_ticks: 1_000,
+            unpack_ticks: 150_000_000,
+            decoded_bytes: 100 << 20,
+            pages: 25_600,
+        });
+        load.workers = 2;
+        let rate = Rate::from_cntfrq(62_500_000);
+        let t = load.throughput(&reads, end, rate);
+        assert_eq!(t.workers, 2);
+        assert_eq!(t.decoded_bytes, before.decoded_bytes + (100 << 20));
+        assert_eq!(t.placed_bytes, before.placed_bytes + 25_600 * 4096);
+        assert!((t.decode_s - 280e6 / 62.5e6).abs() < 1e-9, "{}", t.decode_s);
+        // The wall is the boot CPU's: the seconds summed over two CPUs may pass it.
+        assert!(t.decode_s > t.wall_s);
+        let back = Throughput::parse_line(&t.line()).unwrap();
+        assert_eq!(back.workers, 2);
     }
 
     #[test]

@@ -25,7 +25,7 @@ extern "C" {
 }
 
 /// MPIDR's affinity bits.
-const MPIDR_AFFINITY: u64 = 0xff_00ff_ffff;
+pub(crate) const MPIDR_AFFINITY: u64 = 0xff_00ff_ffff;
 /// Where in the loop's page the busy ranges are written.
 const BUSY_AT: u64 = 2048;
 

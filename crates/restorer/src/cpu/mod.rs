@@ -8,17 +8,24 @@
 //! * x86_64 ([`x86_64`]): temporary identity page tables plus the image kernel's text,
 //!   then `restore_registers` with the image's CR3.
 //! * arm64 ([`aarch64`]): caches cleaned, the MMU off, then the image kernel's MMU-off
-//!   entry `cpu_resume`, as after a PSCI CPU_SUSPEND.
+//!   entry `cpu_resume`, as after a PSCI CPU_SUSPEND. The other CPUs decode chunks
+//!   meanwhile, started and stopped through PSCI ([`psci`], for `crate::smp`).
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 mod entry;
+mod others;
+#[cfg(target_arch = "aarch64")]
+mod psci;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::*;
 pub(crate) use entry::NotEntered;
+pub(crate) use others::{Cpus, OneCpu};
+#[cfg(target_arch = "aarch64")]
+pub(crate) use psci::Psci;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::*;
 
