@@ -21,7 +21,7 @@ KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu
 # libuuid).
 UBOOT_BUILD_PACKAGES := dpkg-dev curl libssl-dev libgnutls28-dev uuid-dev
 
-.PHONY: setup deps build deb kernel restore-kernel u-boot demo test soak unit imports bench clean
+.PHONY: setup deps host build deb kernel restore-kernel u-boot demo test soak unit imports bench clean
 
 ## Install what the board needs (Debian packages), fetch the guest kernel, build snapboot.
 setup: deps build kernel
@@ -36,8 +36,16 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-build:
-	cargo build --release -p snapboot -p snapboot-device
+## The host tool and the x86_64 device binary. `make test` builds the whole workspace here
+## instead, every target the way `cargo test --workspace` builds it (HOST_BUILD below): the
+## test-only features of the dev-dependencies (`testing`, `testdisk`, `old-writers`) are then
+## on for every crate in both, so the workspace is compiled once, not once for the tool and
+## again for the tests.
+HOST_BUILD ?= cargo build --release -p snapboot -p snapboot-device
+host: deps
+	$(HOST_BUILD)
+
+build: host
 	scripts/device-arm64.sh
 	scripts/restorer.sh
 	scripts/restorer.sh efi
@@ -52,7 +60,7 @@ deb: deps build
 	$(SNAPBOOT) board deb --arch arm64 --out $(DEB_OUT)
 	lintian --fail-on error,warning $(DEB_OUT)/snapboot_*.deb
 
-kernel: build
+kernel: host
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \
 	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
@@ -90,7 +98,11 @@ demo: setup restore-kernel
 	$(SNAPBOOT) bench compare --workload app --runs 3
 
 ## Unit tests and end-to-end tests that boot the real board (with the restore kernel too).
-test: setup restore-kernel
+## The set-up runs as a parallel make (as many jobs as cores): the restore kernels compile
+## while the restorers and the arm64 device binary do, once the host tool is built.
+TEST_BUILD := cargo build --release --workspace --all-targets
+test:
+	$(MAKE) -j$$(nproc) HOST_BUILD="$(TEST_BUILD)" setup restore-kernel
 	cargo test --release --workspace
 
 ## The long repetitions `make test` leaves out (about 30 minutes on 2 cores): the restorer

@@ -82,12 +82,16 @@ pub fn kernel_fetched(arch: &str, record: &str) {
 
 /// Builds `snapboot-device` (the binary the board puts on the device, another package) in
 /// this test binary's profile, once: `cargo test` builds only the tested package's binaries,
-/// and a stale device binary would test old device code.
+/// and a stale device binary would test old device code. It is built as part of every
+/// target of the workspace, as `cargo test --workspace` builds them (and `make test` before
+/// it): the dev-dependencies' test features are on in both, so under `make test` this finds
+/// everything built, where `-p snapboot-device` alone would compile its crates once more
+/// without those features.
 pub fn device_binary_built() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.args(["build", "-p", "snapboot-device"]);
+        c.args(["build", "--workspace", "--all-targets"]);
         if !cfg!(debug_assertions) {
             c.arg("--release");
         }

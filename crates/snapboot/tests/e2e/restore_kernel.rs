@@ -103,7 +103,7 @@ fn restore_kernel_restores_the_app_repeatedly() {
 }
 
 /// The `throughput` line of a restore: it parses, and its numbers add up.
-fn throughput_of(s: &mut board::qemu::Session) -> bootstatus::Throughput {
+pub(crate) fn throughput_of(s: &mut board::qemu::Session) -> bootstatus::Throughput {
     let line = expect(s, r"snapboot: @throughput ", "throughput marker");
     let detail = line.split("@throughput ").nth(1).unwrap_or_default();
     let t = bootstatus::Throughput::parse_line(detail)
