@@ -20,8 +20,9 @@
 //! MB/s is then per CPU, and the stages may add up to more than the wall). A chunk
 //! unpacked straight into its pages is placed by its decoding: its pages count as placed
 //! (so `placed_bytes` is every page of the image, and the loaded MB/s what the user waited
-//! for), its time as decoding; `place_s` is the copying from the chunk buffer and the zeroing alone, so the
-//! placing MB/s is higher than that step's own rate by the share unpacked in place.
+//! for), its time as decoding; `place_s` is the copying from the chunk buffer and the
+//! zeroing alone, so the placing MB/s is higher than that step's own rate by the share
+//! unpacked in place.
 //!
 //! Seconds are never invented: without a rate (no CPUID leaf says it, no PIT answers,
 //! CNTFRQ_EL0 unset) every seconds field stays 0.0 and the marker's detail ([`detail`])
