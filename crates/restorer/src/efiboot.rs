@@ -16,8 +16,9 @@
 //!    the store they lie in (neighbours within 1 MiB merged: `restorer::window::Runs`),
 //!    each checked, and the attempt counted in the boot log;
 //! 4. `ExitBootServices`, then the CPU taken over (`hw::efi`), the pages placed
-//!    (`crate::place`, with the program, its heap and its read buffer as busy ranges; on
-//!    arm64 the board's other CPUs, started through PSCI, unpack chunks too) and, last,
+//!    (`crate::place`, with the program, its heap and its read buffer as busy ranges; the
+//!    board's other CPUs, started through PSCI on arm64 and with INIT and start-up IPIs on
+//!    the PC, unpack chunks too) and, last,
 //!    the runtime services switched to the image kernel's virtual map
 //!    (`SetVirtualAddressMap`) before the jump. A failure after step 4 resets the PC (the
 //!    attempt is counted: the crash-loop guard ends a loop).
@@ -39,7 +40,7 @@ use restorer::e820::Table;
 use restorer::efimap::Loader;
 use restorer::image::{self, DiskSet};
 use restorer::safepages::Busy;
-use restorer::window::{Runs, Window};
+use restorer::window::Window;
 use storelayout::SlotWrite;
 
 /// The heap's bytes, the most first: the kernel pack's initramfs and its unpacked files,
@@ -108,7 +109,12 @@ extern "efiapi" fn efi_start(image: uefi::Handle, st: *mut uefi::SystemTable) ->
     // run.
     let fw = unsafe { Firmware::new(image, st) };
     say!("snapboot-restorer: started (EFI)");
-    let Err(why) = restore(fw);
+    // The ACPI tables' root, for the PC's other CPUs.
+    #[cfg(target_arch = "x86_64")]
+    let rsdp = crate::cpu::efi_rsdp(st);
+    #[cfg(target_arch = "aarch64")]
+    let rsdp = 0;
+    let Err(why) = restore(fw, rsdp);
     say!("snapboot-restorer: refused: {why}");
     say!("snapboot-restorer: back to the boot loader: its next entry boots");
     uefi::Status::LOAD_ERROR
@@ -139,9 +145,11 @@ struct Machine {
 }
 
 /// The PC: the memory map as the image kernel's EFI stub turns it into e820 (its checksum
-/// is what the image's header carries).
+/// is what the image's header carries); the other CPUs the MADT (from the ACPI tables'
+/// root at `rsdp`) lists decode chunks too, started once boot services are gone at a page
+/// below 640 KiB that is RAM and no firmware runtime data (else the console says why not).
 #[cfg(target_arch = "x86_64")]
-fn machine(map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
+fn machine(map: &efi::MemoryMap, rsdp: u64) -> Result<Machine, NotRestored> {
     // The table as the image kernel's stub makes it, and the checksum of GRUB's own: the
     // same RAM either way (runtime code is not RAM to either).
     let table = restorer::efimap::table(&map.descriptors, STUB).map_err(firmware)?;
@@ -151,12 +159,22 @@ fn machine(map: &efi::MemoryMap) -> Result<Machine, NotRestored> {
         also: Some(grub.checksum()),
         ram_pages: table.ram_pages(),
     };
+    let runtime = restorer::efimap::runtime_in_ram(&map.descriptors);
+    let page = restorer::safepages::low_page(&table, &runtime);
+    let helpers: alloc::boxed::Box<dyn Cpus> = match crate::cpu::Apic::of(rsdp, page) {
+        Ok(apic) if !apic.others().is_empty() => alloc::boxed::Box::new(apic),
+        Ok(_) => alloc::boxed::Box::new(OneCpu),
+        Err(why) => {
+            say!("snapboot-restorer: decoding on this CPU alone: {why}");
+            alloc::boxed::Box::new(OneCpu)
+        }
+    };
     Ok(Machine {
         table,
         memory,
         cpus: Vec::new(),
         boot_path: None,
-        helpers: alloc::boxed::Box::new(OneCpu),
+        helpers,
     })
 }
 
@@ -214,7 +232,7 @@ fn firmware(e: impl core::fmt::Display) -> NotRestored {
     NotRestored::Firmware(e.to_string())
 }
 
-fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
+fn restore(fw: Firmware, rsdp: u64) -> Result<core::convert::Infallible, NotRestored> {
     // The heap first: everything after it allocates (so nothing here may).
     let mut heap_got = None;
     let mut last_error = None;
@@ -257,9 +275,12 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
         helpers,
     } = {
         #[cfg(target_arch = "x86_64")]
-        let m = machine(&map)?;
+        let m = machine(&map, rsdp)?;
         #[cfg(target_arch = "aarch64")]
-        let m = machine(tree)?;
+        let m = {
+            let _ = rsdp;
+            machine(tree)?
+        };
         m
     };
     if table.ram_end() > (MAX_PAGES as u64) * PAGE {
@@ -321,18 +342,6 @@ fn restore(fw: Firmware) -> Result<core::convert::Infallible, NotRestored> {
     Err(why)
 }
 
-/// The stretches of the store the chunks of `chosen` lie in.
-fn chunk_runs(store: &image::Store, chosen: &image::Chosen) -> Result<Runs, Refused> {
-    let mut pieces = Vec::new();
-    for group in chosen.plan.by_chunk() {
-        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
-            Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
-        })?;
-        pieces.push((store.chunk_at(c)?, u64::from(c.stored_len)));
-    }
-    Ok(Runs::of(pieces))
-}
-
 /// Reads, counts and enters `chosen` (steps 3 and 4 of the module docs); returns the
 /// firmware and why not only while boot services run.
 #[allow(clippy::too_many_arguments)]
@@ -369,7 +378,7 @@ fn enter(
         };
     #[cfg(target_arch = "x86_64")]
     let target = crate::cpu::Target;
-    let runs = match chunk_runs(store, chosen) {
+    let runs = match crate::flow::chunk_runs(store, chosen) {
         Ok(r) => r,
         Err(why) => return (fw, why),
     };
@@ -494,7 +503,7 @@ fn enter(
         // code has run since: no interrupts, the firmware's drivers stopped by the exit.
         // (The soak's checksum failures on a clean store were the firmware's timer writing
         // into the red zone while boot services ran: `hw::efi::firmware_call`.)
-        (&mut window, scratch, Some(load)),
+        (&mut window, scratch, crate::flow::Ahead::Checked(load)),
         |_: &mut EfiDisks| {
             if virtual_map.is_empty() {
                 return Ok(());

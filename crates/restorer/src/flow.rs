@@ -4,7 +4,8 @@
 //! ([`place`]): in place when a chunk fills consecutive pages, else through the chunk
 //! buffer, deferred to safe pages and the relocated last copy when the restorer's own
 //! memory holds them. Chunks unpacked in place are shared out among every CPU the board
-//! has ([`crate::smp`]) when the window holds them all (the EFI program's).
+//! has ([`crate::smp`]) when the window holds them all (the EFI program's; the PVH
+//! program's when the PC has other CPUs).
 
 use crate::hw;
 pub use crate::phys::PAGE;
@@ -418,8 +419,7 @@ pub(crate) fn check_chunks<D: restorer::disk::Disk>(
 /// not (a chunk that fails its checksum, a PFN that is not RAM, no safe page left, the
 /// boot log not written), having written only pages nothing else uses. `window`: where the
 /// store is read through (the EFI program's holds every chunk already); `scratch`: the
-/// chunk buffer; `checked`: every chunk was read and its checksum checked already
-/// ([`check_chunks`]), the load phase counted from its first read; `finish`: the
+/// chunk buffer; `ahead`: what was done with the chunks already ([`Ahead`]); `finish`: the
 /// platform's last step before the jump (the PVH program counts the attempt and resets its
 /// disks, the EFI program switches the firmware's runtime services to the image kernel's
 /// virtual map); `cpus`: the board's other CPUs, which unpack chunks in place too when
@@ -436,11 +436,27 @@ pub(crate) fn place<S: Disks>(
     at: usize,
     table: &Table,
     (busy, target, cpus): (Busy, crate::cpu::Target, &dyn crate::cpu::Cpus),
-    (window, scratch, checked): (&mut restorer::window::Window, &mut [u8], Option<Load>),
+    (window, scratch, ahead): (&mut restorer::window::Window, &mut [u8], Ahead),
     finish: impl FnOnce(&mut S) -> Result<(), admission::Refused>,
 ) -> Result<core::convert::Infallible, admission::Refused> {
     use admission::Refused;
     let placing = |e: PlaceError| Refused::NotPlaced(e.to_string());
+    // The other CPUs decode when the window holds every chunk; what starting them takes
+    // is then the restorer's until they are off again (the image's pages there are
+    // written by the last copy).
+    let mut busy = busy;
+    let held = if cpus.others().is_empty() {
+        None
+    } else {
+        held_chunks(&chosen.plan, store, window)
+    };
+    let cpus = if held.is_some() {
+        let cpus = helpers_busy(cpus, &mut busy);
+        cpus.prepare();
+        cpus
+    } else {
+        cpus
+    };
     // SAFETY: one CPU, no interrupts, and `place` is the bitmap's only user: no other
     // reference to it lives while this one does.
     let bits = unsafe { &mut *core::ptr::addr_of_mut!(IN_IMAGE) };
@@ -487,9 +503,10 @@ pub(crate) fn place<S: Disks>(
     // Every page to its place; the ones landing on the restorer's memory go to safe pages,
     // listed for the last copy. The load phase starts here unless its chunks were read
     // already.
-    let (checked, mut load) = match checked {
-        Some(load) => (true, load),
-        None => (false, Load::new(cycles())),
+    let (checked, mut load) = match ahead {
+        Ahead::Checked(load) => (true, load),
+        Ahead::Read(load) => (false, load),
+        Ahead::Nothing => (false, Load::new(cycles())),
     };
     let t = cycles();
     let mut last = LastCopy::default();
@@ -509,11 +526,6 @@ pub(crate) fn place<S: Disks>(
         .disk(at)
         .ok_or_else(|| Refused::Unreadable("the store's disk is gone".into()))?;
     let check = store.catalog.check;
-    let held = if cpus.others().is_empty() {
-        None
-    } else {
-        held_chunks(plan, store, window)
-    };
     let in_place = match held {
         Some(chunks) => {
             let deferred = (&mut safe, &mut mem, &mut last);
@@ -555,6 +567,93 @@ pub(crate) fn place<S: Disks>(
     // log is written and the platform's last step done; nothing of this program is used
     // after the jump.
     unsafe { crate::cpu::enter(jump, &last, &busy) }
+}
+
+/// `cpus`, with the memory starting them takes added to `busy`; the boot CPU alone
+/// ([`crate::cpu::OneCpu`], and the console says why) when that memory is the restorer's
+/// own already or `busy` has no room for it.
+fn helpers_busy<'c>(cpus: &'c dyn crate::cpu::Cpus, busy: &mut Busy) -> &'c dyn crate::cpu::Cpus {
+    let Some((start, end)) = cpus.busy() else {
+        return cpus;
+    };
+    let why = if (start / PAGE..end.div_ceil(PAGE)).any(|pfn| busy.holds(pfn)) {
+        alloc::format!("starting them takes {start:#x}..{end:#x}, which the restorer uses")
+    } else if !busy.add(start, end) {
+        alloc::format!(
+            "the restorer keeps {} ranges apart already",
+            restorer::safepages::MAX_BUSY
+        )
+    } else {
+        return cpus;
+    };
+    say!(
+        "snapboot-restorer: decoding on this CPU alone, not on the other {}: {why}",
+        cpus.others().len()
+    );
+    &crate::cpu::OneCpu
+}
+
+/// The stretches of the store the chunks of `chosen` lie in.
+pub(crate) fn chunk_runs(
+    store: &image::Store,
+    chosen: &image::Chosen,
+) -> Result<restorer::window::Runs, admission::Refused> {
+    let mut pieces = Vec::new();
+    for group in chosen.plan.by_chunk() {
+        let c = store.catalog.chunk(group[0].chunk).ok_or_else(|| {
+            admission::Refused::Damaged(alloc::format!("chunk {} left the catalog", group[0].chunk))
+        })?;
+        pieces.push((store.chunk_at(c)?, u64::from(c.stored_len)));
+    }
+    Ok(restorer::window::Runs::of(pieces))
+}
+
+/// Where a buffer of `bytes` can lie that no page of `chosen` lands on, outside `busy` and
+/// below 4 GiB (`restorer::safepages::free_run`): the PVH program reads every chunk there
+/// when other CPUs decode. Why not when the image's pages are not all RAM, or no run of
+/// free pages is that long.
+#[cfg(not(feature = "efi"))]
+pub(crate) fn free_for_buffer(
+    chosen: &image::Chosen,
+    table: &Table,
+    busy: &Busy,
+    bytes: u64,
+) -> Result<u64, String> {
+    // SAFETY: one CPU, no interrupts, and no other reference to the bitmap lives while
+    // this one does (`place` fills it again afterwards).
+    let bits = unsafe { &mut *core::ptr::addr_of_mut!(IN_IMAGE) };
+    let mut image = ImagePages::new(bits);
+    let plan = &chosen.plan;
+    for pfn in plan
+        .targets
+        .iter()
+        .map(|t| t.pfn)
+        .chain(plan.zeros.iter().copied())
+    {
+        image.add(pfn, table).map_err(|e| e.to_string())?;
+    }
+    let pages = bytes.div_ceil(PAGE);
+    restorer::safepages::free_run(table, &image, busy, pages).ok_or_else(|| {
+        alloc::format!(
+            "no {} MiB of RAM below 4 GiB that the image leaves free",
+            (pages * PAGE) >> 20
+        )
+    })
+}
+
+/// What was done with an image's chunks before [`place`].
+pub(crate) enum Ahead {
+    /// Nothing: the window reads them as they are placed, the load phase starts there.
+    #[cfg_attr(feature = "efi", allow(dead_code))]
+    Nothing,
+    /// Every chunk is in the window (the PVH program's when other CPUs decode; whichever
+    /// CPU unpacks a chunk checks it first), the load phase counted from its first read.
+    #[cfg_attr(feature = "efi", allow(dead_code))]
+    Read(Load),
+    /// Every chunk is in the window and checked ([`check_chunks`]: the EFI program's), the
+    /// load phase counted from its first read.
+    #[cfg_attr(not(feature = "efi"), allow(dead_code))]
+    Checked(Load),
 }
 
 /// Where pages bound for the restorer's own memory wait: safe pages, listed for the last

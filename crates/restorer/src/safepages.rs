@@ -168,6 +168,65 @@ impl<'a> SafePages<'a> {
     }
 }
 
+/// The lowest page a CPU's start-up code may take below 1 MiB (the first 32 KiB hold the
+/// real-mode interrupt table, the BIOS data area and what boot loaders keep there).
+const FIRST_LOW_PFN: u64 = 0x8;
+/// The end of conventional memory (640 KiB): a start-up IPI's vector names a page below.
+const LOW_END_PFN: u64 = 0xa0;
+
+/// A page below 640 KiB for the other CPUs' real-mode start-up code (x86: a start-up IPI
+/// names the page it starts a CPU at): the lowest whole RAM page of `table` from 32 KiB up
+/// that overlaps none of `avoid` (firmware data the kernel counts as RAM). The image's page
+/// there is written last, by the last copy: the page is the restorer's until then (a busy
+/// range).
+pub fn low_page(table: &Table, avoid: &[(u64, u64)]) -> Option<u64> {
+    (FIRST_LOW_PFN..LOW_END_PFN)
+        .find(|&pfn| {
+            let a = pfn * PAGE;
+            table.is_ram_page(pfn) && !avoid.iter().any(|&(s, e)| a + PAGE > s && a < e)
+        })
+        .map(|pfn| pfn * PAGE)
+}
+
+/// The highest run of `pages` consecutive pages of `table`'s RAM, from 1 MiB up and
+/// below what `image` can hold, that neither `image` nor `busy` holds: where a buffer can
+/// lie while the image's pages are placed without any of them landing on it. Its address,
+/// or `None` when no run is that long.
+pub fn free_run(table: &Table, image: &ImagePages, busy: &Busy, pages: u64) -> Option<u64> {
+    if pages == 0 {
+        return None;
+    }
+    let limit = image.pfns();
+    let mut best: Option<u64> = None;
+    for e in table
+        .entries()
+        .iter()
+        .filter(|e| e.kind == crate::e820::RAM)
+    {
+        let first = e.addr.div_ceil(PAGE).max(FIRST_SAFE_PFN);
+        let end = ((e.addr + e.size) / PAGE).min(limit);
+        // From the top of the entry down: `run` free pages end at `top`.
+        let (mut top, mut run) = (end, 0u64);
+        let mut pfn = end;
+        while pfn > first {
+            pfn -= 1;
+            if image.holds(pfn) || busy.holds(pfn) {
+                (top, run) = (pfn, 0);
+                continue;
+            }
+            run += 1;
+            if run == pages {
+                let at = top - pages;
+                if best.is_none_or(|b| at > b / PAGE) {
+                    best = Some(at * PAGE);
+                }
+                break;
+            }
+        }
+    }
+    best
+}
+
 /// The list of (source, destination) pages the last copy loop moves, in safe pages.
 #[derive(Debug, Default)]
 pub struct LastCopy {
@@ -320,5 +379,48 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(i, &(f, to))| f == 0x1000 * i as u64 && to == 0x8000_0000 + f));
+    }
+
+    #[test]
+    fn the_low_page_is_ram_below_640_kib_clear_of_what_is_avoided() {
+        let t = table();
+        assert_eq!(low_page(&t, &[]), Some(0x8000));
+        assert_eq!(low_page(&t, &[(0x7000, 0x9800)]), Some(0xa000));
+        let e = |addr, size, kind| Entry { addr, size, kind };
+        // No RAM below 640 KiB at all (or only the first 32 KiB).
+        let high = Table::from_pvh([e(0, 0x8000, RAM), e(0x10_0000, 0x10_0000, RAM)]);
+        assert_eq!(low_page(&high, &[]), None);
+        // The last whole page below the EBDA.
+        let t = Table::from_pvh([e(0x9_e000, 0x1c00, RAM), e(0x9_fc00, 0x400, RESERVED)]);
+        assert_eq!(low_page(&t, &[]), Some(0x9_e000));
+    }
+
+    #[test]
+    fn a_free_run_is_the_highest_that_the_image_and_the_busy_ranges_leave() {
+        let t = table();
+        let mut bits = vec![0u64; 16]; // 1024 PFNs: 4 MiB
+        let mut image = ImagePages::new(&mut bits);
+        // The image has 0x3f0 and 0x3f8: the top run of 7 pages is 0x3f9..=0x3ff.
+        image.add(0x3f0, &t).unwrap();
+        image.add(0x3f8, &t).unwrap();
+        let busy = Busy::one(0x10_0000, 0x18_0000);
+        assert_eq!(free_run(&t, &image, &busy, 7), Some(0x3f9 * PAGE));
+        assert_eq!(free_run(&t, &image, &busy, 1), Some(0x3ff * PAGE));
+        // 8 pages fit neither above 0x3f8 nor between the image's two: below 0x3f0.
+        assert_eq!(free_run(&t, &image, &busy, 8), Some(0x3e8 * PAGE));
+        // The reserved page at 2 MiB splits the RAM: 0x201..0x3f0 is the longest run.
+        assert_eq!(free_run(&t, &image, &busy, 0x1ef), Some(0x201 * PAGE));
+        assert_eq!(free_run(&t, &image, &busy, 0x1f0), None);
+        // Below 2 MiB only 0x180..0x200 is free of the busy range: 0x80 pages, but the
+        // higher run wins.
+        assert_eq!(free_run(&t, &image, &busy, 0x80), Some(0x370 * PAGE));
+        let mut none = [0u64; 16];
+        let all = ImagePages::new(&mut none);
+        let mut tight = Busy::one(0x10_0000, 0x18_0000);
+        tight.add(0x20_1000, 0x40_0000);
+        assert_eq!(free_run(&t, &all, &tight, 0x80), Some(0x180 * PAGE));
+        assert_eq!(free_run(&t, &all, &tight, 0x81), None);
+        assert_eq!(free_run(&t, &image, &busy, 0x200), None);
+        assert_eq!(free_run(&t, &image, &busy, 0), None);
     }
 }

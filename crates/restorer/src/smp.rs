@@ -1,8 +1,10 @@
 //! The program's side of decoding on every CPU ([`restorer::parallel`] holds the jobs and
 //! the loop): the other CPUs started on the shared jobs through the platform's [`Cpus`]
-//! (arm64: PSCI `CPU_ON`, `crate::cpu::Psci`), the boot CPU's own work meanwhile, then the
+//! (arm64: PSCI `CPU_ON`, `crate::cpu::Psci`; the PC: INIT and start-up IPIs,
+//! `crate::cpu::Apic`), the boot CPU's own work meanwhile, then the
 //! jobs joined, and every other CPU waited for until it has published its tally and is off
-//! again (the image kernel starts its secondary CPUs itself, from off). One CPU
+//! again (the image kernel starts its secondary CPUs itself, from off: the PC's are parked
+//! in wait-for-SIPI by INIT, `crate::cpu::Apic`). One CPU
 //! (`crate::cpu::OneCpu`, or no other CPU that starts) is the plain path: the boot CPU does
 //! every job.
 
@@ -72,7 +74,8 @@ pub(crate) struct Outcome {
 /// CPU's own chunks), takes jobs itself until none is left, and waits until every job is
 /// done and every CPU started is off again. Allocates before the first CPU starts only.
 /// `Err` only when a CPU that started does not finish and turn off in [`WAIT_S`] seconds:
-/// the image cannot be entered with it running.
+/// the image cannot be entered with it running (every CPU started is then stopped where
+/// the platform can: [`Cpus::force_off`]).
 pub(crate) fn run<R>(
     jobs: &Jobs,
     cpus: &dyn Cpus,
@@ -105,29 +108,37 @@ pub(crate) fn run<R>(
     let hz = crate::cpu::cycle_rate().map_or(1_000_000_000, |r| r.hz);
     let since = crate::cpu::cycles();
     let late = || crate::cpu::cycles().wrapping_sub(since) > WAIT_S * hz;
+    let stop = |why: String| {
+        for &(id, _) in &started {
+            cpus.force_off(id);
+        }
+        why
+    };
     while !jobs.finished() {
         if late() {
-            return Err(alloc::format!(
+            return Err(stop(alloc::format!(
                 "the other CPUs did not finish their chunks in {WAIT_S} s"
-            ));
+            )));
         }
         core::hint::spin_loop();
     }
-    for (id, h) in started {
+    for &(id, h) in &started {
         let t = loop {
             if let Some(t) = h.slot.take() {
                 break t;
             }
             if late() {
-                return Err(alloc::format!(
+                return Err(stop(alloc::format!(
                     "CPU {id:#x} did not report back in {WAIT_S} s"
-                ));
+                )));
             }
             core::hint::spin_loop();
         };
-        while !cpus.is_off(id)? {
+        while !cpus.is_off(id).map_err(&stop)? {
             if late() {
-                return Err(alloc::format!("CPU {id:#x} did not turn off in {WAIT_S} s"));
+                return Err(stop(alloc::format!(
+                    "CPU {id:#x} did not turn off in {WAIT_S} s"
+                )));
             }
             core::hint::spin_loop();
         }

@@ -10,9 +10,13 @@
 //! * arm64 ([`aarch64`]): caches cleaned, the MMU off, then the image kernel's MMU-off
 //!   entry `cpu_resume`, as after a PSCI CPU_SUSPEND. The other CPUs decode chunks
 //!   meanwhile, started and stopped through PSCI ([`psci`], for `crate::smp`).
+//! * The PC's other CPUs decode chunks too, started with INIT and start-up IPIs through the
+//!   local APIC at real-mode code below 640 KiB, and parked again with INIT ([`apic`]).
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod apic;
 mod entry;
 mod others;
 #[cfg(target_arch = "aarch64")]
@@ -22,6 +26,12 @@ mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) use aarch64::*;
+#[cfg(all(target_arch = "x86_64", feature = "efi"))]
+pub(crate) use apic::efi_rsdp;
+#[cfg(all(target_arch = "x86_64", not(feature = "efi")))]
+pub(crate) use apic::pvh_rsdp;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use apic::Apic;
 pub(crate) use entry::NotEntered;
 pub(crate) use others::{Cpus, OneCpu};
 #[cfg(target_arch = "aarch64")]

@@ -40,7 +40,44 @@ pub(crate) fn cycles() -> u64 {
 /// is read only when the CPU lists it: above the highest, Intel CPUs answer with the
 /// highest basic leaf's values. Under QEMU's TCG the TSC counts at the host's rate, and
 /// none of these leaves is offered: the PIT, which QEMU keeps on the host's clock, says it.
+/// Learnt once, then kept (the PIT's 10 ms are spent once, whoever asks first: starting the
+/// other CPUs, waiting for them, the throughput line).
 pub(crate) fn cycle_rate() -> Option<Rate> {
+    use core::sync::atomic::Ordering;
+    use restorer::telemetry::RateSource;
+    const SOURCES: [RateSource; 4] = [
+        RateSource::CpuidCrystal,
+        RateSource::CpuidBase,
+        RateSource::Hypervisor,
+        RateSource::Pit,
+    ];
+    match RATE.load(Ordering::Acquire) {
+        NOT_LEARNT => {}
+        NO_RATE => return None,
+        v => {
+            return Some(Rate {
+                hz: v >> 2,
+                source: SOURCES[(v & 3) as usize],
+            })
+        }
+    }
+    let rate = learn_rate();
+    let v = rate.map_or(NO_RATE, |r| {
+        let source = SOURCES.iter().position(|&s| s == r.source).unwrap_or(3);
+        (r.hz << 2) | source as u64
+    });
+    RATE.store(v, Ordering::Release);
+    rate
+}
+
+/// [`cycle_rate`] once learnt: the rate's Hz above its source's index in two bits, or
+/// [`NOT_LEARNT`], or [`NO_RATE`] when there is none.
+static RATE: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(NOT_LEARNT);
+const NOT_LEARNT: u64 = 0;
+const NO_RATE: u64 = u64::MAX;
+
+/// [`cycle_rate`], asked of the CPU, the hypervisor or the PIT.
+fn learn_rate() -> Option<Rate> {
     use core::arch::x86_64::{__cpuid, CpuidResult};
     // CPUID has no side effect, and every x86_64 CPU has it (the intrinsic is safe).
     let cpuid = |leaf: u32| -> CpuidResult { __cpuid(leaf) };
