@@ -21,7 +21,7 @@ KERNEL_BUILD_PACKAGES := gcc make flex bison bc libelf-dev gcc-aarch64-linux-gnu
 # libuuid).
 UBOOT_BUILD_PACKAGES := dpkg-dev curl libssl-dev libgnutls28-dev uuid-dev
 
-.PHONY: setup deps host build deb kernel restore-kernel u-boot demo test soak unit imports bench clean
+.PHONY: setup deps kernel-deps host build deb kernel restore-kernel u-boot demo test soak unit imports bench clean
 
 ## Install what the board needs (Debian packages), fetch the guest kernel, build snapboot.
 setup: deps build kernel
@@ -41,11 +41,12 @@ deps:
 ## test-only features of the dev-dependencies (`testing`, `testdisk`, `old-writers`) are then
 ## on for every crate in both, so the workspace is compiled once, not once for the tool and
 ## again for the tests.
+## Cargo and gcc are all it needs, so under a parallel make it compiles while apt installs.
 HOST_BUILD ?= cargo build --release -p snapboot -p snapboot-device
-host: deps
+host:
 	$(HOST_BUILD)
 
-build: host
+build: deps host
 	scripts/device-arm64.sh
 	scripts/restorer.sh
 	scripts/restorer.sh efi
@@ -60,7 +61,7 @@ deb: deps build
 	$(SNAPBOOT) board deb --arch arm64 --out $(DEB_OUT)
 	lintian --fail-on error,warning $(DEB_OUT)/snapboot_*.deb
 
-kernel: host
+kernel: deps host
 	@apt-cache depends linux-image-amd64 2>/dev/null | grep -q 'Depends: linux-image-' || \
 	  { SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); $$SUDO apt-get update -qq; }
 	$(SNAPBOOT) board fetch-kernel
@@ -70,19 +71,24 @@ kernel: host
 ## (crates/hostkernel/kernel/restore.config, restore-arm64.config), each built once (minutes)
 ## and cached under .snapboot; then the arm64 board's U-Boot with SD card support (make u-boot).
 restore-kernel: kernel
+	@$(MAKE) --no-print-directory kernel-deps
+	$(SNAPBOOT) board restore-kernel
+	$(SNAPBOOT) board restore-kernel --arch arm64
+	scripts/u-boot-mmc.sh
+
+## What building the restore kernels and U-Boot needs (Debian packages). `restore-kernel`
+## makes it after `kernel`, so no two apt runs meet under a parallel make.
+kernel-deps: deps
 	@missing=""; for p in $(KERNEL_BUILD_PACKAGES) $(UBOOT_BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	$(SNAPBOOT) board restore-kernel
-	$(SNAPBOOT) board restore-kernel --arch arm64
-	scripts/u-boot-mmc.sh
 
 ## The arm64 board's U-Boot with SD card support (`--store-on sd`), from Debian's source:
 ## about a minute, once per Debian version (`make restore-kernel` builds it too).
-u-boot:
+u-boot: kernel-deps
 	scripts/u-boot-mmc.sh
 
 ## The `app` workload: cold boot, capture once, snapshot boot, then all methods compared.

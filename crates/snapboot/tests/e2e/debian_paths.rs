@@ -3,7 +3,7 @@
 //! (the stock kernel's resume, the restore kernel's, the restorer), since all three compute
 //! the boot setup's manifest of the same archive (`snapimg::listing`).
 
-use crate::common::{bundle, run, snapboot};
+use crate::common::{bundle, run};
 use crate::debian::check_system;
 use crate::snapshot::{ask, check_restored_app, copy_store};
 use regex::Regex;
@@ -80,19 +80,23 @@ fn changed_initramfs_bundle(from: &Path, dir: &Path) -> PathBuf {
 #[test]
 fn debian_restorer_restores_and_every_path_names_a_changed_initramfs_file() {
     let dir = tempfile::tempdir().unwrap();
-    let store = crate::common::home().join("test-debian-paths.store");
-    let _ = std::fs::remove_file(&store);
-    let mut c = snapboot();
-    c.args(["board", "capture"])
-        .arg(bundle("debian"))
-        .arg("--store")
-        .arg(&store);
-    let (out, so, se) = run(c);
-    assert!(out.status.success(), "capture failed:\n{so}\n{se}");
+    // The capture `debian`'s test restores too, with its data disk attached here as there.
+    let (store, data) = crate::debian::captured_debian("paths");
+    let with_data = |mut o: board::RunOptions| {
+        o.disks.push(board::run_options::Disk {
+            path: data.clone(),
+            readonly: false,
+            sd: false,
+        });
+        o
+    };
 
     let b = bundle::Bundle::load(&bundle("debian")).unwrap();
-    let mut s =
-        board::qemu::Session::start(&b, &crate::restorer::restorer_options(&b, &store)).unwrap();
+    let mut s = board::qemu::Session::start(
+        &b,
+        &with_data(crate::restorer::restorer_options(&b, &store)),
+    )
+    .unwrap();
     let restored = Regex::new(r"snapboot: @restored .*").unwrap();
     s.wait_for(
         &restored,
@@ -127,7 +131,7 @@ fn debian_restorer_restores_and_every_path_names_a_changed_initramfs_file() {
                 o
             }
         };
-        let mut s = board::qemu::Session::start(&changed, &o).unwrap();
+        let mut s = board::qemu::Session::start(&changed, &with_data(o)).unwrap();
         let (line, _) = s
             .wait_for(&named, path, Duration::from_secs(180))
             .unwrap_or_else(|e| panic!("{path}: the changed file is not named: {e}"));

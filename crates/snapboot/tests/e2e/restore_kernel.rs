@@ -121,8 +121,10 @@ pub(crate) fn throughput_of(s: &mut board::qemu::Session) -> bootstatus::Through
 }
 
 /// A board of 2 CPUs captures; the restore kernel (built with SMP) restores on 2 CPUs with
-/// both decoding (the throughput line says so); a board of 1 CPU refuses the image by the
-/// CPUs it records and boots cold.
+/// both decoding (the throughput line says so); so does the restorer, which starts the
+/// other CPU through the local APIC and parks it again with INIT before the image is
+/// entered (the image kernel brings it back online itself); a board of 1 CPU refuses the
+/// image by the CPUs it records and boots cold.
 #[test]
 fn two_cpus_capture_restore_on_two_and_are_refused_on_one() {
     let b = bundle("shell");
@@ -142,6 +144,20 @@ fn two_cpus_capture_restore_on_two_and_are_refused_on_one() {
     assert_eq!(t.workers, 2, "both CPUs decode: {t:?}");
     expect(&mut s, r"snapboot: @restored", "restored marker");
     assert_restored_on_first_try(&s, "2 CPUs");
+    s.finish(boottrace::Outcome::Answered);
+
+    let mut o = crate::restorer::restorer_options(&bundle, &store);
+    o.smp = 2;
+    let mut s = board::qemu::Session::start(&bundle, &o).unwrap();
+    let t = throughput_of(&mut s);
+    assert_eq!(t.workers, 2, "the restorer decodes on both CPUs: {t:?}");
+    expect(&mut s, r"snapboot: @restored", "restored marker");
+    s.send("cat /sys/devices/system/cpu/online\n").unwrap();
+    expect(
+        &mut s,
+        r"^0-1\s*$",
+        "both CPUs online after the restorer's restore",
+    );
     s.finish(boottrace::Outcome::Answered);
 
     let mut s = start(1);
