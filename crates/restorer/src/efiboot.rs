@@ -23,7 +23,7 @@
 //!    (`SetVirtualAddressMap`) before the jump. A failure after step 4 resets the PC (the
 //!    attempt is counted: the crash-loop guard ends a loop).
 
-use crate::cpu::{Cpus, OneCpu};
+use crate::cpu::Cpus;
 use crate::flow::{
     __image_start, decide, keep_fallback, place, restore_from, Asked, Disks, Load, NotRestored,
     Phase, MAX_PAGES, PAGE,
@@ -161,14 +161,7 @@ fn machine(map: &efi::MemoryMap, rsdp: u64) -> Result<Machine, NotRestored> {
     };
     let runtime = restorer::efimap::runtime_in_ram(&map.descriptors);
     let page = restorer::safepages::low_page(&table, &runtime);
-    let helpers: alloc::boxed::Box<dyn Cpus> = match crate::cpu::Apic::of(rsdp, page) {
-        Ok(apic) if !apic.others().is_empty() => alloc::boxed::Box::new(apic),
-        Ok(_) => alloc::boxed::Box::new(OneCpu),
-        Err(why) => {
-            say!("snapboot-restorer: decoding on this CPU alone: {why}");
-            alloc::boxed::Box::new(OneCpu)
-        }
-    };
+    let helpers: alloc::boxed::Box<dyn Cpus> = crate::cpu::helpers(rsdp, page);
     Ok(Machine {
         table,
         memory,
@@ -216,7 +209,7 @@ fn machine(m: restorer::fdt::Machine) -> Result<Machine, NotRestored> {
                 "snapboot-restorer: decoding on this CPU alone, not on the board's {}: {why}",
                 m.cpus.len()
             );
-            alloc::boxed::Box::new(OneCpu)
+            alloc::boxed::Box::new(crate::cpu::OneCpu)
         }
     };
     Ok(Machine {

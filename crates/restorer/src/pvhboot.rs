@@ -141,14 +141,7 @@ fn restore(handed: &fallback::Handed, rsdp: u64) -> Result<core::convert::Infall
     );
     // The other CPUs, started at the lowest free RAM page below 640 KiB.
     let page = restorer::safepages::low_page(table, &[]);
-    let cpus: alloc::boxed::Box<dyn Cpus> = match crate::cpu::Apic::of(rsdp, page) {
-        Ok(apic) if !apic.others().is_empty() => alloc::boxed::Box::new(apic),
-        Ok(_) => alloc::boxed::Box::new(OneCpu),
-        Err(why) => {
-            say!("snapboot-restorer: decoding on this CPU alone: {why}");
-            alloc::boxed::Box::new(OneCpu)
-        }
-    };
+    let cpus: alloc::boxed::Box<dyn Cpus> = crate::cpu::helpers(rsdp, page);
     let mut disks = virtio::disks().map_err(|e| NotRestored::Store(e.to_string()))?;
     let (store, mut decided) = decide(&mut disks, cmdline)?;
     let params = decided.params.clone();

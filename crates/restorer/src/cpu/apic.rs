@@ -584,6 +584,20 @@ impl Apic {
     }
 }
 
+/// The PC's other CPUs as [`Apic::of`] finds them, boxed for `crate::smp`; the boot CPU
+/// alone ([`super::OneCpu`]) when there is none or they cannot be started (the console
+/// then says why).
+pub(crate) fn helpers(rsdp: u64, page: Option<u64>) -> alloc::boxed::Box<dyn Cpus> {
+    match Apic::of(rsdp, page) {
+        Ok(apic) if !apic.others().is_empty() => alloc::boxed::Box::new(apic),
+        Ok(_) => alloc::boxed::Box::new(super::OneCpu),
+        Err(why) => {
+            say!("snapboot-restorer: decoding on this CPU alone: {why}");
+            alloc::boxed::Box::new(super::OneCpu)
+        }
+    }
+}
+
 impl Cpus for Apic {
     fn others(&self) -> &[u64] {
         &self.others

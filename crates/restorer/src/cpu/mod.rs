@@ -28,10 +28,10 @@ mod x86_64;
 pub(crate) use aarch64::*;
 #[cfg(all(target_arch = "x86_64", feature = "efi"))]
 pub(crate) use apic::efi_rsdp;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use apic::helpers;
 #[cfg(all(target_arch = "x86_64", not(feature = "efi")))]
 pub(crate) use apic::pvh_rsdp;
-#[cfg(target_arch = "x86_64")]
-pub(crate) use apic::Apic;
 pub(crate) use entry::NotEntered;
 pub(crate) use others::{Cpus, OneCpu};
 #[cfg(target_arch = "aarch64")]
