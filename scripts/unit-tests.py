@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The fast tests (`make unit`): every test target of the workspace except the few that
-need the board or a browser, in the release profile that `make test` builds too.
+need the board or a browser, in the `ci` profile that `make test` builds too.
 
 What runs: the unit and property tests of every library and binary (`#[cfg(test)]` modules,
 `tests.rs`, proptest), the doc tests, and every integration test under a crate's tests/
@@ -60,7 +60,7 @@ def main(argv):
         sys.exit(f"unit-tests.py: test targets {sorted(clash)} have a SLOW one's name: rename them")
     for (package, name), why in sorted(SLOW.items()):
         print(f"unit: leaving {package}'s `{name}` to `make test`: {why}", flush=True)
-    cargo = ["cargo", "test", "--release", "--workspace"]
+    cargo = ["cargo", "test", "--profile", "ci", "--workspace"]
     after = ["--"] + argv[1:] if len(argv) > 1 else []
     runs = [
         cargo + ["--lib", "--bins"] + [a for t in sorted(tests) for a in ("--test", t)] + after,

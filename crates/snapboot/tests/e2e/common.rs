@@ -91,16 +91,37 @@ pub fn device_binary_built() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.args(["build", "--workspace", "--all-targets"]);
-        if !cfg!(debug_assertions) {
-            c.arg("--release");
-        }
+        c.args([
+            "build",
+            "--workspace",
+            "--all-targets",
+            "--profile",
+            &profile(),
+        ]);
         let (out, so, se) = run(c);
         assert!(
             out.status.success(),
             "building snapboot-device:\n{so}\n{se}"
         );
     });
+}
+
+/// The cargo profile this test binary was built in (`release`, or `ci` under `make test`):
+/// the name of the directory above its `deps/`, `target/TRIPLE/PROFILE/deps/e2e-HASH`; a
+/// debug build's directory is `debug` and its profile `dev`.
+fn profile() -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .expect("the test binary lies in target/TRIPLE/PROFILE/deps");
+    if dir == "debug" {
+        "dev".into()
+    } else {
+        dir
+    }
 }
 
 /// Makes sure the kernel is fetched and the workload's bundle is built by *this* binary
