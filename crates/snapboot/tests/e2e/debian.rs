@@ -12,7 +12,7 @@ use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Captures `workload` (`debian` or `debian-dracut`) by its systemd unit, with `data`
+/// Captures `workload` (`debian` or `debian-overlayroot`) by its systemd unit, with `data`
 /// attached as /dev/vdc but not mounted (the board's devices, and so its memory map, must be
 /// the same at restore).
 pub(crate) fn capture_debian(workload: &str, data: Option<&Path>) -> PathBuf {
@@ -148,48 +148,6 @@ fn debian_with_systemd_restores_on_both_kernels_and_a_damaged_image_boots_cold()
     ask(&mut s, "ping", r"^pong \d+$");
     check_system(&mut s, "cold boot after the fallback");
     s.finish(boottrace::Outcome::Answered);
-}
-
-/// The same root with its initramfs made by Debian's dracut and snapboot's dracut module
-/// (from the package): captured by the systemd unit, restored once, before udev, by the
-/// module's pre-udev hook, with the markers the initramfs-tools scripts print (`init` first);
-/// the application's state is intact and it answers, and systemd settles (`running`, on a
-/// board without the optional data disk, which the restored target must not wait for). The
-/// same image then restores by the restorer, which reads dracut's zstd archive from the
-/// kernel pack. (The restore kernel on a dracut archive: `debian_config`'s dracut-with-systemd
-/// test, whose archive is the same kind.)
-#[test]
-fn debian_with_dracut_restores() {
-    let store = capture_debian("debian-dracut", None);
-    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
-    let mut s = crate::common::store_session(&bundle("debian-dracut"), &store, &[]);
-    let restored = Regex::new(r"snapboot: @restored .*").unwrap();
-    s.wait_for(&restored, "restored marker", Duration::from_secs(180))
-        .unwrap();
-    // Without the printk prefix of a marker the kernel echoed from its log.
-    let lines: Vec<&str> = s.timeline().lines.iter().map(|l| l.message()).collect();
-    let at = |marker: &str| lines.iter().position(|l| l.starts_with(marker));
-    let (init, resume) = (at("snapboot: @init"), at("snapboot: @resume-start"));
-    assert!(
-        matches!((init, resume), (Some(i), Some(r)) if i < r),
-        "dracut's hook prints @init before the resume: {lines:?}"
-    );
-    crate::debian_config::assert_resumed_before_udev(&s, "dracut");
-    let mut randoms = vec![check_restored_app(&mut s, 1, &expected)];
-    ask(&mut s, "ping", r"^pong \d+$");
-    check_system(&mut s, "restore from dracut's initramfs");
-    s.finish(boottrace::Outcome::Answered);
-
-    // The restorer reads the same zstd archive from the kernel pack and restores.
-    let b = bundle::Bundle::load(&bundle("debian-dracut")).unwrap();
-    let o = crate::restorer::restorer_options(&b, &store);
-    let mut s = board::qemu::Session::start(&b, &o).unwrap();
-    s.wait_for(&restored, "restorer", Duration::from_secs(180))
-        .unwrap();
-    randoms.push(check_restored_app(&mut s, 2, &expected));
-    check_system(&mut s, "restorer");
-    s.finish(boottrace::Outcome::Answered);
-    assert_all_differ(randoms);
 }
 
 /// What `snapboot-data-log.service` prints on every boot after the capture point: the data

@@ -91,9 +91,13 @@ fn capture_on_the_pc(workload: &str) -> (bundle::Bundle, PathBuf) {
     (b, disk)
 }
 
-/// GRUB's normal entry (the stock kernel) restores `disk`'s image before udev, and the
-/// restored system's journal has the outcome.
-fn restores_before_udev_on_the_normal_entry(b: &bundle::Bundle, disk: &std::path::Path) {
+/// GRUB's normal entry (the stock kernel) restores `disk`'s image before udev, systemd is
+/// `running` with the journal working, and the restored system's journal has the outcome.
+/// Returns the boot's timeline.
+fn restores_before_udev_on_the_normal_entry(
+    b: &bundle::Bundle,
+    disk: &std::path::Path,
+) -> boottrace::Timeline {
     let workload = &b.workload.name;
     let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
     let mut s = uefi_session(b, disk, None);
@@ -101,17 +105,35 @@ fn restores_before_udev_on_the_normal_entry(b: &bundle::Bundle, disk: &std::path
     expect(&mut s, r"snapboot: @restored ", "restored marker", 300);
     assert_resumed_before_udev(&s, workload);
     check_restored_app(&mut s, 1, &expected);
+    crate::debian::check_system(&mut s, workload);
     assert_in_journal(&mut s, "@status", "@status restored");
     assert_history_restored(&mut s, "current");
-    s.finish(boottrace::Outcome::Answered);
+    s.finish(boottrace::Outcome::Answered)
 }
 
 /// dracut without systemd in the initramfs: the pre-udev hook restores a store named only
-/// in the config file (module-setup.sh copied the file in).
+/// in the config file (module-setup.sh copied the file in), with the markers the
+/// initramfs-tools scripts print (`init` first), and systemd settles (`running`, the journal
+/// working). The EFI restorer then restores the same image: it reads dracut's zstd archive
+/// from the kernel pack. (The restore kernel on a dracut archive: the dracut-with-systemd
+/// test below, whose archive is the same kind.)
 #[test]
 fn debian_dracut_restores_a_config_only_store_before_udev() {
     let (b, disk) = capture_on_the_pc("debian-dracut");
-    restores_before_udev_on_the_normal_entry(&b, &disk);
+    let s = restores_before_udev_on_the_normal_entry(&b, &disk);
+    let lines: Vec<&str> = s.lines.iter().map(|l| l.message()).collect();
+    let at = |marker: &str| lines.iter().position(|l| l.starts_with(marker));
+    let (init, resume) = (at("snapboot: @init"), at("snapboot: @resume-start"));
+    assert!(
+        matches!((init, resume), (Some(i), Some(r)) if i < r),
+        "dracut's hook prints @init before the resume: {lines:?}"
+    );
+    let expected = crate::snapshot::host_checksum_at(bundle::debian::APP_SCALE);
+    crate::debian_uefi::restorer_restores(
+        crate::debian_uefi::restorer_session(&b, &disk, |_| {}),
+        2,
+        &expected,
+    );
 }
 
 /// dracut with systemd in the initramfs: snapboot's hooks run as dracut-pre-udev.service

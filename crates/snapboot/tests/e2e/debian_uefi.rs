@@ -52,7 +52,7 @@ fn uefi_options(b: &bundle::Bundle, disk: &Path) -> board::RunOptions {
 /// The UEFI PC booting `disk` with the EFI restorer as GRUB's default entry (the stock
 /// kernel's entry the fallback), the PC changed by `change` (another RAM size, another
 /// firmware memory map).
-fn restorer_session(
+pub(crate) fn restorer_session(
     b: &bundle::Bundle,
     disk: &Path,
     change: impl FnOnce(&mut board::RunOptions),
@@ -83,7 +83,7 @@ fn acpi_table(path: &Path, bytes: usize) {
 /// takes the image, the system comes back with the service's state, clock and fresh RNG
 /// (`expected`: the state's checksum), the restorer set the image kernel's runtime map, and
 /// EFI variables are read and written through it. Returns the RNG's answer and the timeline.
-fn restorer_restores(
+pub(crate) fn restorer_restores(
     mut s: board::qemu::Session,
     boot: usize,
     expected: &str,
