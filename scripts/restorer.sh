@@ -4,6 +4,12 @@
 # with RUSTFLAGS of its own, so the other crates' builds never share (or rebuild) its
 # artifacts. Prints the binary's path. `make build` and the e2e tests call this.
 #
+# The two x86_64 programs share one cargo target directory (target/restorer-build): their
+# RUSTFLAGS are the same and only the program itself is linked by another script (given
+# to its link alone, `cargo rustc -- …`), so the crates under it compile once for both.
+# Each program is copied out of it to where it has always been (target/restorer/…,
+# target/restorer-efi/…) right after its build; run one at a time (make does).
+#
 #   scripts/restorer.sh        the PVH program: an x86_64 ELF with a PVH note, linked at
 #                              1 MiB by crates/restorer/link.ld
 #   scripts/restorer.sh efi    the EFI application: the same program with the `efi` feature,
@@ -20,17 +26,17 @@ kind=${1:-pvh}
 cd "$top"
 case "$kind" in
 pvh)
-  out=${SNAPBOOT_RESTORER_TARGET_DIR:-$top/target/restorer}
+  out=$top/target/restorer
   script=$top/crates/restorer/link.ld
   features=program
   ;;
 efi)
-  out=${SNAPBOOT_RESTORER_EFI_TARGET_DIR:-$top/target/restorer-efi}
+  out=$top/target/restorer-efi
   script=$top/crates/restorer/link-efi.ld
   features=program,efi
   ;;
 efi-arm64)
-  out=${SNAPBOOT_RESTORER_ARM64_TARGET_DIR:-$top/target/restorer-efi-arm64}
+  out=$top/target/restorer-efi-arm64
   script=$top/crates/restorer/link-efi-arm64.ld
   RUSTFLAGS="-C linker=aarch64-linux-gnu-gcc -C relocation-model=pie -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static-pie -C link-arg=-Wl,-T,$script -C link-arg=-Wl,--build-id=none -C link-arg=-Wl,-z,notext" \
     RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_TARGET_DIR="$out" /usr/bin/cargo build --profile restorer --quiet -p restorer --features program,efi --bin restorer --target aarch64-unknown-linux-gnu >&2
@@ -45,9 +51,14 @@ efi-arm64)
   exit 2
   ;;
 esac
-RUSTFLAGS="-C linker-features=-lld -C relocation-model=static -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static -C link-arg=-no-pie -C link-arg=-Wl,-T,$script -C link-arg=-Wl,--build-id=none" \
-  CARGO_TARGET_DIR="$out" cargo build --profile restorer --quiet -p restorer --features "$features" --bin restorer --target x86_64-unknown-linux-gnu >&2
+build=$top/target/restorer-build
+RUSTFLAGS="-C linker-features=-lld -C relocation-model=static -C panic=abort -C link-arg=-nostdlib -C link-arg=-nostartfiles -C link-arg=-static -C link-arg=-no-pie -C link-arg=-Wl,--build-id=none" \
+  CARGO_TARGET_DIR="$build" cargo rustc --profile restorer --quiet -p restorer --features "$features" --bin restorer --target x86_64-unknown-linux-gnu \
+  -- -C "link-arg=-Wl,-T,$script" >&2
 elf=$out/x86_64-unknown-linux-gnu/restorer/restorer
+mkdir -p "$(dirname "$elf")"
+cp "$build/x86_64-unknown-linux-gnu/restorer/restorer" "$elf.new"
+mv "$elf.new" "$elf"
 if [ "$kind" = pvh ]; then
   echo "$elf"
   exit 0

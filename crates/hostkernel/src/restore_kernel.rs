@@ -14,12 +14,18 @@
 //! architecture and the stamped version), and is never on the resume path.
 //!
 //! ```text
-//! apt-get download linux-source-X.Y  ->  usr/src/linux-source-X.Y.tar.xz  ->  tree
-//! make allnoconfig KCONFIG_ALLCONFIG=FRAGMENT  ->  .config (every fragment line checked;
-//!                                                 arm64: the uts version words checked)
-//! make vmlinux | Image  ->  CACHE/restore-KEY/vmlinux | Image + restore.json
+//! apt-get download linux-source-X.Y  ->  CACHE/source/linux-source-X.Y_V_all.deb
+//!   usr/src/linux-source-X.Y.tar.xz, streamed  ->  CACHE/source/linux-source-X.Y_V_all/
+//!                                                 (unpacked once, for every architecture)
+//! make O=CACHE/build-KEY allnoconfig KCONFIG_ALLCONFIG=FRAGMENT
+//!                       ->  .config (every fragment line checked;
+//!                                    arm64: the uts version words checked)
+//! make O=CACHE/build-KEY vmlinux | Image  ->  CACHE/restore-KEY/vmlinux | Image + restore.json
 //!                           (arm64: the Image's uts version checked against the stock one)
 //! ```
+//!
+//! The source tree stays unpacked beside its package (about 1.3 GB for 6.1): each
+//! architecture builds out of tree (`make O=`), so the second build does not unpack again.
 
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -198,15 +204,18 @@ fn key_of(
     })
 }
 
-/// `make` in `tree` for `arch` (`ARCH=` and `CROSS_COMPILE=` when cross-compiling).
-fn make(tree: &Path, arch: Arch) -> Command {
+/// `make` of the source `tree` for `arch` into the build directory `out` (`O=`; `ARCH=` and
+/// `CROSS_COMPILE=` when cross-compiling).
+fn make(tree: &Path, out: &Path, arch: Arch) -> Command {
     let mut cmd = Command::new("make");
     let (karch, cross) = arch.kbuild();
     if !cross.is_empty() {
         cmd.arg(format!("ARCH={karch}"))
             .arg(format!("CROSS_COMPILE={cross}"));
     }
-    cmd.arg("-s").current_dir(tree);
+    cmd.arg("-s")
+        .arg(format!("O={}", out.display()))
+        .current_dir(tree);
     cmd
 }
 
@@ -267,33 +276,17 @@ pub fn build(
     let out = cache.join(format!("restore-{key}"));
     let record = out.join("restore.json");
     let t = Instant::now();
+    let tree = source_tree(&deb, &dl)?;
     let work = cache.join(format!("build-{key}"));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).map_err(io_err(&work))?;
-    eprintln!("snapboot: unpacking {deb_name}");
-    let tarball = unpack_source(&deb, &work)?;
-    run(Command::new("tar")
-        .arg("-xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&work))?;
-    let _ = fs::remove_file(&tarball);
-    let tree = fs::read_dir(&work)
-        .map_err(io_err(&work))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.join("Makefile").is_file())
-        .ok_or(KernelError::Missing {
-            what: "kernel source tree",
-            path: work.clone(),
-        })?;
     let fragment_text = fragment(arch);
     let fragment_path = work.join("restore.config");
     fs::write(&fragment_path, fragment_text).map_err(io_err(&fragment_path))?;
-    run(make(&tree, arch)
+    run(make(&tree, &work, arch)
         .arg("allnoconfig")
         .arg(format!("KCONFIG_ALLCONFIG={}", fragment_path.display())))?;
-    let config_path = tree.join(".config");
+    let config_path = work.join(".config");
     let config = fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
     let lacking = missing(fragment_text, &config);
     if !lacking.is_empty() {
@@ -304,7 +297,7 @@ pub fn build(
     }
     let (name, built_at) = product(arch);
     eprintln!("snapboot: compiling the {arch} restore kernel ({jobs} jobs, a few minutes)");
-    let mut compile = make(&tree, arch);
+    let mut compile = make(&tree, &work, arch);
     compile.arg(format!("-j{}", jobs.max(1))).arg(name);
     compile.args(extra_products(arch).iter().map(|(extra, _)| extra));
     // init/Makefile prefers KBUILD_BUILD_VERSION_TIMESTAMP to KBUILD_BUILD_TIMESTAMP.
@@ -313,10 +306,10 @@ pub fn build(
         compile.arg(format!("{var}={value}"));
     }
     run(&mut compile)?;
-    let release = run(make(&tree, arch).arg("kernelrelease"))?
+    let release = run(make(&tree, &work, arch).arg("kernelrelease"))?
         .trim()
         .to_string();
-    let built = tree.join(built_at);
+    let built = work.join(built_at);
     let version = match &stamp {
         None => None,
         Some((_, stock_version)) => {
@@ -331,7 +324,7 @@ pub fn build(
     fs::copy(&built, &image).map_err(io_err(&image))?;
     for (extra, extra_at) in extra_products(arch) {
         let kept = out.join(extra);
-        fs::copy(tree.join(extra_at), &kept).map_err(io_err(&kept))?;
+        fs::copy(work.join(extra_at), &kept).map_err(io_err(&kept))?;
     }
     let config_out = out.join("config");
     fs::write(&config_out, &config).map_err(io_err(&config_out))?;
@@ -362,24 +355,130 @@ fn find_deb(dir: &Path, pkg: &str) -> Option<PathBuf> {
         })
 }
 
-/// Extracts `usr/src/*.tar.*` from the source package into `work`; returns its path.
-fn unpack_source(deb: &Path, work: &Path) -> Result<PathBuf, RestoreKernelError> {
-    let pkg_root = work.join("pkg");
-    run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&pkg_root))?;
-    let src = pkg_root.join("usr/src");
-    let tarball = fs::read_dir(&src)
-        .map_err(io_err(&src))?
+/// Marks a source tree as wholly unpacked (a tree without it is a cut-off unpack).
+const UNPACKED: &str = ".snapboot-unpacked";
+
+/// The kernel source tree of the source package `deb`, unpacked once into `dir` (beside
+/// the package, in a directory named after it) and shared by the builds of every
+/// architecture. The package's `usr/src/linux-source-*.tar.*` is streamed from the package
+/// into `tar`, never written out whole. An unpack runs into a directory of this process's
+/// own and is renamed into place when complete, so a cut-off unpack is redone and two at
+/// once both end in one whole tree.
+fn source_tree(deb: &Path, dir: &Path) -> Result<PathBuf, RestoreKernelError> {
+    let stem = deb
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let unpacked = dir.join(&stem);
+    if !unpacked.join(UNPACKED).is_file() {
+        let _ = fs::remove_dir_all(&unpacked);
+        let listing = run(Command::new("dpkg-deb").arg("-c").arg(deb))?;
+        let member = source_member(&listing).ok_or(KernelError::Missing {
+            what: "usr/src/linux-source-*.tar.* in the source package",
+            path: deb.to_path_buf(),
+        })?;
+        eprintln!("snapboot: unpacking {member} from {stem}.deb (once, for every architecture)");
+        let partial = dir.join(format!("{stem}.partial.{}", std::process::id()));
+        let _ = fs::remove_dir_all(&partial);
+        fs::create_dir_all(&partial).map_err(io_err(&partial))?;
+        stream_member(deb, member, &partial)?;
+        let mark = partial.join(UNPACKED);
+        fs::write(&mark, member).map_err(io_err(&mark))?;
+        if let Err(e) = fs::rename(&partial, &unpacked) {
+            // Another unpack finished first: its tree is as good as this one.
+            let _ = fs::remove_dir_all(&partial);
+            if !unpacked.join(UNPACKED).is_file() {
+                return Err(io_err(&unpacked)(e));
+            }
+        }
+    }
+    fs::read_dir(&unpacked)
+        .map_err(io_err(&unpacked))?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains(".tar"))
-        .ok_or(KernelError::Missing {
-            what: "usr/src/linux-source-*.tar.*",
-            path: src.clone(),
+        .find(|p| p.join("Makefile").is_file())
+        .ok_or_else(|| {
+            RestoreKernelError::Step(KernelError::Missing {
+                what: "kernel source tree",
+                path: unpacked.clone(),
+            })
+        })
+}
+
+/// The source tarball's member name in `dpkg-deb -c`'s listing of a source package.
+fn source_member(listing: &str) -> Option<&str> {
+    listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .find(|name| name.starts_with("./usr/src/") && name.contains(".tar."))
+}
+
+/// `tar`'s flag for the compressor a tarball's name ends with.
+fn decompress_flag(name: &str) -> Option<&'static str> {
+    [
+        (".tar.xz", "--xz"),
+        (".tar.gz", "--gzip"),
+        (".tar.bz2", "--bzip2"),
+        (".tar.zst", "--zstd"),
+    ]
+    .into_iter()
+    .find(|(end, _)| name.ends_with(end))
+    .map(|(_, flag)| flag)
+}
+
+/// Streams `member` (a compressed tarball) out of the package `deb` into `tar`, which
+/// unpacks it in `into`: `dpkg-deb --fsys-tarfile | tar -xO member | tar -x`.
+fn stream_member(deb: &Path, member: &str, into: &Path) -> Result<(), RestoreKernelError> {
+    use std::process::Stdio;
+    let flag = decompress_flag(member).ok_or_else(|| KernelError::Command {
+        cmd: format!("unpacking {member}"),
+        reason: "not a .tar.xz, .tar.gz, .tar.bz2 or .tar.zst".into(),
+    })?;
+    let spawn = |cmd: &mut Command, what: &str| {
+        cmd.spawn().map_err(|e| KernelError::Command {
+            cmd: what.to_string(),
+            reason: e.to_string(),
+        })
+    };
+    let mut fsys = spawn(
+        Command::new("dpkg-deb")
+            .arg("--fsys-tarfile")
+            .arg(deb)
+            .stdout(Stdio::piped()),
+        "dpkg-deb --fsys-tarfile",
+    )?;
+    let mut pick = spawn(
+        Command::new("tar")
+            .args(["-xO", "-f", "-", member])
+            .stdin(fsys.stdout.take().map_or(Stdio::null(), Stdio::from))
+            .stdout(Stdio::piped()),
+        "tar -xO",
+    )?;
+    let mut unpack = spawn(
+        Command::new("tar")
+            .args(["-x", flag, "-f", "-", "-C"])
+            .arg(into)
+            .stdin(pick.stdout.take().map_or(Stdio::null(), Stdio::from)),
+        "tar -x",
+    )?;
+    for (child, what) in [
+        (&mut fsys, "dpkg-deb --fsys-tarfile"),
+        (&mut pick, "tar -xO"),
+        (&mut unpack, "tar -x"),
+    ] {
+        let status = child.wait().map_err(|e| KernelError::Command {
+            cmd: what.to_string(),
+            reason: e.to_string(),
         })?;
-    let moved = work.join(tarball.file_name().unwrap_or_default());
-    fs::rename(&tarball, &moved).map_err(io_err(&moved))?;
-    let _ = fs::remove_dir_all(&pkg_root);
-    Ok(moved)
+        if !status.success() {
+            return Err(KernelError::Command {
+                cmd: format!("{what} ({member} of {})", deb.display()),
+                reason: status.to_string(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Which kernel the user asked a board run to boot.
@@ -493,6 +592,95 @@ mod tests {
             source: "linux-source-6.1_6.1.192-2_all.deb".into(),
             build_secs: 200.0,
         })
+    }
+
+    /// A source package like Debian's: `usr/src/linux-source-9.9.tar.xz` holding a tree
+    /// with a Makefile.
+    fn source_deb(dir: &Path) -> PathBuf {
+        let pkg = dir.join("pkg");
+        let tree = dir.join("linux-source-9.9");
+        fs::create_dir_all(pkg.join("DEBIAN")).unwrap();
+        fs::create_dir_all(pkg.join("usr/src")).unwrap();
+        fs::create_dir_all(tree.join("kernel")).unwrap();
+        fs::write(tree.join("Makefile"), "VERSION = 9\n").unwrap();
+        fs::write(tree.join("kernel/power.c"), "int x;\n").unwrap();
+        fs::write(
+            pkg.join("DEBIAN/control"),
+            "Package: linux-source-9.9\nVersion: 9.9.1-1\nArchitecture: all\n\
+             Maintainer: t <t@t>\nDescription: t\n",
+        )
+        .unwrap();
+        run(Command::new("tar")
+            .args(["-cJf"])
+            .arg(pkg.join("usr/src/linux-source-9.9.tar.xz"))
+            .arg("-C")
+            .arg(dir)
+            .arg("linux-source-9.9"))
+        .unwrap();
+        let deb = dir.join("linux-source-9.9_9.9.1-1_all.deb");
+        run(Command::new("dpkg-deb")
+            .args(["-Zxz", "--build"])
+            .arg(&pkg)
+            .arg(&deb))
+        .unwrap();
+        deb
+    }
+
+    #[test]
+    fn the_source_is_unpacked_once_and_a_cut_off_unpack_is_redone() {
+        let dir = tempfile::tempdir().unwrap();
+        let deb = source_deb(dir.path());
+        let cache = dir.path().join("source");
+        fs::create_dir_all(&cache).unwrap();
+        let tree = source_tree(&deb, &cache).unwrap();
+        assert_eq!(
+            tree,
+            cache.join("linux-source-9.9_9.9.1-1_all/linux-source-9.9")
+        );
+        assert_eq!(
+            fs::read_to_string(tree.join("kernel/power.c")).unwrap(),
+            "int x;\n"
+        );
+        // The second build finds the tree: a file put there stays (nothing unpacked again).
+        fs::write(tree.join("kept"), "").unwrap();
+        assert_eq!(source_tree(&deb, &cache).unwrap(), tree);
+        assert!(tree.join("kept").is_file());
+        // An unpack cut off before its end (no mark) is thrown away and done again.
+        fs::remove_file(tree.parent().unwrap().join(UNPACKED)).unwrap();
+        fs::remove_file(tree.join("kernel/power.c")).unwrap();
+        assert_eq!(source_tree(&deb, &cache).unwrap(), tree);
+        assert!(tree.join("kernel/power.c").is_file() && !tree.join("kept").exists());
+        // No partial directory is left behind.
+        let left: Vec<_> = fs::read_dir(&cache)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial."))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_package_without_a_source_tarball_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let deb = source_deb(dir.path());
+        assert_eq!(
+            source_member(&run(Command::new("dpkg-deb").arg("-c").arg(&deb)).unwrap()),
+            Some("./usr/src/linux-source-9.9.tar.xz")
+        );
+        assert_eq!(
+            decompress_flag("./usr/src/linux-source-9.9.tar.xz"),
+            Some("--xz")
+        );
+        assert_eq!(decompress_flag("./usr/src/linux-source-9.9.tar.lz"), None);
+        assert_eq!(
+            source_member("drwxr-xr-x root/root 0 2026-11-26 17:12 ./usr/src/\n"),
+            None
+        );
+        let bogus = dir.path().join("bogus_1_all.deb");
+        fs::write(&bogus, "not a package").unwrap();
+        let e = source_tree(&bogus, dir.path()).unwrap_err().to_string();
+        assert!(e.contains("dpkg-deb"), "{e}");
     }
 
     #[test]
