@@ -137,7 +137,58 @@ impl InitKind {
     }
 }
 
+/// Checks one `KEY=VALUE` entry of the application's environment ([`Workload::env`]):
+/// KEY of letters, digits and `_`, not starting with a digit.
+pub fn check_env_entry(entry: &str) -> Result<(), WorkloadError> {
+    let key = entry.split_once('=').map(|(k, _)| k).unwrap_or("");
+    let mut chars = key.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(WorkloadError::BadEnv {
+            entry: entry.to_string(),
+            reason: "not KEY=VALUE with KEY of letters, digits and _ (not starting with a digit)"
+                .into(),
+        })
+    }
+}
+
 impl Workload {
+    /// The value `key` has in the application's environment ([`Workload::env`]): its last
+    /// entry, as `snapboot start` sets them in order.
+    pub fn env_value(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// Adds `entries` (`KEY=VALUE`, each checked) to the application's environment, after
+    /// the workload's own, so an entry for a key it sets already wins. Only for a system the
+    /// board's `/init` starts (`snapboot start` sets them); a Debian workload's application
+    /// is a systemd service, which has its unit's own `Environment=`.
+    pub fn add_env(&mut self, entries: &[String]) -> Result<(), WorkloadError> {
+        for e in entries {
+            check_env_entry(e)?;
+            if self.init.is_debian() {
+                return Err(WorkloadError::BadEnv {
+                    entry: e.clone(),
+                    reason: format!(
+                        "the {} workload's application is a systemd service with its unit's own \
+                         environment; --env is for the board's own init (shell, app, --rootfs)",
+                        self.name
+                    ),
+                });
+            }
+        }
+        self.env.extend(entries.iter().cloned());
+        Ok(())
+    }
+
     /// The built-in `shell` workload: usable when a shell answers on the console, where
     /// `recapture` is a command of its root ([`SHELL_RECAPTURE`]).
     pub fn shell() -> Self {
@@ -414,5 +465,35 @@ mod tests {
             fs::create_dir(dir.path().join(d)).unwrap();
         }
         assert!(check_tree(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn the_applications_environment_takes_key_value_entries_and_the_last_one_counts() {
+        let mut w = Workload::app();
+        assert_eq!(w.env_value("APP_SCALE"), None);
+        assert_eq!(w.env_value("APP_READY_CMD"), Some("snapboot ready"));
+        w.env.push("APP_SCALE=0.25".into());
+        w.env.push("APP_SCALE=0.5".into());
+        assert_eq!(w.env_value("APP_SCALE"), Some("0.5"));
+        assert_eq!(w.env_value("APP"), None, "a key's prefix is not the key");
+        for good in ["APP_SCALE=0.25", "_X=", "a1=b=c"] {
+            assert!(check_env_entry(good).is_ok(), "{good}");
+        }
+        for bad in ["APP_SCALE", "=1", "1A=2", "A-B=1", "A B=1", ""] {
+            let e = check_env_entry(bad).unwrap_err().to_string();
+            assert!(e.contains("not KEY=VALUE"), "{bad}: {e}");
+        }
+        let mut w = Workload::app();
+        w.add_env(&["APP_SCALE=0.25".into()]).unwrap();
+        assert_eq!(w.env_value("APP_SCALE"), Some("0.25"));
+        let e = w.add_env(&["APP SCALE=1".into()]).unwrap_err().to_string();
+        assert!(e.contains("--env \"APP SCALE=1\""), "{e}");
+        let mut d = Workload::debian();
+        let e = d
+            .add_env(&["APP_SCALE=0.1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("systemd service"), "{e}");
+        assert!(d.env.is_empty(), "nothing added after a refusal");
     }
 }

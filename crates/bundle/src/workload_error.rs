@@ -42,6 +42,15 @@ pub enum WorkloadError {
         /// Why its applet list is not known.
         reason: String,
     },
+    /// An entry of the application's environment (`board build --env`) that is not
+    /// `KEY=VALUE`, or one given to a workload whose application does not take it.
+    #[error("--env {entry:?}: {reason}")]
+    BadEnv {
+        /// The entry as given.
+        entry: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Filesystem error.
     #[error("{path}")]
     Io {

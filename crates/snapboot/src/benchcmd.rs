@@ -583,7 +583,8 @@ pub fn endurance(a: EnduranceArgs) -> Result<ExitCode> {
     );
     let bundle = bundle_or_build(&a.workload, a.board.arch())?;
     let scale = match bundle.workload.name.as_str() {
-        "app" => "1.0",
+        // `board build --env APP_SCALE=…` builds it smaller.
+        "app" => bundle.workload.env_value("APP_SCALE").unwrap_or("1.0"),
         "debian" => bundle::debian::APP_SCALE,
         other => bail!(
             "bench endurance checks the application's state, clock and RNG, which workload \

@@ -98,6 +98,11 @@ pub struct BuildArgs {
     /// Guest memory, e.g. 512M or 1G (default: the workload's).
     #[arg(long, value_parser = board::run_options::parse_mem_mib)]
     mem: Option<u32>,
+    /// Add KEY=VALUE to the application's environment (repeatable; after the workload's
+    /// own, so it wins): `--workload app --env APP_SCALE=0.25` builds the `app` program's
+    /// state at a quarter of its size. For the board's own init (shell, app, --rootfs).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
     /// Put this public key (`snapboot key gen`) in the initramfs: the board then restores
     /// only images signed with its secret key.
     #[arg(long, value_name = "PUBLIC_KEY")]
@@ -204,6 +209,7 @@ pub fn build(a: BuildArgs) -> Result<ExitCode> {
     if let Some(m) = a.mem {
         workload.mem_mib = m;
     }
+    workload.add_env(&a.env)?;
     let out = a
         .out
         .unwrap_or_else(|| home::builtin_bundle_dir(&workload.name, arch));

@@ -124,6 +124,39 @@ fn profile() -> String {
     }
 }
 
+/// The `app` program's scale in the tests' `app` bundles (`board build --env APP_SCALE=…`):
+/// a quarter of the demo's. Every `app` capture boots the program cold, and at full scale
+/// its start was most of that boot (40 s of a quiet x86 cold boot, a minute and more on the
+/// arm64 board); a quarter still builds some 60 MiB of state, tens of batches of chunks.
+pub const APP_SCALE: &str = "0.25";
+
+/// `n` (pages or bytes) of the `app` program's state at full scale, at [`APP_SCALE`]: what
+/// the tests expect a lazy image to page out, or to save, grows with the state.
+pub fn at_test_scale(n: u64) -> u64 {
+    let scale: f64 = APP_SCALE.parse().expect("APP_SCALE is a number");
+    (n as f64 * scale) as u64
+}
+
+/// The `board build` words that give the tests' bundle of `workload` its settings: the
+/// `app` program at [`APP_SCALE`].
+pub fn test_settings(workload: &str) -> Vec<String> {
+    match workload {
+        "app" => vec!["--env".into(), format!("APP_SCALE={APP_SCALE}")],
+        _ => vec![],
+    }
+}
+
+/// Where the tests' bundle of `workload` goes instead of `dir`, its usual directory: the
+/// `app` bundle (at [`APP_SCALE`]) in `app-e2e` beside it, so the demo's and the
+/// benchmarks' full-scale `app` bundle in a shared home is neither replaced nor used by the
+/// tests.
+pub fn test_bundle_dir(workload: &str, dir: PathBuf) -> PathBuf {
+    match workload {
+        "app" => dir.with_file_name("app-e2e"),
+        _ => dir,
+    }
+}
+
 /// Makes sure the kernel is fetched and the workload's bundle is built by *this* binary
 /// (so the initramfs carries the snapboot under test). Returns the bundle directory.
 pub fn bundle(workload: &str) -> PathBuf {
@@ -131,11 +164,15 @@ pub fn bundle(workload: &str) -> PathBuf {
     BUILT.get(workload, || {
         device_binary_built();
         kernel_fetched("x86_64", "kernel.json");
+        let dir = test_bundle_dir(workload, home().join("bundles").join(workload));
         let mut c = snapboot();
-        c.args(["board", "build", "--workload", workload]);
+        c.args(["board", "build", "--workload", workload])
+            .args(test_settings(workload))
+            .arg("--out")
+            .arg(&dir);
         let (out, so, se) = run(c);
         assert!(out.status.success(), "build {workload} failed:\n{so}\n{se}");
-        home().join("bundles").join(workload)
+        dir
     })
 }
 

@@ -84,7 +84,9 @@ fn keyed_bundle(workload: &str, name: &str, key: &Path) -> PathBuf {
     bundle(workload); // the kernel fetched and the device binary built by this test binary
     let out = home().join("bundles").join(name);
     let mut c = snapboot();
-    c.args(["board", "build", "--workload", workload, "--device-key"])
+    c.args(["board", "build", "--workload", workload])
+        .args(crate::common::test_settings(workload))
+        .arg("--device-key")
         .arg(key)
         .arg("--out")
         .arg(&out);

@@ -60,7 +60,7 @@ pub(crate) fn ask(s: &mut board::qemu::Session, query: &str, answer: &str) -> St
 
 /// The `app` program's `checksum` answer at scale 1.0, computed on the host.
 pub(crate) fn host_checksum() -> String {
-    host_checksum_at("1.0")
+    host_checksum_at(crate::common::APP_SCALE)
 }
 
 /// The `app` program's `checksum` answer at `scale` (`APP_SCALE`), computed on the host.
@@ -102,8 +102,8 @@ pub(crate) fn assert_all_differ(randoms: Vec<String>) {
     );
 }
 
-/// The `app` cold boot (the shared capture's) builds at least 150 MiB of state before its
-/// ready point; the image of it boots again and again: the state is the one the same program
+/// The `app` cold boot (the shared capture's) builds at least 50 MiB of state before its
+/// ready point (at the tests' scale, [`crate::common::APP_SCALE`]); the image of it boots again and again: the state is the one the same program
 /// builds natively on the host (so the guest really built the whole state, and the restore
 /// kept it), the clock current, the RNG fresh.
 #[test]
@@ -122,8 +122,9 @@ fn app_snapshot_boots_repeatedly_from_one_image() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no rss= in {ready:?}"));
     assert!(
-        rss >= 150,
-        "application state is at least 150 MiB (rss={rss})"
+        rss >= 50,
+        "application state is at least 50 MiB at scale {} (rss={rss})",
+        crate::common::APP_SCALE
     );
     let expected = host_checksum();
     let restored = Regex::new(r"snapboot: @restored").unwrap();
@@ -483,10 +484,19 @@ fn lazy_image_pages_in_on_demand_and_its_swap_region_stays_pristine() {
         full["raw_bytes"].as_u64().unwrap(),
         lazy["raw_bytes"].as_u64().unwrap(),
     );
-    assert!(used > 10_000, "only {used} pages were paged out: {lazy}");
+    let least = crate::common::at_test_scale(10_000);
     assert!(
-        lazy_raw * 2 < full_raw,
-        "lazy image {lazy_raw} bytes is not under half the full {full_raw}"
+        used > least,
+        "only {used} pages were paged out (at least {least}): {lazy}"
+    );
+    // What paging out saved grows with the application's state: at full scale the lazy
+    // image was under half the full one (about 250 MB); at the tests' quarter scale it was
+    // 118 of 171 MB (2026-11-30).
+    let saved = full_raw.saturating_sub(lazy_raw);
+    let least = crate::common::at_test_scale(100 << 20);
+    assert!(
+        saved > least,
+        "lazy image {lazy_raw} bytes is only {saved} under the full {full_raw} (at least {least})"
     );
     let (off, len) = (
         swap["offset"].as_u64().unwrap(),
@@ -608,7 +618,11 @@ fn a_profiled_lazy_image_keeps_its_working_set_and_a_damaged_swap_page_fails_lou
         .collect();
     let (p_in, p_all, o_in, o_all) = (n[0], n[1], n[2], n[3]);
     assert!(p_all >= touched && p_in * 100 >= p_all * 95, "{line}");
-    assert!(o_all > 10_000 && o_in * 100 <= o_all, "{line}");
+    let least = crate::common::at_test_scale(10_000);
+    assert!(
+        o_all > least && o_in * 100 <= o_all,
+        "{line} (other pages: at least {least})"
+    );
     s.wait_for(&restored, "restored marker", Duration::from_secs(60))
         .unwrap();
     check_restored_app(&mut s, 1, &expected);
