@@ -129,22 +129,30 @@ pub fn check_description(d: &Description, listed: u64, e: &Expected) -> Result<B
         }
         checked.map_err(|m| Refused::Incompatible(Incompat::MemoryLayout(m)))?;
     }
-    check_online_cpus(d.online_cpus, e.online_cpus)?;
+    check_online_cpus(d.online_cpus, e.online_cpus, &e.machine)?;
     d.binding()
         .map_err(Refused::Description)?
         .ok_or(Refused::Unbound)
 }
 
 /// Refuses an image captured with more CPUs online (`image`) than this machine has
-/// (`running`); either unknown is not checked. Fewer is fine: the CPUs the image kernel did
-/// not have stay offline until the restored system onlines them.
-fn check_online_cpus(image: Option<u32>, running: Option<u32>) -> Result<(), Refused> {
+/// (`running`); either unknown is not checked. Fewer is fine on the PC (`machine`
+/// `x86_64`): the CPUs the image kernel did not have stay offline until the restored
+/// system onlines them. An arm64 image needs as many as it had ([`Incompat::MoreCpus`]).
+fn check_online_cpus(
+    image: Option<u32>,
+    running: Option<u32>,
+    machine: &str,
+) -> Result<(), Refused> {
     match (image, running) {
         (Some(image), Some(running)) if image > running => {
             Err(Refused::Incompatible(Incompat::FewerCpus {
                 image,
                 running,
             }))
+        }
+        (Some(image), Some(running)) if image < running && machine == "aarch64" => {
+            Err(Refused::Incompatible(Incompat::MoreCpus { image, running }))
         }
         _ => Ok(()),
     }
@@ -239,13 +247,33 @@ mod tests {
     }
 
     #[test]
+    fn an_arm64_image_on_more_cpus_than_it_had_is_refused_and_a_pc_image_is_not() {
+        let mut e = arm64(Vec::new());
+        e.online_cpus = Some(2);
+        let r = check_description(&description(Some(1)), 100, &e).unwrap_err();
+        assert_eq!(r.kind(), bootstatus::Refusal::Changed);
+        let Refused::Incompatible(Incompat::MoreCpus { image, running }) = &r else {
+            panic!("not MoreCpus: {r:?}");
+        };
+        assert_eq!((*image, *running), (1, 2));
+        let why = r.to_string();
+        assert!(
+            why.contains("captured with 1 CPU(s) online and this arm64 machine has 2"),
+            "{why}"
+        );
+        // The PC: the extra CPUs stay offline until the restored system onlines them.
+        assert!(check_online_cpus(Some(2), Some(4), "x86_64").is_ok());
+        assert!(check_online_cpus(Some(1), Some(2), "x86_64").is_ok());
+        assert!(check_online_cpus(Some(2), Some(1), "x86_64").is_err());
+    }
+
+    #[test]
     fn an_image_captured_with_more_cpus_online_than_this_machine_has_is_refused() {
         let mut e = arm64(Vec::new());
-        // As many, more (the extra CPUs stay offline), or either side unknown: admitted.
+        // As many, or either side unknown: admitted.
         for (image, running) in [
             (Some(2), Some(2)),
             (Some(1), Some(1)),
-            (Some(2), Some(4)),
             (Some(2), None),
             (None, Some(1)),
             (None, None),

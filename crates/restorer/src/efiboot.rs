@@ -140,6 +140,8 @@ struct Machine {
     table: Table,
     memory: admission::Memory,
     cpus: Vec<u64>,
+    /// How many CPUs the machine has (arm64: the device tree's; the PC: not counted).
+    online_cpus: Option<u32>,
     boot_path: Option<alloc::string::String>,
     helpers: alloc::boxed::Box<dyn Cpus>,
 }
@@ -166,6 +168,7 @@ fn machine(map: &efi::MemoryMap, rsdp: u64) -> Result<Machine, NotRestored> {
         table,
         memory,
         cpus: Vec::new(),
+        online_cpus: None,
         boot_path: None,
         helpers,
     })
@@ -216,6 +219,7 @@ fn machine(m: restorer::fdt::Machine) -> Result<Machine, NotRestored> {
         table,
         memory,
         cpus: alloc::vec![crate::cpu::mpidr()],
+        online_cpus: Some(m.cpus.len() as u32),
         boot_path: Some(boot_path),
         helpers,
     })
@@ -264,6 +268,7 @@ fn restore(fw: Firmware, rsdp: u64) -> Result<core::convert::Infallible, NotRest
         table,
         memory,
         cpus,
+        online_cpus,
         boot_path,
         helpers,
     } = {
@@ -300,6 +305,7 @@ fn restore(fw: Firmware, rsdp: u64) -> Result<core::convert::Infallible, NotRest
         images: &params.images,
         cmdline: &cmdline,
         cpus: &cpus,
+        online_cpus,
         boot_path,
     };
     let at = decided.at;

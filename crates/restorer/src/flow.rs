@@ -221,6 +221,10 @@ pub(crate) struct Asked<'a> {
     pub(crate) cmdline: &'a str,
     /// The CPUs an image may have hibernated on (arm64: this one's MPIDR; none on the PC).
     pub(crate) cpus: &'a [u64],
+    /// How many CPUs this machine has (arm64: its device tree's, which a kernel booted here
+    /// would bring online; `None` on the PC, not counted), which an image is checked
+    /// against (`admission::Expected::online_cpus`).
+    pub(crate) online_cpus: Option<u32>,
     /// How this boot was started, which an image must have been captured under (arm64;
     /// `None` on the PC, where the e820 checksum and the binding say it).
     pub(crate) boot_path: Option<String>,
@@ -256,8 +260,7 @@ pub(crate) fn restore_from<S: Disks>(
             machine: MACHINE.into(),
             memory: memory.clone(),
             cpus: asked.cpus.to_vec(),
-            // The restorer does not count the machine's CPUs: not checked here.
-            online_cpus: None,
+            online_cpus: asked.online_cpus,
             boot_path: asked.boot_path.clone(),
         },
         cmdline,

@@ -151,6 +151,7 @@ fn restore(handed: &fallback::Handed, rsdp: u64) -> Result<core::convert::Infall
         images: &params.images,
         cmdline,
         cpus: &[],
+        online_cpus: None,
         boot_path: None,
     };
     let at = decided.at;

@@ -593,7 +593,12 @@ fn arm64_restorer_decodes_on_both_cpus_of_a_two_cpu_board() {
 /// Runs the arm64 shell with the restorer on `store` and expects it to refuse naming
 /// `reason`, return to U-Boot's script, and the stock kernel to boot cold to ready.
 fn expect_restorer_refusal(store: &Path, mem_extra: u32, reason: &str) {
-    let mut s = restorer_session("shell", store, mem_extra);
+    expect_restorer_refusal_on(store, mem_extra, 1, reason);
+}
+
+/// [`expect_restorer_refusal`] on a board of `cpus` CPUs.
+fn expect_restorer_refusal_on(store: &Path, mem_extra: u32, cpus: u32, reason: &str) {
+    let mut s = restorer_session_on("shell", store, mem_extra, cpus);
     let line = expect(
         &mut s,
         r"snapboot-restorer: refused: .*",
@@ -609,9 +614,11 @@ fn expect_restorer_refusal(store: &Path, mem_extra: u32, reason: &str) {
 }
 
 /// The restorer refuses, before any page is written, a damaged image, an image of another
-/// kernel build, one captured with another RAM size and one captured under another boot
+/// kernel build, one captured with another RAM size, one captured under another boot
 /// path (a kernel QEMU loaded directly, no U-Boot: the description says how the image
-/// kernel was booted); each boots cold with the reason.
+/// kernel was booted) and one captured on 1 CPU restored on a board of 2 (restored so on
+/// any path, the image kernel hung after restarting its tasks); each boots cold with the
+/// reason.
 #[test]
 fn arm64_restorer_refuses_damaged_foreign_wrong_ram_and_other_boot_path_images() {
     let damaged = copy_store(&captured("shell"), "test-arm64-restorer-bad.store");
@@ -635,6 +642,13 @@ fn arm64_restorer_refuses_damaged_foreign_wrong_ram_and_other_boot_path_images()
         &direct,
         0,
         "captured under another boot path: no U-Boot, direct; this boot: U-Boot 20",
+    );
+    let more = copy_store(&captured("shell"), "test-arm64-restorer-cpus.store");
+    expect_restorer_refusal_on(
+        &more,
+        0,
+        2,
+        "captured with 1 CPU(s) online and this arm64 machine has 2",
     );
 }
 
