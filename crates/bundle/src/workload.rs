@@ -139,7 +139,7 @@ impl InitKind {
 
 /// Checks one `KEY=VALUE` entry of the application's environment ([`Workload::env`]):
 /// KEY of letters, digits and `_`, not starting with a digit.
-pub fn check_env_entry(entry: &str) -> Result<(), WorkloadError> {
+fn check_env_entry(entry: &str) -> Result<(), WorkloadError> {
     let key = entry.split_once('=').map(|(k, _)| k).unwrap_or("");
     let mut chars = key.chars();
     let ok = chars

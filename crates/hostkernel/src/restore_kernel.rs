@@ -461,22 +461,26 @@ fn stream_member(deb: &Path, member: &str, into: &Path) -> Result<(), RestoreKer
             .stdin(pick.stdout.take().map_or(Stdio::null(), Stdio::from)),
         "tar -x",
     )?;
+    // Every stage is waited for; the last one that failed is named, since a stage that
+    // dies makes the ones before it fail on a broken pipe.
+    let mut failed = None;
     for (child, what) in [
         (&mut fsys, "dpkg-deb --fsys-tarfile"),
         (&mut pick, "tar -xO"),
         (&mut unpack, "tar -x"),
     ] {
-        let status = child.wait().map_err(|e| KernelError::Command {
-            cmd: what.to_string(),
-            reason: e.to_string(),
-        })?;
-        if !status.success() {
-            return Err(KernelError::Command {
-                cmd: format!("{what} ({member} of {})", deb.display()),
-                reason: status.to_string(),
-            }
-            .into());
+        match child.wait() {
+            Ok(status) if status.success() => {}
+            Ok(status) => failed = Some((what, status.to_string())),
+            Err(e) => failed = Some((what, e.to_string())),
         }
+    }
+    if let Some((what, reason)) = failed {
+        return Err(KernelError::Command {
+            cmd: format!("{what} ({member} of {})", deb.display()),
+            reason,
+        }
+        .into());
     }
     Ok(())
 }
