@@ -145,6 +145,54 @@ impl ReadClock {
     }
 }
 
+/// Buffers a reader reuses: the batches' stored bytes and the chunks' decompressed pages.
+/// A restore decodes hundreds of megabytes in pieces of a few hundred kilobytes; taking a
+/// fresh zeroed allocation for each costs the kernel a page fault and a cleared page per
+/// 4 KiB, and the allocator an unmap (a TLB shootdown on every CPU) when it is given back.
+/// A buffer is never read before it is overwritten whole: a read fills the stored bytes, and
+/// an unpack fills every byte of a chunk or fails ([`ChunkRec::unpack_into`]).
+#[derive(Debug, Default)]
+pub(crate) struct Buffers {
+    stored: Mutex<Vec<Vec<u8>>>,
+    raw: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Buffers {
+    /// A buffer of `len` bytes for a batch's stored bytes.
+    fn stored(&self, len: usize) -> Vec<u8> {
+        take(&self.stored, len)
+    }
+
+    /// A buffer of `len` bytes for a chunk's pages.
+    fn raw(&self, len: usize) -> Vec<u8> {
+        take(&self.raw, len)
+    }
+
+    /// Gives a chunk's pages back once no page of it is needed any more.
+    pub(crate) fn give_raw(&self, v: Vec<u8>) {
+        self.raw.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+    }
+
+    fn give_stored(&self, v: Vec<u8>) {
+        self.stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(v);
+    }
+}
+
+/// A pooled buffer resized to `len` (only bytes beyond its old length are zeroed), or a new one.
+fn take(pool: &Mutex<Vec<Vec<u8>>>, len: usize) -> Vec<u8> {
+    let reused = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    match reused {
+        Some(mut v) => {
+            v.resize(len, 0);
+            v
+        }
+        None => vec![0u8; len],
+    }
+}
+
 /// A batch read, every chunk checked (or opened) and decompressed: each chunk's pages by
 /// its id, and what it cost.
 pub(crate) struct Decoded {
@@ -153,20 +201,33 @@ pub(crate) struct Decoded {
 }
 
 /// Reads batch `b` of `store` with one request, then checks and decompresses its chunks in
-/// order; the first damaged one says why.
+/// order, into buffers from `bufs`; the first damaged one says why.
 pub(crate) fn decode<M: Medium>(
     store: &Store<M>,
     b: &Batch,
     clock: &ReadClock,
+    bufs: &Buffers,
+) -> Result<Decoded, StoreError> {
+    let mut stored = bufs.stored(b.len as usize);
+    let out = decode_into(store, b, clock, bufs, &mut stored);
+    bufs.give_stored(stored);
+    out
+}
+
+fn decode_into<M: Medium>(
+    store: &Store<M>,
+    b: &Batch,
+    clock: &ReadClock,
+    bufs: &Buffers,
+    stored: &mut [u8],
 ) -> Result<Decoded, StoreError> {
     let first = &b.chunks[0].0;
     let at = match b.at {
         Some(at) => at,
         None => store.sb.chunk_place(first)?,
     };
-    let mut stored = vec![0u8; b.len as usize];
     clock.start();
-    let read = store.medium.read_at(&mut stored, at);
+    let read = store.medium.read_at(stored, at);
     clock.stop();
     read.map_err(StoreError::io(format!(
         "reading chunks {} to {} ({} bytes at byte {at})",
@@ -201,13 +262,44 @@ pub(crate) fn decode<M: Medium>(
             stats.times.check += t.elapsed();
             checked?;
             let t = Instant::now();
-            let mut raw = vec![0u8; c.raw_len()];
-            c.unpack_into(bytes, &mut raw)?;
+            let mut raw = bufs.raw(c.raw_len());
+            let unpacked = c.unpack_into(bytes, &mut raw);
             stats.times.decode += t.elapsed();
+            if let Err(e) = unpacked {
+                bufs.give_raw(raw);
+                return Err(e.into());
+            }
             raw
         };
         stats.decoded += raw.len() as u64;
         chunks.push((c.id, raw));
     }
     Ok(Decoded { chunks, stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pooled_buffer_is_reused_at_the_length_asked_and_zeroed_only_where_it_grows() {
+        let b = Buffers::default();
+        let mut first = b.raw(8);
+        first.fill(7);
+        let at = first.as_ptr();
+        b.give_raw(first);
+        // Shorter: the same allocation, its first bytes as they were (the caller overwrites).
+        let shorter = b.raw(4);
+        assert_eq!((shorter.as_ptr(), shorter.as_slice()), (at, &[7u8; 4][..]));
+        b.give_raw(shorter);
+        // Longer: what it held stays, what it gained is zero.
+        let longer = b.raw(12);
+        assert_eq!(longer.len(), 12);
+        assert_eq!(&longer[..4], &[7u8; 4]);
+        assert_eq!(&longer[4..], &[0u8; 8]);
+        // The two pools are apart: a batch's buffer is never a chunk's.
+        b.give_raw(longer);
+        assert_eq!(b.stored(3), vec![0u8; 3]);
+        assert_eq!(b.raw.lock().unwrap().len(), 1);
+    }
 }

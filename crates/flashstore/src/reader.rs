@@ -5,7 +5,7 @@
 
 use crate::error::StoreError;
 use crate::medium::Medium;
-use crate::pipeline::{self, Batch, ChunkTimes, Decoded, ReadClock, ReadStats};
+use crate::pipeline::{self, Batch, Buffers, ChunkTimes, Decoded, ReadClock, ReadStats};
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,6 +37,8 @@ struct Plan {
     /// The batch of each chunk.
     batch_of: HashMap<u64, usize>,
     clock: ReadClock,
+    /// The buffers the workers decode into, given back as chunks are released.
+    bufs: Buffers,
 }
 
 /// Where the stream is: the pages handed out, the chunks loaded and still needed.
@@ -89,6 +91,7 @@ impl<M: Medium> Store<M> {
                 batches,
                 batch_of,
                 clock: ReadClock::default(),
+                bufs: Buffers::default(),
             },
             cursor: Cursor {
                 uses,
@@ -143,7 +146,8 @@ impl<M: Medium> ImageReader<'_, M> {
     /// whose chunk is not loaded yet, so each call reads at most one batch, on this thread.
     pub fn next_run(&mut self, max: usize) -> Result<Vec<&Page>, StoreError> {
         let (store, plan) = (self.store, &self.plan);
-        let mut load = |i: usize| pipeline::decode(store, &plan.batches[i], &plan.clock);
+        let mut load =
+            |i: usize| pipeline::decode(store, &plan.batches[i], &plan.clock, &plan.bufs);
         self.cursor.run(&self.meta, plan, store, max, &mut load)
     }
 }
@@ -195,7 +199,7 @@ impl<M: Medium + Sync> ImageReader<'_, M> {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    let r = pipeline::decode(store, &plan.batches[i], &plan.clock);
+                    let r = pipeline::decode(store, &plan.batches[i], &plan.clock, &plan.bufs);
                     if tx.send((i, r)).is_err() {
                         return;
                     }
@@ -252,7 +256,9 @@ impl Cursor {
         load: &mut dyn FnMut(usize) -> Result<Decoded, StoreError>,
     ) -> Result<Vec<&'a Page>, StoreError> {
         for id in self.release.drain(..) {
-            self.cache.remove(&id);
+            if let Some(v) = self.cache.remove(&id) {
+                plan.bufs.give_raw(v);
+            }
         }
         let start = self.cur;
         let mut end = start;
