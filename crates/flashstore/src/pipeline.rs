@@ -263,12 +263,8 @@ fn decode_into<M: Medium>(
             checked?;
             let t = Instant::now();
             let mut raw = bufs.raw(c.raw_len());
-            let unpacked = c.unpack_into(bytes, &mut raw);
+            c.unpack_into(bytes, &mut raw)?;
             stats.times.decode += t.elapsed();
-            if let Err(e) = unpacked {
-                bufs.give_raw(raw);
-                return Err(e.into());
-            }
             raw
         };
         stats.decoded += raw.len() as u64;
